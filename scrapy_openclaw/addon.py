@@ -1,0 +1,54 @@
+"""The add-on: ``ADDONS = {"scrapy_openclaw.Addon": 100}`` switches everything on.
+
+Every write is at ``"addon"`` priority or only fills a component slot the
+user left empty, so a project's explicit settings always win. Each component
+can also be enabled alone by its class path (see the README).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from scrapy.downloadermiddlewares.retry import RetryMiddleware
+
+if TYPE_CHECKING:
+    from scrapy.settings import BaseSettings
+
+HEALTH_MIDDLEWARE = "scrapy_openclaw.health.DomainHealthMiddleware"
+RETRY_MIDDLEWARE = "scrapy_openclaw.retry.ClassifiedRetryMiddleware"
+PARSE_RETRY_MIDDLEWARE = "scrapy_openclaw.retry.ParseRetryMiddleware"
+PRIORITY_QUEUE = "scrapy_openclaw.pqueues.DeadlinePriorityQueue"
+DLQ_PIPELINE = "scrapy_openclaw.dlq.DeadLetterPipeline"
+CHECKPOINT_EXTENSION = "scrapy_openclaw.checkpoint.CheckpointExtension"
+METRICS_EXTENSION = "scrapy_openclaw.metrics.MetricsExtension"
+
+# Orders: health sits nearer the downloader than retry (560 > 550), so it sees
+# every raw response and failure before retry decides what to do with it.
+DOWNLOADER_MIDDLEWARES = {HEALTH_MIDDLEWARE: 560, RETRY_MIDDLEWARE: 550}
+SPIDER_MIDDLEWARES = {PARSE_RETRY_MIDDLEWARE: 45}
+ITEM_PIPELINES = {DLQ_PIPELINE: 1000}
+EXTENSIONS = {CHECKPOINT_EXTENSION: 10, METRICS_EXTENSION: 500}
+
+
+class Addon:
+    """Wires scrapy-openclaw's components into a crawl with safe defaults."""
+
+    def update_settings(self, settings: BaseSettings) -> None:
+        for setting, components in (
+            ("DOWNLOADER_MIDDLEWARES", DOWNLOADER_MIDDLEWARES),
+            ("SPIDER_MIDDLEWARES", SPIDER_MIDDLEWARES),
+            ("ITEM_PIPELINES", ITEM_PIPELINES),
+            ("EXTENSIONS", EXTENSIONS),
+        ):
+            for path, order in components.items():
+                settings.setdefault_in_component_priority_dict(setting, path, order)
+        # Ours replaces Scrapy's retry unless the user disabled ours.
+        if settings.getdict("DOWNLOADER_MIDDLEWARES").get(RETRY_MIDDLEWARE) is not None:
+            settings.setdefault_in_component_priority_dict(
+                "DOWNLOADER_MIDDLEWARES", RetryMiddleware, None
+            )
+        settings.set("SCHEDULER_PRIORITY_QUEUE", PRIORITY_QUEUE, "addon")
+        if settings.getbool("OPENCLAW_DISTRIBUTED"):
+            from scrapy_openclaw.distributed import configure
+
+            configure(settings)

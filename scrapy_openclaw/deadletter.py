@@ -1,0 +1,160 @@
+"""The dead-letter record: one stable, versioned, JSON-safe format.
+
+The retry middleware, the deadline queue and the dead-letter pipeline build
+records with :func:`for_request` / :func:`for_item`; stores write
+:meth:`DeadLetter.to_dict` and read :meth:`DeadLetter.from_dict`.
+"""
+
+from __future__ import annotations
+
+import time
+import traceback as tb
+import uuid
+from dataclasses import asdict, dataclass, field, fields
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlparse
+
+from twisted.python.failure import Failure
+
+from scrapy_openclaw import meta as M
+from scrapy_openclaw.serialization import SerializationError, encode_value, request_to_data
+
+if TYPE_CHECKING:
+    from scrapy import Request, Spider
+
+    from scrapy_openclaw.errors import Classification
+
+FORMAT_VERSION = 1
+
+
+@dataclass
+class DeadLetter:
+    url: str
+    domain: str
+    error_class: str  # an ErrorClass value, or "deadline" / "retry_budget"
+    reason: str
+    spider: str
+    crawl_id: str
+    method: str = "GET"
+    status: int | None = None
+    attempts: int = 1
+    exception_type: str | None = None
+    exception_message: str | None = None
+    traceback: str | None = None
+    first_attempt_at: float | None = None
+    last_attempt_at: float | None = None
+    request: dict[str, Any] | None = None  # serialisation.request_to_data, for replay
+    item: Any = None
+    validation_error: str | None = None
+    id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    created_at: float = field(default_factory=time.time)
+    version: int = FORMAT_VERSION
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> DeadLetter:
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+def _exception_fields(exc: BaseException | Failure | None) -> dict[str, Any]:
+    if exc is None:
+        return {}
+    if isinstance(exc, Failure):
+        return {
+            "exception_type": exc.type.__name__ if exc.type else None,
+            "exception_message": str(exc.value)[:2000],
+            "traceback": exc.getTraceback()[-8000:],
+        }
+    return {
+        "exception_type": type(exc).__name__,
+        "exception_message": str(exc)[:2000],
+        "traceback": "".join(tb.format_exception(type(exc), exc, exc.__traceback__))[-8000:],
+    }
+
+
+def for_request(
+    request: Request,
+    *,
+    spider: Spider,
+    crawl_id: str,
+    error_class: str,
+    reason: str,
+    status: int | None = None,
+    exception: BaseException | Failure | None = None,
+    attempts: int | None = None,
+) -> DeadLetter:
+    """A dead letter for a request that was given up on."""
+    state = request.meta.get(M.RETRY_STATE) or {}
+    if attempts is None:
+        attempts = 1 + sum((state.get("attempts") or {}).values())
+    try:
+        data = request_to_data(request, spider=spider)
+    except SerializationError:
+        data = None  # still recorded, but not replayable
+    return DeadLetter(
+        url=request.url,
+        domain=urlparse(request.url).hostname or "",
+        error_class=str(error_class),
+        reason=reason,
+        spider=spider.name,
+        crawl_id=crawl_id,
+        method=request.method,
+        status=status,
+        attempts=attempts,
+        first_attempt_at=state.get("first"),
+        last_attempt_at=state.get("last", time.time()),
+        request=data,
+        **_exception_fields(exception),
+    )
+
+
+def for_classified(
+    request: Request,
+    classification: Classification,
+    *,
+    spider: Spider,
+    crawl_id: str,
+    exception: BaseException | Failure | None = None,
+) -> DeadLetter:
+    return for_request(
+        request,
+        spider=spider,
+        crawl_id=crawl_id,
+        error_class=classification.error_class.value,
+        reason=classification.reason,
+        status=classification.status,
+        exception=exception,
+    )
+
+
+def for_item(
+    item: Any,
+    *,
+    spider: Spider,
+    crawl_id: str,
+    exception: BaseException | Failure,
+    response_url: str | None = None,
+) -> DeadLetter:
+    """A dead letter for an item that failed validation in a pipeline."""
+    from itemadapter import ItemAdapter
+
+    try:
+        item_data = encode_value(ItemAdapter(item).asdict(), "item")
+    except (SerializationError, TypeError):
+        item_data = repr(item)[:4000]
+    url = response_url or ""
+    fields_ = _exception_fields(exception)
+    return DeadLetter(
+        url=url,
+        domain=urlparse(url).hostname or "",
+        error_class="business",
+        reason=fields_.get("exception_type") or "validation",
+        spider=spider.name,
+        crawl_id=crawl_id,
+        item=item_data,
+        validation_error=fields_.get("exception_message"),
+        **fields_,
+    )

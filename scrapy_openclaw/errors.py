@@ -1,0 +1,226 @@
+"""The error taxonomy: every failure is classified once, here.
+
+Retry budgets, health penalties, dead-letter records and metric labels all
+use the :class:`Classification` this module returns, so that a 503 or a
+dropped connection means the same thing to every component.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from scrapy.exceptions import DropItem
+from scrapy.utils.misc import load_object
+from twisted.internet import error as txerror
+from twisted.python.failure import Failure
+
+if TYPE_CHECKING:
+    from scrapy.settings import BaseSettings
+
+
+class ParseError(Exception):
+    """Raise from a callback when a page did not have what the spider expected.
+
+    The parse-retry middleware refetches the page within the parse budget.
+    """
+
+
+class ItemValidationError(DropItem):
+    """Raise from a pipeline for an item that failed validation.
+
+    The item is dropped as with ``DropItem`` and becomes a dead letter of
+    class ``business``.
+    """
+
+
+class OpenClawConfigError(ValueError):
+    """A setting or policy file is invalid; the message names file, line and key."""
+
+
+class ErrorClass(str, enum.Enum):
+    NETWORK = "network"
+    PROTOCOL_RETRYABLE = "protocol_retryable"
+    PROTOCOL_PERMANENT = "protocol_permanent"
+    PARSE = "parse"
+    BUSINESS = "business"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+# What a network failure was, for health penalties and labels. "timeout" is
+# penalised as a timeout, every other reason as a connection failure.
+TIMEOUT = "timeout"
+DNS = "dns"
+REFUSED = "refused"
+CONNECTION_LOST = "connection_lost"
+CONNECT_FAILED = "connect_failed"
+TLS = "tls"
+DATA_LOSS = "data_loss"
+OTHER_NETWORK = "network_error"
+
+
+@dataclass(frozen=True)
+class Classification:
+    """What went wrong: the class, a short stable reason, and the HTTP status."""
+
+    error_class: ErrorClass
+    reason: str  # "http_503", "timeout", "dns", "ValueError", ...
+    status: int | None = None
+
+    @property
+    def retryable(self) -> bool:
+        return self.error_class in RETRYABLE_CLASSES
+
+    @property
+    def is_throttle(self) -> bool:
+        """The server asked us to slow down (429, 503)."""
+        return self.status in (429, 503)
+
+    @property
+    def is_timeout(self) -> bool:
+        return self.reason == TIMEOUT
+
+
+RETRYABLE_CLASSES = frozenset(
+    {ErrorClass.NETWORK, ErrorClass.PROTOCOL_RETRYABLE, ErrorClass.PARSE}
+)
+
+
+def _network_reason(exc: BaseException) -> str | None:
+    """Name a download failure, or None if it is not a network failure."""
+    from scrapy.core.downloader.handlers.http11 import TunnelError
+    from scrapy.exceptions import (
+        CannotResolveHostError,
+        DownloadConnectionRefusedError,
+        DownloadFailedError,
+        DownloadTimeoutError,
+        ResponseDataLossError,
+    )
+
+    table: list[tuple[tuple[type[BaseException], ...], str]] = [
+        ((DownloadTimeoutError, txerror.TimeoutError, TimeoutError), TIMEOUT),
+        ((CannotResolveHostError, txerror.DNSLookupError), DNS),
+        ((DownloadConnectionRefusedError, txerror.ConnectionRefusedError), REFUSED),
+        ((ResponseDataLossError,), DATA_LOSS),
+        (
+            (
+                txerror.ConnectionDone,
+                txerror.ConnectionLost,
+                ConnectionResetError,
+                ConnectionAbortedError,
+            ),
+            CONNECTION_LOST,
+        ),
+        ((TunnelError,), TLS),
+        ((txerror.ConnectError, DownloadFailedError, OSError), CONNECT_FAILED),
+    ]
+    for types, reason in table:
+        if isinstance(exc, types):
+            return reason
+    # Twisted wraps HTTP/1.1 client failures (ResponseNeverReceived,
+    # ResponseFailed) around the real reasons.
+    reasons = getattr(exc, "reasons", None)
+    if reasons:
+        inner = reasons[0].value if isinstance(reasons[0], Failure) else reasons[0]
+        if isinstance(inner, BaseException):
+            return _network_reason(inner) or CONNECTION_LOST
+    name = type(exc).__name__
+    if name in ("ResponseNeverReceived", "ResponseFailed", "RequestGenerationFailed"):
+        return CONNECTION_LOST
+    return None
+
+
+class ErrorTaxonomy:
+    """Classifies responses and exceptions according to the crawl's settings."""
+
+    def __init__(
+        self,
+        retry_http_codes: frozenset[int],
+        parse_exceptions: tuple[type[BaseException], ...],
+        validation_exceptions: tuple[type[BaseException], ...],
+    ):
+        self.retry_http_codes = retry_http_codes
+        self.parse_exceptions = parse_exceptions
+        self.validation_exceptions = validation_exceptions
+
+    @classmethod
+    def from_settings(cls, settings: BaseSettings) -> ErrorTaxonomy:
+        return cls(
+            retry_http_codes=frozenset(
+                int(x) for x in settings.getlist("OPENCLAW_RETRY_HTTP_CODES")
+            ),
+            parse_exceptions=_load_types(settings, "OPENCLAW_PARSE_EXCEPTIONS"),
+            validation_exceptions=_load_types(
+                settings, "OPENCLAW_VALIDATION_EXCEPTIONS"
+            ),
+        )
+
+    def classify_status(self, status: int) -> Classification | None:
+        """None for a success (1xx-3xx); otherwise retryable or permanent."""
+        if status < 400:
+            return None
+        if status in self.retry_http_codes:
+            return Classification(
+                ErrorClass.PROTOCOL_RETRYABLE, f"http_{status}", status
+            )
+        return Classification(ErrorClass.PROTOCOL_PERMANENT, f"http_{status}", status)
+
+    def classify_download_error(
+        self, exc: BaseException | Failure
+    ) -> Classification | None:
+        """Classify an exception raised while downloading; None if not a network error."""
+        if isinstance(exc, Failure):
+            exc = exc.value
+        reason = _network_reason(exc)
+        if reason is None:
+            return None
+        return Classification(ErrorClass.NETWORK, reason)
+
+    def classify_callback_error(
+        self, exc: BaseException | Failure
+    ) -> Classification | None:
+        """Classify an exception raised by a spider callback; None if it is a bug."""
+        if isinstance(exc, Failure):
+            exc = exc.value
+        if isinstance(exc, self.parse_exceptions):
+            return Classification(ErrorClass.PARSE, type(exc).__name__)
+        return None
+
+    def classify_item_error(
+        self, exc: BaseException | Failure
+    ) -> Classification | None:
+        """Classify an exception raised by a pipeline; None if not a validation error."""
+        if isinstance(exc, Failure):
+            exc = exc.value
+        if isinstance(exc, self.validation_exceptions):
+            return Classification(ErrorClass.BUSINESS, type(exc).__name__)
+        return None
+
+
+def _load_types(settings: BaseSettings, name: str) -> tuple[type[BaseException], ...]:
+    types: list[type[BaseException]] = []
+    for path in settings.getlist(name):
+        obj: Any = path if isinstance(path, type) else _load_builtin_or_object(path)
+        if not (isinstance(obj, type) and issubclass(obj, BaseException)):
+            raise OpenClawConfigError(
+                f"setting {name}: {path!r} is not an exception type"
+            )
+        types.append(obj)
+    return tuple(types)
+
+
+def _load_builtin_or_object(path: str) -> Any:
+    import builtins
+
+    if "." not in path:
+        try:
+            return getattr(builtins, path)
+        except AttributeError:
+            raise OpenClawConfigError(f"unknown exception type {path!r}") from None
+    try:
+        return load_object(path)
+    except (ImportError, NameError, ValueError) as exc:
+        raise OpenClawConfigError(f"cannot import {path!r}: {exc}") from None

@@ -1,0 +1,334 @@
+"""Per-domain policies: defaults plus overrides by host pattern, validated once.
+
+A policy has three parts, one per component: ``health``, ``retry`` and
+``deadline``. The built-in defaults are the dataclass defaults below;
+``OPENCLAW_POLICY`` (a dict in ``settings.py``) and then the YAML file named by
+``OPENCLAW_POLICY_FILE`` are layered on top. Both have the same schema::
+
+    defaults:
+      health: {base_concurrency: 8}
+      retry: {network: {max_attempts: 5}}
+    domains:
+      "*.example.com":      # every subdomain of example.com (not example.com)
+        health: {base_rate: 2}
+      api.example.com:      # exact host: more specific, applied last
+        retry: {budget_ratio: 0.1}
+
+Matching rules apply from least to most specific (wildcards with fewer labels
+first, exact hosts last), each overriding only the keys it names. Any error
+stops the crawl at start with the file, line and key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fnmatch
+import math
+import re
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, get_args, get_origin, get_type_hints
+
+import yaml
+
+from scrapy_openclaw.errors import OpenClawConfigError
+
+if TYPE_CHECKING:
+    from scrapy.crawler import Crawler
+    from scrapy.settings import BaseSettings
+
+JitterMode = Literal["full", "equal", "decorrelated", "none"]
+ExpiredMode = Literal["boost", "drop"]
+
+# Field metadata: the allowed closed range of a number.
+def _range(lo: float | None = None, hi: float | None = None) -> dict[str, Any]:
+    return {"range": (lo, hi)}
+
+
+@dataclass(frozen=True)
+class HealthPolicy:
+    """How a domain's score moves and how the score and AIMD drive its pace."""
+
+    success_reward: float = field(default=1.0, metadata=_range(0, 100))
+    throttle_penalty: float = field(default=20.0, metadata=_range(0, 100))  # 429/503
+    timeout_penalty: float = field(default=10.0, metadata=_range(0, 100))
+    connection_penalty: float = field(default=10.0, metadata=_range(0, 100))
+    server_error_penalty: float = field(default=5.0, metadata=_range(0, 100))
+    recovery_per_minute: float = field(default=10.0, metadata=_range(0, 100))
+    base_concurrency: int = field(default=8, metadata=_range(1, 1000))
+    base_rate: float = field(default=20.0, metadata=_range(0.01, 10000))  # req/s ceiling
+    initial_rate: float = field(default=4.0, metadata=_range(0.01, 10000))
+    min_rate: float = field(default=0.2, metadata=_range(0.001, 10000))
+    burst: int = field(default=5, metadata=_range(1, 10000))
+    rate_increase: float = field(default=0.5, metadata=_range(0, 10000))  # req/s per second of success
+    rate_decrease: float = field(default=0.5, metadata=_range(0.01, 0.99))  # multiplier on congestion
+    latency_factor: float = field(default=3.0, metadata=_range(1.0, 100))
+    circuit_floor: float = field(default=20.0, metadata=_range(0, 100))
+    circuit_failures: int = field(default=8, metadata=_range(1, 100000))
+    circuit_cooldown: float = field(default=30.0, metadata=_range(0.1, 86400))
+    retry_after_cap: float = field(default=600.0, metadata=_range(0, 86400))
+
+
+@dataclass(frozen=True)
+class RetryClassPolicy:
+    """Backoff for one error class: attempt n waits about base_delay·2ⁿ, capped."""
+
+    max_attempts: int = field(default=6, metadata=_range(1, 1000))  # incl. the first
+    base_delay: float = field(default=1.0, metadata=_range(0, 86400))
+    max_delay: float = field(default=60.0, metadata=_range(0, 86400))
+    jitter: JitterMode = "full"
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    network: RetryClassPolicy = RetryClassPolicy()
+    protocol_retryable: RetryClassPolicy = RetryClassPolicy()
+    parse: RetryClassPolicy = RetryClassPolicy(max_attempts=3, base_delay=0.5, max_delay=10.0)
+    # retries may be at most this share of the domain's recent requests ...
+    budget_ratio: float = field(default=0.2, metadata=_range(0, 1))
+    # ... but this many retries per window are always allowed
+    budget_min_retries: int = field(default=10, metadata=_range(0, 1000000))
+    budget_window: float = field(default=60.0, metadata=_range(1, 86400))
+
+
+@dataclass(frozen=True)
+class DeadlinePolicy:
+    default: float | None = field(default=None, metadata=_range(0, None))  # seconds from first scheduling
+    expired: ExpiredMode = "boost"
+    aging_window: float = field(default=300.0, metadata=_range(0.001, None))  # aging starts this long before the deadline
+    # default deadline (seconds) by request class, meta["openclaw_request_class"]
+    classes: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class DomainPolicy:
+    health: HealthPolicy = HealthPolicy()
+    retry: RetryPolicy = RetryPolicy()
+    deadline: DeadlinePolicy = DeadlinePolicy()
+
+
+_HOST_PATTERN = re.compile(r"^(\*\.)?([a-z0-9_-]+|\*)(\.([a-z0-9_-]+))*$|^\*$|^[0-9.:\[\]a-f]+$")
+
+
+@dataclass(frozen=True)
+class _Rule:
+    pattern: str
+    overrides: dict[str, Any]
+
+    @property
+    def specificity(self) -> tuple[int, int]:
+        exact = "*" not in self.pattern
+        return (1 if exact else 0, self.pattern.count("."))
+
+    def matches(self, domain: str) -> bool:
+        if "*" not in self.pattern:
+            return domain == self.pattern
+        if self.pattern.startswith("*.") and "*" not in self.pattern[2:]:
+            return domain.endswith(self.pattern[1:])
+        return fnmatch.fnmatchcase(domain, self.pattern)
+
+
+class PolicySet:
+    """The validated policies of one crawl; ``for_domain`` is cached."""
+
+    def __init__(self, defaults: dict[str, Any], rules: list[_Rule]):
+        self._defaults_raw = defaults
+        self.defaults: DomainPolicy = _build(DomainPolicy, defaults)
+        self.rules = sorted(rules, key=lambda r: r.specificity)
+        self.for_domain = lru_cache(maxsize=4096)(self._for_domain)
+
+    def _for_domain(self, domain: str) -> DomainPolicy:
+        merged = self._defaults_raw
+        matched = False
+        for rule in self.rules:
+            if rule.matches(domain.lower()):
+                merged = _deep_merge(merged, rule.overrides)
+                matched = True
+        return _build(DomainPolicy, merged) if matched else self.defaults
+
+    @classmethod
+    def from_settings(cls, settings: BaseSettings) -> PolicySet:
+        """Validate the flat OPENCLAW_* settings and the policy layers, once."""
+        from scrapy_openclaw.settings import validate_settings
+
+        validate_settings(settings)
+        loader = _Loader()
+        inline = settings.get("OPENCLAW_POLICY") or {}
+        if hasattr(inline, "copy_to_dict"):
+            inline = inline.copy_to_dict()
+        loader.add(inline, source="setting OPENCLAW_POLICY", lines={})
+        path = settings.get("OPENCLAW_POLICY_FILE")
+        if path:
+            data, lines = _read_yaml(Path(path))
+            loader.add(data, source=str(path), lines=lines)
+        return cls(loader.defaults, loader.rules())
+
+    @classmethod
+    def for_crawler(cls, crawler: Crawler) -> PolicySet:
+        from scrapy_openclaw.runtime import shared
+
+        return shared(crawler, "policy", lambda: cls.from_settings(crawler.settings))
+
+
+# --- loading and validation -------------------------------------------------
+
+
+class _Loader:
+    """Collects layers (settings dict, YAML file), validating each as it comes."""
+
+    def __init__(self) -> None:
+        self.defaults: dict[str, Any] = {}
+        self._domains: dict[str, dict[str, Any]] = {}
+
+    def add(self, data: Any, source: str, lines: dict[tuple, int]) -> None:
+        where = _Where(source, lines)
+        if data is None:
+            return
+        if not isinstance(data, dict):
+            where.fail((), "the policy must be a mapping with 'defaults' and/or 'domains'")
+        for key in data:
+            if key not in ("defaults", "domains"):
+                where.fail((key,), "unknown key (expected 'defaults' or 'domains')")
+        defaults = data.get("defaults") or {}
+        _validate(DomainPolicy, defaults, ("defaults",), where)
+        self.defaults = _deep_merge(self.defaults, defaults)
+        domains = data.get("domains") or {}
+        if not isinstance(domains, dict):
+            where.fail(("domains",), "must be a mapping of host pattern to policy")
+        for pattern, overrides in domains.items():
+            path = ("domains", pattern)
+            if not isinstance(pattern, str) or not _HOST_PATTERN.match(pattern.lower()):
+                where.fail(path, f"bad host pattern {pattern!r} (use 'host.example.com' or '*.example.com')")
+            _validate(DomainPolicy, overrides or {}, path, where)
+            key = pattern.lower()
+            self._domains[key] = _deep_merge(self._domains.get(key, {}), overrides or {})
+
+    def rules(self) -> list[_Rule]:
+        return [_Rule(p, o) for p, o in self._domains.items()]
+
+
+@dataclass(frozen=True)
+class _Where:
+    source: str
+    lines: dict[tuple, int]
+
+    def fail(self, path: tuple, message: str) -> None:
+        line = None
+        for n in range(len(path), -1, -1):
+            line = self.lines.get(tuple(path[:n]))
+            if line is not None:
+                break
+        key = ".".join(str(p) for p in path) or "(top level)"
+        loc = f"{self.source}, line {line}" if line is not None else self.source
+        raise OpenClawConfigError(f"{loc}: key {key}: {message}")
+
+
+def _validate(cls: type, data: Any, path: tuple, where: _Where) -> None:
+    if not isinstance(data, dict):
+        where.fail(path, f"must be a mapping, got {type(data).__name__}")
+    hints = get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    for key, value in data.items():
+        kpath = (*path, key)
+        if key not in fields:
+            known = ", ".join(sorted(fields))
+            where.fail(kpath, f"unknown key (known: {known})")
+        _validate_value(hints[key], fields[key], value, kpath, where)
+
+
+def _validate_value(hint: Any, f: dataclasses.Field, value: Any, path: tuple, where: _Where) -> None:
+    if dataclasses.is_dataclass(hint):
+        _validate(hint, value, path, where)
+        return
+    origin, args = get_origin(hint), get_args(hint)
+    if origin is Literal:
+        if value not in args:
+            where.fail(path, f"must be one of {', '.join(map(repr, args))}, got {value!r}")
+        return
+    if origin is dict:
+        if not isinstance(value, dict):
+            where.fail(path, "must be a mapping")
+        for k, v in value.items():
+            _check_number(float, v, (*path, k), where, (0, None))
+        return
+    optional = type(None) in args
+    if optional and value is None:
+        return
+    base = next((a for a in args if a is not type(None)), hint) if args else hint
+    _check_number(base, value, path, where, f.metadata.get("range", (None, None)))
+
+
+def _check_number(base: type, value: Any, path: tuple, where: _Where, bounds: tuple) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        where.fail(path, f"must be a number, got {value!r}")
+    if base is int and not float(value).is_integer():
+        where.fail(path, f"must be a whole number, got {value!r}")
+    if isinstance(value, float) and not math.isfinite(value):
+        where.fail(path, f"must be finite, got {value!r}")
+    lo, hi = bounds
+    if (lo is not None and value < lo) or (hi is not None and value > hi):
+        lo_s = "-inf" if lo is None else lo
+        hi_s = "inf" if hi is None else hi
+        where.fail(path, f"out of range: {value!r} is not within [{lo_s}, {hi_s}]")
+
+
+def _build(cls: type, data: dict[str, Any], base: Any = None) -> Any:
+    """Apply validated data onto *base* (the class defaults), field by field."""
+    base = cls() if base is None else base
+    hints = get_type_hints(cls)
+    changes = {}
+    for key, value in data.items():
+        hint = hints[key]
+        if dataclasses.is_dataclass(hint):
+            changes[key] = _build(hint, value, getattr(base, key))
+        elif hint is int:
+            changes[key] = int(value)
+        elif value is not None and (hint is float or float in get_args(hint)):
+            changes[key] = float(value)
+        else:
+            changes[key] = value
+    return dataclasses.replace(base, **changes)
+
+
+def _deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def _read_yaml(path: Path) -> tuple[Any, dict[tuple, int]]:
+    """Parse YAML into plain data plus the line (1-based) of every key path."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise OpenClawConfigError(f"{path}: cannot read policy file: {exc.strerror}") from None
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+        line = f", line {mark.line + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise OpenClawConfigError(f"{path}{line}: invalid YAML: {problem}") from None
+    lines: dict[tuple, int] = {}
+    if node is None:
+        return None, lines
+    _record_lines(node, (), lines)
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:  # pragma: no cover - compose already parsed it
+        raise OpenClawConfigError(f"{path}: invalid YAML: {exc}") from None
+    return data, lines
+
+
+def _record_lines(node: yaml.Node, path: tuple, lines: dict[tuple, int]) -> None:
+    lines.setdefault(path, node.start_mark.line + 1)
+    if isinstance(node, yaml.MappingNode):
+        for key_node, value_node in node.value:
+            key = key_node.value
+            lines[(*path, key)] = key_node.start_mark.line + 1
+            _record_lines(value_node, (*path, key), lines)

@@ -1,0 +1,103 @@
+"""Requests as plain JSON data, never pickle.
+
+Everything we store or send between processes (checkpoint journal, dead
+letters, the Redis queue) goes through :func:`request_to_data` and
+:func:`request_from_data`. Bytes become ``{"__bytes__": "<base64>"}``;
+callbacks are stored by name and resolve only to methods of the spider;
+loading never imports a module or runs code.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import sys
+from typing import TYPE_CHECKING, Any
+
+from scrapy import Request
+from scrapy.utils.request import request_from_dict
+
+if TYPE_CHECKING:
+    from scrapy import Spider
+
+FORMAT_VERSION = 1
+_BYTES = "__bytes__"
+_TUPLE = "__tuple__"
+
+
+class SerializationError(ValueError):
+    """A request holds something that cannot be stored as data."""
+
+
+def encode_value(value: Any, where: str) -> Any:
+    """Turn *value* into JSON-safe data; raise naming *where* it failed."""
+    if value is None or isinstance(value, (str, bool, int, float)):
+        return value
+    if isinstance(value, (bytes, bytearray)):
+        return {_BYTES: base64.b64encode(bytes(value)).decode("ascii")}
+    if isinstance(value, tuple):
+        return {_TUPLE: [encode_value(v, f"{where}[{i}]") for i, v in enumerate(value)]}
+    if isinstance(value, list):
+        return [encode_value(v, f"{where}[{i}]") for i, v in enumerate(value)]
+    if isinstance(value, dict):
+        out = {}
+        for key, item in value.items():
+            if isinstance(key, bytes):
+                key = key.decode("latin-1")
+            if not isinstance(key, str):
+                raise SerializationError(f"{where}: key {key!r} is not a string")
+            out[key] = encode_value(item, f"{where}[{key!r}]")
+        return out
+    raise SerializationError(
+        f"{where} holds a {type(value).__name__}, which cannot be stored as data"
+    )
+
+
+def decode_value(value: Any) -> Any:
+    if isinstance(value, list):
+        return [decode_value(v) for v in value]
+    if isinstance(value, dict):
+        if len(value) == 1 and _BYTES in value:
+            return base64.b64decode(value[_BYTES])
+        if len(value) == 1 and _TUPLE in value:
+            return tuple(decode_value(v) for v in value[_TUPLE])
+        return {k: decode_value(v) for k, v in value.items()}
+    return value
+
+
+def request_to_data(request: Request, spider: Spider | None = None) -> dict[str, Any]:
+    """A JSON-safe dict for *request*; :class:`SerializationError` names the bad key."""
+    try:
+        raw = request.to_dict(spider=spider)
+    except ValueError as exc:  # callback that is not a spider method
+        raise SerializationError(f"request {request.url}: {exc}") from None
+    for name in ("callback", "errback"):
+        if raw.get(name) is not None and not isinstance(raw[name], str):
+            raise SerializationError(
+                f"request {request.url}: {name} is not a method of the spider"
+            )
+    data = encode_value(raw, f"request {request.url}")
+    data["_v"] = FORMAT_VERSION
+    return data
+
+
+def request_from_data(data: dict[str, Any], spider: Spider | None = None) -> Request:
+    """Rebuild a request; only Request subclasses already imported are accepted."""
+    raw = decode_value({k: v for k, v in data.items() if k != "_v"})
+    cls_path = raw.get("_class")
+    if cls_path is not None:
+        module, _, name = str(cls_path).rpartition(".")
+        cls = getattr(sys.modules.get(module), name, None)
+        if not (isinstance(cls, type) and issubclass(cls, Request)):
+            raise SerializationError(
+                f"request class {cls_path!r} is not a loaded scrapy.Request subclass"
+            )
+    try:
+        return request_from_dict(raw, spider=spider)
+    except (TypeError, ValueError, KeyError) as exc:
+        raise SerializationError(f"cannot rebuild request: {exc}") from None
+
+
+def dumps(data: Any) -> str:
+    """Compact, deterministic JSON for storage."""
+    return json.dumps(data, separators=(",", ":"), sort_keys=True, ensure_ascii=False)

@@ -1,0 +1,16 @@
+"""Signals that scrapy-openclaw components send through ``crawler.signals``.
+
+Connect with ``crawler.signals.connect(handler, signal=openclaw_signals.X)``.
+"""
+
+#: A request or item was given up on. Arguments: ``dead_letter``
+#: (:class:`scrapy_openclaw.deadletter.DeadLetter`), ``spider``. Sent exactly
+#: once per dead letter; the DeadLetterPipeline stores it.
+dead_letter = object()
+
+#: A domain's circuit opened. Arguments: ``domain``, ``state`` (a
+#: :class:`scrapy_openclaw.health.DomainState` snapshot), ``spider``.
+circuit_opened = object()
+
+#: A domain's circuit closed again after a successful probe. Same arguments.
+circuit_closed = object()

@@ -1,0 +1,1 @@
+"""Reusable test infrastructure: a chaos HTTP site, server processes, crawl runners."""
