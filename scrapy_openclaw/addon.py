@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING
 
 from scrapy.downloadermiddlewares.retry import RetryMiddleware
 
+from scrapy_openclaw.policy import PolicySet
+
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
 
@@ -52,3 +54,5 @@ class Addon:
             from scrapy_openclaw.distributed import configure
 
             configure(settings)
+        # Fail at start, before any request, on a bad setting or policy file.
+        PolicySet.from_settings(settings)

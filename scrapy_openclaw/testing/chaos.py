@@ -23,6 +23,7 @@ import sys
 import time
 from collections import Counter, deque
 from dataclasses import asdict, dataclass, field
+from http import HTTPStatus
 from typing import TYPE_CHECKING, Any
 
 from twisted.internet import defer
@@ -37,6 +38,7 @@ CONTROL_PATHS = ("/__truth__", "/__reset__")
 DROP = "drop"
 HANG = "hang"
 _PAGE_RE = re.compile(r"^/page/(\d+)$")
+_REASONS = {s.value: s.phrase.encode() for s in HTTPStatus}
 
 
 @dataclass(frozen=True)
@@ -334,7 +336,8 @@ def _act(request: Request, outcome: _Outcome) -> None:
     if outcome.status == DROP:
         request.transport.abortConnection()
         return
-    request.setResponseCode(int(outcome.status))
+    status = int(outcome.status)
+    request.setResponseCode(status, _REASONS.get(status, b"Chaos"))
     request.setHeader("Content-Type", "text/html; charset=utf-8")
     for name, value in outcome.headers:
         request.setHeader(name, value)

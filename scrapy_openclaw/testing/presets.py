@@ -1,0 +1,75 @@
+"""Ready-made chaos sites shared by tests, benchmarks and the demo.
+
+Hosts get consecutive loopback addresses starting at 127.0.0.2, so every host is
+its own Scrapy domain and download slot.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from scrapy_openclaw.testing.chaos import ChaosConfig, HostConfig
+
+
+def address(index: int, first: int = 2) -> str:
+    """The loopback address of host ``index`` (127.0.0.2, 127.0.0.3, ...)."""
+    n = first + index
+    if not 1 <= n <= 254 * 254:
+        raise ValueError(f"no loopback address for host index {index}")
+    return f"127.0.{n // 254}.{n % 254}" if n >= 254 else f"127.0.0.{n}"
+
+
+def _hosts(n: int, first: int = 2, **common: Any) -> list[HostConfig]:
+    return [HostConfig(address=address(i, first), **common) for i in range(n)]
+
+
+def fault_free_site(
+    n_hosts: int = 2, pages: int = 50, links_per_page: int | str = 5, cross_links: int = 0, seed: int = 1
+) -> ChaosConfig:
+    """Well-behaved hosts: the baseline and the exact-count checks."""
+    return ChaosConfig(
+        hosts=tuple(_hosts(n_hosts, pages=pages, links_per_page=links_per_page, cross_links=cross_links)),
+        seed=seed,
+    )
+
+
+def flaky_site(n_hosts: int = 4, pages: int = 50, seed: int = 1, period: float = 10.0) -> ChaosConfig:
+    """503 windows ~30% of the time (staggered per host), a few % drops and hangs,
+    two 404 pages and two parse-fail pages per host, a little latency."""
+    hosts = []
+    for i in range(n_hosts):
+        hosts.append(
+            HostConfig(
+                address=address(i),
+                pages=pages,
+                links_per_page=5,
+                cross_links=1 if n_hosts > 1 else 0,
+                latency=0.01,
+                latency_jitter=0.02,
+                fail_windows={"period": period, "down": 0.3 * period, "status": 503,
+                              "offset": period * i / max(n_hosts, 1)},
+                drop_rate=0.03,
+                hang_rate=0.02,
+                not_found=[p for p in (pages // 3, 2 * pages // 3) if p > 0],
+                parse_fail={p: 1 for p in (pages // 4, pages // 2) if p > 0},
+            )
+        )
+    return ChaosConfig(hosts=tuple(hosts), seed=seed)
+
+
+def rate_limited_site(
+    n_hosts: int = 3, rate: float = 10.0, burst: int = 5, pages: int = 50,
+    retry_after: str | None = "1", seed: int = 1,
+) -> ChaosConfig:
+    """Every host answers 429 (``Retry-After: retry_after``) above ``rate`` req/s after a ``burst``."""
+    limit = {"rate": rate, "burst": burst, "retry_after": retry_after}
+    return ChaosConfig(hosts=tuple(_hosts(n_hosts, pages=pages, rate_limit=limit)), seed=seed)
+
+
+def hol_site(
+    fast_hosts: int = 8, slow_hosts: int = 2, slow_latency: float = 1.5, pages: int = 20, seed: int = 1
+) -> ChaosConfig:
+    """Head-of-line blocking: a few slow hosts among fast ones (slow hosts come last)."""
+    fast = _hosts(fast_hosts, pages=pages)
+    slow = _hosts(slow_hosts, first=2 + fast_hosts, pages=pages, latency=slow_latency)
+    return ChaosConfig(hosts=tuple(fast + slow), seed=seed)

@@ -1,0 +1,95 @@
+"""The error taxonomy: one classification for every failure."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from scrapy.exceptions import (
+    CannotResolveHostError,
+    DownloadConnectionRefusedError,
+    DownloadTimeoutError,
+    DropItem,
+)
+from scrapy.settings import Settings
+from twisted.internet import error as txerror
+from twisted.python.failure import Failure
+from twisted.web._newclient import ResponseNeverReceived
+
+from scrapy_openclaw.errors import ErrorClass, ErrorTaxonomy, ItemValidationError, ParseError
+from scrapy_openclaw.settings import DEFAULTS
+
+
+@pytest.fixture
+def taxonomy():
+    return ErrorTaxonomy.from_settings(Settings(DEFAULTS))
+
+
+@pytest.mark.parametrize(
+    ("status", "error_class"),
+    [
+        (200, None),
+        (304, None),
+        (429, ErrorClass.PROTOCOL_RETRYABLE),
+        (503, ErrorClass.PROTOCOL_RETRYABLE),
+        (408, ErrorClass.PROTOCOL_RETRYABLE),
+        (404, ErrorClass.PROTOCOL_PERMANENT),
+        (410, ErrorClass.PROTOCOL_PERMANENT),
+        (403, ErrorClass.PROTOCOL_PERMANENT),
+        (501, ErrorClass.PROTOCOL_PERMANENT),
+    ],
+)
+def test_statuses(taxonomy, status, error_class):
+    result = taxonomy.classify_status(status)
+    assert (result.error_class if result else None) == error_class
+
+
+def test_throttle_statuses(taxonomy):
+    assert taxonomy.classify_status(429).is_throttle and taxonomy.classify_status(503).is_throttle
+    assert not taxonomy.classify_status(500).is_throttle
+
+
+@pytest.mark.parametrize(
+    ("exc", "reason"),
+    [
+        (DownloadTimeoutError("slow"), "timeout"),
+        (txerror.TimeoutError(), "timeout"),
+        (CannotResolveHostError("x"), "dns"),
+        (txerror.DNSLookupError(), "dns"),
+        (DownloadConnectionRefusedError(), "refused"),
+        (txerror.ConnectionRefusedError(), "refused"),
+        (txerror.ConnectionLost(), "connection_lost"),
+        (ResponseNeverReceived([Failure(txerror.ConnectionDone())]), "connection_lost"),
+        (ResponseNeverReceived([Failure(txerror.TimeoutError())]), "timeout"),
+    ],
+)
+def test_network_failures(taxonomy, exc, reason):
+    result = taxonomy.classify_download_error(Failure(exc))
+    assert result.error_class is ErrorClass.NETWORK and result.reason == reason
+    assert result.retryable
+
+
+def test_non_network_exception_is_not_classified(taxonomy):
+    assert taxonomy.classify_download_error(RuntimeError("bug")) is None
+
+
+def test_callback_errors(taxonomy):
+    assert taxonomy.classify_callback_error(ParseError("no title")).error_class is ErrorClass.PARSE
+    try:
+        json.loads("{")
+    except ValueError as exc:
+        assert taxonomy.classify_callback_error(exc).reason == "JSONDecodeError"
+    assert taxonomy.classify_callback_error(ZeroDivisionError()) is None  # a bug, not a parse error
+
+
+def test_user_parse_exception_from_settings():
+    taxonomy = ErrorTaxonomy.from_settings(
+        Settings({**DEFAULTS, "OPENCLAW_PARSE_EXCEPTIONS": ["ZeroDivisionError"]})
+    )
+    assert taxonomy.classify_callback_error(ZeroDivisionError()).error_class is ErrorClass.PARSE
+    assert taxonomy.classify_callback_error(ValueError()) is None
+
+
+def test_item_errors(taxonomy):
+    assert taxonomy.classify_item_error(ItemValidationError("price")).error_class is ErrorClass.BUSINESS
+    assert not taxonomy.classify_item_error(DropItem("duplicate"))  # a plain drop is not a failure
