@@ -45,7 +45,10 @@ def wake_engine(crawler: Crawler) -> None:
     Scrapy has no public call for this; ``engine.crawl`` does it internally
     through the engine slot's ``nextcall``, which we schedule the same way.
     """
-    engine = getattr(crawler, "engine", None)
+    try:
+        engine = crawler.engine
+    except (AttributeError, RuntimeError):  # 2.19 raises before the crawl starts
+        return
     slot = getattr(engine, "_slot", None) or getattr(engine, "slot", None)
     nextcall = getattr(slot, "nextcall", None)
     if nextcall is not None:

@@ -17,6 +17,7 @@ from twisted.internet import error as txerror
 from twisted.python.failure import Failure
 
 if TYPE_CHECKING:
+    from scrapy.crawler import Crawler
     from scrapy.settings import BaseSettings
 
 
@@ -150,13 +151,20 @@ class ErrorTaxonomy:
     def from_settings(cls, settings: BaseSettings) -> ErrorTaxonomy:
         return cls(
             retry_http_codes=frozenset(
-                int(x) for x in settings.getlist("OPENCLAW_RETRY_HTTP_CODES")
+                int(x) for x in _getlist(settings, "OPENCLAW_RETRY_HTTP_CODES")
             ),
             parse_exceptions=_load_types(settings, "OPENCLAW_PARSE_EXCEPTIONS"),
             validation_exceptions=_load_types(
                 settings, "OPENCLAW_VALIDATION_EXCEPTIONS"
             ),
         )
+
+    @classmethod
+    def for_crawler(cls, crawler: Crawler) -> ErrorTaxonomy:
+        """The crawl's one taxonomy (built once from its settings)."""
+        from scrapy_openclaw.runtime import shared
+
+        return shared(crawler, "taxonomy", lambda: cls.from_settings(crawler.settings))
 
     def classify_status(self, status: int) -> Classification | None:
         """None for a success (1xx-3xx); otherwise retryable or permanent."""
@@ -200,9 +208,15 @@ class ErrorTaxonomy:
         return None
 
 
+def _getlist(settings: BaseSettings, name: str) -> list[Any]:
+    from scrapy_openclaw.settings import DEFAULTS
+
+    return settings.getlist(name, DEFAULTS[name])
+
+
 def _load_types(settings: BaseSettings, name: str) -> tuple[type[BaseException], ...]:
     types: list[type[BaseException]] = []
-    for path in settings.getlist(name):
+    for path in _getlist(settings, name):
         obj: Any = path if isinstance(path, type) else _load_builtin_or_object(path)
         if not (isinstance(obj, type) and issubclass(obj, BaseException)):
             raise OpenClawConfigError(

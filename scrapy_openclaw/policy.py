@@ -284,7 +284,7 @@ def _build(cls: type, data: dict[str, Any], base: Any = None) -> Any:
             changes[key] = _build(hint, value, getattr(base, key))
         elif hint is int:
             changes[key] = int(value)
-        elif value is not None and (hint is float or float in get_args(hint)):
+        elif value is not None and (hint is float or (get_origin(hint) is not dict and float in get_args(hint))):
             changes[key] = float(value)
         else:
             changes[key] = value

@@ -35,26 +35,62 @@ DEFAULTS: dict[str, Any] = {
     "OPENCLAW_VALIDATION_EXCEPTIONS": ["scrapy_openclaw.errors.ItemValidationError"],
     # --- health (DomainHealthMiddleware) ---
     "OPENCLAW_HEALTH_ENABLED": True,
+    # class of the per-domain state owner (distributed mode selects a Redis one)
+    "OPENCLAW_HEALTH_REGISTRY_CLASS": "scrapy_openclaw.health.HealthRegistry",
     # --- retry (ClassifiedRetryMiddleware, ParseRetryMiddleware) ---
     "OPENCLAW_RETRY_ENABLED": True,  # Scrapy's RETRY_ENABLED=False also disables it
+    # record permanent failures (404, 410, other non-retryable 4xx/5xx) as dead
+    # letters too, unless the spider handles that status (handle_httpstatus_list)
+    "OPENCLAW_DLQ_PERMANENT": True,
     # --- queue (DeadlinePriorityQueue) ---
+    # priority points a deadline request gains over its aging window (policy
+    # deadline.aging_window); at the deadline the policy's `expired` applies
+    "OPENCLAW_QUEUE_AGING_BOOST": 100.0,
     # --- checkpoint (CheckpointExtension) ---
     "OPENCLAW_CHECKPOINT_DIR": None,  # unset: no checkpointing
     "OPENCLAW_CHECKPOINT_FLUSH": 1.0,  # seconds between journal fsyncs (group commit)
+    "OPENCLAW_CHECKPOINT_SNAPSHOT_INTERVAL": 60.0,  # seconds between snapshots (journal compaction)
+    "OPENCLAW_CHECKPOINT_SNAPSHOT_RECORDS": 200000,  # also snapshot after this many journal records (0: off)
+    "OPENCLAW_CHECKPOINT_RESTART": False,  # True: discard the checkpoint found in the dir and start over
     # --- dead letters (DeadLetterPipeline) ---
     "OPENCLAW_DLQ_URI": None,  # unset: jsonl file under the checkpoint dir or ./openclaw-data
+    "OPENCLAW_DLQ_ENABLED": True,  # False: no DeadLetterPipeline (dead letters are only counted by others)
+    "OPENCLAW_DLQ_ALERT_COUNT": 0,  # alert when this many dead letters were written (0: off)
+    "OPENCLAW_DLQ_ALERT_RATIO": 0.0,  # alert when dead letters / downloaded requests exceeds this (0: off)
+    "OPENCLAW_DLQ_ALERT_MIN_REQUESTS": 20,  # the ratio alert waits for this many requests
+    "OPENCLAW_DLQ_ALERT_CLOSE": False,  # on alert also close the spider ("openclaw_dlq_threshold")
     # --- metrics (MetricsExtension) ---
     "OPENCLAW_METRICS_PORT": 0,  # 0: no HTTP endpoint
     "OPENCLAW_METRICS_HOST": "127.0.0.1",
+    # domains labelled individually in metrics; the rest aggregate as domain="other"
+    "OPENCLAW_METRICS_MAX_DOMAINS": 50,
+    "OPENCLAW_METRICS_PUSHGATEWAY": None,  # "host:port" of a Pushgateway: push once at close
+    "OPENCLAW_LOG_DOMAINS": 10,  # rows of the per-domain table logged every LOGSTATS_INTERVAL; 0: off
     # --- distributed (scrapy-redis) ---
     "OPENCLAW_DISTRIBUTED": False,
+    "OPENCLAW_DISTRIBUTED_LEASE": 60.0,  # seconds a popped request stays leased without a heartbeat
+    "OPENCLAW_DISTRIBUTED_HEARTBEAT": 0.0,  # seconds between lease extensions; 0: lease / 3
+    "OPENCLAW_DISTRIBUTED_SCAN": 32,  # queue entries a pop looks at to skip domains that must wait
+    "OPENCLAW_DISTRIBUTED_MAX_OUTAGE": 120.0,  # seconds a worker stays open while Redis is unreachable
 }
 
 
 # Ranges for the numeric flat settings; the type comes from the default.
 _RANGES: dict[str, tuple[float, float]] = {
+    "OPENCLAW_DISTRIBUTED_LEASE": (0.5, 86400.0),
+    "OPENCLAW_DISTRIBUTED_HEARTBEAT": (0.0, 86400.0),
+    "OPENCLAW_DISTRIBUTED_SCAN": (1, 10000),
+    "OPENCLAW_DISTRIBUTED_MAX_OUTAGE": (0.0, 86400.0),
     "OPENCLAW_CHECKPOINT_FLUSH": (0.001, 3600.0),
+    "OPENCLAW_CHECKPOINT_SNAPSHOT_INTERVAL": (0.01, 86400.0),
+    "OPENCLAW_CHECKPOINT_SNAPSHOT_RECORDS": (0, 10**12),
+    "OPENCLAW_QUEUE_AGING_BOOST": (0.001, 1e9),
+    "OPENCLAW_DLQ_ALERT_COUNT": (0, 10**12),
+    "OPENCLAW_DLQ_ALERT_RATIO": (0.0, 1.0),
+    "OPENCLAW_DLQ_ALERT_MIN_REQUESTS": (0, 10**12),
     "OPENCLAW_METRICS_PORT": (0, 65535),
+    "OPENCLAW_METRICS_MAX_DOMAINS": (0, 100000),
+    "OPENCLAW_LOG_DOMAINS": (0, 1000),
 }
 
 _GETTERS = {bool: "getbool", int: "getint", float: "getfloat", list: "getlist", dict: "getdict"}

@@ -14,9 +14,9 @@ from scrapy_openclaw.testing.chaos import ChaosConfig, HostConfig
 def address(index: int, first: int = 2) -> str:
     """The loopback address of host ``index`` (127.0.0.2, 127.0.0.3, ...)."""
     n = first + index
-    if not 1 <= n <= 254 * 254:
+    if not 1 <= n < 254 * 254:
         raise ValueError(f"no loopback address for host index {index}")
-    return f"127.0.{n // 254}.{n % 254}" if n >= 254 else f"127.0.0.{n}"
+    return f"127.0.0.{n}" if n <= 254 else f"127.0.{n // 254}.{n % 254 + 1}"
 
 
 def _hosts(n: int, first: int = 2, **common: Any) -> list[HostConfig]:

@@ -1,0 +1,232 @@
+"""Kill -9 and resume: scrapy-openclaw's checkpoint vs plain Scrapy + JOBDIR, in the same run.
+
+    python -m benchmarks.killresume [--quick]
+
+``run(quick) -> dict`` measures
+
+* **kills**: a crawl killed with SIGKILL three times, then run to the end, with
+  the same directory each time (``OPENCLAW_CHECKPOINT_DIR`` vs ``JOBDIR``).
+  Pages lost = reachable pages (ground truth) never scraped; duplicate
+  fetches = server-side 200 responses beyond the first per URL. Items are
+  written by a pipeline that flushes each one, so a killed process's output
+  is what it really produced.
+* **throughput**: the same fault-free crawl with checkpointing on and off
+  (pages/s from Scrapy's own elapsed time), as a ratio.
+* **scale**: size of a checkpoint holding 500,000 pending requests (quick:
+  50,000), time to write it, and resume time (read + verify + rebuild every
+  Request).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from scrapy_openclaw.testing.chaos import ChaosConfig, HostConfig
+from scrapy_openclaw.testing.crawl import read_result, start_crawl
+from scrapy_openclaw.testing.servers import ChaosServer
+
+
+
+class FlushedItemsPipeline:
+    """One JSON line per item, flushed to the OS at once (survives kill -9)."""
+
+    def __init__(self, path: str):
+        self.file = open(path, "a", encoding="utf-8")  # noqa: SIM115
+
+    @classmethod
+    def from_crawler(cls, crawler: Any) -> FlushedItemsPipeline:
+        return cls(crawler.settings.get("BENCH_ITEMS_FILE"))
+
+    def process_item(self, item: Any) -> Any:
+        self.file.write(json.dumps(dict(item)) + "\n")
+        self.file.flush()
+        return item
+
+    def close_spider(self) -> None:
+        self.file.close()
+
+
+def _site(pages: int, latency: float) -> ChaosConfig:
+    return ChaosConfig(hosts=tuple(
+        HostConfig(address=f"127.0.0.{2 + i}", pages=pages, links_per_page=4, latency=latency,
+                   latency_jitter=latency) for i in range(2)), seed=7)
+
+
+def _items(path: Path) -> list[dict[str, Any]]:
+    out = []
+    if path.exists():
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                pass
+    return out
+
+
+def _fetches(truth: dict[str, Any]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for host in truth["hosts"].values():
+        base = host["base_url"].rstrip("/")
+        for r in host["requests"]:
+            if r["status"] == 200:
+                counts[base + r["path"]] = counts.get(base + r["path"], 0) + 1
+    return counts
+
+
+def _wait(predicate: Any, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and not predicate():
+        time.sleep(0.05)
+
+
+def kill_scenario(mode: str, quick: bool, work: Path) -> dict[str, Any]:
+    pages = 150 if quick else 400
+    with ChaosServer(_site(pages, 0.05)) as server:
+        reachable = server.reachable().ok
+        items = work / f"{mode}-items.jsonl"
+        state_dir = work / f"{mode}-state"
+        cfg: dict[str, Any] = {
+            "ITEM_PIPELINES": {"benchmarks.killresume.FlushedItemsPipeline": 100},
+            "BENCH_ITEMS_FILE": str(items),
+            "CONCURRENT_REQUESTS": 8,
+            "RETRY_ENABLED": False,
+            "LOG_LEVEL": "INFO",
+        }
+        if mode == "openclaw":
+            cfg.update({"OPENCLAW_CHECKPOINT_DIR": str(state_dir), "OPENCLAW_CHECKPOINT_FLUSH": 0.5,
+                        "OPENCLAW_CHECKPOINT_SNAPSHOT_INTERVAL": 5.0,
+                        "EXTENSIONS": {"scrapy_openclaw.checkpoint.CheckpointExtension": 10}})
+        else:
+            cfg["JOBDIR"] = str(state_dir)
+        kills = 0
+        started = time.monotonic()
+        for run in range(10):
+            before = len(_items(items))
+            proc = start_crawl(settings=cfg, spider_args={"start_urls": server.start_urls},
+                               out_dir=work / f"{mode}-run{run}")
+            if kills < 3:
+                _wait(lambda b=before: len(_items(items)) >= b + pages // 8 or proc.poll() is not None, 60)
+                if proc.poll() is None:
+                    proc.send_signal(signal.SIGKILL)
+                    proc.wait(10)
+                    kills += 1
+                    continue
+            try:
+                proc.wait(180)
+            finally:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait(10)
+            result = read_result(work / f"{mode}-run{run}", proc.returncode)
+            if kills >= 3 or result.stats.get("finish_reason") == "finished":
+                break
+        fetched = _fetches(server.truth())
+        scraped = {it["url"] for it in _items(items)}
+        return {
+            "kills": kills,
+            "reachable_pages": len(reachable),
+            "pages_lost": len(reachable - scraped),
+            "duplicate_fetches": sum(n - 1 for n in fetched.values()),
+            "seconds": round(time.monotonic() - started, 1),
+        }
+
+
+def throughput(quick: bool, work: Path) -> dict[str, Any]:
+    """Alternating off/on runs; best of each (the machine is shared, so the best run is the
+    one least disturbed by others)."""
+    pages = 800 if quick else 2500
+    rates: dict[str, list[float]] = {"off": [], "on": []}
+    for i in range(3):
+        for mode in ("off", "on"):
+            with ChaosServer(_site(pages, 0.0)) as server:
+                cfg: dict[str, Any] = {"CONCURRENT_REQUESTS": 16, "LOG_LEVEL": "INFO", "RETRY_ENABLED": False}
+                if mode == "on":
+                    cfg.update({"OPENCLAW_CHECKPOINT_DIR": str(work / f"tp-{i}"),
+                                "EXTENSIONS": {"scrapy_openclaw.checkpoint.CheckpointExtension": 10}})
+                out = work / f"tp-{mode}-{i}-out"
+                proc = start_crawl(settings=cfg, spider_args={"start_urls": server.start_urls}, out_dir=out)
+                proc.wait(900)
+                stats = read_result(out, proc.returncode).stats
+                elapsed = max(stats.get("elapsed_time_seconds", 1.0), 1e-6)
+                rates[mode].append(stats.get("response_received_count", 0) / elapsed)
+    off, on = max(rates["off"]), max(rates["on"])
+    return {"pages_per_s_off": round(off, 1), "pages_per_s_on": round(on, 1), "ratio_on_off": round(on / off, 3),
+            "runs_off": [round(r, 1) for r in rates["off"]], "runs_on": [round(r, 1) for r in rates["on"]]}
+
+
+def scale(quick: bool, work: Path) -> dict[str, Any]:
+    from scrapy import Request, Spider
+
+    from scrapy_openclaw.checkpoint import load
+    from scrapy_openclaw.checkpoint.snapshot import write_snapshot
+    from scrapy_openclaw.checkpoint.state import snapshot_path
+    from scrapy_openclaw.serialization import dumps, request_from_data, request_to_data
+    from scrapy.utils.request import RequestFingerprinter
+
+    n = 50_000 if quick else 500_000
+    directory = work / "scale"
+    directory.mkdir()
+    fingerprinter = RequestFingerprinter()
+    t0 = time.monotonic()
+    requests, fps = [], set()
+    for i in range(n):
+        request = Request(f"http://host{i % 50}.example/page/{i}", priority=i % 7,
+                          meta={"openclaw_deadline": 1.9e9 + i, "depth": i % 9})
+        requests.append((i + 1, "p", dumps(request_to_data(request))))
+        fps.add(fingerprinter.fingerprint(request))
+    t1 = time.monotonic()
+    path = snapshot_path(directory, 1)
+    size = write_snapshot(path, {"gen": 1, "crawl_id": "bench", "next_id": n + 1}, requests, fps)
+    t2 = time.monotonic()
+    del requests
+    state = load(directory)
+    t3 = time.monotonic()
+
+    class _S(Spider):
+        name = "s"
+
+    spider = _S()
+    rebuilt = sum(1 for _st, data, _fp in state.requests.values()
+                  if request_from_data(json.loads(data), spider) is not None)
+    t4 = time.monotonic()
+    assert rebuilt == n
+    return {
+        "pending_requests": n,
+        "checkpoint_bytes": size,
+        "bytes_per_request": round(size / n, 1),
+        "serialise_seconds": round(t1 - t0, 2),
+        "snapshot_write_seconds": round(t2 - t1, 2),
+        "resume_read_verify_seconds": round(t3 - t2, 2),
+        "resume_rebuild_requests_seconds": round(t4 - t3, 2),
+        "resume_seconds_total": round(t4 - t2, 2),
+    }
+
+
+def run(quick: bool) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="openclaw-killresume-") as tmp:
+        work = Path(tmp)
+        return {
+            "kill9_x3": {
+                "openclaw_checkpoint": kill_scenario("openclaw", quick, work),
+                "scrapy_jobdir": kill_scenario("jobdir", quick, work),
+            },
+            "throughput": throughput(quick, work),
+            "scale": scale(quick, work),
+        }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    print(json.dumps(run(args.quick), indent=1))
+
+
+if __name__ == "__main__":
+    main()

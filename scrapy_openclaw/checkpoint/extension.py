@@ -1,0 +1,626 @@
+"""CheckpointExtension: crash-safe checkpoint and resume (``OPENCLAW_CHECKPOINT_DIR``).
+
+What a request's life looks like to the checkpoint, and where we see it:
+
+* **scheduled** -- ``request_scheduled``: the request is serialised right
+  away (so one whose meta cannot be stored is reported with its URL and key
+  now, not at crash time) and becomes *live*.
+* **popped** -- the engine's slot ``add_request``: in flight.
+* **finished** -- the engine's slot ``remove_request``: the engine calls it
+  only after the download, the callback or errback, every request the
+  callback yielded (already scheduled, so journaled first) and every item's
+  trip through the pipelines are done. A spider middleware would see the end
+  of the callback's output but not the items still in pipelines, nor
+  errbacks (they bypass spider middlewares), so we use the slot. These two
+  are engine internals (present in Scrapy 2.14 .. 2.19); without them the
+  extension refuses to run rather than silently lose requests.
+* **dropped** -- ``request_dropped`` (the duplicate filter said no).
+
+Live requests are journaled with group commit (see ``journal.py``): each
+batch writes new requests before "finished" marks, so whatever prefix of it
+survives a ``kill -9`` is consistent: a finished parent's children are
+always on disk. A request that is scheduled and finished within one batch is
+written only as its fingerprint. The snapshot (periodic and at close)
+compacts everything into one atomic file.
+
+Resume: the state is read in ``from_crawler`` (so the crawl id is restored
+before any other component reads it), and on ``spider_opened`` the health
+registry and stats are restored and every live request (pending *and*
+in-flight) is handed to ``engine.crawl`` in batches, exempt from duplicate
+filtering. Requests (start requests included) whose fingerprint the
+previous runs already saw are vetoed, so a resumed crawl does not restart.
+
+JOBDIR: refused whenever it is set. Scrapy would restore its own queue and
+``requests.seen`` next to ours: its duplicate filter would drop our restored
+requests, and after a clean stop both would re-inject the same pending
+requests. ``OPENCLAW_CHECKPOINT_DIR`` replaces it.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import logging
+import os
+import time
+from pathlib import Path
+from urllib.parse import urlparse
+from typing import TYPE_CHECKING, Any
+
+from scrapy import signals
+from scrapy.dupefilters import BaseDupeFilter
+from scrapy.exceptions import DontCloseSpider, IgnoreRequest, NotConfigured
+from scrapy.utils.asyncio import call_later, create_looping_call
+from scrapy.utils.httpobj import urlparse_cached
+from scrapy.utils.misc import load_object
+
+from scrapy_openclaw import runtime
+from scrapy_openclaw.checkpoint.journal import JournalWriter
+from scrapy_openclaw.checkpoint.snapshot import write_snapshot
+from scrapy_openclaw.checkpoint.state import (
+    LOCK_FILE,
+    RecoveredState,
+    checkpoint_files,
+    generations,
+    journal_path,
+    load,
+    snapshot_path,
+)
+from scrapy_openclaw.errors import OpenClawConfigError
+from scrapy_openclaw.meta import NOT_BEFORE
+from scrapy_openclaw.serialization import SerializationError, dumps, request_from_data, request_to_data
+from scrapy_openclaw.settings import DEFAULTS
+
+if TYPE_CHECKING:
+    from scrapy import Request, Spider
+    from scrapy.crawler import Crawler
+
+logger = logging.getLogger(__name__)
+
+#: Restored requests handed to the engine per reactor turn.
+RESTORE_BATCH = 2000
+#: Stats that are gauges or per-process values: recomputed, never carried over.
+#: (the checkpoint's own stats describe this process's run.)
+_STATS_NOT_RESTORED = ("elapsed_time_seconds", "memusage/", "openclaw/checkpoint/",
+                       "openclaw/dlq/buffered", "log_count/")
+
+
+class _Entry:
+    """A live request: state ("p" pending, "f" in flight), its JSON, fingerprint, object."""
+
+    __slots__ = ("data", "flushed", "fp", "request", "state")
+
+    def __init__(self, state: str, data: str, fp: str | None, request: Request | None, flushed: bool):
+        self.state = state
+        self.data = data
+        self.fp = fp
+        self.request = request
+        self.flushed = flushed
+
+
+class CheckpointExtension:
+    def __init__(self, crawler: Crawler):
+        settings = crawler.settings
+        directory = settings.get("OPENCLAW_CHECKPOINT_DIR")
+        if not directory:
+            raise NotConfigured
+        if settings.get("JOBDIR"):
+            raise OpenClawConfigError(
+                f"setting JOBDIR={settings.get('JOBDIR')!r}: cannot be combined with "
+                f"OPENCLAW_CHECKPOINT_DIR={directory!r} (both would restore the queue and the "
+                "seen requests and fight over them); unset JOBDIR, the checkpoint replaces it"
+            )
+        self.crawler = crawler
+        self.stats = crawler.stats
+        self.dir = Path(directory)
+        self.flush_interval = settings.getfloat("OPENCLAW_CHECKPOINT_FLUSH", DEFAULTS["OPENCLAW_CHECKPOINT_FLUSH"])
+        self.snapshot_interval = settings.getfloat(
+            "OPENCLAW_CHECKPOINT_SNAPSHOT_INTERVAL", DEFAULTS["OPENCLAW_CHECKPOINT_SNAPSHOT_INTERVAL"]
+        )
+        self.snapshot_records = settings.getint(
+            "OPENCLAW_CHECKPOINT_SNAPSHOT_RECORDS", DEFAULTS["OPENCLAW_CHECKPOINT_SNAPSHOT_RECORDS"]
+        )
+        restart = settings.getbool("OPENCLAW_CHECKPOINT_RESTART", DEFAULTS["OPENCLAW_CHECKPOINT_RESTART"])
+        if self.flush_interval <= 0 or self.snapshot_interval <= 0:
+            raise NotConfigured("OPENCLAW_CHECKPOINT_FLUSH and _SNAPSHOT_INTERVAL must be > 0")
+        dupefilter = load_object(settings.get("DUPEFILTER_CLASS") or "scrapy.dupefilters.BaseDupeFilter")
+        #: whether the crawl filters duplicates at all (BaseDupeFilter does not)
+        self.filtering = isinstance(dupefilter, type) and dupefilter is not BaseDupeFilter
+
+        # Messages from construction are logged at spider_opened: the crawl's log
+        # handlers (LOG_FILE) may not be installed yet while extensions are built.
+        self._notes: list[tuple[int, str, dict[str, Any]]] = []
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self._lock_fd = self._lock()
+        for path in checkpoint_files(self.dir):
+            if path.name.endswith(".tmp"):  # a snapshot cut short by a crash
+                path.unlink(missing_ok=True)
+        if restart and checkpoint_files(self.dir):
+            self._notes.append((logging.INFO, "OPENCLAW_CHECKPOINT_RESTART: discarding the checkpoint in %(dir)s",
+                                {"dir": self.dir}))
+            self._wipe()
+        recovered = load(self.dir)  # CheckpointVersionError propagates: a clear refusal
+        if recovered.finished:
+            self._notes.append((
+                logging.INFO,
+                "Checkpoint %(dir)s holds a finished crawl (%(reason)s); starting a new crawl",
+                {"dir": self.dir, "reason": recovered.header.get("reason")},
+            ))
+            self._wipe()
+            recovered = RecoveredState()
+        for warning in recovered.warnings:
+            self._notes.append((logging.WARNING, "Checkpoint %(dir)s: %(warning)s",
+                                {"dir": self.dir, "warning": warning}))
+        self.recovered: RecoveredState | None = recovered if not recovered.empty else None
+        self.resumed = self.recovered is not None
+
+        # crawl id first: other components read it while they are built
+        if self.recovered is not None and self.recovered.crawl_id:
+            saved = self.recovered.crawl_id
+            current = runtime.peek(crawler, "crawl_id")
+            if current is not None and current != saved:
+                self._notes.append((
+                    logging.WARNING,
+                    "Crawl id %(current)s was read before the checkpoint restored %(saved)s",
+                    {"current": current, "saved": saved},
+                ))
+            runtime.shared(crawler, "crawl_id", lambda: saved)
+        self.crawl_id = runtime.crawl_id(crawler)
+
+        self._live: dict[int, _Entry] = {}
+        self._by_request: dict[Request, int] = {}
+        self._seen: set[bytes] = set()
+        self._start_seen: set[bytes] = set()
+        self._restored_seen: frozenset[bytes] = frozenset()
+        self._restored_start: frozenset[bytes] = frozenset()
+        self._next_id = 1
+        self._new: list[tuple[int, str | None]] = []  # (id, fp) scheduled since the last commit
+        self._changed: list[int] = []
+        self._popped: list[int] = []
+        self._done: list[int] = []
+        self._start_new: list[str] = []
+        self._predicted: dict[int, Request] = {}  # likely duplicates, not yet dropped
+        self._mispredicted_warned = False
+        self._restore_queue: list[int] = []
+        self._restoring = False
+        self._restore_started = 0.0
+        self._records_since_snapshot = 0
+        self._prev_snapshot_gen: int | None = None
+        self._closed = False
+        self._commit_loop: Any = None
+        self._snapshot_loop: Any = None
+        if self.recovered is not None:
+            self._adopt(self.recovered)
+        self.gen = recovered.next_generation
+        self.journal = JournalWriter(
+            journal_path(self.dir, self.gen),
+            {"gen": self.gen, "crawl_id": self.crawl_id, "created": time.time()},
+        )
+
+        crawler.signals.connect(self.spider_opened, signal=signals.spider_opened)
+        crawler.signals.connect(self.spider_idle, signal=signals.spider_idle)
+        crawler.signals.connect(self.spider_closed, signal=signals.spider_closed)
+        crawler.signals.connect(self.request_scheduled, signal=signals.request_scheduled)
+        crawler.signals.connect(self.request_dropped, signal=signals.request_dropped)
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> CheckpointExtension:
+        return cls(crawler)
+
+    # --------------------------------------------------------------- setup
+
+    def _lock(self) -> int:
+        fd = os.open(self.dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            raise OpenClawConfigError(
+                f"setting OPENCLAW_CHECKPOINT_DIR={str(self.dir)!r}: another running crawl "
+                "uses this checkpoint directory"
+            ) from None
+        return fd
+
+    def _wipe(self) -> None:
+        for path in checkpoint_files(self.dir):
+            path.unlink(missing_ok=True)
+
+    def _adopt(self, recovered: RecoveredState) -> None:
+        """Take over the recovered live requests and fingerprints (built into Requests later)."""
+        for rid, (_state, data, fp) in recovered.requests.items():
+            # in-flight requests are pending again: they will be re-fetched
+            self._live[rid] = _Entry("p", data, fp, None, flushed=True)
+            self._restore_queue.append(rid)
+        self._restore_queue.sort(reverse=True)  # pop() from the end: oldest first
+        self._seen = set(recovered.fingerprints)
+        self._start_seen = set(recovered.start_fingerprints)
+        if self.filtering:
+            self._restored_seen = frozenset(self._seen)
+        self._restored_start = frozenset(self._start_seen)
+        self._next_id = recovered.next_id
+        self._prev_snapshot_gen = recovered.snapshot_gen
+
+    # ------------------------------------------------------------ signals
+
+    def spider_opened(self, spider: Spider) -> None:
+        for level, message, args in self._notes:
+            logger.log(level, message, args, extra={"spider": spider})
+        self._notes.clear()
+        if self.recovered is not None and self.recovered.dropped:
+            self.stats.set_value("openclaw/checkpoint/dropped_records", self.recovered.dropped)
+        engine = self.crawler.engine
+        slot = getattr(engine, "_slot", None) or getattr(engine, "slot", None)
+        if slot is None or not hasattr(slot, "add_request") or not hasattr(slot, "remove_request"):
+            raise OpenClawConfigError(
+                "OPENCLAW_CHECKPOINT_DIR: this Scrapy version's engine has no slot "
+                "add_request/remove_request; checkpointing cannot track in-flight requests"
+            )
+        self._hook_slot(slot)
+        if self.resumed:
+            self._restore_health()
+            self._restore_stats()
+            self.stats.inc_value("openclaw/checkpoint/resumes")
+            logger.info(
+                "Resuming crawl %(crawl_id)s from checkpoint %(dir)s: %(n)d requests to restore, "
+                "%(fps)d fingerprints seen",
+                {"crawl_id": self.crawl_id, "dir": self.dir, "n": len(self._restore_queue),
+                 "fps": len(self._seen)},
+                extra={"spider": spider},
+            )
+            self._restore_started = time.monotonic()
+            call_later(0, self._restore_step)
+        self._commit_loop = create_looping_call(self.commit)
+        self._commit_loop.start(self.flush_interval, now=False)
+        self._snapshot_loop = create_looping_call(self._periodic_snapshot)
+        self._snapshot_loop.start(self.snapshot_interval, now=False)
+
+    def _hook_slot(self, slot: Any) -> None:
+        add, remove = slot.add_request, slot.remove_request
+
+        def add_request(request: Request) -> None:
+            add(request)
+            self._on_popped(request)
+
+        def remove_request(request: Request) -> None:
+            self._on_finished(request)
+            remove(request)
+
+        slot.add_request = add_request
+        slot.remove_request = remove_request
+
+    def request_scheduled(self, request: Request, spider: Spider | None = None) -> None:
+        rid = self._by_request.get(request)
+        if rid is not None:  # the same object again (a delayed request released, a reschedule)
+            entry = self._live[rid]
+            entry.state = "p"
+            if not self._restoring:
+                data = self._serialise(request)
+                if data is not None and data != entry.data:
+                    entry.data = data
+                    if entry.flushed:
+                        self._changed.append(rid)
+            return
+        fp_bytes = None
+        start = bool(request.meta.get("is_start_request"))
+        if self.filtering and (not request.dont_filter or start):
+            fp_bytes = self.crawler.request_fingerprinter.fingerprint(request)
+            if start:
+                if fp_bytes in self._restored_start or fp_bytes in self._restored_seen:
+                    self.stats.inc_value("openclaw/checkpoint/filtered")
+                    raise IgnoreRequest("start request already crawled before the resume")
+                if fp_bytes not in self._start_seen:
+                    self._start_seen.add(fp_bytes)
+                    self._start_new.append(fp_bytes.hex())
+            if not request.dont_filter:
+                if fp_bytes in self._restored_seen:
+                    self.stats.inc_value("openclaw/checkpoint/filtered")
+                    raise IgnoreRequest("seen before the resume")
+                if fp_bytes in self._seen and not request.meta.get(NOT_BEFORE):
+                    # the duplicate filter will drop it: skip the serialisation cost
+                    self._predicted[id(request)] = request
+                    return
+                self._seen.add(fp_bytes)
+            else:
+                fp_bytes = None
+        self._track(request, fp_bytes.hex() if fp_bytes is not None else None)
+
+    def _track(self, request: Request, fp: str | None) -> None:
+        data = self._serialise(request)
+        if data is None:
+            if fp is not None:
+                self._new.append((0, fp))  # keep the fingerprint, like the duplicate filter does
+            return
+        rid = self._next_id
+        self._next_id += 1
+        self._live[rid] = _Entry("p", data, fp, request, flushed=False)
+        self._by_request[request] = rid
+        self._new.append((rid, fp))
+
+    def _serialise(self, request: Request) -> str | None:
+        try:
+            return dumps(request_to_data(request, self.crawler.spider))
+        except SerializationError as exc:
+            self.stats.inc_value("openclaw/checkpoint/unserializable")
+            logger.error(
+                "Checkpoint cannot save a request, it will not survive a crash: %(error)s",
+                {"error": exc},
+                extra={"spider": self.crawler.spider},
+            )
+            return None
+
+    def request_dropped(self, request: Request, spider: Spider | None = None) -> None:
+        if self._predicted.pop(id(request), None) is not None:
+            return
+        rid = self._by_request.get(request)
+        if rid is not None:
+            self._finish(rid)
+
+    def _on_popped(self, request: Request) -> None:
+        rid = self._by_request.get(request)
+        if rid is not None:
+            entry = self._live[rid]
+            entry.state = "f"
+            if entry.flushed:
+                self._popped.append(rid)
+
+    def _on_finished(self, request: Request) -> None:
+        rid = self._by_request.get(request)
+        if rid is not None and self._live[rid].state == "f":
+            self._finish(rid)
+
+    def _finish(self, rid: int) -> None:
+        entry = self._live.pop(rid)
+        if entry.request is not None:
+            self._by_request.pop(entry.request, None)
+        if entry.flushed:
+            self._done.append(rid)
+
+    def spider_idle(self, spider: Spider) -> None:
+        if self._restore_queue:
+            raise DontCloseSpider
+
+    def spider_closed(self, spider: Spider, reason: str) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for loop in (self._commit_loop, self._snapshot_loop):
+            if loop is not None and loop.running:
+                loop.stop()
+        finished = reason == "finished"
+        if finished and self._live:
+            logger.warning(
+                "Crawl finished with %(n)d requests still recorded as live (held or vetoed "
+                "elsewhere); the checkpoint is marked finished anyway",
+                {"n": len(self._live)}, extra={"spider": spider},
+            )
+        ok = self.snapshot(finished=finished, reason=reason, final=True)
+        if ok:
+            logger.info(
+                "Checkpoint %(dir)s: final snapshot written (%(state)s, %(n)d requests pending)",
+                {"dir": self.dir, "state": "finished" if finished else f"resumable, {reason}",
+                 "n": len(self._live)}, extra={"spider": spider},
+            )
+        else:
+            self.journal.close()
+        os.close(self._lock_fd)
+
+    # -------------------------------------------------------------- restore
+
+    def _restore_step(self) -> None:
+        engine = self.crawler.engine
+        if self._closed or engine is None or engine.spider is None:
+            return
+        spider = self.crawler.spider
+        batch = min(RESTORE_BATCH, len(self._restore_queue))
+        self._restoring = True
+        try:
+            for _ in range(batch):
+                rid = self._restore_queue.pop()
+                entry = self._live.get(rid)
+                if entry is None:
+                    continue
+                try:
+                    request = request_from_data(json.loads(entry.data), spider)
+                except (SerializationError, ValueError) as exc:
+                    self.stats.inc_value("openclaw/checkpoint/unrestorable")
+                    logger.error(
+                        "Checkpoint: cannot restore request #%(rid)d (%(error)s); it is dropped",
+                        {"rid": rid, "error": exc}, extra={"spider": spider},
+                    )
+                    self._finish(rid)
+                    continue
+                entry.request = request
+                self._by_request[request] = rid
+                self.stats.inc_value("openclaw/checkpoint/restored")
+                engine.crawl(request)
+        finally:
+            self._restoring = False
+        if self._restore_queue:
+            call_later(0, self._restore_step)
+        else:
+            seconds = time.monotonic() - self._restore_started
+            self.stats.set_value("openclaw/checkpoint/resume_seconds", round(seconds, 3))
+            logger.info(
+                "Checkpoint: all %(n)d requests restored in %(s).1fs",
+                {"n": self.stats.get_value("openclaw/checkpoint/restored", 0), "s": seconds},
+                extra={"spider": spider},
+            )
+
+    def _health_registry(self) -> Any:
+        try:
+            from scrapy_openclaw.health import HealthRegistry  # noqa: PLC0415
+        except ImportError:
+            return None
+        registry = HealthRegistry.for_crawler(self.crawler)
+        if not (hasattr(registry, "snapshot") and hasattr(registry, "restore")):
+            return None
+        return registry
+
+    def _restore_health(self) -> None:
+        assert self.recovered is not None
+        data = self.recovered.header.get("health")
+        registry = self._health_registry() if data else None
+        if registry is not None:
+            try:
+                registry.restore(data)
+            except ValueError as exc:
+                logger.warning("Checkpoint: health state not restored: %(error)s", {"error": exc})
+
+    def _restore_stats(self) -> None:
+        assert self.recovered is not None
+        for key, value in (self.recovered.header.get("stats") or {}).items():
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                continue
+            if key.startswith(_STATS_NOT_RESTORED):
+                continue
+            if key.endswith("max"):
+                self.stats.max_value(key, value)
+            else:
+                self.stats.inc_value(key, value)
+
+    # ------------------------------------------------- journal and snapshot
+
+    def commit(self, *, may_snapshot: bool = True) -> bool:
+        """Journal what happened since the last commit and fsync it (group commit)."""
+        if self._predicted:
+            self._fix_mispredictions()
+        payloads: list[str] = []
+        live = self._live
+        for rid in self._changed:
+            entry = live.get(rid)
+            if entry is not None:
+                payloads.append(f"a {rid} {entry.state} {entry.fp or '-'} {entry.data}")
+        seen_only = []
+        for rid, fp in self._new:
+            entry = live.get(rid)
+            if entry is not None:
+                entry.flushed = True
+                payloads.append(f"a {rid} {entry.state} {fp or '-'} {entry.data}")
+            elif fp is not None:
+                seen_only.append(f"s {fp}")
+        payloads += seen_only
+        payloads += [f"S {fp}" for fp in self._start_new]
+        payloads += [f"f {rid}" for rid in self._popped if rid in live]
+        payloads += [f"d {rid}" for rid in self._done]
+        self._new, self._changed, self._popped, self._done, self._start_new = [], [], [], [], []
+        if payloads:
+            self.journal.extend(payloads)
+            self._records_since_snapshot += len(payloads)
+            self.stats.inc_value("openclaw/checkpoint/journal_records", len(payloads))
+        ok = self.journal.flush() if self.journal.buffered else True
+        self.stats.set_value("openclaw/checkpoint/live", len(live))
+        if (
+            may_snapshot
+            and self.snapshot_records
+            and self._records_since_snapshot >= self.snapshot_records
+            and not self._closed
+        ):
+            self.snapshot()
+        return ok
+
+    def _fix_mispredictions(self) -> None:
+        """Requests we expected the duplicate filter to drop, but it kept: track them now."""
+        predicted, self._predicted = self._predicted, {}
+        for request in predicted.values():
+            if not self._mispredicted_warned:
+                self._mispredicted_warned = True
+                logger.warning(
+                    "The duplicate filter kept a request the checkpoint took for a duplicate "
+                    "(%(request)s); is DUPEFILTER_CLASS fingerprinting differently?",
+                    {"request": request},
+                )
+            self._track(request, None)
+
+    def _periodic_snapshot(self) -> None:
+        if not self._closed:
+            self.snapshot()
+
+    def snapshot(self, *, finished: bool = False, reason: str | None = None, final: bool = False) -> bool:
+        """Compact the state into a new snapshot generation; False if it could not be written."""
+        self.commit(may_snapshot=False)
+        gen = self.gen + 1
+        path = snapshot_path(self.dir, gen)
+        header = {
+            "gen": gen,
+            "crawl_id": self.crawl_id,
+            "created": time.time(),
+            "finished": finished,
+            "reason": reason,
+            "next_id": self._next_id,
+            "spider": getattr(self.crawler.spider, "name", None),
+            "stats": _json_safe_stats(self.stats.get_stats()),
+            "health": self._health_snapshot(),
+            "start_fingerprints": sorted(fp.hex() for fp in self._start_seen),
+        }
+        requests = ((rid, e.state, e.data) for rid, e in self._live.items())
+        started = time.monotonic()
+        try:
+            size = write_snapshot(path, header, requests, self._seen)
+        except OSError as exc:
+            self.stats.inc_value("openclaw/checkpoint/snapshot_errors")
+            logger.error(
+                "Checkpoint snapshot %(path)s failed (%(error)s); the previous snapshot and the "
+                "journal still hold the state, the crawl continues",
+                {"path": path, "error": exc},
+            )
+            return False
+        self.stats.inc_value("openclaw/checkpoint/snapshots")
+        self.stats.set_value("openclaw/checkpoint/snapshot_bytes", size)
+        self.stats.set_value("openclaw/checkpoint/snapshot_seconds", round(time.monotonic() - started, 3))
+        self.journal.close()  # whatever it still buffers is in the snapshot
+        self.gen = gen
+        self._records_since_snapshot = 0
+        if self._prev_snapshot_gen is not None:
+            self._delete_old(keep_from=self._prev_snapshot_gen)
+        self._prev_snapshot_gen = gen
+        if not final:
+            self.journal = JournalWriter(
+                journal_path(self.dir, gen), {"gen": gen, "crawl_id": self.crawl_id, "created": time.time()}
+            )
+        return True
+
+    def _delete_old(self, keep_from: int) -> None:
+        """Keep the previous snapshot and its journals (the fallback), drop anything older."""
+        snaps, journals = generations(self.dir)
+        for g in snaps:
+            if g < keep_from:
+                snapshot_path(self.dir, g).unlink(missing_ok=True)
+        for g in journals:
+            if g < keep_from:
+                journal_path(self.dir, g).unlink(missing_ok=True)
+
+    def _health_snapshot(self) -> Any:
+        registry = self._health_registry()
+        if registry is None:
+            return None
+        data = registry.snapshot()
+        try:
+            json.dumps(data)
+        except (TypeError, ValueError) as exc:
+            logger.warning("Checkpoint: the health registry's snapshot is not JSON-safe (%(error)s); "
+                           "not saved", {"error": exc})
+            return None
+        return data
+
+    # ------------------------------------------------------------ inspect
+
+    def pending_by_domain(self) -> dict[str, int]:
+        """Live requests per domain (for metrics and tests)."""
+        counts: dict[str, int] = {}
+        for entry in self._live.values():
+            if entry.request is not None:
+                host = urlparse_cached(entry.request).hostname or ""
+            else:
+                host = urlparse(json.loads(entry.data).get("url", "")).hostname or ""
+            counts[host] = counts.get(host, 0) + 1
+        return counts
+
+
+def _json_safe_stats(stats: dict[str, Any]) -> dict[str, Any]:
+    out = {}
+    for key, value in stats.items():
+        if value is None or isinstance(value, (str, bool, int, float)):
+            out[key] = value
+        else:
+            out[key] = str(value)
+    return out

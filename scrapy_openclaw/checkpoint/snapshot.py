@@ -1,0 +1,180 @@
+"""Atomic, checksummed, versioned snapshots of the whole crawl state.
+
+A snapshot compacts the journal: it holds every live request (pending or in
+flight), the seen fingerprints, the health and stats, so the journals before
+it can be deleted. It is written to a temp file, fsynced, renamed over the
+final name and the directory fsynced, so a reader sees either the previous
+snapshot or the new one, never half of one. Each line carries a CRC32 like
+the journal, and an end line with the counts proves the file is complete: a
+truncated or damaged snapshot is rejected as a whole (a snapshot is all or
+nothing) and the caller falls back to the previous one plus its journals.
+
+Disk full (or any OSError) while writing leaves the previous snapshot in
+place; :func:`write_snapshot` removes its temp file and raises, and the
+extension logs the error and keeps crawling on the journal.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any, Callable
+
+from scrapy_openclaw.checkpoint.journal import (
+    FORMAT_VERSION,
+    CheckpointError,
+    _parse_header,
+    decode_line,
+    encode_line,
+    fsync_dir,
+    iter_lines,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Collection, Iterable
+
+#: Fingerprints per snapshot line (one base64 blob each).
+_FP_CHUNK = 4096
+_WRITE_CHUNK = 8192
+
+
+class CorruptSnapshot(CheckpointError):
+    """A snapshot failed its checksums or is incomplete (truncated)."""
+
+
+@dataclass
+class Snapshot:
+    path: Path
+    header: dict[str, Any]
+    #: ``(request id, state "p"|"f", request data as JSON text)``
+    requests: list[tuple[int, str, str]] = field(default_factory=list)
+    fingerprints: set[bytes] = field(default_factory=set)
+
+    @property
+    def generation(self) -> int:
+        return int(self.header.get("gen", 0))
+
+    @property
+    def finished(self) -> bool:
+        return bool(self.header.get("finished"))
+
+
+def request_line(request_id: int, state: str, data: str) -> str:
+    return f"{request_id} {state} {data}"
+
+
+def parse_request_line(payload: str) -> tuple[int, str, str]:
+    rid, state, data = payload.split(" ", 2)
+    return int(rid), state, data
+
+
+def write_snapshot(
+    path: Path,
+    header: dict[str, Any],
+    requests: Iterable[tuple[int, str, str]],
+    fingerprints: Collection[bytes],
+    *,
+    opener: Callable[[Path], IO[bytes]] | None = None,
+) -> int:
+    """Write a snapshot atomically; return its size in bytes.
+
+    *opener* opens the temp file (default: a new file next to *path*); tests
+    pass one whose writes fail, to prove a failed snapshot keeps the old one.
+    Raises OSError (after removing the temp file) when the write fails.
+    """
+    tmp = path.with_name(path.name + ".tmp")
+    fps = list(fingerprints)
+    fp_len = len(fps[0]) if fps else 0
+    fixed = all(len(fp) == fp_len for fp in fps)
+    size = 0
+    n_requests = n_fp_lines = 0
+    try:
+        f = opener(tmp) if opener is not None else open(tmp, "wb")
+        with f:
+            head = {"kind": "snapshot", "v": FORMAT_VERSION, **header,
+                    "fp_len": fp_len if fixed else 0}
+            chunk = [encode_line(json.dumps(head, sort_keys=True))]
+            for rid, state, data in requests:
+                chunk.append(encode_line(request_line(rid, state, data)))
+                n_requests += 1
+                if len(chunk) >= _WRITE_CHUNK:
+                    size += f.write(b"".join(chunk))
+                    chunk = []
+            if fixed:
+                for i in range(0, len(fps), _FP_CHUNK):
+                    blob = base64.b64encode(b"".join(fps[i : i + _FP_CHUNK])).decode("ascii")
+                    chunk.append(encode_line(f"fp {blob}"))
+                    n_fp_lines += 1
+            else:  # variable-length fingerprints (a custom fingerprinter): one per line
+                for fp in fps:
+                    chunk.append(encode_line(f"fp1 {base64.b64encode(fp).decode('ascii')}"))
+                    n_fp_lines += 1
+            end = {"kind": "end", "requests": n_requests, "fingerprint_lines": n_fp_lines,
+                   "fingerprints": len(fps)}
+            chunk.append(encode_line(json.dumps(end, sort_keys=True)))
+            size += f.write(b"".join(chunk))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    fsync_dir(path.parent)
+    return size
+
+
+def read_snapshot(path: Path) -> Snapshot:
+    """Read and verify a whole snapshot; :class:`CorruptSnapshot` says what is wrong."""
+    header: dict[str, Any] | None = None
+    snapshot: Snapshot | None = None
+    end: dict[str, Any] | None = None
+    fp_lines = 0
+    for number, raw in iter_lines(path):
+        payload = decode_line(raw)
+        if payload is None:
+            what = "truncated" if not raw.endswith(b"\n") else "checksum mismatch"
+            raise CorruptSnapshot(f"{path}: line {number}: {what}")
+        if end is not None:
+            raise CorruptSnapshot(f"{path}: line {number}: data after the end record")
+        if header is None:
+            if not payload.startswith("{"):
+                raise CorruptSnapshot(f"{path}: line 1 is not a snapshot header")
+            header = _parse_header(payload, path, "snapshot")
+            snapshot = Snapshot(path=path, header=header)
+            continue
+        assert snapshot is not None
+        if payload.startswith("{"):
+            end = json.loads(payload)
+            continue
+        if payload.startswith("fp "):
+            blob = base64.b64decode(payload[3:])
+            step = int(header.get("fp_len") or 0)
+            if step <= 0 or len(blob) % step:
+                raise CorruptSnapshot(f"{path}: line {number}: bad fingerprint block")
+            snapshot.fingerprints.update(blob[i : i + step] for i in range(0, len(blob), step))
+            fp_lines += 1
+        elif payload.startswith("fp1 "):
+            snapshot.fingerprints.add(base64.b64decode(payload[4:]))
+            fp_lines += 1
+        else:
+            try:
+                snapshot.requests.append(parse_request_line(payload))
+            except ValueError:
+                raise CorruptSnapshot(f"{path}: line {number}: bad request record") from None
+    if snapshot is None:
+        raise CorruptSnapshot(f"{path}: empty file")
+    if end is None or end.get("kind") != "end":
+        raise CorruptSnapshot(f"{path}: truncated (no end record)")
+    if end.get("requests") != len(snapshot.requests) or end.get("fingerprint_lines") != fp_lines:
+        raise CorruptSnapshot(
+            f"{path}: incomplete: end record counts {end.get('requests')} requests and "
+            f"{end.get('fingerprint_lines')} fingerprint lines, found "
+            f"{len(snapshot.requests)} and {fp_lines}"
+        )
+    return snapshot

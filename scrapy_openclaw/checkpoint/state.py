@@ -1,0 +1,203 @@
+"""The checkpoint directory: file layout, record payloads, and recovery.
+
+Layout of ``OPENCLAW_CHECKPOINT_DIR``::
+
+    snapshot-00000007.ckpt   state before journal generation 7 (atomic, checksummed)
+    journal-00000007.log     events since that snapshot
+    journal-00000008.log     ... a later run or a failed snapshot adds generations
+    lock                     flock held by the crawl using the directory
+
+Recovery = the newest snapshot that verifies + every journal of that
+generation or later, replayed in order. A snapshot that fails verification
+is skipped with a warning and the previous one is used (its journals are
+kept until a newer snapshot is written), so one damaged file never costs
+more than re-fetching.
+
+Journal payloads (after the checksum)::
+
+    a <id> <state p|f> <fingerprint hex|-> <request JSON>   a live request (new or changed)
+    f <id>                                                  popped: in flight
+    d <id>                                                  finished (or dropped)
+    s <fingerprint hex>                                     seen, finished before it was journaled
+    S <fingerprint hex>                                     a start request's fingerprint
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from scrapy_openclaw.checkpoint.journal import CheckpointVersionError, read_journal
+from scrapy_openclaw.checkpoint.snapshot import CorruptSnapshot, read_snapshot
+
+logger = logging.getLogger(__name__)
+
+_SNAPSHOT_RE = re.compile(r"^snapshot-(\d{8})\.ckpt$")
+_JOURNAL_RE = re.compile(r"^journal-(\d{8})\.log$")
+LOCK_FILE = "lock"
+
+
+def snapshot_path(directory: Path, gen: int) -> Path:
+    return directory / f"snapshot-{gen:08d}.ckpt"
+
+
+def journal_path(directory: Path, gen: int) -> Path:
+    return directory / f"journal-{gen:08d}.log"
+
+
+def generations(directory: Path) -> tuple[list[int], list[int]]:
+    """Snapshot and journal generations present, each sorted ascending."""
+    snaps, journals = [], []
+    if directory.is_dir():
+        for name in os.listdir(directory):
+            if m := _SNAPSHOT_RE.match(name):
+                snaps.append(int(m.group(1)))
+            elif m := _JOURNAL_RE.match(name):
+                journals.append(int(m.group(1)))
+    return sorted(snaps), sorted(journals)
+
+
+def checkpoint_files(directory: Path) -> list[Path]:
+    """Every file this package writes in *directory* (for wiping and sizing)."""
+    if not directory.is_dir():
+        return []
+    return [
+        directory / name
+        for name in sorted(os.listdir(directory))
+        if _SNAPSHOT_RE.match(name) or _JOURNAL_RE.match(name) or name.endswith(".tmp")
+    ]
+
+
+@dataclass
+class RecoveredState:
+    """What a checkpoint directory holds, rebuilt in memory."""
+
+    #: request id -> [state "p"|"f", request JSON text, fingerprint hex or None]
+    requests: dict[int, list[Any]] = field(default_factory=dict)
+    fingerprints: set[bytes] = field(default_factory=set)
+    start_fingerprints: set[bytes] = field(default_factory=set)
+    header: dict[str, Any] = field(default_factory=dict)  #: of the snapshot used
+    snapshot_gen: int | None = None
+    journal_gens: list[int] = field(default_factory=list)
+    next_id: int = 1
+    dropped: int = 0  #: journal records skipped (torn tail or corrupt)
+    corrupt_records: int = 0
+    torn_records: int = 0
+    bad_snapshots: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    crawl_id: str | None = None
+    last_write: float | None = None  #: newest file mtime (UNIX s)
+    max_gen: int = -1  #: newest generation of any file, damaged ones included
+
+    @property
+    def empty(self) -> bool:
+        return self.snapshot_gen is None and not self.journal_gens
+
+    @property
+    def finished(self) -> bool:
+        """The last snapshot says the crawl finished and no journal came after it."""
+        if self.snapshot_gen is None or not self.header.get("finished"):
+            return False
+        return not any(g >= self.snapshot_gen for g in self.journal_gens)
+
+    @property
+    def next_generation(self) -> int:
+        return self.max_gen + 1
+
+
+def load(directory: Path) -> RecoveredState:
+    """Rebuild the state from the newest good snapshot and the journals after it.
+
+    Never raises for damage (it is reported in ``warnings``, ``dropped`` and
+    ``bad_snapshots``); raises :class:`CheckpointVersionError` for files of
+    another format version.
+    """
+    state = RecoveredState()
+    snaps, journals = generations(directory)
+    mtimes = [p.stat().st_mtime for p in checkpoint_files(directory) if p.exists()]
+    state.last_write = max(mtimes, default=None)
+    state.max_gen = max(snaps + journals, default=-1)
+    for gen in reversed(snaps):
+        path = snapshot_path(directory, gen)
+        try:
+            snapshot = read_snapshot(path)
+        except CheckpointVersionError:
+            raise
+        except (CorruptSnapshot, OSError, ValueError) as exc:
+            state.bad_snapshots.append(str(exc))
+            state.warnings.append(f"skipped damaged snapshot {path.name}: {exc}")
+            continue
+        state.snapshot_gen = gen
+        state.header = snapshot.header
+        state.fingerprints = snapshot.fingerprints
+        state.start_fingerprints = {
+            bytes.fromhex(h) for h in snapshot.header.get("start_fingerprints", ())
+        }
+        state.requests = {rid: [st, data, None] for rid, st, data in snapshot.requests}
+        state.next_id = int(snapshot.header.get("next_id", 1))
+        state.crawl_id = snapshot.header.get("crawl_id")
+        break
+    base = state.snapshot_gen if state.snapshot_gen is not None else -1
+    if state.snapshot_gen is None and snaps:
+        state.warnings.append(
+            "no snapshot verified; replaying the journals that are left (requests recorded "
+            "only in deleted journals cannot be recovered)"
+        )
+    for gen in journals:
+        if gen < base:
+            continue
+        contents = read_journal(journal_path(directory, gen))
+        state.journal_gens.append(gen)
+        if contents.header and state.crawl_id is None:
+            state.crawl_id = contents.header.get("crawl_id")
+        if contents.dropped:
+            state.corrupt_records += contents.corrupt
+            state.torn_records += contents.torn_tail
+            state.dropped += contents.dropped
+            state.warnings.append(
+                f"{contents.path.name}: dropped {contents.dropped} damaged journal records "
+                f"({contents.torn_tail} in a torn tail, {contents.corrupt} corrupt mid-file)"
+            )
+        apply_payloads(state, contents.payloads)
+    return state
+
+
+def apply_payloads(state: RecoveredState, payloads: list[str]) -> None:
+    """Replay journal records onto *state* (idempotent, order-sensitive)."""
+    requests, fps = state.requests, state.fingerprints
+    next_id = state.next_id
+    for payload in payloads:
+        op = payload[:1]
+        try:
+            if op == "a":
+                _, rid_s, st, fp, data = payload.split(" ", 4)
+                rid = int(rid_s)
+                requests[rid] = [st, data, None if fp == "-" else fp]
+                if fp != "-":
+                    fps.add(bytes.fromhex(fp))
+                next_id = max(next_id, rid + 1)
+            elif op == "d":
+                requests.pop(int(payload[2:]), None)
+            elif op == "f":
+                entry = requests.get(int(payload[2:]))
+                if entry is not None:
+                    entry[0] = "f"
+            elif op == "s":
+                fps.add(bytes.fromhex(payload[2:]))
+            elif op == "S":
+                state.start_fingerprints.add(bytes.fromhex(payload[2:]))
+        except ValueError:
+            state.warnings.append(f"ignored an unreadable journal record {payload[:60]!r}")
+    state.next_id = next_id
+
+
+def age(state: RecoveredState, now: float | None = None) -> float | None:
+    """Seconds since the checkpoint was last written."""
+    if state.last_write is None:
+        return None
+    return max(0.0, (now if now is not None else time.time()) - state.last_write)

@@ -1,0 +1,296 @@
+"""``scrapy openclaw-dlq``: inspect, replay and purge dead letters.
+
+Works on every store (jsonl file or Redis stream). The store defaults to the
+project's ``OPENCLAW_DLQ_URI`` (or the default location); ``--uri`` overrides
+it. A URI with ``%(name)s`` is filled from ``--spider``, or, without it, from
+every spider of the project that has dead letters.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import time
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any
+
+from scrapy.commands import ScrapyCommand
+from scrapy.exceptions import UsageError
+from scrapy.utils.conf import arglist_to_dict
+
+from scrapy_openclaw.dlq.stores import (
+    DeadLetterStore,
+    Filters,
+    JsonlStore,
+    default_uri,
+    expand_uri,
+    open_store,
+)
+
+if TYPE_CHECKING:
+    import argparse
+
+    from scrapy_openclaw.deadletter import DeadLetter
+
+SUBCOMMANDS = ("list", "show", "stats", "replay", "purge")
+_RELATIVE = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$")
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_time(value: str, option: str) -> float:
+    """A UNIX time from ``1700000000``, an ISO date/time (UTC unless given) or ``2h`` (ago)."""
+    value = value.strip()
+    match = _RELATIVE.match(value)
+    if match:
+        return time.time() - float(match.group(1)) * _UNITS[match.group(2)]
+    try:
+        return float(value)
+    except ValueError:
+        pass
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        raise UsageError(
+            f"{option} {value!r}: expected a UNIX time, an ISO date/time or an age like 30m, 2h, 1d",
+            print_help=False,
+        ) from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=timezone.utc)
+    return moment.timestamp()
+
+
+def _when(ts: float | None) -> str:
+    if not ts:
+        return "-"
+    return datetime.fromtimestamp(ts, timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def format_table(rows: list[list[str]], headers: list[str]) -> str:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths)).rstrip()]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
+    return "\n".join(lines)
+
+
+class _Stores(DeadLetterStore):
+    """Several stores read as one (one file per spider under a ``%(name)s`` URI)."""
+
+    def __init__(self, stores: list[DeadLetterStore], uri: str):
+        self.stores, self.uri = stores, uri
+
+    def append(self, record: DeadLetter) -> None:  # pragma: no cover - read-only view
+        raise NotImplementedError
+
+    def iter(self, filters: Filters = Filters()) -> Any:
+        for store in self.stores:
+            yield from store.iter(filters)
+
+    def replayed(self) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for store in self.stores:
+            out.update(store.replayed())
+        return out
+
+    def mark_replayed(self, ids: Any) -> int:
+        ids = list(ids)
+        return sum(store.mark_replayed(ids) for store in self.stores)
+
+    def purge(self, filters: Filters = Filters()) -> int:
+        return sum(store.purge(filters) for store in self.stores)
+
+    def close(self) -> None:
+        for store in self.stores:
+            store.close()
+
+
+class Command(ScrapyCommand):
+    requires_project = True
+
+    def syntax(self) -> str:
+        return "[options] list|show ID|stats|replay SPIDER|purge"
+
+    def short_desc(self) -> str:
+        return "Inspect, replay and purge scrapy-openclaw dead letters"
+
+    def long_desc(self) -> str:
+        return (
+            "Inspect, replay and purge dead letters (requests and items a crawl gave up on). "
+            "list: a table of dead letters; show ID: one record as JSON (an id prefix is enough); "
+            "stats: counts by domain and error class; replay SPIDER: a new crawl of SPIDER that "
+            "starts from the selected dead letters (marked replayed; --include-replayed to send "
+            "them again); purge: delete the selected dead letters (asks unless --yes). "
+            "Filters: --domain, --class, --since/--until, --spider."
+        )
+
+    def add_options(self, parser: argparse.ArgumentParser) -> None:
+        super().add_options(parser)
+        group = parser.add_argument_group(title="Dead letters")
+        group.add_argument("--uri", help="dead-letter store (default: the project's OPENCLAW_DLQ_URI)")
+        group.add_argument("--spider", help="only dead letters of this spider (fills %%(name)s)")
+        group.add_argument("--domain", help="only dead letters of this domain (host name)")
+        group.add_argument("--class", dest="error_class", help="only this error class (network, protocol_permanent, business, ...)")
+        group.add_argument("--since", help="created at or after: UNIX time, ISO date/time, or age (30m, 2h, 1d)")
+        group.add_argument("--until", help="created at or before (same forms as --since)")
+        group.add_argument("--include-replayed", action="store_true", help="replay: also send dead letters replayed before")
+        group.add_argument("--limit", type=int, default=0, help="list: show at most this many (newest)")
+        group.add_argument("-y", "--yes", action="store_true", help="purge: do not ask for confirmation")
+        group.add_argument("-a", dest="spargs", action="append", default=[], metavar="NAME=VALUE",
+                           help="replay: set a spider argument (may be repeated)")
+
+    def process_options(self, args: list[str], opts: argparse.Namespace) -> None:
+        super().process_options(args, opts)
+        try:
+            opts.spargs = arglist_to_dict(opts.spargs)
+        except ValueError:
+            raise UsageError("Invalid -a value, use -a NAME=VALUE", print_help=False) from None
+
+    # ------------------------------------------------------------------ plumbing
+
+    def _filters(self, opts: argparse.Namespace, *, spider: str | None = None, include_replayed: bool = True) -> Filters:
+        return Filters(
+            domain=opts.domain,
+            error_class=opts.error_class,
+            spider=spider or opts.spider,
+            since=parse_time(opts.since, "--since") if opts.since else None,
+            until=parse_time(opts.until, "--until") if opts.until else None,
+            include_replayed=include_replayed,
+        )
+
+    def _open(self, opts: argparse.Namespace, spider: str | None = None) -> DeadLetterStore:
+        assert self.settings is not None
+        uri = opts.uri or default_uri(self.settings)
+        spider = spider or opts.spider
+        try:
+            if spider is not None or "%(" not in uri:
+                return open_store(uri, spider=spider)
+            from scrapy.spiderloader import get_spider_loader
+
+            stores: list[DeadLetterStore] = []
+            for name in sorted(get_spider_loader(self.settings).list()):
+                store = open_store(uri, spider=name)
+                if isinstance(store, JsonlStore) and not store.path.exists():
+                    continue
+                stores.append(store)
+            return _Stores(stores, uri)
+        except ValueError as exc:
+            raise UsageError(str(exc), print_help=False) from None
+
+    def run(self, args: list[str], opts: argparse.Namespace) -> None:
+        unknown = [a for a in args if a.startswith("-")]
+        if unknown:
+            raise UsageError(f"unknown option(s): {' '.join(unknown)}")
+        if not args or args[0] not in SUBCOMMANDS:
+            raise UsageError(f"expected one of: {', '.join(SUBCOMMANDS)}")
+        sub, rest = args[0], args[1:]
+        expected = 1 if sub in ("show", "replay") else 0
+        if len(rest) != expected:
+            raise UsageError(f"{sub}: expected {expected} argument(s), got {len(rest)}")
+        getattr(self, f"_run_{sub}")(opts, *rest)
+
+    # ------------------------------------------------------------------ subcommands
+
+    def _run_list(self, opts: argparse.Namespace) -> None:
+        store = self._open(opts)
+        replayed = store.replayed()
+        records = list(store.iter(self._filters(opts)))
+        if opts.limit > 0:
+            records = sorted(records, key=lambda r: r.created_at)[-opts.limit :]
+        rows = [
+            [
+                r.id[:12],
+                _when(r.created_at),
+                r.spider,
+                r.error_class,
+                r.reason,
+                str(r.status) if r.status is not None else "-",
+                str(r.attempts),
+                "yes" if r.id in replayed else "",
+                r.url or "-",
+            ]
+            for r in records
+        ]
+        print(format_table(rows, ["ID", "CREATED (UTC)", "SPIDER", "CLASS", "REASON", "STATUS", "ATTEMPTS", "REPLAYED", "URL"]))
+        print(f"{len(rows)} dead letter(s) in {store.uri}")
+        store.close()
+
+    def _run_show(self, opts: argparse.Namespace, id_: str) -> None:
+        store = self._open(opts)
+        record = store.get(id_)
+        if record is None and len(id_) < 32:  # a prefix, as printed by list
+            found = [r for r in store.iter(self._filters(opts)) if r.id.startswith(id_)]
+            if len(found) > 1:
+                raise UsageError(f"id prefix {id_!r} is ambiguous ({len(found)} dead letters)", print_help=False)
+            record = found[0] if found else None
+        if record is None:
+            print(f"no dead letter {id_!r} in {store.uri}", file=sys.stderr)
+            self.exitcode = 1
+            return
+        data = record.to_dict()
+        data["replayed_at"] = store.replayed().get(record.id)
+        print(json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False))
+        store.close()
+
+    def _run_stats(self, opts: argparse.Namespace) -> None:
+        store = self._open(opts)
+        stats = store.stats(self._filters(opts))
+        print(f"{stats['total']} dead letter(s) in {store.uri} ({stats['replayed']} replayed)")
+        for title, counts in (("CLASS", stats["by_class"]), ("DOMAIN", stats["by_domain"])):
+            print()
+            print(format_table([[k, str(v)] for k, v in counts.items()], [title, "COUNT"]))
+        store.close()
+
+    def _run_purge(self, opts: argparse.Namespace) -> None:
+        store = self._open(opts)
+        filters = self._filters(opts)
+        n = sum(1 for _ in store.iter(filters))
+        if n == 0:
+            print(f"nothing to purge in {store.uri}")
+            return
+        if not opts.yes:
+            try:
+                answer = input(f"Purge {n} dead letter(s) from {store.uri}? [y/N] ")
+            except EOFError:
+                answer = ""
+            if answer.strip().lower() not in ("y", "yes"):
+                print("aborted; nothing purged")
+                self.exitcode = 1
+                return
+        purged = store.purge(filters)
+        print(f"purged {purged} dead letter(s) from {store.uri}")
+        store.close()
+
+    def _run_replay(self, opts: argparse.Namespace, spider: str) -> None:
+        from scrapy_openclaw.dlq.replay import PLAN_KEY, ReplayPlan, ReplayStartMiddleware
+        from scrapy_openclaw.runtime import shared
+
+        assert self.crawler_process is not None
+        if opts.spider and opts.spider != spider:
+            raise UsageError(f"replay {spider}: --spider {opts.spider} names another spider", print_help=False)
+        store = self._open(opts, spider=spider)
+        selected = list(store.iter(self._filters(opts, spider=spider, include_replayed=opts.include_replayed)))
+        records = [r for r in selected if r.request]
+        if len(records) < len(selected):
+            print(f"{len(selected) - len(records)} selected dead letter(s) hold no request (items) and are not replayed")
+        if not records:
+            print(f"nothing to replay for {spider} in {store.uri}")
+            return
+        # Set on the process's settings before the crawler copies them (the
+        # process merges its settings into the crawler again when it starts it).
+        self.crawler_process.settings.set_in_component_priority_dict(
+            "SPIDER_MIDDLEWARES", ReplayStartMiddleware, 990
+        )
+        try:
+            crawler = self.crawler_process.create_crawler(spider)
+        except KeyError as exc:
+            raise UsageError(str(exc), print_help=False) from None
+        plan = shared(crawler, PLAN_KEY, lambda: ReplayPlan(store, records))
+        self.crawler_process.crawl(crawler, **opts.spargs)
+        self.crawler_process.start()
+        if getattr(self.crawler_process, "bootstrap_failed", False):
+            self.exitcode = 1
+        print(
+            f"replayed {len(plan.injected)} dead letter(s) of {spider} from {expand_uri(store.uri, spider)}"
+            + (f"; {len(plan.skipped)} could not be rebuilt" if plan.skipped else "")
+        )
+        store.close()

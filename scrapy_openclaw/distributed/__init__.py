@@ -1,0 +1,79 @@
+"""Distributed crawls on scrapy-redis: leased queue, shared politeness, safe serialisation.
+
+``OPENCLAW_DISTRIBUTED = True`` plus scrapy-redis's ``REDIS_URL``: the add-on
+calls :func:`configure`, which selects scrapy-redis's scheduler and dupefilter
+with our leased deadline queue, JSON serializer and Redis health registry.
+Every write is at ``"addon"`` priority, so a project's own settings win.
+
+Resume after every worker stopped: the Redis keys are the checkpoint
+(``SCHEDULER_PERSIST`` is on). Start workers again with the same
+``REDIS_URL`` and spider name; expired leases of the dead workers are
+re-queued and the crawl continues where it was. ``SCHEDULER_FLUSH_ON_START``
+(scrapy-redis) starts from scratch instead.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from scrapy.settings import BaseSettings
+
+__all__ = [
+    "DOWNLOADER_ACK_MIDDLEWARE",
+    "HEALTH_REGISTRY",
+    "QUEUE",
+    "SCHEDULER",
+    "SERIALIZER",
+    "SPIDER_ACK_MIDDLEWARE",
+    "configure",
+]
+
+SCHEDULER = "scrapy_openclaw.distributed.scheduler.OpenClawRedisScheduler"
+QUEUE = "scrapy_openclaw.distributed.queue.LeasedDeadlineQueue"
+SERIALIZER = "scrapy_openclaw.distributed.serializer"
+DUPEFILTER = "scrapy_redis.dupefilter.RFPDupeFilter"
+HEALTH_REGISTRY = "scrapy_openclaw.distributed.health.RedisHealthRegistry"
+SPIDER_ACK_MIDDLEWARE = "scrapy_openclaw.distributed.middleware.LeaseAckSpiderMiddleware"
+DOWNLOADER_ACK_MIDDLEWARE = "scrapy_openclaw.distributed.middleware.LeaseAckDownloaderMiddleware"
+
+
+def redis_params() -> dict:
+    """Client parameters: short timeouts and a few quick retries (redis-py ``Retry``).
+
+    Longer outages are handled by the queue (buffered writes, backoff), so a
+    call never blocks the reactor for long.
+    """
+    from redis.backoff import ExponentialBackoff
+    from redis.exceptions import ConnectionError as RedisConnectionError
+    from redis.exceptions import TimeoutError as RedisTimeoutError
+    from redis.retry import Retry
+
+    return {
+        "socket_timeout": 10,
+        "socket_connect_timeout": 2,
+        "retry": Retry(ExponentialBackoff(cap=0.2, base=0.02), 2),
+        "retry_on_error": [RedisConnectionError, RedisTimeoutError],
+        "health_check_interval": 10,
+    }
+
+
+def configure(settings: BaseSettings) -> None:
+    """Switch a crawl's settings to distributed mode (called by the add-on)."""
+    settings.set("SCHEDULER", SCHEDULER, "addon")
+    settings.set("SCHEDULER_QUEUE_CLASS", QUEUE, "addon")
+    settings.set("SCHEDULER_SERIALIZER", SERIALIZER, "addon")
+    settings.set("DUPEFILTER_CLASS", DUPEFILTER, "addon")
+    # the queue is the checkpoint: never wipe it when one worker closes
+    settings.set("SCHEDULER_PERSIST", True, "addon")
+    settings.set("OPENCLAW_HEALTH_REGISTRY_CLASS", HEALTH_REGISTRY, "addon")
+    if not settings.getdict("REDIS_PARAMS"):
+        settings.set("REDIS_PARAMS", redis_params(), "addon")
+    if not settings.get("OPENCLAW_DLQ_URI"):
+        url = settings.get("REDIS_URL")
+        if url:
+            settings.set("OPENCLAW_DLQ_URI", url, "addon")
+    settings.setdefault_in_component_priority_dict("SPIDER_MIDDLEWARES", SPIDER_ACK_MIDDLEWARE, 1)
+    settings.setdefault_in_component_priority_dict(
+        "DOWNLOADER_MIDDLEWARES", DOWNLOADER_ACK_MIDDLEWARE, 1
+    )

@@ -1,0 +1,420 @@
+"""A leased deadline queue in Redis: scrapy-redis's queue interface, no lost requests.
+
+scrapy-redis pops destructively, so a worker killed mid-crawl loses every
+request it had popped. Here a pop *leases* the entry: an atomic Lua script
+moves it to an in-flight set scored by the lease expiry, with this worker's
+id. The worker extends its leases on a heartbeat and acknowledges a request
+when it is finished (its callback output consumed and its items through the
+pipelines, a dead letter, or a re-enqueued retry / redirect). Any live worker
+re-queues leases that expired (dead worker). A late acknowledgement after a
+re-queue removes the entry if nobody leased it again, and is a no-op if
+someone did, so nothing is fetched twice by our own doing.
+
+Ordering is the local :class:`~scrapy_openclaw.pqueues.DeadlinePriorityQueue`'s:
+priority, deadline aging (``e(t) = max(p, p + B + (t - D)·B/W)``), expired
+deadlines first (or dropped as dead letters), not-before times held in a
+second sorted set until due. When the health registry lives in Redis, the pop
+also takes the domain's token in the same script, so the combined rate of all
+workers to a domain stays within its limit (one round trip per request).
+
+Resume: the Redis keys *are* the checkpoint. When every worker stops (or is
+killed), pending entries stay in the ready/delayed sets and leased ones in the
+in-flight set; the next workers to start with the same ``REDIS_URL`` and spider
+name re-queue expired leases and continue (``SCHEDULER_PERSIST`` is on).
+
+Redis errors never lose a request: pushes and acknowledgements are kept in
+memory and retried with backoff; pops return nothing until Redis is back.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+import uuid
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlparse
+
+from redis.exceptions import RedisError
+from scrapy.utils.asyncio import call_later, create_looping_call
+from scrapy.utils.misc import load_object
+
+from scrapy_openclaw import meta as M
+from scrapy_openclaw.delay import not_before, wake_engine
+from scrapy_openclaw.distributed import lua
+from scrapy_openclaw.distributed import serializer as json_serializer
+from scrapy_openclaw.runtime import crawl_id, shared
+from scrapy_openclaw.serialization import SerializationError, request_from_data, request_to_data
+from scrapy_openclaw.settings import DEFAULTS
+
+if TYPE_CHECKING:
+    from scrapy import Request, Spider
+
+logger = logging.getLogger(__name__)
+
+#: meta key: the id of the queue entry this request was leased as.
+LEASE = "openclaw_lease"
+STATS = "openclaw/distributed"
+_RUNTIME_KEY = "distributed_queue"
+
+
+def active_queue(crawler: Any) -> LeasedDeadlineQueue | None:
+    """The crawler's leased queue, once the scheduler has opened it."""
+    from scrapy_openclaw.runtime import peek
+
+    return peek(crawler, _RUNTIME_KEY)
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+def _setting(settings: Any, name: str, getter: str) -> Any:
+    return getattr(settings, getter)(name, DEFAULTS[name])
+
+
+class LeasedDeadlineQueue:
+    """scrapy-redis queue (``SCHEDULER_QUEUE_CLASS``) with leases and deadline order."""
+
+    #: tells scrapy_openclaw.delay that not-before times are kept here.
+    handles_not_before = True
+
+    def __init__(self, server: Any, spider: Spider, key: str, serializer: Any = None):
+        serializer = serializer or json_serializer
+        for name in ("loads", "dumps"):
+            if not hasattr(serializer, name):
+                raise TypeError(f"serializer does not implement {name!r}: {serializer}")
+        self.server = server
+        self.spider = spider
+        self.key = key % {"spider": spider.name}
+        self.serializer = serializer
+        self.crawler = spider.crawler
+        settings = self.crawler.settings
+        self.stats = self.crawler.stats
+        self.lease = _setting(settings, "OPENCLAW_DISTRIBUTED_LEASE", "getfloat")
+        self.heartbeat = _setting(settings, "OPENCLAW_DISTRIBUTED_HEARTBEAT", "getfloat") or self.lease / 3
+        self.scan = _setting(settings, "OPENCLAW_DISTRIBUTED_SCAN", "getint")
+        self.max_outage = _setting(settings, "OPENCLAW_DISTRIBUTED_MAX_OUTAGE", "getfloat")
+        self.boost = _setting(settings, "OPENCLAW_QUEUE_AGING_BOOST", "getfloat")
+        self.worker = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+        self.held: dict[str, float] = {}  # lease id -> time leased
+        self._pending_push: list[tuple[Any, ...]] = []  # Lua args waiting for Redis
+        self._pending_ack: set[str] = set()
+        self._down_since: float | None = None
+        self._retry_at = 0.0
+        self._backoff = 0.0
+        self._last_beat = 0.0
+        self._wake_timer: Any = None
+        self._wake_at = float("inf")
+        self._seq = 0
+        self._push = server.register_script(lua.PUSH)
+        self._pop = server.register_script(lua.POP)
+        self._ack = server.register_script(lua.ACK)
+        self._beat = server.register_script(lua.HEARTBEAT)
+        self._release = server.register_script(lua.RELEASE)
+        self._reject = server.register_script(lua.REJECT)
+        self._counts = server.register_script(lua.COUNTS)
+        self.registry = self._health_registry()
+        shared(self.crawler, _RUNTIME_KEY, lambda: self)
+        self._loop = create_looping_call(self._tick)
+        self._loop.start(min(0.5, self.heartbeat), now=False)
+
+    # --- collaborators --------------------------------------------------------
+
+    def _health_registry(self) -> Any:
+        """The Redis health registry whose token buckets the pop script takes from."""
+        settings = self.crawler.settings
+        if not settings.getbool("OPENCLAW_HEALTH_ENABLED", True):
+            return None
+        try:
+            from scrapy_openclaw.health import HealthRegistry
+
+            registry = HealthRegistry.for_crawler(self.crawler)
+        except ImportError:
+            path = settings.get("OPENCLAW_HEALTH_REGISTRY_CLASS")
+            registry = load_object(path).for_crawler(self.crawler) if path else None
+        return registry if getattr(registry, "redis_prefix", None) else None
+
+    def _policy(self, domain: str) -> Any:
+        from scrapy_openclaw.policy import PolicySet
+
+        return PolicySet.for_crawler(self.crawler).for_domain(domain)
+
+    # --- scrapy-redis queue interface ----------------------------------------
+
+    def _next_id(self) -> str:
+        # time-ordered ids: equal priorities pop FIFO (Redis orders equal scores by member)
+        self._seq += 1
+        return f"{time.time():017.6f}-{self.worker[-6:]}-{self._seq:x}"
+
+    def push(self, request: Request) -> None:
+        now = time.time()
+        lease = request.meta.pop(LEASE, None)
+        ack_id = lease if lease is not None and self.held.pop(lease, None) is not None else ""
+        domain = urlparse(request.url).hostname or ""
+        policy = self._policy(domain).deadline
+        deadline = request.meta.get(M.DEADLINE)
+        if deadline is None:
+            seconds = policy.classes.get(request.meta.get(M.REQUEST_CLASS), policy.default)
+            if seconds is not None:
+                deadline = request.meta[M.DEADLINE] = now + float(seconds)
+        try:
+            payload = self.serializer.dumps(request_to_data(request, self.spider))
+        except SerializationError as exc:
+            logger.error(
+                "Cannot store %(request)s in the Redis queue, dropped: %(error)s",
+                {"request": request, "error": exc}, extra={"spider": self.spider},
+            )
+            self.stats.inc_value(f"{STATS}/unserializable")
+            if ack_id:
+                self._send_ack(ack_id)
+            return
+        info = json_serializer.dumps({
+            "p": request.priority, "d": float(deadline or 0), "w": float(policy.aging_window),
+            "x": policy.expired, "dom": domain,
+        })
+        if self.registry is not None and domain:
+            try:
+                self.registry.ensure(domain)
+            except RedisError:
+                pass  # retried with the next push; the pop just does not gate meanwhile
+        nb = not_before(request)
+        args = (self.key, self.boost, self._next_id(), payload, info, request.priority, nb, now,
+                ack_id, self.worker)
+        if not self._call_push(args):
+            self._pending_push.append(args)
+        self.stats.inc_value(f"{STATS}/pushed")
+        if nb > now:
+            self._wake(nb)
+
+    def pop(self, timeout: float = 0) -> Request | None:
+        if not self._redis_ok():
+            return None
+        self._flush()
+        for _ in range(16):  # bounded: refused entries are skipped, not retried forever
+            now = time.time()
+            try:
+                res = self._pop(args=[self.key, self.boost, now, now + self.lease, self.worker,
+                                      self.scan, getattr(self.registry, "redis_prefix", "") or ""])
+            except RedisError as exc:
+                self._failed(exc)
+                return None
+            self._recovered()
+            status = _text(res[0])
+            extra = 4 if status == "ok" else 3
+            requeued = int(res[extra - 1])
+            if requeued:
+                self._requeued(requeued)
+            for payload in res[extra:]:
+                self._dead_letter_expired(payload)
+            if status == "wait":
+                self._wake(float(_text(res[1])))
+                return None
+            if status != "ok":
+                return None
+            entry_id, payload = _text(res[1]), res[2]
+            try:
+                request = request_from_data(self.serializer.loads(payload), self.spider)
+            except (SerializationError, ValueError, TypeError) as exc:
+                self._refuse(entry_id, exc)
+                continue
+            request.meta[LEASE] = entry_id
+            self.held[entry_id] = now
+            self.stats.inc_value(f"{STATS}/leased")
+            return request
+        return None
+
+    def __len__(self) -> int:
+        """Everything not yet finished by anyone, minus what this worker is processing.
+
+        Other workers' leases count (their results may add work), ours do not
+        (Scrapy tracks those as in-progress itself), so a worker with a leaked
+        lease cannot keep itself open forever.
+        """
+        buffered = len(self._pending_push)
+        if not self._redis_ok():
+            return buffered + (1 if self._within_outage() else 0)
+        try:
+            ready, delayed, inflight = (int(n) for n in self._counts(args=[self.key]))
+        except RedisError as exc:
+            self._failed(exc)
+            return buffered + (1 if self._within_outage() else 0)
+        self._recovered()
+        return max(0, ready + delayed + inflight - len(self.held)) + buffered
+
+    def clear(self) -> None:
+        suffixes = ("", ":aging", ":expiry", ":delayed", ":inflight", ":owner", ":data", ":info")
+        self.server.delete(*(self.key + s for s in suffixes))
+
+    # --- leases -----------------------------------------------------------------
+
+    def ack(self, lease_id: str | None) -> None:
+        """The request leased as *lease_id* is finished (idempotent)."""
+        if lease_id is None or self.held.pop(lease_id, None) is None:
+            return
+        self.stats.inc_value(f"{STATS}/acked")
+        self._send_ack(lease_id)
+
+    def release(self, lease_id: str | None) -> None:
+        """Put the leased request back at once: it was not finished (e.g. its item was not stored)."""
+        if lease_id is None or self.held.pop(lease_id, None) is None:
+            return
+        self.stats.inc_value(f"{STATS}/released")
+        try:
+            self._release(args=[self.key, self.boost, self.worker, lease_id])
+        except RedisError as exc:  # the lease expires and is re-queued then
+            self._failed(exc)
+
+    def _send_ack(self, lease_id: str) -> None:
+        self._pending_ack.add(lease_id)
+        if self._redis_ok():
+            self._flush()
+
+    def close(self, reason: str) -> None:
+        """Stop the heartbeat; hand leftover leases back (or drop leaks on a clean finish)."""
+        if self._loop.running:
+            self._loop.stop()
+        if self._wake_timer is not None:
+            self._wake_timer.cancel()
+            self._wake_timer = None
+        self._retry_at = 0.0
+        self._flush()
+        ids = list(self.held)
+        if not ids:
+            return
+        try:
+            if reason == "finished":  # everything was processed; these were never acked
+                self._ack(args=[self.key, self.boost, self.worker, *ids])
+            else:
+                n = self._release(args=[self.key, self.boost, self.worker, *ids])
+                logger.info("Returned %(n)d leased requests to the Redis queue", {"n": n},
+                            extra={"spider": self.spider})
+            self.held.clear()
+        except RedisError as exc:
+            logger.warning(
+                "Could not return %(n)d leases to Redis (%(error)s); they expire in %(lease)ss",
+                {"n": len(ids), "error": exc, "lease": self.lease}, extra={"spider": self.spider},
+            )
+
+    def _tick(self) -> None:
+        """Every poll interval: retry buffered writes, heartbeat, let the engine look for work."""
+        now = time.time()
+        if self._redis_ok():
+            self._flush()
+            if now - self._last_beat >= self.heartbeat:
+                self._last_beat = now
+                try:
+                    _, requeued = self._beat(args=[self.key, self.boost, self.worker, now,
+                                                   now + self.lease, *self.held])
+                except RedisError as exc:
+                    self._failed(exc)
+                else:
+                    self._recovered()
+                    if int(requeued):
+                        self._requeued(int(requeued))
+        self._wake_engine()  # work pushed by other workers
+
+    def _requeued(self, n: int) -> None:
+        self.stats.inc_value(f"{STATS}/lease_expired", n)
+        logger.info("Re-queued %(n)d requests whose lease expired (a worker died?)", {"n": n},
+                    extra={"spider": self.spider})
+
+    # --- refused and expired entries -------------------------------------------
+
+    def _refuse(self, entry_id: str, exc: Exception) -> None:
+        logger.error(
+            "Refused a Redis queue entry of %(key)s (moved to %(key)s:rejected, not executed): %(error)s",
+            {"key": self.key, "error": exc}, extra={"spider": self.spider},
+        )
+        self.stats.inc_value(f"{STATS}/rejected")
+        try:
+            self._reject(args=[self.key, self.boost, entry_id, self.worker, str(exc)])
+        except RedisError as err:
+            self._failed(err)
+
+    def _dead_letter_expired(self, payload: Any) -> None:
+        from scrapy_openclaw import signals as openclaw_signals
+        from scrapy_openclaw.deadletter import for_request
+
+        try:
+            request = request_from_data(self.serializer.loads(payload), self.spider)
+        except (SerializationError, ValueError, TypeError) as exc:
+            logger.error("Dropped an expired Redis queue entry that does not decode: %(error)s",
+                         {"error": exc}, extra={"spider": self.spider})
+            return
+        request.meta.pop(LEASE, None)
+        self.stats.inc_value(f"{STATS}/deadline_dropped")
+        letter = for_request(request, spider=self.spider, crawl_id=crawl_id(self.crawler),
+                             error_class="deadline", reason="deadline_expired")
+        self.crawler.signals.send_catch_log(
+            signal=openclaw_signals.dead_letter, dead_letter=letter, spider=self.spider
+        )
+
+    # --- Redis outages -----------------------------------------------------------
+
+    def _call_push(self, args: tuple[Any, ...]) -> bool:
+        if not self._redis_ok():
+            return False
+        try:
+            self._push(args=list(args))
+        except RedisError as exc:
+            self._failed(exc)
+            return False
+        self._recovered()
+        return True
+
+    def _flush(self) -> None:
+        while self._pending_push:
+            if not self._call_push(self._pending_push[0]):
+                return
+            self._pending_push.pop(0)
+        if self._pending_ack:
+            ids = list(self._pending_ack)
+            try:
+                self._ack(args=[self.key, self.boost, self.worker, *ids])
+            except RedisError as exc:
+                self._failed(exc)
+                return
+            self._recovered()
+            self._pending_ack.difference_update(ids)
+
+    def _redis_ok(self) -> bool:
+        return time.time() >= self._retry_at
+
+    def _within_outage(self) -> bool:
+        return self._down_since is None or time.time() - self._down_since < self.max_outage
+
+    def _failed(self, exc: Exception) -> None:
+        now = time.time()
+        if self._down_since is None:
+            self._down_since = now
+            logger.warning("Redis unreachable (%(error)s); buffering writes and retrying",
+                           {"error": exc}, extra={"spider": self.spider})
+        self.stats.inc_value(f"{STATS}/redis_errors")
+        self._backoff = min(5.0, max(0.1, self._backoff * 2))
+        self._retry_at = now + self._backoff
+
+    def _recovered(self) -> None:
+        if self._down_since is not None:
+            logger.info("Redis is back after %(s).1fs", {"s": time.time() - self._down_since},
+                        extra={"spider": self.spider})
+            self.stats.inc_value(f"{STATS}/reconnects")
+        self._down_since, self._backoff, self._retry_at = None, 0.0, 0.0
+
+    def _wake(self, at: float) -> None:
+        """Wake the engine at *at* (a delayed entry or a domain token becomes due)."""
+        if self._wake_timer is not None and self._wake_at <= at:
+            return
+        if self._wake_timer is not None:
+            self._wake_timer.cancel()
+        self._wake_at = at
+        self._wake_timer = call_later(max(0.0, at - time.time()) + 0.001, self._woken)
+
+    def _woken(self) -> None:
+        self._wake_timer, self._wake_at = None, float("inf")
+        self._wake_engine()
+
+    def _wake_engine(self) -> None:
+        if self.crawler.crawling:  # Crawler.engine raises before the crawl starts (Scrapy >= 2.19)
+            wake_engine(self.crawler)

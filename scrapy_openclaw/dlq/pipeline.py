@@ -1,0 +1,287 @@
+"""DeadLetterPipeline: every request or item given up on lands in a store.
+
+Dead letters arrive two ways: the retry middleware and the deadline queue
+send :data:`scrapy_openclaw.signals.dead_letter` with a ready record, and
+items dropped by any pipeline with a validation error (Scrapy's
+``item_dropped`` signal, classified by the error taxonomy as ``business``)
+become records here. The pipeline only writes; it never changes items.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from scrapy import signals
+from scrapy.exceptions import NotConfigured
+from scrapy.settings import BaseSettings
+from scrapy.utils.asyncio import call_later, create_looping_call
+from scrapy.utils.defer import deferred_from_coro, maybe_deferred_to_future
+
+from scrapy_openclaw import deadletter
+from scrapy_openclaw import signals as openclaw_signals
+from scrapy_openclaw.dlq.stores import JsonlStore, RedisStore, default_uri, expand_uri, open_store
+from scrapy_openclaw.errors import ErrorTaxonomy, OpenClawConfigError
+from scrapy_openclaw.runtime import crawl_id, shared
+from scrapy_openclaw.serialization import dumps
+from scrapy_openclaw.settings import DEFAULTS
+
+if TYPE_CHECKING:
+    from scrapy import Spider
+    from scrapy.crawler import Crawler
+    from scrapy.http import Response
+    from twisted.python.failure import Failure
+
+    from scrapy_openclaw.deadletter import DeadLetter
+    from scrapy_openclaw.dlq.stores import DeadLetterStore
+
+logger = logging.getLogger(__name__)
+
+ALERT_REASON = "openclaw_dlq_threshold"
+#: How long close waits for an unreachable Redis before saving the buffer to a file.
+CLOSE_RETRY_SECONDS = 10.0
+
+
+class DeadLetterPipeline:
+    """Item pipeline (``ITEM_PIPELINES``, order 1000 in the add-on) writing dead letters.
+
+    Stats: ``openclaw/dlq/count``, ``openclaw/dlq/<error class>``,
+    ``openclaw/dlq/alert`` (1 once a threshold is exceeded),
+    ``openclaw/dlq/buffered`` / ``openclaw/dlq/fallback`` (Redis outages).
+    """
+
+    def __init__(self, crawler: Crawler):
+        settings = crawler.settings
+        self.crawler = crawler
+        self.uri_template = default_uri(settings)
+        self.fsync_interval = settings.getfloat(
+            "OPENCLAW_CHECKPOINT_FLUSH", DEFAULTS["OPENCLAW_CHECKPOINT_FLUSH"]
+        )
+        self.alert_count = settings.getint("OPENCLAW_DLQ_ALERT_COUNT", DEFAULTS["OPENCLAW_DLQ_ALERT_COUNT"])
+        self.alert_ratio = settings.getfloat("OPENCLAW_DLQ_ALERT_RATIO", DEFAULTS["OPENCLAW_DLQ_ALERT_RATIO"])
+        self.alert_min_requests = settings.getint(
+            "OPENCLAW_DLQ_ALERT_MIN_REQUESTS", DEFAULTS["OPENCLAW_DLQ_ALERT_MIN_REQUESTS"]
+        )
+        self.alert_close = settings.getbool("OPENCLAW_DLQ_ALERT_CLOSE", DEFAULTS["OPENCLAW_DLQ_ALERT_CLOSE"])
+        if self.alert_count < 0 or not 0.0 <= self.alert_ratio <= 1.0:
+            raise NotConfigured(
+                "OPENCLAW_DLQ_ALERT_COUNT must be >= 0 and OPENCLAW_DLQ_ALERT_RATIO within [0, 1]"
+            )
+        self.taxonomy = _taxonomy(crawler)
+        self.store: DeadLetterStore | None = None
+        self._early: list[DeadLetter] = []  # arrived before the spider opened
+        self._unwritten: list[DeadLetter] = []  # the store failed (e.g. disk full); retried
+        self.written = 0
+        self.alerted = False
+        self._closing: Any = None
+        self._sync_loop: Any = None
+        crawler.signals.connect(self.on_dead_letter, signal=openclaw_signals.dead_letter)
+        crawler.signals.connect(self.on_item_dropped, signal=signals.item_dropped)
+        crawler.signals.connect(self.spider_closed, signal=signals.spider_closed)
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> DeadLetterPipeline:
+        if not crawler.settings.getbool("OPENCLAW_DLQ_ENABLED", DEFAULTS["OPENCLAW_DLQ_ENABLED"]):
+            raise NotConfigured
+        return cls(crawler)
+
+    # item pipeline ----------------------------------------------------------
+
+    def open_spider(self, spider: Spider | None = None) -> None:
+        name = self.crawler.spider.name
+        try:
+            self.store = open_store(
+                self.uri_template, spider=name, fsync_interval=self.fsync_interval, schedule=call_later
+            )
+        except ValueError as exc:
+            raise OpenClawConfigError(f"setting OPENCLAW_DLQ_URI: {exc}") from None
+        self._sync_loop = create_looping_call(self._sync)
+        self._sync_loop.start(max(self.fsync_interval, 0.1), now=False)
+        early, self._early = self._early, []
+        for record in early:
+            self._write(record)
+
+    def process_item(self, item: Any, spider: Spider | None = None) -> Any:
+        return item
+
+    # signals ----------------------------------------------------------------
+
+    def on_dead_letter(self, dead_letter: DeadLetter, **kwargs: Any) -> None:
+        if self.store is None:
+            self._early.append(dead_letter)
+            return
+        self._write(dead_letter)
+
+    def on_item_dropped(
+        self,
+        item: Any,
+        exception: BaseException | Failure,
+        response: Response | None = None,
+        **kwargs: Any,
+    ) -> None:
+        if self.taxonomy.classify_item_error(exception) is None:
+            return  # a plain DropItem (duplicates, filters) is not a failure
+        record = deadletter.for_item(
+            item,
+            spider=self.crawler.spider,
+            crawl_id=crawl_id(self.crawler),
+            exception=exception,
+            response_url=response.url if response is not None else None,
+        )
+        self.on_dead_letter(record)
+
+    def _write(self, record: DeadLetter) -> None:
+        assert self.store is not None
+        if self._unwritten or not self._append(record):
+            self._unwritten.append(record)  # kept, in order, until the store takes it
+        self.written += 1
+        stats = self.crawler.stats
+        stats.inc_value("openclaw/dlq/count")
+        stats.inc_value(f"openclaw/dlq/{record.error_class}")
+        logger.debug(
+            "Dead letter %(id)s (%(cls)s, %(reason)s): %(url)s",
+            {"id": record.id, "cls": record.error_class, "reason": record.reason, "url": record.url},
+            extra={"spider": self.crawler.spider},
+        )
+        self._check_alert()
+
+    def _append(self, record: DeadLetter) -> bool:
+        """Append, or log and return False if the store fails (disk full, permissions).
+
+        An unreachable Redis never fails here: the Redis store buffers itself.
+        """
+        assert self.store is not None
+        try:
+            self.store.append(record)
+        except OSError as exc:
+            logger.error(
+                "Cannot write dead letter %(id)s to %(uri)s: %(error)s; kept in memory, will retry",
+                {"id": record.id, "uri": self.store.uri, "error": exc},
+                extra={"spider": self.crawler.spider},
+            )
+            return False
+        return True
+
+    def _retry_unwritten(self) -> None:
+        while self._unwritten and self._append(self._unwritten[0]):
+            self._unwritten.pop(0)
+
+    def _sync(self) -> None:
+        if self.store is not None:
+            self._retry_unwritten()
+            try:
+                self.store.sync()
+            except OSError as exc:
+                logger.error("Cannot sync dead letters to %(uri)s: %(error)s", {"uri": self.store.uri, "error": exc})
+            if isinstance(self.store, RedisStore):
+                self.crawler.stats.set_value("openclaw/dlq/buffered", self.store.pending())
+
+    # alerting ---------------------------------------------------------------
+
+    def _check_alert(self) -> None:
+        if self.alerted:
+            return
+        why = None
+        if self.alert_count and self.written >= self.alert_count:
+            why = f"{self.written} dead letters >= OPENCLAW_DLQ_ALERT_COUNT={self.alert_count}"
+        elif self.alert_ratio:
+            requests = self.crawler.stats.get_value("downloader/request_count", 0) or 0
+            if requests >= max(1, self.alert_min_requests) and self.written / requests > self.alert_ratio:
+                why = (
+                    f"{self.written} dead letters for {requests} requests "
+                    f"> OPENCLAW_DLQ_ALERT_RATIO={self.alert_ratio}"
+                )
+        if why is None:
+            return
+        self.alerted = True
+        self.crawler.stats.set_value("openclaw/dlq/alert", 1)
+        logger.error(
+            "Dead-letter threshold exceeded: %(why)s (store: %(uri)s)%(action)s",
+            {
+                "why": why,
+                "uri": self.store.uri if self.store else self.uri_template,
+                "action": "; closing the spider" if self.alert_close else "",
+            },
+            extra={"spider": self.crawler.spider},
+        )
+        if self.alert_close:
+            self._closing = deferred_from_coro(
+                self.crawler.engine.close_spider_async(reason=ALERT_REASON)
+            )
+
+    # close ------------------------------------------------------------------
+
+    async def spider_closed(self, spider: Spider, reason: str) -> None:
+        """Flush (Redis: retry a while, then save leftovers to a file) and report.
+
+        Done at ``spider_closed`` rather than in ``close_spider`` so that dead
+        letters sent while the scheduler closes are still written.
+        """
+        if self._sync_loop is not None and self._sync_loop.running:
+            self._sync_loop.stop()
+        store = self.store
+        if store is None:
+            return
+        self._retry_unwritten()
+        for record in self._unwritten:  # last resort: the record goes to the log
+            logger.error(
+                "Dead letter could not be stored in %(uri)s: %(record)s",
+                {"uri": store.uri, "record": dumps(record.to_dict())},
+                extra={"spider": spider},
+            )
+        if isinstance(store, RedisStore):
+            await self._flush_redis(store)
+        try:
+            store.close()
+        except OSError as exc:
+            logger.error("Cannot close dead-letter store %(uri)s: %(error)s", {"uri": store.uri, "error": exc})
+        logger.info(
+            "%(n)d dead letter(s) written to %(uri)s",
+            {"n": self.written, "uri": store.uri},
+            extra={"spider": spider},
+        )
+
+    async def _flush_redis(self, store: RedisStore) -> None:
+        from twisted.internet.defer import Deferred
+
+        waited, delay = 0.0, 0.25
+        store.close()
+        while store.pending() and waited < CLOSE_RETRY_SECONDS:  # bounded
+            d: Deferred[None] = Deferred()
+            call_later(delay, d.callback, None)
+            await maybe_deferred_to_future(d)
+            waited += delay
+            delay = min(delay * 2, 2.0)
+            store.close()
+        if store.pending():
+            fallback = JsonlStore(
+                expand_uri(default_uri(_NoUri(self.crawler.settings)), self.crawler.spider.name)
+            )
+            n = store.drain_to(fallback)
+            fallback.close()
+            logger.error(
+                "Dead-letter store %(uri)s still unreachable at close: saved %(n)d buffered "
+                "record(s) to %(path)s instead",
+                {"uri": store.uri, "n": n, "path": fallback.uri},
+                extra={"spider": self.crawler.spider},
+            )
+            self.crawler.stats.set_value("openclaw/dlq/fallback", n)
+
+
+def _taxonomy(crawler: Crawler) -> ErrorTaxonomy:
+    """The crawl's taxonomy with DEFAULTS filled in (works without the add-on)."""
+    names = ("OPENCLAW_RETRY_HTTP_CODES", "OPENCLAW_PARSE_EXCEPTIONS", "OPENCLAW_VALIDATION_EXCEPTIONS")
+    settings = BaseSettings({name: crawler.settings.get(name, DEFAULTS[name]) for name in names})
+    return shared(crawler, "dlq_taxonomy", lambda: ErrorTaxonomy.from_settings(settings))
+
+
+class _NoUri:
+    """Settings view without OPENCLAW_DLQ_URI, to find the default file location."""
+
+    def __init__(self, settings: Any):
+        self._settings = settings
+
+    def get(self, name: str, default: Any = None) -> Any:
+        if name == "OPENCLAW_DLQ_URI":
+            return None
+        return self._settings.get(name, default)

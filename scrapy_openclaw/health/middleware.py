@@ -1,0 +1,207 @@
+"""DomainHealthMiddleware: feeds the HealthRegistry and applies it to Scrapy's download slots.
+
+It sits next to the downloader (order 560, inside the retry middleware), so it
+sees every raw response and download failure and records it in the registry.
+From the registry it sets each download slot's ``concurrency`` (scaled by
+health) and, when the scheduler queue does not gate domains itself, the
+slot's ``delay`` (one request per 1/rate seconds).
+
+A request for a domain that is held (Retry-After) or whose circuit is open is
+not sent and not waited for here (waiting in a middleware would hold one of
+the ``CONCURRENT_REQUESTS`` places): it goes back to the scheduler with a
+not-before time, and the queue (or :class:`~scrapy_openclaw.delay.DelayedRequests`)
+keeps it until then. Requests already queued inside the download slot when a
+hold starts are paused in the slot itself (see :func:`_pause_slot`).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+import scrapy
+from scrapy import signals
+from scrapy.exceptions import NotConfigured
+from scrapy.settings import BaseSettings
+
+from scrapy_openclaw import meta as M
+from scrapy_openclaw import signals as openclaw_signals
+from scrapy_openclaw.delay import DelayedRequests, queue_handles_not_before
+from scrapy_openclaw.errors import ErrorTaxonomy
+from scrapy_openclaw.health.registry import CLOSED, OPEN, HealthRegistry, affects_health
+from scrapy_openclaw.retry_after import parse_retry_after
+from scrapy_openclaw.runtime import shared
+from scrapy_openclaw.settings import DEFAULTS
+
+if TYPE_CHECKING:
+    from scrapy import Request
+    from scrapy.core.downloader import Slot
+    from scrapy.crawler import Crawler
+    from scrapy.http import Response
+
+    from scrapy_openclaw.errors import Classification
+    from scrapy_openclaw.health.registry import DomainState
+
+logger = logging.getLogger(__name__)
+
+# The clock of ``Slot.lastseen``: Scrapy 2.16 moved it from time.time() to time.monotonic().
+_SLOT_CLOCK = time.monotonic if scrapy.version_info >= (2, 16) else time.time
+_PAUSE_DELAY = 0.001  # a slot delay of 0 skips Scrapy's delay check, which a pause relies on
+
+
+class DomainHealthMiddleware:
+    """Downloader middleware: per-domain health, pacing, circuit breaking and Retry-After holds."""
+
+    def __init__(self, crawler: Crawler):
+        self.crawler = crawler
+        self.registry = HealthRegistry.for_crawler(crawler)
+        self.taxonomy = _taxonomy(crawler)
+        self.stats = crawler.stats
+        # With our deadline queue, the queue takes tokens before handing a
+        # request out; with any other queue the slot delay does the pacing.
+        self.paces_slots = not queue_handles_not_before(crawler.settings)
+        self.min_delay = crawler.settings.getfloat("DOWNLOAD_DELAY")
+        DelayedRequests.for_crawler(crawler)  # keeps deferred requests when the queue cannot
+        crawler.signals.connect(self._request_reached_downloader, signal=signals.request_reached_downloader)
+        crawler.signals.connect(self._spider_closed, signal=signals.spider_closed)
+        if self.paces_slots and crawler.settings.getbool("AUTOTHROTTLE_ENABLED"):
+            logger.warning(
+                "AutoThrottle and DomainHealthMiddleware both set download slot delays; "
+                "disable AUTOTHROTTLE_ENABLED to let the health middleware pace domains"
+            )
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> DomainHealthMiddleware:
+        if not crawler.settings.getbool("OPENCLAW_HEALTH_ENABLED", DEFAULTS["OPENCLAW_HEALTH_ENABLED"]):
+            raise NotConfigured
+        return cls(crawler)
+
+    # --- the middleware -------------------------------------------------------
+
+    def process_request(self, request: Request) -> Request | None:
+        domain = self._domain(request)
+        if not domain or not self.paces_slots:
+            return None  # a gating queue has already asked the registry
+        if self.registry.try_acquire(domain, token=False):
+            return None
+        ready_at = self.registry.ready_at(domain)
+        self.stats.inc_value("openclaw/health/deferred")
+        logger.debug(
+            "Deferring %(request)s: %(domain)s is held or its circuit is open until %(at).1f",
+            {"request": request, "domain": domain, "at": ready_at},
+        )
+        return request.replace(dont_filter=True, meta={**request.meta, M.NOT_BEFORE: ready_at})
+
+    def process_response(self, request: Request, response: Response) -> Response:
+        domain = self._domain(request)
+        if domain and "cached" not in response.flags:
+            classification = self.taxonomy.classify_status(response.status)
+            retry_after = None
+            if classification is not None and classification.is_throttle:
+                retry_after = self._retry_after(domain, response)
+            self._record(request, domain, classification, retry_after)
+        return response
+
+    def process_exception(self, request: Request, exception: Exception) -> None:
+        domain = self._domain(request)
+        classification = self.taxonomy.classify_download_error(exception)
+        if domain and classification is not None:
+            self._record(request, domain, classification, None)
+
+    # --- recording and applying -----------------------------------------------
+
+    def _record(
+        self, request: Request, domain: str, classification: Classification | None, retry_after: float | None
+    ) -> None:
+        before = self.registry.state(domain).circuit
+        if affects_health(classification):
+            assert classification is not None
+            self.registry.record_failure(domain, classification, retry_after=retry_after)
+            self.stats.inc_value(f"openclaw/health/failures/{classification.reason}")
+            if classification.is_throttle:
+                self.stats.inc_value("openclaw/health/throttled")
+            if retry_after is not None:
+                self.stats.inc_value("openclaw/health/held")
+        else:
+            self.registry.record_success(domain, request.meta.get("download_latency"))
+        state = self.registry.state(domain)
+        if state.circuit != before:
+            self._circuit_changed(before, state)
+        slot = self.crawler.engine.downloader.slots.get(domain) if self.crawler.engine else None
+        if slot is not None:
+            self._apply(domain, slot)
+
+    def _retry_after(self, domain: str, response: Response) -> float | None:
+        header = response.headers.get("Retry-After")
+        seconds = parse_retry_after(header, cap=self.registry.policy(domain).retry_after_cap)
+        if header is not None and seconds is None:
+            self.stats.inc_value("openclaw/health/retry_after_ignored")
+        return seconds
+
+    def _circuit_changed(self, before: str, state: DomainState) -> None:
+        if state.circuit == OPEN:
+            self.stats.inc_value("openclaw/health/circuit_opened")
+            logger.warning(
+                "Circuit for %(domain)s opened (health %(health).0f, %(failures)d failures in a row); "
+                "pausing the domain for %(cooldown)gs",
+                {"domain": state.domain, "health": state.health, "failures": state.consecutive_failures,
+                 "cooldown": self.registry.policy(state.domain).circuit_cooldown},
+            )
+            signal = openclaw_signals.circuit_opened
+        elif state.circuit == CLOSED:
+            self.stats.inc_value("openclaw/health/circuit_closed")
+            logger.info(
+                "Circuit for %(domain)s closed: a probe succeeded (health %(health).0f)",
+                {"domain": state.domain, "health": state.health},
+            )
+            signal = openclaw_signals.circuit_closed
+        else:  # open -> half-open happens with the passing of time, not here
+            return
+        self.crawler.signals.send_catch_log(
+            signal=signal, domain=state.domain, state=state, spider=self.crawler.spider
+        )
+
+    def _request_reached_downloader(self, request: Request, spider: Any = None) -> None:
+        """Tune the request's slot right before it queues there (the slot exists by now)."""
+        domain = self._domain(request)
+        slot = self.crawler.engine.downloader.slots.get(domain) if domain else None
+        if slot is not None:
+            self._apply(domain, slot)
+
+    def _apply(self, domain: str, slot: Slot) -> None:
+        state = self.registry.state(domain)
+        slot.concurrency = state.concurrency
+        slot.delay = max(self.min_delay, 1.0 / state.rate) if self.paces_slots else self.min_delay
+        paused_until = self.registry.blocked_until(domain)
+        if paused_until > time.time():
+            _pause_slot(slot, paused_until)
+
+    def _spider_closed(self, spider: Any = None, reason: str = "") -> None:
+        for domain in self.registry.domains():
+            state = self.registry.state(domain)
+            self.stats.set_value(f"openclaw/health/final_health/{domain}", round(state.health, 1))
+            self.stats.set_value(f"openclaw/health/final_rate/{domain}", round(state.rate, 3))
+
+    def _domain(self, request: Request) -> str:
+        engine = self.crawler.engine
+        return engine.downloader.get_slot_key(request) if engine is not None else ""
+
+
+def _pause_slot(slot: Slot, until: float) -> None:
+    """Keep a download slot from starting queued requests before *until* (UNIX time).
+
+    Requests that passed this middleware before a hold began wait in the
+    slot's own queue. Scrapy starts the next one once ``delay`` has passed
+    since ``lastseen``, so moving ``lastseen`` to the end of the hold pauses
+    them; afterwards the slot resumes at its normal pace by itself.
+    """
+    slot.delay = max(slot.delay, _PAUSE_DELAY)
+    slot.lastseen = max(slot.lastseen, _SLOT_CLOCK() + (until - time.time()))
+
+
+def _taxonomy(crawler: Crawler) -> ErrorTaxonomy:
+    """The crawl's error taxonomy, with DEFAULTS filled in when the add-on is not used."""
+    names = ("OPENCLAW_RETRY_HTTP_CODES", "OPENCLAW_PARSE_EXCEPTIONS", "OPENCLAW_VALIDATION_EXCEPTIONS")
+    settings = BaseSettings({name: crawler.settings.get(name, DEFAULTS[name]) for name in names})
+    return shared(crawler, "health_taxonomy", lambda: ErrorTaxonomy.from_settings(settings))

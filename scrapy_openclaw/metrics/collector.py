@@ -1,0 +1,424 @@
+"""A Prometheus collector that reads the crawl's owners at scrape time.
+
+Per-domain health, queue depth and in-flight downloads belong to other
+components (the HealthRegistry, the scheduler's queue, Scrapy's downloader);
+this collector asks them when Prometheus scrapes instead of keeping a second
+copy that could drift. Only event counts that nobody else keeps per domain
+(responses, latency, dead letters) are counted by the extension itself.
+
+What it relies on, all public or public-ish:
+
+- ``crawler.stats.get_stats()`` — ``item_scraped_count``, ``item_dropped_count``,
+  ``openclaw/retry/<class>/count`` and ``.../max_reached`` (retry middleware),
+  ``openclaw/checkpoint/...`` (see :data:`CHECKPOINT_KEYS`);
+- ``HealthRegistry.for_crawler(crawler)`` with ``domains()`` and ``state(domain)``,
+  when :mod:`scrapy_openclaw.health` is installed;
+- the engine's scheduler (``engine.scheduler`` on Scrapy >= 2.15,
+  ``engine._slot.scheduler`` before), its ``len()``, and its ``mqs`` / ``dqs``
+  priority queues' ``queue_state() -> {"ready", "delayed", "expired",
+  "per_domain" (or "domains")}`` when the DeadlinePriorityQueue is in use
+  ("expired" is read as a running total); otherwise the
+  :class:`~scrapy_openclaw.delay.DelayedRequests` fallback's ``len()``;
+- ``engine.downloader.active`` and ``engine.downloader.slots[key].active``.
+
+Prometheus' Twisted resource renders in a reactor thread-pool thread, so
+:meth:`OpenClawCollector.collect` hands the reading to the reactor thread
+(bounded wait): the crawl's dicts are only ever read where they are written.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client.metrics_core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+
+from scrapy_openclaw.errors import ErrorClass
+from scrapy_openclaw.runtime import peek
+
+if TYPE_CHECKING:
+    from scrapy.crawler import Crawler
+
+logger = logging.getLogger(__name__)
+
+PREFIX = "scrapy_openclaw"
+OTHER = "other"
+
+#: The CheckpointExtension's stats keys behind the checkpoint metrics:
+#: metric name suffix -> (metric type, stats key).
+CHECKPOINT_KEYS: dict[str, tuple[str, str]] = {
+    "checkpoint_last_duration_seconds": ("gauge", "openclaw/checkpoint/snapshot_seconds"),
+    "checkpoint_last_size_bytes": ("gauge", "openclaw/checkpoint/snapshot_bytes"),
+    "checkpoint_snapshots": ("counter", "openclaw/checkpoint/snapshots"),
+    "checkpoint_journal_records": ("counter", "openclaw/checkpoint/journal_records"),
+}
+
+_RETRY_KEY = re.compile(r"^openclaw/retry/([a-z_]+)/(count|max_reached)$")
+_RETRY_REASON_PREFIX = "openclaw/retry/reason_count/"
+_RETRY_DELAY_PREFIX = "openclaw/retry/delay_le/"
+_RETRY_CLASSES = frozenset(c.value for c in ErrorClass)
+_CIRCUIT_STATES = ("closed", "half_open", "open")
+_SCRAPE_TIMEOUT = 10.0  # seconds a scrape waits for the reactor thread
+
+
+class DomainLabels:
+    """Bounds the ``domain`` label: the first *limit* domains seen, then ``other``.
+
+    Assignment is first come, first served and never changes during a crawl,
+    so a domain's counters never jump from one series to another.
+    """
+
+    def __init__(self, limit: int):
+        self.limit = max(0, int(limit))
+        self._tracked: dict[str, str] = {}
+
+    def __call__(self, domain: str | None) -> str:
+        domain = domain or ""
+        label = self._tracked.get(domain)
+        if label is not None:
+            return label
+        if len(self._tracked) < self.limit and domain != OTHER:
+            self._tracked[domain] = domain
+            return domain
+        return OTHER
+
+    def tracked(self) -> list[str]:
+        return list(self._tracked)
+
+
+def status_class(status: int) -> str:
+    """``"2xx"`` for 200 and so on; anything outside 100..599 is ``"unknown"``."""
+    return f"{status // 100}xx" if 100 <= status <= 599 else "unknown"
+
+
+def scheduler_of(engine: Any) -> Any | None:
+    """The engine's scheduler, or None before the spider opened / after it closed."""
+    if engine is None:
+        return None
+    scheduler = getattr(engine, "scheduler", None)  # public property since Scrapy 2.15
+    if scheduler is None:
+        scheduler = getattr(getattr(engine, "_slot", None), "scheduler", None)  # 2.14
+    return scheduler
+
+
+def health_registry(crawler: Crawler) -> Any | None:
+    """The crawl's HealthRegistry, or None when :mod:`scrapy_openclaw.health` is absent."""
+    import importlib.util
+
+    if importlib.util.find_spec("scrapy_openclaw.health") is None:
+        return None
+    try:
+        from scrapy_openclaw.health import HealthRegistry
+    except ImportError as exc:
+        logger.warning("Metrics: no per-domain health metrics, scrapy_openclaw.health: %(error)s", {"error": exc})
+        return None
+    return HealthRegistry.for_crawler(crawler)
+
+
+def on_reactor_thread(func: Callable[[], Any], timeout: float = _SCRAPE_TIMEOUT) -> Any:
+    """Run *func* on the reactor thread and return its result (bounded wait)."""
+    from twisted.python import threadable
+
+    if threadable.isInIOThread() or threadable.ioThread is None:
+        return func()
+    from twisted.internet import reactor
+
+    done = threading.Event()
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["value"] = func()
+        except BaseException as exc:  # handed back to the scraping thread
+            box["error"] = exc
+        finally:
+            done.set()
+
+    reactor.callFromThread(run)  # type: ignore[attr-defined]
+    if not done.wait(timeout):
+        raise TimeoutError(f"the reactor did not answer a metrics scrape within {timeout:.0f} s")
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
+class OpenClawCollector:
+    """Gauges and counters whose values another component owns, read per scrape."""
+
+    def __init__(self, crawler: Crawler, labels: DomainLabels, spider_name: Callable[[], str]):
+        self.crawler = crawler
+        self.labels = labels
+        self.spider_name = spider_name
+        self.stats = crawler.stats
+        #: Set by the extension at spider_opened (``crawler.engine`` raises before).
+        self.engine: Any = None
+        self._failed_sources: set[str] = set()
+        self._health: Any = None
+        self._health_resolved = False
+
+    def collect(self) -> Iterable[Metric]:
+        return on_reactor_thread(self.families)
+
+    def health(self) -> Any | None:
+        """The HealthRegistry (resolved once, lazily: it may be created after us)."""
+        if not self._health_resolved:
+            self._health = health_registry(self.crawler)
+            self._health_resolved = True
+        return self._health
+
+    # ------------------------------------------------------------------ families
+
+    def families(self) -> list[Metric]:
+        """Read every source now (call on the reactor thread)."""
+        spider = self.spider_name()
+        families: list[Metric] = []
+        for name, source in (
+            ("stats", self._stats_families),
+            ("health", self._health_families),
+            ("queue", self._queue_families),
+            ("downloader", self._downloader_families),
+        ):
+            try:
+                families.extend(source(spider))
+            except Exception:
+                # One broken source must not blank the whole endpoint; say so once.
+                if name not in self._failed_sources:
+                    self._failed_sources.add(name)
+                    logger.warning(
+                        "Metrics: reading %(source)s failed; its metrics are left out",
+                        {"source": name},
+                        exc_info=True,
+                    )
+        return families
+
+    def _stats_families(self, spider: str) -> list[Metric]:
+        items = CounterMetricFamily(
+            f"{PREFIX}_items_scraped", "Items scraped (Scrapy's item_scraped_count).", labels=["spider"]
+        )
+        dropped = CounterMetricFamily(
+            f"{PREFIX}_items_dropped", "Items dropped by pipelines (item_dropped_count).", labels=["spider"]
+        )
+        retries = CounterMetricFamily(
+            f"{PREFIX}_retry_retries",
+            "Retries scheduled, by error class (openclaw/retry/<class>/count).",
+            labels=["spider", "error_class"],
+        )
+        gave_up = CounterMetricFamily(
+            f"{PREFIX}_retry_gave_up",
+            "Requests whose retry budget was spent, by error class (openclaw/retry/<class>/max_reached).",
+            labels=["spider", "error_class"],
+        )
+        reasons = CounterMetricFamily(
+            f"{PREFIX}_retry_reasons",
+            "Retries scheduled, by reason (http_503, timeout, ...; openclaw/retry/reason_count/<reason>).",
+            labels=["spider", "reason"],
+        )
+        checkpoint: dict[str, Metric] = {}
+        for suffix, (kind, key) in CHECKPOINT_KEYS.items():
+            cls = CounterMetricFamily if kind == "counter" else GaugeMetricFamily
+            checkpoint[suffix] = cls(f"{PREFIX}_{suffix}", f"Checkpoint stats: {key}.", labels=["spider"])
+        result = [items, dropped, retries, gave_up, reasons, *checkpoint.values()]
+        stats = self.stats.get_stats()
+        items.add_metric([spider], _number(stats.get("item_scraped_count")))
+        dropped.add_metric([spider], _number(stats.get("item_dropped_count")))
+        for key, value in stats.items():
+            if not isinstance(key, str):
+                continue
+            if key.startswith(_RETRY_REASON_PREFIX):
+                reasons.add_metric([spider, key[len(_RETRY_REASON_PREFIX) :]], _number(value))
+                continue
+            match = _RETRY_KEY.match(key)
+            if match is None or match.group(1) not in _RETRY_CLASSES:
+                continue
+            family = retries if match.group(2) == "count" else gave_up
+            family.add_metric([spider, match.group(1)], _number(value))
+        for suffix, (_, key) in CHECKPOINT_KEYS.items():
+            if isinstance(stats.get(key), (int, float)):
+                checkpoint[suffix].add_metric([spider], float(stats[key]))
+        delay = _retry_delay_histogram(stats, spider)
+        if delay is not None:
+            result.append(delay)
+        return result
+
+    def _health_families(self, spider: str) -> list[Metric]:
+        labels = ["spider", "domain"]
+        score = GaugeMetricFamily(
+            f"{PREFIX}_health_score",
+            "Domain health 0..100 (domain=\"other\": mean of the untracked domains).",
+            labels=labels,
+        )
+        rate = GaugeMetricFamily(
+            f"{PREFIX}_health_rate_requests_per_second",
+            "Requests per second the domain may get now (\"other\": sum).",
+            labels=labels,
+        )
+        concurrency = GaugeMetricFamily(
+            f"{PREFIX}_health_concurrency",
+            "Concurrent downloads the domain may get now (\"other\": sum).",
+            labels=labels,
+        )
+        latency = GaugeMetricFamily(
+            f"{PREFIX}_health_latency_ewma_seconds",
+            "Moving average of the domain's response latency (\"other\": mean).",
+            labels=labels,
+        )
+        hold = GaugeMetricFamily(
+            f"{PREFIX}_health_hold_remaining_seconds",
+            "Seconds left of a Retry-After hold on the domain (\"other\": max).",
+            labels=labels,
+        )
+        circuit = GaugeMetricFamily(
+            f"{PREFIX}_health_circuit_state",
+            "Domains whose circuit is in this state (1/0 for a tracked domain; a count for \"other\").",
+            labels=[*labels, "state"],
+        )
+        domains = GaugeMetricFamily(
+            f"{PREFIX}_health_domains", "Domains known to the health registry.", labels=["spider"]
+        )
+        result = [score, rate, concurrency, latency, hold, circuit, domains]
+        registry = self.health()
+        if registry is None:
+            return result
+        now = time.time()
+        groups: dict[str, list[Any]] = defaultdict(list)
+        names = registry.domains()
+        for domain in names:
+            groups[self.labels(domain)].append(registry.state(domain))
+        domains.add_metric([spider], len(names))
+        for label, states in sorted(groups.items()):
+            key = [spider, label]
+            n = len(states)
+            score.add_metric(key, sum(float(s.health) for s in states) / n)
+            rate.add_metric(key, sum(float(s.rate) for s in states))
+            concurrency.add_metric(key, sum(float(s.concurrency) for s in states))
+            latencies = [float(s.latency) for s in states if s.latency is not None]
+            if latencies:
+                latency.add_metric(key, sum(latencies) / len(latencies))
+            hold.add_metric(key, max(max(0.0, float(s.hold_until or 0) - now) for s in states))
+            for state in _CIRCUIT_STATES:
+                circuit.add_metric([*key, state], sum(1 for s in states if s.circuit == state))
+        return result
+
+    def _queue_families(self, spider: str) -> list[Metric]:
+        pending = GaugeMetricFamily(
+            f"{PREFIX}_scheduler_pending_requests",
+            "Requests in the scheduler (len(scheduler)), delayed ones included.",
+            labels=["spider"],
+        )
+        by_state = GaugeMetricFamily(
+            f"{PREFIX}_queue_requests",
+            "Requests waiting by state: ready, delayed (not-before in the future).",
+            labels=["spider", "state"],
+        )
+        expired = CounterMetricFamily(
+            f"{PREFIX}_queue_expired_requests",
+            "Requests whose deadline passed in the queue (boosted or dropped per policy).",
+            labels=["spider"],
+        )
+        by_domain = GaugeMetricFamily(
+            f"{PREFIX}_queue_domain_pending_requests",
+            "Requests pending in the queue per domain.",
+            labels=["spider", "domain"],
+        )
+        result = [pending, by_state, expired, by_domain]
+        scheduler = scheduler_of(self.engine)
+        if scheduler is None:
+            return result
+        if hasattr(scheduler, "__len__"):
+            pending.add_metric([spider], len(scheduler))
+        states = [
+            queue.queue_state()
+            for queue in (getattr(scheduler, "mqs", None), getattr(scheduler, "dqs", None))
+            if queue is not None and callable(getattr(queue, "queue_state", None))
+        ]
+        if states:
+            for state in ("ready", "delayed"):
+                by_state.add_metric([spider, state], sum(_number(s.get(state)) for s in states))
+            expired.add_metric([spider], sum(_number(s.get("expired")) for s in states))
+            per_domain: dict[str, float] = defaultdict(float)
+            for s in states:
+                domains = s.get("per_domain", s.get("domains")) or {}
+                for domain, value in domains.items():
+                    per_domain[self.labels(domain)] += _pending_count(value)
+            for label, value in sorted(per_domain.items()):
+                by_domain.add_metric([spider, label], value)
+            return result
+        # Any other queue: delayed requests wait in the DelayedRequests fallback,
+        # outside the scheduler, so the scheduler's length is what is ready.
+        delayed = peek(self.crawler, "delayed")
+        if hasattr(scheduler, "__len__"):
+            by_state.add_metric([spider, "ready"], len(scheduler))
+        if delayed is not None and getattr(delayed, "active", False):
+            by_state.add_metric([spider, "delayed"], len(delayed))
+        return result
+
+    def _downloader_families(self, spider: str) -> list[Metric]:
+        active = GaugeMetricFamily(
+            f"{PREFIX}_downloader_active_requests",
+            "Requests in the downloader (middlewares included), Scrapy's downloader.active.",
+            labels=["spider"],
+        )
+        by_domain = GaugeMetricFamily(
+            f"{PREFIX}_downloader_domain_active_requests",
+            "Requests in a domain's download slot (queued for the slot or transferring).",
+            labels=["spider", "domain"],
+        )
+        result = [active, by_domain]
+        downloader = getattr(self.engine, "downloader", None)
+        if downloader is None:
+            return result
+        active.add_metric([spider], len(downloader.active))
+        per_domain: dict[str, float] = defaultdict(float)
+        for key, slot in list(downloader.slots.items()):
+            per_domain[self.labels(key)] += len(slot.active)
+        for label, value in sorted(per_domain.items()):
+            by_domain.add_metric([spider, label], value)
+        return result
+
+
+def _retry_delay_histogram(stats: dict[str, Any], spider: str) -> Metric | None:
+    """The retry middleware's cumulative ``delay_le/<bound>`` stats as a histogram."""
+    if not isinstance(stats.get("openclaw/retry/delay_count"), (int, float)):
+        return None
+    buckets: dict[float, float] = {}
+    for key, value in stats.items():
+        if isinstance(key, str) and key.startswith(_RETRY_DELAY_PREFIX):
+            bound = key[len(_RETRY_DELAY_PREFIX) :]
+            try:
+                buckets[float("inf") if bound == "inf" else float(bound)] = _number(value)
+            except ValueError:
+                continue
+    count = _number(stats.get("openclaw/retry/delay_count"))
+    buckets[float("inf")] = count
+    histogram = HistogramMetricFamily(
+        f"{PREFIX}_retry_delay_seconds",
+        "Backoff delays given to retries (openclaw/retry/delay_le/<bound>).",
+        labels=["spider"],
+    )
+    histogram.add_metric(
+        [spider],
+        [("+Inf" if b == float("inf") else f"{b:g}", v) for b, v in sorted(buckets.items())],
+        sum_value=_number(stats.get("openclaw/retry/delay_seconds_total")),
+    )
+    return histogram
+
+
+def _number(value: Any) -> float:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0.0
+
+
+def _pending_count(value: Any) -> float:
+    """``per_domain`` values may be a count or a dict of counts by state."""
+    if isinstance(value, dict):
+        return sum(_number(v) for v in value.values())
+    return _number(value)

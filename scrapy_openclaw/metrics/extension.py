@@ -1,0 +1,317 @@
+"""MetricsExtension: Prometheus metrics and a live per-domain log table.
+
+Enable with ``EXTENSIONS = {"scrapy_openclaw.metrics.MetricsExtension": 500}``
+(the add-on does). Each crawler gets its own ``CollectorRegistry`` — several
+crawls in one process never share or clash. ``/metrics`` is served from
+Scrapy's own reactor (prometheus_client's Twisted resource) on
+``OPENCLAW_METRICS_HOST:OPENCLAW_METRICS_PORT``; a port in use is logged and
+the crawl goes on without the endpoint. ``OPENCLAW_METRICS_PUSHGATEWAY``
+pushes one final snapshot at close, for runs too short to be scraped.
+
+The extension counts only events nobody else counts per domain (requests,
+responses by status class, download errors, latency, retried requests, dead
+letters, circuit openings); every value another component owns is read at
+scrape time by :class:`~scrapy_openclaw.metrics.collector.OpenClawCollector`.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, push_to_gateway
+from scrapy import signals
+from scrapy.exceptions import NotConfigured
+from scrapy.utils.httpobj import urlparse_cached
+from scrapy.utils.reactor import is_reactor_installed
+from twisted.internet.defer import DeferredList
+from twisted.internet.error import CannotListenError
+from twisted.internet.threads import deferToThread
+from twisted.web.resource import Resource
+from twisted.web.server import Site
+
+from scrapy_openclaw import meta as M
+from scrapy_openclaw import signals as openclaw_signals
+from scrapy_openclaw.metrics.collector import PREFIX, DomainLabels, OpenClawCollector, status_class
+from scrapy_openclaw.metrics.logtable import DomainLogTable
+from scrapy_openclaw.settings import DEFAULTS
+
+if TYPE_CHECKING:
+    from prometheus_client.metrics_core import Metric
+    from scrapy import Request, Spider
+    from scrapy.crawler import Crawler
+    from scrapy.http import Response
+    from twisted.internet.defer import Deferred
+
+    from scrapy_openclaw.deadletter import DeadLetter
+
+logger = logging.getLogger(__name__)
+
+#: Latency buckets (seconds): loopback-fast to very slow sites.
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+PUSH_TIMEOUT = 10.0  # seconds
+
+
+class MetricsExtension:
+    """Per-crawl Prometheus registry, ``/metrics`` endpoint, push at close, log table."""
+
+    def __init__(self, crawler: Crawler):
+        settings = crawler.settings
+        self.crawler = crawler
+        self.port = settings.getint("OPENCLAW_METRICS_PORT", DEFAULTS["OPENCLAW_METRICS_PORT"])
+        self.host = settings.get("OPENCLAW_METRICS_HOST") or DEFAULTS["OPENCLAW_METRICS_HOST"]
+        self.pushgateway: str | None = settings.get("OPENCLAW_METRICS_PUSHGATEWAY") or None
+        self.labels = DomainLabels(
+            settings.getint("OPENCLAW_METRICS_MAX_DOMAINS", DEFAULTS["OPENCLAW_METRICS_MAX_DOMAINS"])
+        )
+        self.registry = CollectorRegistry()
+        self._spider_name = ""
+        self._listening: Any = None  # twisted IListeningPort
+        self._answered: set[int] = set()  # ids of requests that got a response
+        self._build_metrics()
+        self.collector = OpenClawCollector(crawler, self.labels, lambda: self._spider_name)
+        self.registry.register(self.collector)
+        rows = settings.getint("OPENCLAW_LOG_DOMAINS", DEFAULTS["OPENCLAW_LOG_DOMAINS"])
+        interval = settings.getfloat("LOGSTATS_INTERVAL")
+        self.logtable = (
+            DomainLogTable(rows=rows, interval=interval, health=self.collector.health)
+            if rows > 0 and interval > 0
+            else None
+        )
+        connect = crawler.signals.connect
+        connect(self.spider_opened, signal=signals.spider_opened)
+        connect(self.spider_closed, signal=signals.spider_closed)
+        connect(self.request_reached_downloader, signal=signals.request_reached_downloader)
+        connect(self.response_downloaded, signal=signals.response_downloaded)
+        connect(self.request_left_downloader, signal=signals.request_left_downloader)
+        connect(self.dead_letter, signal=openclaw_signals.dead_letter)
+        connect(self.circuit_opened, signal=openclaw_signals.circuit_opened)
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> MetricsExtension:
+        settings = crawler.settings
+        port = settings.getint("OPENCLAW_METRICS_PORT", DEFAULTS["OPENCLAW_METRICS_PORT"])
+        if not 0 <= port <= 65535:
+            raise NotConfigured(f"OPENCLAW_METRICS_PORT={port} is not a TCP port")
+        if (
+            not port
+            and not settings.get("OPENCLAW_METRICS_PUSHGATEWAY")
+            and settings.getint("OPENCLAW_LOG_DOMAINS", DEFAULTS["OPENCLAW_LOG_DOMAINS"]) <= 0
+        ):
+            raise NotConfigured
+        return cls(crawler)
+
+    def _build_metrics(self) -> None:
+        domain = ["spider", "domain"]
+        reg = self.registry
+        self.requests = Counter(
+            f"{PREFIX}_downloader_requests",
+            "Requests handed to the download handler, by domain.",
+            domain,
+            registry=reg,
+        )
+        self.responses = Counter(
+            f"{PREFIX}_downloader_responses",
+            "Responses downloaded, by domain and status class (2xx, 3xx, 4xx, 5xx).",
+            [*domain, "status_class"],
+            registry=reg,
+        )
+        self.errors = Counter(
+            f"{PREFIX}_downloader_errors",
+            "Downloads that ended without a response (network failures), by domain.",
+            domain,
+            registry=reg,
+        )
+        self.latency = Histogram(
+            f"{PREFIX}_downloader_response_latency_seconds",
+            "Time to the response headers (request.meta['download_latency']), by domain.",
+            domain,
+            buckets=LATENCY_BUCKETS,
+            registry=reg,
+        )
+        self.retried = Counter(
+            f"{PREFIX}_retry_requests",
+            "Retried requests handed to the download handler, by domain.",
+            domain,
+            registry=reg,
+        )
+        self.dead_letters = Counter(
+            f"{PREFIX}_dlq_dead_letters",
+            "Dead letters emitted, by domain and class (error class, deadline, retry_budget).",
+            [*domain, "error_class"],
+            registry=reg,
+        )
+        self.circuit_openings = Counter(
+            f"{PREFIX}_health_circuit_openings",
+            "Times a domain's circuit opened.",
+            domain,
+            registry=reg,
+        )
+
+    # ------------------------------------------------------------------ signals
+
+    def spider_opened(self, spider: Spider) -> None:
+        self._spider_name = spider.name
+        self.collector.engine = self.crawler.engine
+        if self.port:
+            self._listen(spider)
+        if self.logtable is not None:
+            self.logtable.start(spider)
+
+    def spider_closed(self, spider: Spider, reason: str) -> Deferred[Any] | None:
+        if self.logtable is not None:
+            self.logtable.stop()
+        waits: list[Deferred[Any]] = []
+        if self.pushgateway:
+            pushed = self._push(spider)
+            if pushed is not None:
+                waits.append(pushed)
+        if self._listening is not None:
+            waits.append(self._listening.stopListening())
+            self._listening = None
+        if not waits:
+            return None
+        return DeferredList(waits, consumeErrors=True)
+
+    def request_reached_downloader(self, request: Request, spider: Spider) -> None:
+        domain = _domain(request)
+        label = self.labels(domain)
+        self.requests.labels(self._spider_name, label).inc()
+        if _is_retry(request):
+            self.retried.labels(self._spider_name, label).inc()
+            if self.logtable is not None:
+                self.logtable.count_retry(domain)
+
+    def response_downloaded(self, response: Response, request: Request, spider: Spider) -> None:
+        self._answered.add(id(request))
+        domain = _domain(request)
+        label = self.labels(domain)
+        self.responses.labels(self._spider_name, label, status_class(response.status)).inc()
+        latency = request.meta.get("download_latency")
+        if isinstance(latency, (int, float)) and latency >= 0:
+            self.latency.labels(self._spider_name, label).observe(latency)
+        if self.logtable is not None and response.status < 400:
+            self.logtable.count_page(domain)
+
+    def request_left_downloader(self, request: Request, spider: Spider) -> None:
+        # response_downloaded fires first for the same request when there was one.
+        key = id(request)
+        if key in self._answered:
+            self._answered.discard(key)
+        else:
+            self.errors.labels(self._spider_name, self.labels(_domain(request))).inc()
+
+    def dead_letter(self, dead_letter: DeadLetter, spider: Spider | None = None) -> None:
+        self.dead_letters.labels(
+            self._spider_name, self.labels(dead_letter.domain), str(dead_letter.error_class)
+        ).inc()
+
+    def circuit_opened(self, domain: str, state: Any = None, spider: Spider | None = None) -> None:
+        self.circuit_openings.labels(self._spider_name, self.labels(domain)).inc()
+
+    # ------------------------------------------------------------------ endpoint
+
+    def _listen(self, spider: Spider) -> None:
+        if not is_reactor_installed():
+            self._listen_failed(spider, "the HTTP endpoint needs the Twisted reactor")
+            return
+        # Imported here: both import the global reactor, installed by now.
+        from prometheus_client.twisted import MetricsResource
+        from twisted.internet import reactor
+
+        root = Resource()
+        root.putChild(b"metrics", MetricsResource(registry=self.registry))
+        try:
+            self._listening = reactor.listenTCP(  # type: ignore[attr-defined]
+                self.port, _QuietSite(root), interface=self.host
+            )
+        except CannotListenError as exc:
+            self._listen_failed(spider, str(exc.socketError or exc))
+            return
+        logger.info(
+            "Prometheus metrics on http://%(host)s:%(port)d/metrics",
+            {"host": self.host, "port": self._listening.getHost().port},
+            extra={"spider": spider},
+        )
+
+    def _listen_failed(self, spider: Spider, why: str) -> None:
+        where = f"{self.host}:{self.port}"
+        logger.error(
+            "Cannot serve Prometheus metrics on %(where)s (OPENCLAW_METRICS_HOST/PORT): "
+            "%(why)s. The crawl continues without the metrics endpoint.",
+            {"where": where, "why": why},
+            extra={"spider": spider},
+        )
+        self.crawler.stats.set_value("openclaw/metrics/listen_error", f"{where}: {why}")
+
+    # ------------------------------------------------------------------ push
+
+    def _push(self, spider: Spider) -> Deferred[Any] | None:
+        """Push one snapshot to the Pushgateway in a thread; failures are logged only."""
+        if not is_reactor_installed():
+            logger.warning("Pushgateway push skipped: it needs the Twisted reactor", extra={"spider": spider})
+            return None
+        snapshot = CollectorRegistry()
+        snapshot.register(_Frozen(list(self.registry.collect())))  # read here, on the reactor thread
+        gateway, job = self.pushgateway, spider.name
+        d = deferToThread(push_to_gateway, gateway, job=job, registry=snapshot, timeout=PUSH_TIMEOUT)
+
+        def pushed(_: Any) -> None:
+            logger.info(
+                "Pushed final metrics to the Pushgateway %(gateway)s (job=%(job)s)",
+                {"gateway": gateway, "job": job},
+                extra={"spider": spider},
+            )
+            self.crawler.stats.set_value("openclaw/metrics/pushed", 1)
+
+        def failed(failure: Any) -> None:
+            logger.error(
+                "Could not push metrics to the Pushgateway %(gateway)s "
+                "(OPENCLAW_METRICS_PUSHGATEWAY): %(error)s",
+                {"gateway": gateway, "error": failure.getErrorMessage()},
+                extra={"spider": spider},
+            )
+            self.crawler.stats.set_value("openclaw/metrics/push_error", failure.getErrorMessage())
+
+        d.addCallbacks(pushed, failed)
+        return d
+
+
+def _domain(request: Request) -> str:
+    """The download slot key (what the HealthRegistry keys domains by)."""
+    slot = request.meta.get("download_slot")
+    if isinstance(slot, str) and slot:
+        return slot
+    return urlparse_cached(request).hostname or ""
+
+
+def _is_retry(request: Request) -> bool:
+    """A retry by our retry middlewares or by Scrapy's RetryMiddleware."""
+    state = request.meta.get(M.RETRY_STATE)
+    if isinstance(state, dict):
+        attempts = state.get("attempts")
+        if isinstance(attempts, dict) and any(
+            isinstance(n, int) and n > 0 for n in attempts.values()
+        ):
+            return True
+    times = request.meta.get("retry_times")
+    return isinstance(times, int) and times > 0
+
+
+class _Frozen:
+    """A collector returning metrics read earlier (for a push from a thread)."""
+
+    def __init__(self, metrics: list[Metric]):
+        self.metrics = metrics
+
+    def collect(self) -> list[Metric]:
+        return self.metrics
+
+
+class _QuietSite(Site):
+    """A Site without access logging: Prometheus scrapes would flood the crawl log."""
+
+    noisy = False
+
+    def log(self, request: Any) -> None:
+        pass

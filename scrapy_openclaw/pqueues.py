@@ -1,0 +1,526 @@
+"""DeadlinePriorityQueue: Scrapy's priority queue, plus deadlines, delays and domain health.
+
+Set ``SCHEDULER_PRIORITY_QUEUE = "scrapy_openclaw.pqueues.DeadlinePriorityQueue"``
+(the add-on does). Scrapy's own scheduler builds it like
+``DownloaderAwarePriorityQueue``, once for memory and, with ``JOBDIR``, once
+for disk. What it adds:
+
+* **Deadlines.** ``meta["openclaw_deadline"]`` (UNIX time; a default from the
+  domain's policy, ``deadline.default`` or ``deadline.classes`` by
+  ``meta["openclaw_request_class"]``, is written into meta on first
+  scheduling) makes a request gain ``OPENCLAW_QUEUE_AGING_BOOST`` priority
+  points over the policy's ``aging_window`` before it, so old low-priority
+  work overtakes newer high-priority work by its deadline. Past the deadline
+  the policy's ``expired`` applies: ``"boost"`` (to the front) or ``"drop"``
+  (dead letter, reason ``deadline_expired``). See :mod:`scrapy_openclaw._heaps`
+  for why this stays O(log n).
+* **Not-before.** A request with a future ``meta["openclaw_not_before"]``
+  (retry backoff, Retry-After) waits in a timer heap and still counts in
+  ``len()``, so the spider stays open. One reactor timer for the earliest due
+  time wakes the engine then, instead of at its 5 s heartbeat.
+* **Domain-aware pop.** Requests are kept per download slot. A pop considers
+  only domains that can send now (fewer active downloads than the domain's
+  concurrency; with the HealthRegistry, also ``ready_at <= now`` and a token
+  from ``try_acquire``) and takes the best effective priority among them
+  (ties round-robin). A held or throttled domain never blocks the others;
+  when no domain can send, pop returns None and the timer is armed for the
+  earliest ``ready_at``.
+* **JOBDIR.** With a non-empty ``key`` the queue is the disk queue: ``push``
+  raises ``ValueError`` for a request that cannot be stored as data (as
+  Scrapy's disk queues do, so the scheduler keeps it in memory), and
+  ``close`` writes the pending requests as JSON (atomically) under ``key``
+  and returns the state the scheduler keeps in ``active.json``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import heapq
+import itertools
+import json
+import logging
+import math
+import os
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlparse
+
+from scrapy.core.downloader import Downloader
+from scrapy.utils.asyncio import call_later
+from scrapy.utils.conf import build_component_list
+
+from scrapy_openclaw import meta as M
+from scrapy_openclaw import signals as openclaw_signals
+from scrapy_openclaw._heaps import DomainQueue, Timed
+from scrapy_openclaw.deadletter import for_request
+from scrapy_openclaw.delay import not_before, wake_engine
+from scrapy_openclaw.policy import PolicySet
+from scrapy_openclaw.runtime import crawl_id, shared
+from scrapy_openclaw.serialization import (
+    SerializationError,
+    dumps,
+    request_from_data,
+    request_to_data,
+)
+from scrapy_openclaw.settings import DEFAULTS
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from scrapy import Request
+    from scrapy.crawler import Crawler
+    from typing_extensions import Self
+
+logger = logging.getLogger(__name__)
+
+STATE_FILE = "openclaw-queue.json"
+STATE_FORMAT = "scrapy-openclaw/deadline-queue"
+STATE_VERSION = 1
+HEALTH_MIDDLEWARE = "scrapy_openclaw.health.DomainHealthMiddleware"
+#: When a domain's ``ready_at`` has passed but ``try_acquire`` still says no
+#: (e.g. another worker took the half-open probe), look again this much later.
+_RETRY_POLL = 0.05
+#: A timer never fires sooner than this after being armed (no busy loops).
+_MIN_TIMER = 0.005
+
+
+def _is_lifo(queue_cls: type | None, default: bool) -> bool:
+    """Scrapy's downstream queue class decides LIFO/FIFO within one priority."""
+    if queue_cls is None:
+        return default
+    for klass in getattr(queue_cls, "__mro__", (queue_cls,)):
+        name = klass.__name__.lower()
+        if "lifo" in name:
+            return True
+        if "fifo" in name:
+            return False
+    return default
+
+
+def _health_registry(crawler: Crawler) -> Any | None:
+    """The crawl's HealthRegistry when the health middleware runs, else None (all ready)."""
+    settings = crawler.settings
+    if not settings.getbool("OPENCLAW_HEALTH_ENABLED", DEFAULTS["OPENCLAW_HEALTH_ENABLED"]):
+        return None
+    enabled = build_component_list(settings.getwithbase("DOWNLOADER_MIDDLEWARES"))
+    names = {c if isinstance(c, str) else f"{c.__module__}.{c.__qualname__}" for c in enabled}
+    if not any(n == HEALTH_MIDDLEWARE or n.endswith(".DomainHealthMiddleware") for n in names):
+        return None
+    try:
+        from scrapy_openclaw.health import HealthRegistry
+    except ImportError:
+        logger.warning("scrapy_openclaw.health is not importable; every domain is treated as ready")
+        return None
+    return HealthRegistry.for_crawler(crawler)
+
+
+class DeadlinePriorityQueue:
+    """Deadline-, delay- and health-aware ``SCHEDULER_PRIORITY_QUEUE`` (see the module docstring)."""
+
+    #: delay.py checks this: we keep not-before requests ourselves.
+    handles_not_before = True
+
+    @classmethod
+    def from_crawler(
+        cls,
+        crawler: Crawler,
+        downstream_queue_cls: type,
+        key: str,
+        startprios: Any = None,
+        *,
+        start_queue_cls: type | None = None,
+    ) -> Self:
+        return cls(crawler, downstream_queue_cls, key, startprios, start_queue_cls=start_queue_cls)
+
+    def __init__(
+        self,
+        crawler: Crawler,
+        downstream_queue_cls: type,
+        key: str,
+        startprios: Any = None,
+        *,
+        start_queue_cls: type | None = None,
+    ):
+        self.crawler = crawler
+        self.stats = crawler.stats
+        self.key = key
+        self.downstream_queue_cls = downstream_queue_cls
+        self._start_queue_cls = start_queue_cls
+        self._lifo = _is_lifo(downstream_queue_cls, default=True)
+        self._start_lifo = _is_lifo(start_queue_cls, default=self._lifo) if start_queue_cls else self._lifo
+        self._boost = crawler.settings.getfloat(
+            "OPENCLAW_QUEUE_AGING_BOOST", DEFAULTS["OPENCLAW_QUEUE_AGING_BOOST"]
+        )
+        if not (self._boost > 0 and math.isfinite(self._boost)):
+            raise ValueError(f"setting OPENCLAW_QUEUE_AGING_BOOST: {self._boost!r} must be > 0")
+        self.policies = PolicySet.for_crawler(crawler)
+        self.registry: Any | None = _health_registry(crawler)
+        self._clock = time.time  # replaceable in tests
+        self._downloader_obj: Any | None = None
+        self._seq = itertools.count()
+        self._rr = itertools.count(1)
+        self._domains: dict[str, DomainQueue] = {}
+        self._served: dict[str, int] = {}  # domain -> when it was last served (round-robin)
+        self._expiry: list[tuple[float, int, Timed]] = []  # every deadline entry, by deadline
+        self._delayed: list[tuple[float, int, Request]] = []  # not-before heap
+        self._count = 0  # requests in self._domains (delayed ones not included)
+        self._expired_total = 0
+        self._timer: Any = None
+        self._timer_due = math.inf
+        self._closed = False
+        shared(crawler, "queues", list).append(self)
+        if startprios:
+            self._restore(startprios)
+
+    # --- the Scrapy queue interface ------------------------------------------
+
+    def __len__(self) -> int:
+        return self._count + len(self._delayed)
+
+    def push(self, request: Request) -> None:
+        domain = self._domain_of(request)
+        now = self._clock()
+        self._apply_default_deadline(request, domain, now)
+        if self.key:  # disk queue: only what can be stored as data (ValueError -> memory)
+            request_to_data(request, spider=self.crawler.spider)
+        due = not_before(request)
+        if due > now:
+            heapq.heappush(self._delayed, (due, next(self._seq), request))
+            self.stats.inc_value("openclaw/queue/delayed")
+            self._arm(due)
+        else:
+            self._enqueue(request, domain)
+        self.stats.inc_value("openclaw/queue/pushed")
+
+    def pop(self) -> Request | None:
+        choice = self._choose(self._clock(), acquire=True)
+        if choice is None:
+            return None
+        dq, where = choice
+        request = dq.take(where)
+        self._after_take(dq)
+        self._served[dq.domain] = next(self._rr)
+        self.stats.inc_value("openclaw/queue/popped")
+        return request
+
+    def peek(self) -> Request | None:
+        """The request :meth:`pop` would return now (no token is taken)."""
+        choice = self._choose(self._clock(), acquire=False)
+        if choice is None:
+            return None
+        dq, where = choice
+        return dq.take(where, remove=False)
+
+    def close(self) -> dict[str, Any]:
+        """Stop the timer; in disk mode persist everything pending and return its state."""
+        self._closed = True
+        self._cancel_timer()
+        queues = shared(self.crawler, "queues", list)
+        if self in queues:
+            queues.remove(self)
+        if not self.key:
+            return {}
+        return self._persist()
+
+    # --- readable state -------------------------------------------------------
+
+    def queue_state(self) -> dict[str, Any]:
+        """Counts for metrics: ready (in domain queues), delayed, expired so far, per domain."""
+        return {
+            "ready": self._count,
+            "delayed": len(self._delayed),
+            "expired": self._expired_total,
+            "domains": {name: dq.count for name, dq in self._domains.items()},
+        }
+
+    # --- push helpers ---------------------------------------------------------
+
+    def _downloader(self) -> Any | None:
+        """The engine's downloader (None before the crawl starts, e.g. in unit tests)."""
+        if self._downloader_obj is None:
+            try:
+                self._downloader_obj = self.crawler.engine.downloader
+            except (RuntimeError, AttributeError):  # Crawler.engine raises before the crawl
+                return None
+        return self._downloader_obj
+
+    def _domain_of(self, request: Request) -> str:
+        """The request's download slot key, as ``Downloader.get_slot_key`` computes it.
+
+        Scrapy's own method goes through ``urlparse_cached``, which keeps a
+        parsed URL per request for as long as the request lives (~400 bytes
+        per pending request); for the stock downloader we compute the same
+        key without the cache.
+        """
+        downloader = self._downloader()
+        if downloader is not None and (
+            type(downloader).get_slot_key is not Downloader.get_slot_key or downloader.ip_concurrency
+        ):
+            return downloader.get_slot_key(request)
+        slot = request.meta.get(Downloader.DOWNLOAD_SLOT)
+        return slot if slot is not None else urlparse(request.url).hostname or ""
+
+    def _apply_default_deadline(self, request: Request, domain: str, now: float) -> None:
+        if M.DEADLINE in request.meta:
+            return
+        policy = self.policies.for_domain(domain).deadline
+        seconds = policy.classes.get(request.meta.get(M.REQUEST_CLASS) or "", policy.default)
+        if seconds is not None:
+            request.meta[M.DEADLINE] = now + seconds
+            self.stats.inc_value("openclaw/queue/deadline/defaulted")
+
+    def _deadline(self, request: Request) -> float | None:
+        value = request.meta.get(M.DEADLINE)
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
+            logger.warning(
+                "Ignoring meta[%(key)r]=%(value)r of %(request)s: expected a UNIX time (float)",
+                {"key": M.DEADLINE, "value": value, "request": request},
+                extra={"spider": self.crawler.spider},
+            )
+            self.stats.inc_value("openclaw/queue/deadline/invalid")
+            return None
+        return float(value) if math.isfinite(value) else None
+
+    def _enqueue(self, request: Request, domain: str) -> None:
+        dq = self._domains.get(domain)
+        if dq is None:
+            policy = self.policies.for_domain(domain).deadline
+            dq = self._domains[domain] = DomainQueue(
+                domain,
+                window=policy.aging_window,
+                boost=self._boost,
+                expired_mode=policy.expired,
+                lifo=self._lifo,
+                start_lifo=self._start_lifo,
+            )
+        start = self._start_queue_cls is not None and bool(request.meta.get("is_start_request"))
+        deadline = self._deadline(request)
+        if deadline is None:
+            dq.push(request, start=start)
+        else:
+            seq = next(self._seq)
+            entry = Timed(request, deadline, seq, dq)
+            dq.push(request, start=start, timed=entry)
+            heapq.heappush(self._expiry, (deadline, seq, entry))
+        self._count += 1
+
+    # --- pop helpers ----------------------------------------------------------
+
+    def _after_take(self, dq: DomainQueue) -> None:
+        self._count -= 1
+        if dq.count <= 0 and self._domains.get(dq.domain) is dq:
+            del self._domains[dq.domain]
+
+    def _release_due(self, now: float) -> None:
+        """Move delayed requests whose time has come into their domain queues."""
+        released = 0
+        while self._delayed and self._delayed[0][0] <= now:
+            _, _, request = heapq.heappop(self._delayed)
+            request.meta.pop(M.NOT_BEFORE, None)
+            self._enqueue(request, self._domain_of(request))
+            released += 1
+        if released:
+            self.stats.inc_value("openclaw/queue/released", released)
+
+    def _sweep_expired(self, now: float) -> None:
+        """Apply the expired policy to every deadline that has passed, in deadline order."""
+        while self._expiry and self._expiry[0][0] <= now:
+            _, _, entry = heapq.heappop(self._expiry)
+            if not entry.live:
+                continue
+            self._expired_total += 1
+            dq = entry.owner
+            if dq.expired_mode == "drop":
+                dq.discard(entry)
+                self._after_take(dq)
+                self._dead_letter(entry.request)
+            else:
+                dq.boost_expired(entry)
+                self.stats.inc_value("openclaw/queue/expired/boosted")
+
+    def _dead_letter(self, request: Request) -> None:
+        spider = self.crawler.spider
+        self.stats.inc_value("openclaw/queue/expired/dropped")
+        logger.info(
+            "Dropping %(request)s: its deadline passed before it could be sent",
+            {"request": request},
+            extra={"spider": spider},
+        )
+        letter = for_request(
+            request,
+            spider=spider,
+            crawl_id=crawl_id(self.crawler),
+            error_class="deadline",
+            reason="deadline_expired",
+        )
+        self.crawler.signals.send_catch_log(
+            signal=openclaw_signals.dead_letter, dead_letter=letter, spider=spider
+        )
+
+    def _choose(self, now: float, *, acquire: bool) -> tuple[DomainQueue, str] | None:
+        """The domain and index to take from: best effective priority among ready domains."""
+        self._release_due(now)
+        self._sweep_expired(now)
+        if not self._domains:
+            return None
+        scored = []
+        for name, dq in self._domains.items():
+            best = dq.best(now)
+            if best is not None:
+                scored.append((best[0], -self._served.get(name, 0), best[1], dq))
+        if not scored:
+            return None
+        first = max(scored, key=lambda s: s[:2])
+        wake_at = math.inf
+        ok, at = self._ready(first[3].domain, now, acquire)
+        if ok:
+            return first[3], first[2]
+        wake_at = min(wake_at, at)
+        scored.sort(key=lambda s: s[:2], reverse=True)
+        for candidate in scored[1:]:
+            ok, at = self._ready(candidate[3].domain, now, acquire)
+            if ok:
+                if acquire:
+                    self.stats.inc_value("openclaw/queue/skipped_not_ready")
+                return candidate[3], candidate[2]
+            wake_at = min(wake_at, at)
+        if acquire:
+            self.stats.inc_value("openclaw/queue/none_ready")
+            if wake_at < math.inf:
+                self._arm(max(wake_at, now + _MIN_TIMER))
+        return None
+
+    def _ready(self, domain: str, now: float, acquire: bool) -> tuple[bool, float]:
+        """Whether *domain* may send now; if not, when to look again (inf: a finished download will wake us)."""
+        registry = self.registry
+        downloader = self._downloader()
+        slot = downloader.slots.get(domain) if downloader is not None else None
+        if slot is not None:
+            limit = registry.concurrency(domain) if registry is not None else slot.concurrency
+            if len(slot.active) >= limit:
+                return False, math.inf
+        if registry is None:
+            return True, math.inf
+        at = registry.ready_at(domain, now)
+        if at > now:
+            return False, at
+        if acquire and not registry.try_acquire(domain, now):
+            return False, now + _RETRY_POLL
+        return True, math.inf
+
+    # --- the one timer ----------------------------------------------------------
+
+    def _arm(self, due: float) -> None:
+        """Make sure the timer fires no later than *due* (one timer, the earliest due time)."""
+        if self._closed or (self._timer is not None and self._timer_due <= due):
+            return
+        self._cancel_timer()
+        self._timer_due = due
+        self._timer = call_later(max(0.0, due - self._clock()), self._on_timer)
+
+    def _cancel_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer, self._timer_due = None, math.inf
+
+    def _on_timer(self) -> None:
+        self._timer, self._timer_due = None, math.inf
+        if self._closed:
+            return
+        self._release_due(self._clock())
+        self.stats.inc_value("openclaw/queue/wakeups")
+        wake_engine(self.crawler)
+        if self._delayed:
+            self._arm(self._delayed[0][0])
+
+    # --- JOBDIR persistence -----------------------------------------------------------
+
+    def _pending_requests(self) -> Iterable[Request]:
+        for dq in self._domains.values():
+            yield from dq.requests()
+        for _, _, request in sorted(self._delayed, key=lambda e: e[:2]):
+            yield request
+
+    def _persist(self) -> dict[str, Any]:
+        spider = self.crawler.spider
+        records, lost = [], 0
+        for request in self._pending_requests():
+            try:
+                records.append(request_to_data(request, spider=spider))
+            except SerializationError as exc:
+                lost += 1
+                logger.error("Cannot persist %(request)s: %(error)s", {"request": request, "error": exc},
+                             extra={"spider": spider})
+        payload = dumps({"format": STATE_FORMAT, "version": STATE_VERSION, "requests": records}).encode()
+        path = Path(self.key, STATE_FILE)
+        tmp = path.with_name(path.name + ".tmp")
+        with tmp.open("wb") as f:
+            f.write(payload)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        dir_fd = os.open(self.key, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+        self.stats.set_value("openclaw/queue/persisted", len(records))
+        if lost:
+            self.stats.set_value("openclaw/queue/persist_failed", lost)
+        return {
+            "openclaw_queue": STATE_VERSION,
+            "file": STATE_FILE,
+            "count": len(records),
+            "sha256": hashlib.sha256(payload).hexdigest(),
+        }
+
+    def _restore(self, state: Any) -> None:
+        if not (isinstance(state, dict) and state.get("openclaw_queue") == STATE_VERSION):
+            raise ValueError(
+                f"{type(self).__name__}: the JOBDIR queue state {state!r:.200} was written by a "
+                "different SCHEDULER_PRIORITY_QUEUE; only a crawl started with the same "
+                "priority queue class can be resumed"
+            )
+        path = Path(self.key, str(state.get("file") or STATE_FILE))
+        try:
+            payload = path.read_bytes()
+            if hashlib.sha256(payload).hexdigest() != state.get("sha256"):
+                raise ValueError("checksum mismatch (torn or modified file)")
+            data = json.loads(payload)
+            if data.get("format") != STATE_FORMAT or data.get("version") != STATE_VERSION:
+                raise ValueError(f"unknown format {data.get('format')!r} v{data.get('version')!r}")
+            records = data["requests"]
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            logger.error(
+                "Cannot resume the %(count)s queued requests from %(path)s: %(error)s",
+                {"count": state.get("count"), "path": str(path), "error": exc},
+            )
+            self.stats.inc_value("openclaw/queue/restore_failed")
+            return
+        spider, restored = self.crawler.spider, 0
+        for n, record in enumerate(records):
+            try:
+                request = request_from_data(record, spider=spider)
+            except SerializationError as exc:
+                logger.error("%(path)s: request #%(n)d skipped: %(error)s",
+                             {"path": str(path), "n": n, "error": exc})
+                self.stats.inc_value("openclaw/queue/restore_failed")
+                continue
+            self.push(request)
+            restored += 1
+        self.stats.set_value("openclaw/queue/restored", restored)
+
+
+def queue_state(crawler: Crawler) -> dict[str, Any]:
+    """The summed :meth:`DeadlinePriorityQueue.queue_state` of the crawl's queues (memory + disk)."""
+    total: dict[str, Any] = {"ready": 0, "delayed": 0, "expired": 0, "domains": {}}
+    for queue in shared(crawler, "queues", list):
+        state = queue.queue_state()
+        for k in ("ready", "delayed", "expired"):
+            total[k] += state[k]
+        for domain, n in state["domains"].items():
+            total["domains"][domain] = total["domains"].get(domain, 0) + n
+    return total

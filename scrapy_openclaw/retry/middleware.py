@@ -1,0 +1,336 @@
+"""ClassifiedRetryMiddleware: retry by error class, later, never by waiting.
+
+Scrapy's RetryMiddleware retries at once, the same way for every failure, and
+ignores Retry-After. This one classifies each failure with the crawl's
+:class:`~scrapy_openclaw.errors.ErrorTaxonomy`, picks the domain's policy for
+that class, and returns a *copy* of the request carrying a not-before time
+(``meta["openclaw_not_before"]``). The copy goes back to the scheduler, where
+the deadline queue (or :class:`~scrapy_openclaw.delay.DelayedRequests` with
+any other queue) keeps it until it is due: the wait costs no download slot
+and nothing sleeps.
+
+When a request runs out of attempts, or its domain out of retry budget, it
+becomes exactly one dead letter (``signals.dead_letter``) and the failure
+continues as in plain Scrapy: the response reaches the spider (and
+HttpErrorMiddleware), the exception reaches the errback.
+
+The work is done by :func:`get_classified_retry_request`, a public helper a
+callback can use too, like Scrapy's ``get_retry_request``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlparse
+
+from scrapy.exceptions import NotConfigured
+from scrapy.settings import BaseSettings
+
+from scrapy_openclaw import deadletter
+from scrapy_openclaw import meta as M
+from scrapy_openclaw import signals as openclaw_signals
+from scrapy_openclaw.delay import DelayedRequests
+from scrapy_openclaw.errors import Classification, ErrorClass, ErrorTaxonomy
+from scrapy_openclaw.policy import PolicySet
+from scrapy_openclaw.retry.backoff import Uniform, for_policy
+from scrapy_openclaw.retry.budget import RetryBudgets
+from scrapy_openclaw.retry_after import parse_retry_after
+from scrapy_openclaw.runtime import crawl_id, shared
+from scrapy_openclaw.settings import DEFAULTS
+
+if TYPE_CHECKING:
+    from scrapy import Request, Spider
+    from scrapy.crawler import Crawler
+    from scrapy.http import Response
+    from twisted.python.failure import Failure
+
+    from scrapy_openclaw.policy import RetryClassPolicy
+
+logger = logging.getLogger(__name__)
+
+STATS_PREFIX = "openclaw/retry"
+#: Upper bounds (seconds) of the cumulative delay histogram, ``delay_le/<bucket>``.
+DELAY_BUCKETS: tuple[float, ...] = (0.1, 0.5, 1, 2, 5, 10, 30, 60, 300, 3600)
+
+
+def request_domain(request: Request) -> str:
+    """The domain a request counts against: its host name (Scrapy's default slot key)."""
+    return urlparse(request.url).hostname or ""
+
+
+def retry_enabled(crawler: Crawler) -> bool:
+    settings = crawler.settings
+    return settings.getbool("RETRY_ENABLED") and settings.getbool(
+        "OPENCLAW_RETRY_ENABLED", DEFAULTS["OPENCLAW_RETRY_ENABLED"]
+    )
+
+
+_TAXONOMY_SETTINGS = ("OPENCLAW_RETRY_HTTP_CODES", "OPENCLAW_PARSE_EXCEPTIONS", "OPENCLAW_VALIDATION_EXCEPTIONS")
+
+
+def taxonomy_for(crawler: Crawler) -> ErrorTaxonomy:
+    """The crawl's error taxonomy, with DEFAULTS filled in when the add-on is not used.
+
+    (``ErrorTaxonomy.from_settings`` reads the settings without defaults, so
+    without the add-on every 5xx would count as permanent.)
+    """
+
+    def build() -> ErrorTaxonomy:
+        settings = BaseSettings({name: crawler.settings.get(name, DEFAULTS[name]) for name in _TAXONOMY_SETTINGS})
+        return ErrorTaxonomy.from_settings(settings)
+
+    return shared(crawler, "retry_taxonomy", build)
+
+
+def _bucket_label(bound: float) -> str:
+    return f"{bound:g}"
+
+
+def _class_policy(policy: Any, classification: Classification) -> RetryClassPolicy | None:
+    return getattr(policy, classification.error_class.value, None)
+
+
+def retries_left(request: Request, classification: Classification, policy: RetryClassPolicy, max_retry_times: int | None = None) -> bool:
+    """Whether one more failure of this class would still be retried (budget aside).
+
+    ``max_retry_times`` (argument, else ``meta["max_retry_times"]``) is
+    Scrapy's knob: when set it caps the request's total retries (all classes)
+    and replaces the per-class ``max_attempts``.
+    """
+    if max_retry_times is None:
+        max_retry_times = request.meta.get("max_retry_times")
+    if max_retry_times is not None:
+        return int(request.meta.get("retry_times", 0)) < int(max_retry_times)
+    state = request.meta.get(M.RETRY_STATE) or {}
+    done = int((state.get("attempts") or {}).get(classification.error_class.value, 0))
+    return done + 1 < policy.max_attempts
+
+
+def get_classified_retry_request(
+    request: Request,
+    *,
+    classification: Classification,
+    spider: Spider,
+    response: Response | None = None,
+    exception: BaseException | Failure | None = None,
+    max_retry_times: int | None = None,
+    priority_adjust: int | None = None,
+    now: float | None = None,
+    uniform: Uniform | None = None,
+    use_budget: bool = True,
+    dead_letter: bool = True,
+    logger: logging.Logger = logger,
+) -> Request | None:
+    """A delayed copy of *request* to retry it, or None when giving up.
+
+    The copy has ``dont_filter=True``, ``meta["openclaw_not_before"]`` (now
+    plus the backoff of the domain's policy for this error class, or the
+    response's ``Retry-After`` when present, which wins), the updated
+    ``meta["openclaw_retry"]`` and Scrapy's ``retry_times``, and its priority
+    moved by ``RETRY_PRIORITY_ADJUST`` (or ``meta["priority_adjust"]``).
+
+    On giving up (attempts or the domain's retry budget spent) one dead letter
+    is sent through ``signals.dead_letter`` unless *dead_letter* is False.
+    Permanent classes are never retried (returns None, no dead letter: the
+    caller decides). *uniform* replaces the random source (tests).
+    """
+    crawler = spider.crawler
+    stats = crawler.stats
+    now = time.time() if now is None else now
+    klass = classification.error_class.value
+    if not classification.retryable:
+        return None
+    domain = request_domain(request)
+    domain_policy = PolicySet.for_crawler(crawler).for_domain(domain)
+    policy = _class_policy(domain_policy.retry, classification)
+    if policy is None:  # pragma: no cover - every retryable class has a policy
+        return None
+    state = _next_state(request, response, now)
+    if not retries_left(request, classification, policy, max_retry_times):
+        stats.inc_value(f"{STATS_PREFIX}/{klass}/max_reached")
+        logger.info(
+            "Gave up retrying %(request)s after %(attempts)d attempts: %(reason)s",
+            {"request": request, "attempts": _attempts(request), "reason": classification.reason},
+            extra={"spider": spider},
+        )
+        if dead_letter:
+            send_dead_letter(request, classification, spider=spider, exception=exception, now=now, first=state["first"])
+        return None
+    if use_budget and not RetryBudgets.for_crawler(crawler).try_spend(domain, now):
+        stats.inc_value(f"{STATS_PREFIX}/budget_exhausted")
+        logger.info(
+            "Not retrying %(request)s (%(reason)s): the retry budget of %(domain)s is spent",
+            {"request": request, "reason": classification.reason, "domain": domain},
+            extra={"spider": spider},
+        )
+        if dead_letter:
+            send_dead_letter(
+                request, classification, spider=spider, exception=exception, now=now,
+                first=state["first"], error_class="retry_budget",
+            )
+        return None
+
+    done = int(state["attempts"].get(klass, 0))
+    delay = for_policy(policy, uniform=uniform)(done, state.get("delay"))
+    retry_after = None
+    if response is not None:
+        retry_after = parse_retry_after(
+            response.headers.get(b"Retry-After"), cap=domain_policy.health.retry_after_cap, now=now
+        )
+    if retry_after is not None:
+        delay = retry_after
+        stats.inc_value(f"{STATS_PREFIX}/retry_after_used")
+    state["attempts"][klass] = done + 1
+    state["delay"] = delay
+
+    retry_times = int(request.meta.get("retry_times", 0)) + 1
+    new = request.copy()
+    new.meta[M.RETRY_STATE] = state
+    new.meta["retry_times"] = retry_times
+    new.meta[M.NOT_BEFORE] = now + delay
+    new.dont_filter = True
+    if priority_adjust is None:
+        priority_adjust = request.meta.get("priority_adjust")
+    if priority_adjust is None:
+        priority_adjust = crawler.settings.getint("RETRY_PRIORITY_ADJUST")
+    new.priority = request.priority + int(priority_adjust)
+
+    stats.inc_value(f"{STATS_PREFIX}/{klass}/count")
+    stats.inc_value(f"{STATS_PREFIX}/reason_count/{classification.reason}")
+    _record_delay(stats, delay)
+    logger.debug(
+        "Retrying %(request)s in %(delay).2fs (%(klass)s attempt %(n)d): %(reason)s",
+        {"request": request, "delay": delay, "klass": klass, "n": done + 2, "reason": classification.reason},
+        extra={"spider": spider},
+    )
+    return new
+
+
+def send_dead_letter(
+    request: Request,
+    classification: Classification,
+    *,
+    spider: Spider,
+    exception: BaseException | Failure | None = None,
+    now: float | None = None,
+    first: float | None = None,
+    error_class: str | None = None,
+) -> deadletter.DeadLetter:
+    """Build the request's dead letter and send ``signals.dead_letter`` once."""
+    crawler = spider.crawler
+    now = time.time() if now is None else now
+    letter = deadletter.for_classified(
+        request, classification, spider=spider, crawl_id=crawl_id(crawler), exception=exception
+    )
+    letter.last_attempt_at = now
+    if letter.first_attempt_at is None:
+        letter.first_attempt_at = first if first is not None else now
+    if error_class is not None:
+        letter.error_class = error_class
+    crawler.stats.inc_value(f"{STATS_PREFIX}/dead_letters")
+    crawler.signals.send_catch_log(signal=openclaw_signals.dead_letter, dead_letter=letter, spider=spider)
+    return letter
+
+
+def _attempts(request: Request) -> int:
+    state = request.meta.get(M.RETRY_STATE) or {}
+    return 1 + sum((state.get("attempts") or {}).values())
+
+
+def _next_state(request: Request, response: Response | None, now: float) -> dict[str, Any]:
+    """A fresh copy of the request's retry state with ``last`` set to *now*."""
+    old = request.meta.get(M.RETRY_STATE) or {}
+    first = old.get("first")
+    if first is None:
+        # The first attempt started about one download latency ago.
+        latency = request.meta.get("download_latency")
+        first = now - float(latency) if isinstance(latency, (int, float)) else now
+    state: dict[str, Any] = {
+        "attempts": dict(old.get("attempts") or {}),
+        "first": first,
+        "last": now,
+    }
+    if old.get("delay") is not None:
+        state["delay"] = old["delay"]
+    return state
+
+
+def _record_delay(stats: Any, delay: float) -> None:
+    stats.inc_value(f"{STATS_PREFIX}/delay_seconds_total", delay)
+    stats.inc_value(f"{STATS_PREFIX}/delay_count")
+    for bound in DELAY_BUCKETS:
+        if delay <= bound:
+            stats.inc_value(f"{STATS_PREFIX}/delay_le/{_bucket_label(bound)}")
+    stats.inc_value(f"{STATS_PREFIX}/delay_le/inf")
+
+
+def _spider_handles_status(request: Request, response: Response, spider: Spider) -> bool:
+    """Whether the spider asked for this status (then a 4xx is not a failure to record)."""
+    meta = request.meta
+    if meta.get("handle_httpstatus_all"):
+        return True
+    allowed = meta.get("handle_httpstatus_list")
+    if allowed is None:
+        allowed = getattr(spider, "handle_httpstatus_list", None) or ()
+        settings = spider.crawler.settings
+        if settings.getbool("HTTPERROR_ALLOW_ALL"):
+            return True
+        allowed = [*allowed, *settings.getlist("HTTPERROR_ALLOWED_CODES")]
+    return response.status in {int(s) for s in allowed}
+
+
+class ClassifiedRetryMiddleware:
+    """Downloader middleware: classified, delayed, budgeted retries (replaces RetryMiddleware)."""
+
+    def __init__(self, crawler: Crawler):
+        self.crawler = crawler
+        self.taxonomy = taxonomy_for(crawler)
+        self.dlq_permanent = crawler.settings.getbool(
+            "OPENCLAW_DLQ_PERMANENT", DEFAULTS["OPENCLAW_DLQ_PERMANENT"]
+        )
+        PolicySet.for_crawler(crawler)  # validate policies at start, not at the first failure
+        RetryBudgets.for_crawler(crawler)  # starts counting requests
+        # Without the deadline queue, this keeps delayed retries out of the scheduler until due.
+        self.delayed = DelayedRequests.for_crawler(crawler)
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> ClassifiedRetryMiddleware:
+        if not retry_enabled(crawler):
+            raise NotConfigured
+        return cls(crawler)
+
+    def process_response(
+        self, request: Request, response: Response, spider: Spider | None = None
+    ) -> Request | Response:
+        if request.meta.get("dont_retry", False):
+            return response
+        classification = self.taxonomy.classify_status(response.status)
+        if classification is None:
+            return response
+        spider = self.crawler.spider
+        assert spider is not None
+        if classification.error_class is ErrorClass.PROTOCOL_PERMANENT:
+            if self.dlq_permanent and not _spider_handles_status(request, response, spider):
+                self.crawler.stats.inc_value(f"{STATS_PREFIX}/permanent_dead_letters")
+                send_dead_letter(request, classification, spider=spider)
+            return response
+        retry = get_classified_retry_request(
+            request, classification=classification, spider=spider, response=response
+        )
+        return retry if retry is not None else response
+
+    def process_exception(
+        self, request: Request, exception: Exception, spider: Spider | None = None
+    ) -> Request | None:
+        if request.meta.get("dont_retry", False):
+            return None
+        classification = self.taxonomy.classify_download_error(exception)
+        if classification is None:
+            return None
+        spider = self.crawler.spider
+        assert spider is not None
+        return get_classified_retry_request(
+            request, classification=classification, spider=spider, exception=exception
+        )

@@ -1,0 +1,137 @@
+"""ParseRetryMiddleware: refetch a page whose callback failed to parse it.
+
+A callback that raises one of ``OPENCLAW_PARSE_EXCEPTIONS`` (a selector found
+nothing, bad JSON, :class:`~scrapy_openclaw.errors.ParseError`, ...) often
+met a truncated, soft-blocked or half-rendered page; fetching it again
+later usually works. This spider middleware classifies the exception and
+re-schedules the request (``dont_filter``, delayed by the parse class's
+backoff) within the domain's parse policy and retry budget. When the
+attempts are spent, the page becomes a dead letter and the exception goes on
+as in plain Scrapy (logged as a spider error).
+
+No duplicates, nothing lost. A callback may yield items before it fails.
+While a failure would still be retried, this middleware holds the
+callback's outputs until the callback finishes: on success they are passed
+on, in order; on a retried failure they are discarded, because the retry
+yields them again. The last allowed attempt (and a request with
+``dont_retry``) is not held, so a callback that fails for good still
+delivers what it yielded before the error, exactly as plain Scrapy does; so
+does an attempt whose retry the budget refuses or whose exception is not a
+parse error. The cost: on attempts that may still be retried, outputs reach
+the engine when the callback ends instead of one by one (memory for one
+page's outputs). This is preferred over remembering "which outputs were
+already passed": that needs items that compare equal across fetches, and a
+refetched page often differs (timestamps, ads, ordering).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from scrapy.exceptions import NotConfigured
+
+from scrapy_openclaw.delay import DelayedRequests
+from scrapy_openclaw.errors import Classification, ErrorClass
+from scrapy_openclaw.policy import PolicySet
+from scrapy_openclaw.retry.budget import RetryBudgets
+from scrapy_openclaw.retry.middleware import (
+    STATS_PREFIX,
+    get_classified_retry_request,
+    request_domain,
+    retries_left,
+    retry_enabled,
+    taxonomy_for,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Iterable
+
+    from scrapy import Request, Spider
+    from scrapy.crawler import Crawler
+    from scrapy.http import Response
+
+logger = logging.getLogger(__name__)
+
+_PARSE = Classification(ErrorClass.PARSE, "parse")
+
+
+class _Attempt:
+    __slots__ = ("retried",)
+
+    def __init__(self) -> None:
+        self.retried = False
+
+
+class ParseRetryMiddleware:
+    """Spider middleware: classified retry of callbacks that raise parse errors."""
+
+    def __init__(self, crawler: Crawler):
+        self.crawler = crawler
+        self.taxonomy = taxonomy_for(crawler)
+        self.policies = PolicySet.for_crawler(crawler)
+        RetryBudgets.for_crawler(crawler)
+        DelayedRequests.for_crawler(crawler)
+        # Responses whose outputs are being held, by id(): the callback is running.
+        self._held: dict[int, _Attempt] = {}
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> ParseRetryMiddleware:
+        if not retry_enabled(crawler):
+            raise NotConfigured
+        return cls(crawler)
+
+    def _may_retry(self, request: Request | None) -> bool:
+        if request is None or request.meta.get("dont_retry", False):
+            return False
+        policy = self.policies.for_domain(request_domain(request)).retry.parse
+        return retries_left(request, _PARSE, policy)
+
+    async def process_spider_output(
+        self, response: Response, result: AsyncIterator[Any], spider: Spider | None = None
+    ) -> AsyncIterator[Any]:
+        if not self._may_retry(response.request):
+            async for output in result:
+                yield output
+            return
+        key = id(response)
+        attempt = self._held[key] = _Attempt()
+        held: list[Any] = []
+        try:
+            async for output in result:
+                held.append(output)
+        except Exception:
+            # Not handled by anyone (a bug, or a retry refused): pass on what
+            # the callback produced, then let the error go on as usual.
+            self._held.pop(key, None)
+            for output in held:
+                yield output
+            raise
+        self._held.pop(key, None)
+        if attempt.retried:
+            if held:
+                self.crawler.stats.inc_value(f"{STATS_PREFIX}/parse/discarded_outputs", len(held))
+            return
+        for output in held:
+            yield output
+
+    def process_spider_exception(
+        self, response: Response, exception: Exception, spider: Spider | None = None
+    ) -> Iterable[Any] | None:
+        request = response.request
+        if request is None or request.meta.get("dont_retry", False):
+            return None
+        classification = self.taxonomy.classify_callback_error(exception)
+        if classification is None:
+            return None
+        spider = self.crawler.spider
+        assert spider is not None
+        retry = get_classified_retry_request(
+            request, classification=classification, spider=spider, exception=exception
+        )
+        if retry is None:
+            return None
+        attempt = self._held.get(id(response))
+        if attempt is not None:
+            attempt.retried = True
+        return [retry]

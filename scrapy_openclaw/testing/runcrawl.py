@@ -1,0 +1,85 @@
+"""Run one crawl and leave its results on disk.
+
+    python -m scrapy_openclaw.testing.runcrawl --spider PATH.TO.Spider \\
+        --settings-json FILE --out DIR [-a key=value ...]
+
+Writes ``DIR/items.jsonl`` (feed export), ``DIR/stats.json`` (final stats) and
+``DIR/crawl.log``. Exit code 0 when the crawl closed normally (any finish
+reason), 1 when it never finished.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+ITEMS_FILE = "items.jsonl"
+STATS_FILE = "stats.json"
+LOG_FILE = "crawl.log"
+
+# Test-friendly defaults; the settings file overrides them.
+DEFAULT_SETTINGS: dict[str, Any] = {
+    "LOG_LEVEL": "INFO",
+    "TELNETCONSOLE_ENABLED": False,
+}
+
+
+def json_safe(value: Any) -> Any:
+    if isinstance(value, (datetime.datetime, datetime.date, datetime.time)):
+        return value.isoformat()
+    if isinstance(value, dict):
+        return {str(k): json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [json_safe(v) for v in value]
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    return repr(value)
+
+
+def _spider_args(pairs: list[str]) -> dict[str, str]:
+    args = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"-a expects key=value, got {pair!r}")
+        args[key] = value
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m scrapy_openclaw.testing.runcrawl")
+    parser.add_argument("--spider", required=True, help="import path of the spider class")
+    parser.add_argument("--settings-json", help="JSON file with a settings dict")
+    parser.add_argument("--out", required=True, help="output directory")
+    parser.add_argument("-a", dest="spider_args", action="append", default=[], metavar="KEY=VALUE")
+    args = parser.parse_args(argv)
+
+    from scrapy.crawler import CrawlerProcess
+    from scrapy.utils.misc import load_object
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    settings = dict(DEFAULT_SETTINGS)
+    if args.settings_json:
+        settings.update(json.loads(Path(args.settings_json).read_text(encoding="utf-8")))
+    feeds = dict(settings.get("FEEDS") or {})
+    feeds[(out / ITEMS_FILE).as_uri()] = {"format": "jsonlines", "overwrite": True, "encoding": "utf-8"}
+    settings["FEEDS"] = feeds
+    settings["LOG_FILE"] = str(out / LOG_FILE)
+    settings["LOG_FILE_APPEND"] = False
+
+    process = CrawlerProcess(settings)
+    crawler = process.create_crawler(load_object(args.spider))
+    process.crawl(crawler, **_spider_args(args.spider_args))
+    process.start()
+    stats = json_safe(crawler.stats.get_stats() if crawler.stats else {})
+    (out / STATS_FILE).write_text(json.dumps(stats, indent=1, sort_keys=True), encoding="utf-8")
+    return 0 if "finish_reason" in stats else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,355 @@
+"""The chaos site really misbehaves as configured: proved from its ground truth."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import re
+import threading
+import time
+from collections import deque
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+
+from scrapy_openclaw.testing.chaos import (
+    ChaosConfig,
+    FailWindows,
+    HostConfig,
+    max_in_window,
+    page_links,
+    reachable_urls,
+)
+from scrapy_openclaw.testing.crawl import run_crawl
+from scrapy_openclaw.testing.presets import fault_free_site, flaky_site, hol_site, rate_limited_site
+
+A, B, C = "127.0.0.2", "127.0.0.3", "127.0.0.4"
+HREF = re.compile(r'href="([^"]+)"')
+
+
+def one_host(**kwargs: Any) -> ChaosConfig:
+    return ChaosConfig(hosts=(HostConfig(address=A, **kwargs),))
+
+
+def fetch(url: str, *, timeout: float = 10.0, method: str = "GET") -> tuple[int, dict[str, str], str]:
+    parts = urlsplit(url)
+    conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=timeout)
+    try:
+        conn.request(method, parts.path or "/")
+        response = conn.getresponse()
+        return response.status, dict(response.getheaders()), response.read().decode()
+    finally:
+        conn.close()
+
+
+def records(server: Any, address: str = A) -> list[dict[str, Any]]:
+    return server.truth()["hosts"][address]["requests"]
+
+
+def wait_for(predicate: Any, timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return predicate()
+
+
+# --------------------------------------------------------------------------- config and graph
+
+
+def test_config_round_trips_through_json_and_validates() -> None:
+    for config in (flaky_site(), rate_limited_site(), fault_free_site(), hol_site()):
+        assert ChaosConfig.from_dict(json.loads(json.dumps(config.to_dict()))) == config
+    built = HostConfig(address=A, fail_windows={"period": 2, "down": 1}, parse_fail={"3": 1},
+                       status_script={"4": [503, 200]}, not_found=[5])
+    assert built.fail_windows == FailWindows(period=2, down=1)
+    assert built.parse_fail == {3: 1} and built.status_script == {4: (503, 200)}
+    with pytest.raises(ValueError, match="127.0.0.2.*drop_rate"):
+        HostConfig(address=A, drop_rate=2.0)
+    with pytest.raises(ValueError, match="fail_windows"):
+        HostConfig(address=A, fail_windows={"period": 1.0, "down": 2.0})
+    with pytest.raises(ValueError, match="unique"):
+        ChaosConfig(hosts=(HostConfig(address=A), HostConfig(address=A)))
+
+
+def test_presets_shape() -> None:
+    flaky = flaky_site(n_hosts=4, pages=40)
+    assert [h.address for h in flaky.hosts] == [A, B, C, "127.0.0.5"]
+    for host in flaky.hosts:
+        assert host.fail_windows is not None
+        assert host.fail_windows.down / host.fail_windows.period == pytest.approx(0.3)
+        assert 0 < host.drop_rate < 0.1 and 0 < host.hang_rate < 0.1
+        assert host.not_found and host.parse_fail
+    assert len({h.fail_windows.offset for h in flaky.hosts if h.fail_windows}) == 4
+    limited = rate_limited_site(n_hosts=3, rate=10, burst=5)
+    assert all(h.rate_limit and (h.rate_limit.rate, h.rate_limit.burst) == (10, 5) for h in limited.hosts)
+    hol = hol_site(fast_hosts=8, slow_hosts=2, slow_latency=1.5)
+    assert [h.latency for h in hol.hosts] == [0.0] * 8 + [1.5] * 2
+    assert len({h.address for h in hol.hosts}) == 10
+
+
+def test_link_graph_is_deterministic() -> None:
+    config = fault_free_site(n_hosts=3, pages=30, cross_links=2, seed=7)
+    again = fault_free_site(n_hosts=3, pages=30, cross_links=2, seed=7)
+    other = fault_free_site(n_hosts=3, pages=30, cross_links=2, seed=8)
+    graph = [page_links(config, h, p) for h in range(3) for p in range(30)]
+    assert graph == [page_links(again, h, p) for h in range(3) for p in range(30)]
+    assert graph != [page_links(other, h, p) for h in range(3) for p in range(30)]
+    for h in range(3):
+        for p in range(30):
+            links = page_links(config, h, p)
+            same_host = [t for (o, t) in links if o == h]
+            assert len(links) == 5 + 2 and len(same_host) >= 5
+            assert p not in same_host[:5] and len(set(same_host[:5])) == 5
+
+
+def test_served_links_follow_the_seed(chaos_server: Any) -> None:
+    config = fault_free_site(n_hosts=2, pages=10, cross_links=1, seed=3)
+    first, second = chaos_server(config), chaos_server(config)
+
+    def paths(server: Any, page: int) -> list[tuple[str, str]]:
+        body = fetch(server.urls[A] + f"page/{page}")[2]
+        hosts = {urlsplit(u).netloc: a for a, u in server.urls.items()}
+        return [(hosts[urlsplit(h).netloc], urlsplit(h).path) for h in HREF.findall(body)]
+
+    for page in range(10):
+        served = paths(first, page)
+        assert served == paths(second, page)
+        expected = [(config.hosts[h].address, f"/page/{p}") for h, p in page_links(config, 0, page)]
+        assert served == expected
+
+
+def test_reachable_with_all_links_is_exact() -> None:
+    config = one_host(pages=6, links_per_page="all", not_found=[2], status_script={4: [503, 404], 5: [503, 200]})
+    base = "http://127.0.0.2:1234/"
+    result = reachable_urls(config, {A: base})
+    assert result.ok == {base, base + "page/1", base + "page/3", base + "page/5"}
+    assert result.failing == {base + "page/2", base + "page/4"}
+
+
+def test_reachable_matches_an_http_bfs(chaos_server: Any) -> None:
+    config = ChaosConfig(
+        hosts=(
+            HostConfig(address=A, pages=25, links_per_page=2, cross_links=1, not_found=[3, 7]),
+            HostConfig(address=B, pages=25, links_per_page=1, cross_links=1, not_found=[1]),
+        ),
+        seed=5,
+    )
+    server = chaos_server(config)
+    queue = deque(server.start_urls)
+    seen = set(queue)
+    ok, failing = set(), set()
+    for _ in range(500):
+        if not queue:
+            break
+        url = queue.popleft()
+        status, _, body = fetch(url)
+        (ok if status == 200 else failing).add(url)
+        for link in HREF.findall(body):
+            if link not in seen:
+                seen.add(link)
+                queue.append(link)
+    assert not queue
+    expected = server.reachable()
+    assert (ok, failing) == (set(expected.ok), set(expected.failing))
+    assert failing and len(ok) > 10
+
+
+# --------------------------------------------------------------------------- faults
+
+
+def test_latency_delays_every_answer(chaos_server: Any) -> None:
+    server = chaos_server(one_host(latency=0.3, latency_jitter=0.2))
+    for _ in range(3):
+        started = time.monotonic()
+        assert fetch(server.urls[A])[0] == 200
+        assert time.monotonic() - started >= 0.3 * 0.98
+    served = records(server)
+    assert [r["status"] for r in served] == [200] * 3
+    assert all(r["end"] - r["t"] >= 0.3 * 0.98 for r in served)
+
+
+def test_fail_windows_follow_the_server_clock(chaos_server: Any) -> None:
+    windows = FailWindows(period=1.0, down=0.4, status=503, offset=0.25)
+    server = chaos_server(one_host(fail_windows=windows))
+    seen = []
+    deadline = time.monotonic() + 2.2
+    while time.monotonic() < deadline:
+        seen.append(fetch(server.urls[A] + "page/1")[0])
+        time.sleep(0.02)
+    truth = server.truth()
+    served = truth["hosts"][A]["requests"]
+    assert [r["status"] for r in served] == seen
+    for r in served:
+        assert r["status"] == (503 if windows.is_down(r["t"] - truth["started_at"]) else 200)
+    assert {503, 200} <= set(seen)
+
+
+@pytest.mark.parametrize("retry_after", ["soon", "-5", "99999999", "Wed, 21 Oct 2015 07:28:00 GMT", "2", None])
+def test_429_carries_the_exact_retry_after(chaos_server: Any, retry_after: str | None) -> None:
+    server = chaos_server(one_host(rate_limit={"rate": 0.1, "burst": 2, "retry_after": retry_after}))
+    answers = [fetch(server.urls[A]) for _ in range(3)]
+    assert [a[0] for a in answers] == [200, 200, 429]
+    assert answers[2][1].get("Retry-After") == retry_after
+    assert server.truth()["hosts"][A]["statuses"] == {"200": 2, "429": 1}
+
+
+def test_token_bucket_allows_burst_then_rate(chaos_server: Any) -> None:
+    rate, burst = 4.0, 3
+    server = chaos_server(one_host(rate_limit={"rate": rate, "burst": burst}))
+    statuses = [fetch(server.urls[A])[0] for _ in range(24)]
+    assert statuses[:burst] == [200] * burst
+    assert 429 in statuses
+    served = records(server)
+    elapsed = served[-1]["t"] - served[0]["t"]
+    assert statuses.count(200) <= burst + rate * elapsed + 1
+    time.sleep(0.75)  # refills ~3 tokens
+    assert [fetch(server.urls[A])[0] for _ in range(2)] == [200, 200]
+
+
+def test_dropped_connections_get_no_response(chaos_server: Any) -> None:
+    server = chaos_server(one_host(drop_rate=1.0))
+    for _ in range(3):
+        with pytest.raises(ConnectionError):  # RemoteDisconnected or ConnectionResetError
+            fetch(server.urls[A])
+    host = server.truth()["hosts"][A]
+    assert host["statuses"] == {"drop": 3}
+    assert wait_for(lambda: server.truth()["hosts"][A]["in_flight"] == 0)
+
+
+def test_hanging_requests_never_answer(chaos_server: Any) -> None:
+    server = chaos_server(one_host(hang_rate=1.0))
+    started = time.monotonic()
+    with pytest.raises(TimeoutError):
+        fetch(server.urls[A], timeout=0.5)
+    assert time.monotonic() - started >= 0.45
+    assert server.truth()["hosts"][A]["statuses"] == {"hang": 1}
+    # The client gave up and closed: the server notices and cleans up.
+    assert wait_for(lambda: server.truth()["hosts"][A]["in_flight"] == 0)
+    assert records(server)[0]["end"] is not None
+
+
+def test_stop_drops_hanging_connections(chaos_server: Any) -> None:
+    server = chaos_server(one_host(hang_rate=1.0))
+    errors: list[BaseException] = []
+
+    def client() -> None:
+        try:
+            fetch(server.urls[A], timeout=30)
+        except BaseException as exc:  # noqa: BLE001 - recorded for the assertion
+            errors.append(exc)
+
+    thread = threading.Thread(target=client, daemon=True)
+    thread.start()
+    assert wait_for(lambda: server.truth()["hosts"][A]["in_flight"] == 1)
+    server.stop()
+    thread.join(10)
+    assert not thread.is_alive()
+    assert server.returncode == 0
+    assert len(errors) == 1 and isinstance(errors[0], ConnectionError)
+
+
+def test_not_found_pages_and_unknown_paths(chaos_server: Any) -> None:
+    server = chaos_server(one_host(pages=5, not_found=[2]))
+    base = server.urls[A]
+    assert fetch(base + "page/2")[0] == 404
+    assert fetch(base + "page/5")[0] == 404
+    assert fetch(base + "robots.txt")[0] == 404
+    assert fetch(base + "page/1")[0] == 200
+    assert 'href="' + base + "page/" in fetch(base)[2]
+    host = server.truth()["hosts"][A]
+    assert host["counts"] == {"/page/2": 1, "/page/5": 1, "/robots.txt": 1, "/page/1": 1, "/": 1}
+    assert host["statuses"] == {"404": 3, "200": 2}
+
+
+def test_parse_fail_pages_recover(chaos_server: Any) -> None:
+    server = chaos_server(one_host(pages=5, parse_fail={1: 2}))
+    bodies = [fetch(server.urls[A] + "page/1") for _ in range(3)]
+    assert [b[0] for b in bodies] == [200, 200, 200]
+    assert ['id="title"' in b[2] for b in bodies] == [False, False, True]
+    assert 'id="title"' in fetch(server.urls[A] + "page/2")[2]
+
+
+def test_status_script_sequence(chaos_server: Any) -> None:
+    server = chaos_server(one_host(pages=5, status_script={1: [503, 503, 200], 2: [500, 429]}))
+    base = server.urls[A]
+    assert [fetch(base + "page/1")[0] for _ in range(4)] == [503, 503, 200, 200]
+    assert [fetch(base + "page/2")[0] for _ in range(3)] == [500, 429, 429]
+    # Reset restarts the scripts and clears the truth; control paths are never recorded.
+    server.reset()
+    assert server.truth()["hosts"][A]["total"] == 0
+    assert fetch(base + "page/1")[0] == 503
+    assert fetch(base + "__reset__")[0] == 405
+    assert server.truth()["hosts"][A]["counts"] == {"/page/1": 1}
+
+
+def test_probabilistic_faults_are_reproducible(chaos_server: Any) -> None:
+    server = chaos_server(one_host(drop_rate=0.4, status_script={}))
+
+    def run() -> list[Any]:
+        for _ in range(20):
+            try:
+                fetch(server.urls[A] + "page/1")
+            except ConnectionError:
+                pass
+        return [r["status"] for r in records(server)]
+
+    first = run()
+    server.reset()
+    assert run() == first
+    assert {"drop", 200} == set(first)
+
+
+# --------------------------------------------------------------------------- load statistics
+
+
+def test_max_in_window() -> None:
+    assert max_in_window([]) == 0
+    assert max_in_window([0, 0.5, 0.99, 1.0, 1.5, 1.6]) == 4
+    assert max_in_window([0, 1, 2, 3]) == 1
+    assert max_in_window([5, 5, 5], window=0.1) == 3
+
+
+def test_rate_and_concurrency_statistics(chaos_server: Any) -> None:
+    config = ChaosConfig(hosts=(HostConfig(address=A, latency=1.0), HostConfig(address=B)))
+    server = chaos_server(config)
+    threads = [threading.Thread(target=fetch, args=(server.urls[A],), daemon=True) for _ in range(6)]
+    for thread in threads:
+        thread.start()
+    for _ in range(8):
+        fetch(server.urls[B])
+    time.sleep(1.1)
+    for _ in range(3):
+        fetch(server.urls[B])
+    for thread in threads:
+        thread.join(20)
+    truth = server.truth()
+    slow, fast = truth["hosts"][A], truth["hosts"][B]
+    # Max in-flight equals the overlap of the recorded [t, end] intervals.
+    events = sorted([(r["t"], 1) for r in slow["requests"]] + [(r["end"], -1) for r in slow["requests"]])
+    level = peak = 0
+    for _, step in events:
+        level += step
+        peak = max(peak, level)
+    assert slow["max_in_flight"] == peak and 2 <= peak <= 6
+    assert fast["max_in_flight"] == 1
+    assert fast["max_1s_window"] == max_in_window(r["t"] for r in fast["requests"])
+    assert fast["max_1s_window"] >= 3 and fast["total"] == 11
+
+
+# --------------------------------------------------------------------------- a real crawl
+
+
+def test_real_crawl_scrapes_every_reachable_page(chaos_server: Any, tmp_out: Any) -> None:
+    server = chaos_server(fault_free_site(n_hosts=2, pages=15, cross_links=1))
+    result = run_crawl(spider_args={"start_urls": server.start_urls}, out_dir=tmp_out, timeout=90)
+    assert result.returncode == 0, result.log[-3000:]
+    assert result.stats["finish_reason"] == "finished"
+    urls = [item["url"] for item in result.items]
+    assert len(urls) == len(set(urls))
+    assert set(urls) == set(server.reachable().ok)
+    assert {item["host"] for item in result.items} == {A, B}
+    counts = {a: h["counts"] for a, h in server.truth()["hosts"].items()}
+    assert sum(sum(c.values()) for c in counts.values()) == len(urls)

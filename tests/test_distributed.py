@@ -1,0 +1,103 @@
+"""Distributed mode end to end: 3 worker processes, a real redis-server, the chaos site."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+# loaded by path: putting benchmarks/ on sys.path would let its modules shadow the stdlib
+_spec = importlib.util.spec_from_file_location(
+    "openclaw_bench_distributed", Path(__file__).resolve().parents[1] / "benchmarks" / "distributed.py"
+)
+bench = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(bench)
+
+
+def test_kill_one_worker_loses_nothing(chaos_server: Any, redis_server: Any, tmp_path: Path) -> None:
+    site = chaos_server(bench._site(60, latency=0.1))
+    expected = site.reachable().ok
+    workers = bench.Workers(3, bench.ours(redis_server.url), site.start_urls, tmp_path)
+    assert bench.wait_for_items(redis_server.url, len(expected) // 3, 120) >= len(expected) // 3
+    workers.kill(1)
+    codes = workers.wait(240)
+    assert codes[0] == 0 and codes[2] == 0
+    urls = bench.scraped_urls(redis_server.url)
+    assert expected - set(urls) == set(), "pages lost after a worker was killed"
+    duplicates = sum(c - 1 for c in urls.values() if c > 1)
+    assert duplicates <= 8  # at most the killed worker's in-flight requests (CONCURRENT_REQUESTS)
+    client = redis.Redis.from_url(redis_server.url)
+    assert client.zcard("chaos:requests:inflight") == 0 and client.zcard("chaos:requests") == 0
+
+
+def test_combined_rate_stays_within_domain_limit(chaos_server: Any, redis_server: Any, tmp_path: Path) -> None:
+    limit, burst = 5.0, 2
+    cfg = bench._site(40, hosts=1, latency=0.01, rate_limit={"rate": 100, "burst": 100})
+    site = chaos_server(cfg)
+    workers = bench.Workers(3, bench.ours(redis_server.url, rate=limit, burst=burst), site.start_urls, tmp_path / "ours")
+    assert workers.wait(240) == [0, 0, 0]
+    ours = next(iter(site.truth(include_requests=False)["hosts"].values()))
+    assert ours["max_1s_window"] <= limit + burst
+    assert sum(bench.scraped_urls(redis_server.url).values()) == len(site.reachable().ok)
+    # stock scrapy-redis, each worker polite on its own at the same limit
+    site.reset()
+    redis.Redis.from_url(redis_server.url).flushall()
+    workers = bench.Workers(3, bench.plain(redis_server.url, delay=1 / limit), site.start_urls, tmp_path / "plain")
+    workers.wait(240)
+    plain = next(iter(site.truth(include_requests=False)["hosts"].values()))
+    assert plain["max_1s_window"] > limit + burst
+
+
+def test_redis_unavailable_at_start_names_the_url(tmp_path: Path) -> None:
+    from scrapy_openclaw.testing.servers import free_port
+
+    url = f"redis://127.0.0.1:{free_port()}/0"
+    workers = bench.Workers(1, bench.ours(url), ["http://127.0.0.1:1/"], tmp_path)
+    workers.wait(120)
+    log = workers.log(0)
+    assert "cannot reach Redis at " + url in log
+
+
+def test_pickle_in_queue_key_is_not_executed(chaos_server: Any, redis_server: Any, tmp_path: Path) -> None:
+    import os
+    import pickle
+
+    marker = tmp_path / "pwned"
+
+    class Evil:
+        def __reduce__(self) -> Any:
+            return (os.system, (f"touch {marker}",))
+
+    redis.Redis.from_url(redis_server.url).zadd("chaos:requests", {pickle.dumps(Evil()): -100})
+    site = chaos_server(bench._site(5, hosts=1, latency=0.0))
+    workers = bench.Workers(1, bench.ours(redis_server.url), site.start_urls, tmp_path / "w")
+    assert workers.wait(120) == [0]
+    assert not marker.exists()
+    assert workers.stats(0).get("openclaw/distributed/rejected") == 1
+    assert len(bench.scraped_urls(redis_server.url)) == len(site.reachable().ok)
+
+
+@pytest.mark.parametrize("save", [True])
+def test_redis_restart_mid_crawl(chaos_server: Any, redis_server: Any, tmp_path: Path, save: bool) -> None:
+    site = chaos_server(bench._site(40, hosts=2, latency=0.1))
+    expected = site.reachable().ok
+    workers = bench.Workers(2, bench.ours(redis_server.url), site.start_urls, tmp_path)
+    bench.wait_for_items(redis_server.url, len(expected) // 3, 120)
+    client = redis.Redis.from_url(redis_server.url)
+    try:
+        client.shutdown(save=True)  # data survives in dump.rdb, like a restarted persistent Redis
+    except redis.ConnectionError:
+        pass
+    redis_server.stop()
+    import time
+
+    time.sleep(1.5)
+    redis_server.start()
+    codes = workers.wait(240)
+    assert codes == [0, 0]
+    urls = bench.scraped_urls(redis_server.url)
+    assert expected - set(urls) == set()
+    assert any(workers.stats(i).get("openclaw/distributed/reconnects") for i in range(2))

@@ -1,0 +1,217 @@
+"""Unit tests of the leased Redis queue and its Lua scripts, against a real redis-server."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import time
+from typing import Any
+
+import pytest
+import redis
+from scrapy import Request, Spider
+from scrapy.utils.test import get_crawler
+
+from scrapy_openclaw import meta as M
+from scrapy_openclaw.distributed import configure, serializer
+from scrapy_openclaw.distributed.queue import LEASE, LeasedDeadlineQueue
+
+
+class _Spider(Spider):
+    name = "unit"
+
+    def parse(self, response: Any) -> None:
+        pass
+
+
+def _queue(url: str, **settings: Any) -> LeasedDeadlineQueue:
+    base = {"REDIS_URL": url, "OPENCLAW_DISTRIBUTED_LEASE": 2.0, "OPENCLAW_HEALTH_ENABLED": False}
+    base.update(settings)
+    crawler = get_crawler(_Spider, base)
+    spider = _Spider.from_crawler(crawler)
+    crawler.spider = spider
+    return LeasedDeadlineQueue(redis.Redis.from_url(url), spider, "%(spider)s:requests", serializer)
+
+
+@pytest.fixture
+def queues(redis_server: Any) -> Any:
+    made: list[LeasedDeadlineQueue] = []
+
+    def make(**settings: Any) -> LeasedDeadlineQueue:
+        q = _queue(redis_server.url, **settings)
+        made.append(q)
+        return q
+
+    yield make
+    for q in made:
+        if q._loop.running:
+            q._loop.stop()
+
+
+def test_priority_order_and_fifo(queues: Any) -> None:
+    q = queues()
+    q.push(Request("http://a.test/1", priority=0))
+    q.push(Request("http://a.test/2", priority=5))
+    q.push(Request("http://a.test/3", priority=0))
+    urls = [q.pop().url for _ in range(3)]
+    assert urls == ["http://a.test/2", "http://a.test/1", "http://a.test/3"]
+    assert q.pop() is None
+
+
+def test_deadline_aging_and_expired_boost(queues: Any) -> None:
+    q = queues(OPENCLAW_POLICY={"defaults": {"deadline": {"aging_window": 10}}})
+    now = time.time()
+    q.push(Request("http://a.test/high", priority=50))
+    # half way through its window: 0 + 100 * 0.5 = 50.x > 50 ... just beyond
+    q.push(Request("http://a.test/aging", priority=0, meta={M.DEADLINE: now + 4}))
+    q.push(Request("http://a.test/expired", priority=-10, meta={M.DEADLINE: now - 1}))
+    urls = [q.pop().url for _ in range(3)]
+    assert urls == ["http://a.test/expired", "http://a.test/aging", "http://a.test/high"]
+
+
+def test_expired_drop_becomes_dead_letter(queues: Any) -> None:
+    from scrapy_openclaw import signals as openclaw_signals
+
+    q = queues(OPENCLAW_POLICY={"defaults": {"deadline": {"expired": "drop"}}})
+    letters: list[Any] = []
+    q.crawler.signals.connect(lambda dead_letter, **kw: letters.append(dead_letter),
+                              signal=openclaw_signals.dead_letter, weak=False)
+    q.push(Request("http://a.test/late", meta={M.DEADLINE: time.time() - 1}))
+    q.push(Request("http://a.test/ok"))
+    assert q.pop().url == "http://a.test/ok"
+    assert [d.url for d in letters] == ["http://a.test/late"]
+    assert d_class(letters) == ["deadline"]
+
+
+def d_class(letters: list[Any]) -> list[str]:
+    return [d.error_class for d in letters]
+
+
+def test_not_before_waits_in_delayed_set(queues: Any) -> None:
+    q = queues()
+    q.push(Request("http://a.test/later", meta={M.NOT_BEFORE: time.time() + 0.6}))
+    assert q.pop() is None
+    assert len(q) == 1
+    time.sleep(0.8)
+    assert q.pop().url == "http://a.test/later"
+
+
+def test_lease_ack_and_idempotency(queues: Any) -> None:
+    q = queues()
+    q.push(Request("http://a.test/1"))
+    req = q.pop()
+    lease = req.meta[LEASE]
+    assert q.server.zcard(q.key + ":inflight") == 1
+    assert len(q) == 0  # our own lease is not pending work for us
+    q.ack(lease)
+    q.ack(lease)
+    assert q.server.zcard(q.key + ":inflight") == 0
+    assert q.server.hlen(q.key + ":data") == 0
+
+
+def test_expired_lease_is_requeued_by_another_worker(queues: Any) -> None:
+    dead, live = queues(), queues()
+    dead.push(Request("http://a.test/1"))
+    req = dead.pop()
+    assert live.pop() is None
+    assert len(live) == 1  # the dead worker's lease still counts for others
+    time.sleep(2.2)  # lease is 2 s, the "dead" worker never heartbeats (no reactor)
+    again = live.pop()
+    assert again is not None and again.url == req.url
+    assert live.stats.get_value("openclaw/distributed/lease_expired") == 1
+    # the dead worker's late ack must not remove the live worker's lease
+    dead.ack(req.meta[LEASE])
+    assert live.server.hget(live.key + ":owner", again.meta[LEASE]) is not None
+    live.ack(again.meta[LEASE])
+    assert len(live) == 0
+
+
+def test_late_ack_after_requeue_removes_waiting_entry(queues: Any) -> None:
+    a, b = queues(), queues()
+    a.push(Request("http://a.test/1"))
+    req = a.pop()
+    time.sleep(2.2)
+    b._tick()  # heartbeat of another worker re-queues the expired lease
+    assert b.server.zcard(b.key) == 1
+    a.ack(req.meta[LEASE])  # finished after all: no second fetch
+    assert b.pop() is None and len(b) == 0
+
+
+def test_retry_copy_acks_the_original_atomically(queues: Any) -> None:
+    q = queues()
+    q.push(Request("http://a.test/1"))
+    req = q.pop()
+    retry = req.copy()
+    retry.meta[M.NOT_BEFORE] = time.time() + 30
+    q.push(retry)
+    assert q.server.zcard(q.key + ":inflight") == 0
+    assert q.server.zcard(q.key + ":delayed") == 1
+
+
+def test_heartbeat_keeps_lease(queues: Any) -> None:
+    a, b = queues(), queues()
+    a.push(Request("http://a.test/1"))
+    a.pop()
+    for _ in range(3):
+        time.sleep(0.9)
+        a._last_beat = 0
+        a._tick()
+    assert b.pop() is None  # still leased after 2.7 s > lease
+
+
+def test_pickle_payload_is_refused_not_executed(queues: Any, tmp_path: Any) -> None:
+    q = queues()
+    marker = tmp_path / "pwned"
+
+    class Evil:
+        def __reduce__(self) -> Any:
+            return (os.system, (f"touch {marker}",))
+
+    q.server.zadd(q.key, {pickle.dumps(Evil(), protocol=-1): -10})  # popped first
+    q.push(Request("http://a.test/good"))
+    got = q.pop()
+    assert got is not None and got.url == "http://a.test/good"
+    assert not marker.exists()
+    assert q.stats.get_value("openclaw/distributed/rejected") == 1
+    assert q.server.hlen(q.key + ":rejected") == 1
+
+
+def test_serializer_refuses_garbage() -> None:
+    with pytest.raises(serializer.RefusedPayload, match="pickle"):
+        serializer.loads(pickle.dumps({"url": "x"}))
+    with pytest.raises(serializer.RefusedPayload):
+        serializer.loads(b'{"no": "url"}')
+    assert serializer.loads(serializer.dumps({"url": "http://a"})) == {"url": "http://a"}
+
+
+def test_configure_writes_addon_priority_settings() -> None:
+    from scrapy.settings import Settings
+
+    settings = Settings({"REDIS_URL": "redis://127.0.0.1:1/0"})
+    configure(settings)
+    assert settings["SCHEDULER_QUEUE_CLASS"].endswith("LeasedDeadlineQueue")
+    assert settings["SCHEDULER_SERIALIZER"] == "scrapy_openclaw.distributed.serializer"
+    assert settings["OPENCLAW_DLQ_URI"] == "redis://127.0.0.1:1/0"
+    assert settings.getpriority("SCHEDULER") == settings.getpriority("SCHEDULER_PERSIST")
+    user = Settings({"SCHEDULER_PERSIST": False}, priority="project")
+    configure(user)
+    assert user.getbool("SCHEDULER_PERSIST") is False
+
+
+def test_redis_health_registry_shares_tokens(redis_server: Any) -> None:
+    from scrapy_openclaw.distributed.health import RedisHealthRegistry
+    from scrapy_openclaw.errors import Classification, ErrorClass
+
+    policy = {"defaults": {"health": {"initial_rate": 1.0, "burst": 2}}}
+    regs = []
+    for _ in range(2):
+        crawler = get_crawler(_Spider, {"REDIS_URL": redis_server.url, "OPENCLAW_POLICY": policy})
+        regs.append(RedisHealthRegistry(crawler))
+    now = time.time()
+    taken = [r.try_acquire("a.test", now) for r in regs for _ in range(2)]
+    assert taken.count(True) == 2  # one burst of 2 for both workers together
+    c429 = Classification(ErrorClass.PROTOCOL_RETRYABLE, "http_429", 429)
+    regs[0].record_failure("a.test", c429, now, retry_after=5)
+    state = regs[1].state("a.test")
+    assert state.hold_until >= now + 4.9 and state.health < 100 and state.failures == 1
+    assert regs[1].ready_at("a.test", now) >= now + 4.9

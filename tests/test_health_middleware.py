@@ -1,0 +1,138 @@
+"""DomainHealthMiddleware in real crawls against the chaos site (ground truth from the server)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from scrapy_openclaw.testing.chaos import ChaosConfig, HostConfig
+from scrapy_openclaw.testing.crawl import run_crawl
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+HEALTH_MW = {"scrapy_openclaw.health.DomainHealthMiddleware": 560}
+A, B, C, E = "127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5"
+
+
+def crawl(server: Any, settings: dict[str, Any] | None = None, timeout: float = 120, starts: Any = None) -> Any:
+    starts = starts or server.start_urls
+    result = run_crawl(settings=settings or {}, spider_args={"start_urls": starts}, timeout=timeout)
+    assert result.returncode == 0, result.log[-3000:]
+    assert "Traceback" not in result.log, result.log[-3000:]
+    return result
+
+
+def ours(policy: dict[str, Any] | None = None, **settings: Any) -> dict[str, Any]:
+    return {"DOWNLOADER_MIDDLEWARES": HEALTH_MW, "OPENCLAW_POLICY": policy or {}, **settings}
+
+
+def scraped(result: Any, host: str) -> set[str]:
+    return {item["url"] for item in result.items if item["host"] == host}
+
+
+def reachable(server: Any, host: str, starts: Any = None) -> set[str]:
+    return {url for url in server.reachable(starts).ok if f"//{host}:" in url}
+
+
+def statuses(truth: dict[str, Any], host: str) -> list[tuple[float, Any]]:
+    return [(r["t"], r["status"]) for r in truth["hosts"][host]["requests"]]
+
+
+def test_far_fewer_429s_than_plain_scrapy_and_still_finishes(chaos_server: Any) -> None:
+    limit = {"rate": 10, "burst": 5, "retry_after": None}
+    server = chaos_server(ChaosConfig(hosts=(HostConfig(A, pages=80, rate_limit=limit),)))
+
+    crawl(server)  # plain Scrapy: retries each 429 at once, twice, then gives up
+    plain = server.truth(include_requests=False)["hosts"][A]["statuses"]
+    server.reset()
+    result = crawl(server, ours())
+    truth = server.truth()["hosts"][A]
+
+    assert scraped(result, A) == reachable(server, A)  # finished, nothing lost
+    assert plain.get("429", 0) >= 50
+    assert truth["statuses"].get("429", 0) * 10 <= plain["429"]
+    assert truth["statuses"].get("429", 0) <= 0.05 * truth["total"]
+    assert result.stats["openclaw/health/throttled"] == truth["statuses"].get("429", 0)
+
+
+def test_no_request_reaches_a_host_during_its_retry_after_hold(chaos_server: Any) -> None:
+    hold = 3.0
+    limit = {"rate": 3, "burst": 3, "retry_after": "3"}
+    server = chaos_server(ChaosConfig(hosts=(HostConfig(A, pages=25, rate_limit=limit),)))
+    result = crawl(server, ours())
+    requests = statuses(server.truth(), A)
+
+    throttled = [t for t, status in requests if status == 429]
+    assert throttled, "the crawl never hit the limit; the test proves nothing"
+    for t429 in throttled:
+        # Requests already on the wire when the 429 arrived may land just after it.
+        during = [t for t, _ in requests if t429 + 0.5 < t < t429 + hold]
+        assert not during, f"requests {[round(t - t429, 2) for t in during]}s after a 429 with Retry-After: 3"
+    assert scraped(result, A) == reachable(server, A)
+    assert result.stats["openclaw/health/held"] == len(throttled)
+    assert result.stats["openclaw/health/deferred"] >= 1
+
+
+def test_503_window_opens_the_circuit_others_flow_then_it_closes_and_completes(chaos_server: Any) -> None:
+    window = {"period": 1000, "down": 8, "status": 503}
+    server = chaos_server(ChaosConfig(hosts=(
+        HostConfig(A, pages=20, fail_windows=window),
+        HostConfig(B, pages=120, latency=0.02),
+        HostConfig(C, pages=120, latency=0.02),
+    )))
+    starts = server.start_urls + [f"{server.urls[A]}page/{n}" for n in range(1, 10)]
+    policy = {"defaults": {"health": {"circuit_cooldown": 1.5, "circuit_failures": 3}}}
+    result = crawl(server, ours(policy, RETRY_TIMES=20), starts=starts)
+    truth = server.truth()
+
+    failed = [t for t, status in statuses(truth, A) if status == 503]
+    assert len(failed) >= 5
+    stats = result.stats
+    assert stats["openclaw/health/circuit_opened"] >= 1
+    assert stats["openclaw/health/circuit_closed"] >= 1
+    assert f"Circuit for {A} opened" in result.log
+    assert f"Circuit for {A} closed" in result.log
+    # While A was failing (and mostly paused), B and C kept being crawled ...
+    for host in (B, C):
+        flowing = [t for t, status in statuses(truth, host) if status == 200 and failed[0] < t < failed[-1]]
+        assert len(flowing) >= 10, host
+        assert scraped(result, host) == reachable(server, host, starts)
+    # ... and A was probed, not hammered: ~one request per cool-down while open.
+    assert len(failed) <= 20 + 8 / 1.5
+    assert scraped(result, A) == reachable(server, A, starts)
+
+
+def test_malformed_retry_after_values_are_tolerated_and_capped(chaos_server: Any) -> None:
+    values = {A: "soon", B: "-5", C: "99999999", E: "\x00\xff\x81garbage"}
+    server = chaos_server(ChaosConfig(hosts=tuple(
+        HostConfig(host, pages=15, rate_limit={"rate": 4, "burst": 2, "retry_after": value})
+        for host, value in values.items()
+    )))
+    policy = {"defaults": {"health": {"retry_after_cap": 2}}}
+    result = crawl(server, ours(policy, RETRY_TIMES=10), timeout=90)
+    truth = server.truth(include_requests=False)
+
+    for host in values:
+        assert truth["hosts"][host]["statuses"].get("429", 0) >= 1, host
+        assert scraped(result, host) == reachable(server, host), host
+    assert result.stats["openclaw/health/retry_after_ignored"] >= 2  # "soon" and the garbage
+    assert "Ignoring malformed Retry-After header" in result.log
+    assert "exceeds the cap; waiting 2.0s instead" in result.log
+
+
+def test_policy_file_overrides_apply_to_the_right_host_only(chaos_server: Any, tmp_path: Path) -> None:
+    policy_file = tmp_path / "policy.yaml"
+    policy_file.write_text(
+        f'domains:\n  "{B}":\n    health:\n      base_rate: 2\n      initial_rate: 2\n      burst: 1\n',
+        encoding="utf-8",
+    )
+    server = chaos_server(ChaosConfig(hosts=(HostConfig(A, pages=30), HostConfig(B, pages=12))))
+    result = crawl(server, ours(OPENCLAW_POLICY_FILE=str(policy_file)))
+    truth = server.truth(include_requests=False)["hosts"]
+
+    assert truth[B]["max_1s_window"] <= 4  # 2 req/s, with Scrapy's ±50% delay jitter
+    assert truth[A]["max_1s_window"] >= 8  # the default policy starts at 4 req/s and doubles
+    assert result.stats[f"openclaw/health/final_rate/{B}"] <= 2.0
+    assert result.stats[f"openclaw/health/final_rate/{A}"] > 2.0
+    for host in (A, B):
+        assert scraped(result, host) == reachable(server, host)

@@ -1,0 +1,324 @@
+"""Unit tests of the HealthRegistry: scoring, AIMD, token bucket, circuit, holds, persistence."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from scrapy.exceptions import NotConfigured
+from scrapy.settings import Settings
+from scrapy.utils.misc import build_from_crawler
+from scrapy.utils.test import get_crawler
+
+from scrapy_openclaw.errors import Classification, ErrorClass
+from scrapy_openclaw.health import DomainHealthMiddleware, DomainState, HealthRegistry
+from scrapy_openclaw.policy import PolicySet
+
+T0 = 1_700_000_000.0
+D = "example.com"
+HTTP_429 = Classification(ErrorClass.PROTOCOL_RETRYABLE, "http_429", 429)
+HTTP_500 = Classification(ErrorClass.PROTOCOL_RETRYABLE, "http_500", 500)
+HTTP_404 = Classification(ErrorClass.PROTOCOL_PERMANENT, "http_404", 404)
+TIMEOUT = Classification(ErrorClass.NETWORK, "timeout")
+REFUSED = Classification(ErrorClass.NETWORK, "refused")
+
+
+def registry(**health: float) -> HealthRegistry:
+    policy = {"defaults": {"health": health}} if health else {}
+    return HealthRegistry(PolicySet.from_settings(Settings({"OPENCLAW_POLICY": policy})))
+
+
+# --- scoring -------------------------------------------------------------------
+
+
+def test_new_domain_starts_healthy() -> None:
+    state = registry().state(D, T0)
+    assert isinstance(state, DomainState)
+    assert (state.health, state.circuit, state.hold_until, state.requests) == (100.0, "closed", 0.0, 0)
+    assert (state.rate, state.tokens, state.burst, state.concurrency) == (4.0, 5.0, 5, 8)
+
+
+@pytest.mark.parametrize(
+    ("classification", "expected"),
+    [(HTTP_429, 80.0), (TIMEOUT, 90.0), (REFUSED, 90.0), (HTTP_500, 95.0), (HTTP_404, 100.0)],
+)
+def test_failures_cost_their_penalty(classification: Classification, expected: float) -> None:
+    reg = registry(recovery_per_minute=0)
+    reg.record_failure(D, classification, now=T0)
+    state = reg.state(D, T0)
+    assert state.health == expected
+    assert (state.requests, state.failures) == (1, 1)
+    assert state.consecutive_failures == (0 if expected == 100.0 else 1)
+
+
+def test_success_raises_health_slowly_and_is_capped() -> None:
+    reg = registry(recovery_per_minute=0)
+    reg.record_failure(D, HTTP_429, now=T0)
+    for i in range(3):
+        reg.record_success(D, 0.01, now=T0 + 0.1 * i)
+    assert reg.state(D, T0 + 1).health == 83.0
+    for i in range(50):
+        reg.record_success(D, 0.01, now=T0 + 1 + 0.1 * i)
+    state = reg.state(D, T0 + 10)
+    assert state.health == 100.0
+    assert (state.successes, state.consecutive_failures) == (53, 0)
+
+
+def test_health_recovers_while_quiet() -> None:
+    reg = registry(recovery_per_minute=12)
+    for i in range(3):
+        reg.record_failure(D, HTTP_429, now=T0 + i)
+    assert reg.state(D, T0 + 2).health == pytest.approx(40.0 + 12 * 2 / 60)
+    assert reg.state(D, T0 + 2 + 150).health == pytest.approx(70.4)
+    assert reg.state(D, T0 + 3600).health == 100.0
+
+
+def test_health_scales_concurrency_and_caps_rate() -> None:
+    reg = registry(base_concurrency=10, base_rate=10, min_rate=0.5, recovery_per_minute=0,
+                   circuit_floor=0, circuit_failures=1000)
+    for i in range(3):
+        reg.record_failure(D, HTTP_429, now=T0 + 10 * i)
+    state = reg.state(D, T0 + 30)
+    assert state.health == 40.0
+    assert state.concurrency == 4
+    assert state.rate <= 4.0
+    for i in range(2):
+        reg.record_failure(D, HTTP_429, now=T0 + 40 + 10 * i)
+    state = reg.state(D, T0 + 60)
+    assert (state.health, state.concurrency, state.rate) == (0.0, 1, 0.5)  # floors: 1 and min_rate
+
+
+# --- AIMD ----------------------------------------------------------------------
+
+
+def test_slow_start_then_multiplicative_decrease_then_additive_increase() -> None:
+    reg = registry(initial_rate=2, base_rate=100, rate_increase=0.5, rate_decrease=0.5,
+                   throttle_penalty=0, circuit_floor=0)
+    assert reg.state(D, T0).rate == 2.0
+    for step in range(1, 4):  # slow start: doubles per second of success
+        reg.record_success(D, 0.01, now=T0 + step)
+    assert reg.state(D, T0 + 3).rate == pytest.approx(16.0)
+    reg.record_failure(D, HTTP_429, now=T0 + 3.5, retry_after=0)
+    assert reg.state(D, T0 + 3.5).rate == pytest.approx(8.0)
+    # Half of the cut comes back quickly (up to the threshold, 12) ...
+    reg.record_success(D, 0.01, now=T0 + 4.0)
+    assert reg.state(D, T0 + 4.0).rate == pytest.approx(12.0)
+    # ... the rest is probed for additively: +0.5 req/s per second of success.
+    for i in range(1, 5):
+        reg.record_success(D, 0.01, now=T0 + 4.0 + i)
+    assert reg.state(D, T0 + 8.0).rate == pytest.approx(14.0)
+
+
+def test_burst_of_429s_decreases_once_per_second_and_stops_at_min_rate() -> None:
+    reg = registry(initial_rate=8, rate_decrease=0.5, min_rate=0.5, throttle_penalty=0, circuit_floor=0)
+    for i in range(10):  # ten 429s within half a second: one decrease
+        reg.record_failure(D, HTTP_429, now=T0 + 0.05 * i, retry_after=0)
+    assert reg.state(D, T0 + 0.5).rate == pytest.approx(4.0)
+    for i in range(1, 10):
+        reg.record_failure(D, HTTP_429, now=T0 + 1.0 * i, retry_after=0)
+    assert reg.state(D, T0 + 9).rate == pytest.approx(0.5)
+
+
+def test_rising_latency_is_a_congestion_signal() -> None:
+    reg = registry(initial_rate=8, latency_factor=3, rate_decrease=0.5, circuit_floor=0)
+    reg.record_failure(D, HTTP_429, now=T0 - 10, retry_after=0)  # leave slow start
+    for i in range(20):
+        reg.record_success(D, 0.1, now=T0 + 0.05 * i)
+    rate = reg.state(D, T0 + 1).rate
+    for i in range(20):  # latency rises tenfold, no errors
+        reg.record_success(D, 1.0, now=T0 + 2 + 0.5 * i)
+    state = reg.state(D, T0 + 12)
+    assert state.latency == pytest.approx(1.0, abs=0.05)
+    assert state.rate < rate / 2
+    assert state.health == 100.0  # slower, not sicker
+
+
+def test_small_latency_jitter_is_not_congestion() -> None:
+    reg = registry(initial_rate=4, base_rate=100)
+    for i in range(40):
+        reg.record_success(D, 0.001 if i % 2 else 0.02, now=T0 + 0.25 * i)
+    assert reg.state(D, T0 + 10).rate > 100 * 0.99
+
+
+# --- token bucket --------------------------------------------------------------
+
+
+def test_token_bucket_allows_a_burst_then_the_rate() -> None:
+    reg = registry(initial_rate=2, burst=3)
+    assert [reg.try_acquire(D, T0) for _ in range(4)] == [True, True, True, False]
+    assert reg.ready_at(D, T0) == pytest.approx(T0 + 0.5)
+    assert not reg.try_acquire(D, T0 + 0.4)
+    assert reg.try_acquire(D, T0 + 0.5)
+    assert reg.ready_at(D, T0 + 0.5) == pytest.approx(T0 + 1.0)
+    assert reg.state(D, T0 + 100).tokens == 3.0  # refills to the burst, no further
+
+
+def test_token_false_checks_only_hold_and_circuit() -> None:
+    reg = registry(burst=1)
+    assert reg.try_acquire(D, T0)
+    assert not reg.try_acquire(D, T0)
+    assert reg.try_acquire(D, T0, token=False)
+    reg.hold(D, T0 + 5)
+    assert not reg.try_acquire(D, T0 + 1, token=False)
+
+
+# --- circuit breaker -----------------------------------------------------------
+
+
+def test_consecutive_failures_open_the_circuit_and_one_probe_decides() -> None:
+    reg = registry(circuit_failures=3, circuit_cooldown=10, circuit_floor=0, connection_penalty=1)
+    for i in range(3):
+        assert reg.state(D, T0 + i).circuit == "closed"
+        reg.record_failure(D, REFUSED, now=T0 + i)
+    state = reg.state(D, T0 + 2)
+    assert (state.circuit, state.concurrency) == ("open", 1)
+    assert not reg.try_acquire(D, T0 + 5)
+    assert reg.ready_at(D, T0 + 5) == pytest.approx(T0 + 12)
+    # Cool-down over: half-open, exactly one probe.
+    assert reg.state(D, T0 + 12).circuit == "half_open"
+    assert reg.try_acquire(D, T0 + 12)
+    assert not reg.try_acquire(D, T0 + 12.1)
+    assert not reg.try_acquire(D, T0 + 12.1, token=False)
+    assert reg.ready_at(D, T0 + 12.1) > T0 + 12.1
+    # The probe fails: open again for a full cool-down.
+    reg.record_failure(D, REFUSED, now=T0 + 13)
+    assert reg.state(D, T0 + 13).circuit == "open"
+    assert reg.ready_at(D, T0 + 13) == pytest.approx(T0 + 23)
+    # The next probe succeeds: closed.
+    assert reg.try_acquire(D, T0 + 23)
+    reg.record_success(D, 0.05, now=T0 + 23.1)
+    state = reg.state(D, T0 + 23.1)
+    assert (state.circuit, state.consecutive_failures) == ("closed", 0)
+    assert reg.try_acquire(D, T0 + 23.1)
+
+
+def test_low_health_opens_the_circuit() -> None:
+    reg = registry(circuit_floor=50, circuit_failures=1000, recovery_per_minute=0)
+    for i in range(3):
+        reg.record_failure(D, HTTP_429, now=T0 + i, retry_after=0)
+    assert reg.state(D, T0 + 2).circuit == "open"  # 40 < 50
+
+
+def test_results_while_open_do_not_close_the_circuit() -> None:
+    reg = registry(circuit_failures=1, circuit_cooldown=10)
+    reg.record_failure(D, REFUSED, now=T0)
+    reg.record_success(D, 0.01, now=T0 + 1)  # an in-flight request came back fine
+    assert reg.state(D, T0 + 1).circuit == "open"
+
+
+def test_lost_probe_is_replaced_after_a_cooldown() -> None:
+    reg = registry(circuit_failures=1, circuit_cooldown=5)
+    reg.record_failure(D, REFUSED, now=T0)
+    assert reg.try_acquire(D, T0 + 5)
+    assert not reg.try_acquire(D, T0 + 9)
+    assert reg.try_acquire(D, T0 + 11)
+
+
+# --- holds ---------------------------------------------------------------------
+
+
+def test_retry_after_holds_the_domain_capped() -> None:
+    reg = registry(retry_after_cap=60)
+    reg.record_failure(D, HTTP_429, now=T0, retry_after=7)
+    assert reg.state(D, T0).hold_until == T0 + 7
+    assert reg.ready_at(D, T0 + 1) == T0 + 7
+    assert reg.blocked_until(D, T0 + 1) == T0 + 7
+    assert not reg.try_acquire(D, T0 + 6.9)
+    assert reg.try_acquire(D, T0 + 7)
+    reg.record_failure(D, HTTP_429, now=T0 + 8, retry_after=10_000)
+    assert reg.state(D, T0 + 8).hold_until == T0 + 68
+
+
+def test_throttle_without_retry_after_holds_briefly() -> None:
+    reg = registry(initial_rate=4, rate_decrease=0.5)
+    reg.record_failure(D, HTTP_429, now=T0)
+    assert reg.state(D, T0).hold_until == pytest.approx(T0 + 0.5)  # one interval at the new rate
+    reg.record_failure(D, HTTP_500, now=T0 + 1)
+    assert reg.state(D, T0 + 1).hold_until == pytest.approx(T0 + 0.5)  # a 500 is no throttle
+
+
+def test_holds_only_extend() -> None:
+    reg = registry()
+    reg.hold(D, T0 + 10)
+    reg.hold(D, T0 + 5)
+    assert reg.state(D, T0).hold_until == T0 + 10
+
+
+# --- policies ------------------------------------------------------------------
+
+
+def test_per_domain_policy_overrides_apply_to_that_domain_only() -> None:
+    policy = {
+        "defaults": {"health": {"base_concurrency": 4}},
+        "domains": {
+            "slow.example.com": {"health": {"initial_rate": 1, "burst": 2, "throttle_penalty": 50}},
+            "*.cdn.example.com": {"health": {"circuit_failures": 1}},
+        },
+    }
+    reg = HealthRegistry(PolicySet.from_settings(Settings({"OPENCLAW_POLICY": policy})))
+    for domain in ("slow.example.com", "a.cdn.example.com", "other.example.com"):
+        reg.record_failure(domain, HTTP_429, now=T0, retry_after=0)
+    slow, cdn, other = (reg.state(d, T0) for d in reg.domains())
+    assert (slow.health, slow.burst, slow.rate) == (50.0, 2, 0.5)
+    assert (cdn.health, cdn.circuit, cdn.burst) == (80.0, "open", 5)
+    assert (other.health, other.circuit, other.rate, other.concurrency) == (80.0, "closed", 2.0, 3)
+
+
+# --- persistence ---------------------------------------------------------------
+
+
+def test_snapshot_is_json_safe_and_restores_exactly() -> None:
+    reg = registry(circuit_failures=2)
+    reg.record_success(D, 0.2, now=T0)
+    reg.record_failure("b.test", REFUSED, now=T0)
+    reg.record_failure("b.test", HTTP_429, now=T0 + 1, retry_after=30)
+    reg.try_acquire(D, T0 + 1)
+    data = json.loads(json.dumps(reg.snapshot(), allow_nan=False))
+    other = registry(circuit_failures=2)
+    other.restore(data)
+    assert other.domains() == [D, "b.test"]
+    for domain in other.domains():
+        assert other.state(domain, T0 + 2) == reg.state(domain, T0 + 2)
+    assert other.state("b.test", T0 + 2).circuit == "open"
+    assert not other.try_acquire("b.test", T0 + 20)
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ([], "expected a dict"),
+        ({"version": 99, "domains": {}}, "unsupported version 99"),
+        ({"version": 1, "domains": []}, "'domains' must be a mapping"),
+        ({"version": 1, "domains": {"a.test": {"health": "high"}}}, "domain 'a.test': field 'health'"),
+        ({"version": 1, "domains": {"a.test": {"colour": 1}}}, "unknown field 'colour'"),
+        ({"version": 1, "domains": {"a.test": {"circuit": "ajar"}}}, "'ajar' is not closed/open/half_open"),
+        ({"version": 1, "domains": {"a.test": {"requests": True}}}, "field 'requests'"),
+    ],
+)
+def test_restore_rejects_bad_data_naming_the_spot(data: object, message: str) -> None:
+    reg = registry()
+    reg.record_success(D, 0.1, now=T0)
+    with pytest.raises(ValueError, match=message):
+        reg.restore(data)
+    assert reg.domains() == [D]  # nothing lost
+
+
+# --- wiring --------------------------------------------------------------------
+
+
+class _OtherRegistry(HealthRegistry):
+    pass
+
+
+def test_for_crawler_is_one_registry_of_the_configured_class() -> None:
+    crawler = get_crawler(settings_dict={"OPENCLAW_HEALTH_REGISTRY_CLASS": f"{__name__}._OtherRegistry"})
+    reg = HealthRegistry.for_crawler(crawler)
+    assert type(reg) is _OtherRegistry
+    assert HealthRegistry.for_crawler(crawler) is reg
+    assert HealthRegistry.for_crawler(get_crawler()) is not reg
+
+
+def test_middleware_switched_off_is_not_configured() -> None:
+    crawler = get_crawler(settings_dict={"OPENCLAW_HEALTH_ENABLED": False})
+    with pytest.raises(NotConfigured):
+        build_from_crawler(DomainHealthMiddleware, crawler)
