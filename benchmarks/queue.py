@@ -33,6 +33,10 @@ DOMAINS = 100
 
 
 def _crawler() -> Any:
+    from scrapy.utils.reactor import install_reactor, is_reactor_installed
+
+    if not is_reactor_installed():  # the downloader's handlers expect one
+        install_reactor("twisted.internet.asyncioreactor.AsyncioSelectorReactor")
     crawler = get_crawler(Spider, {"LOG_LEVEL": "WARNING"})
     crawler.spider = crawler._create_spider("bench")
     crawler.engine = crawler._create_engine()  # DownloaderAwarePriorityQueue needs the downloader

@@ -86,9 +86,11 @@ class RetryPolicy:
     protocol_retryable: RetryClassPolicy = RetryClassPolicy()
     parse: RetryClassPolicy = RetryClassPolicy(max_attempts=3, base_delay=0.5, max_delay=10.0)
     # retries may be at most this share of the domain's recent requests ...
-    budget_ratio: float = field(default=0.2, metadata=_range(0, 1))
-    # ... but this many retries per window are always allowed
-    budget_min_retries: int = field(default=10, metadata=_range(0, 1000000))
+    # (higher than Finagle's 20%: our retries are spread out by backoff, not
+    # immediate, so a flapping site needs more of them to be ridden out)
+    budget_ratio: float = field(default=0.5, metadata=_range(0, 1))
+    # ... but this many retries per window are always allowed (1/s by default)
+    budget_min_retries: int = field(default=60, metadata=_range(0, 1000000))
     budget_window: float = field(default=60.0, metadata=_range(1, 86400))
 
 

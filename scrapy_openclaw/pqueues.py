@@ -34,15 +34,11 @@ for disk. What it adds:
 
 from __future__ import annotations
 
-import hashlib
 import heapq
 import itertools
-import json
 import logging
 import math
-import os
 import time
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
@@ -50,6 +46,7 @@ from scrapy.core.downloader import Downloader
 from scrapy.utils.asyncio import call_later
 from scrapy.utils.conf import build_component_list
 
+from scrapy_openclaw import _queuefile
 from scrapy_openclaw import meta as M
 from scrapy_openclaw import signals as openclaw_signals
 from scrapy_openclaw._heaps import DomainQueue, Timed
@@ -57,12 +54,7 @@ from scrapy_openclaw.deadletter import for_request
 from scrapy_openclaw.delay import not_before, wake_engine
 from scrapy_openclaw.policy import PolicySet
 from scrapy_openclaw.runtime import crawl_id, shared
-from scrapy_openclaw.serialization import (
-    SerializationError,
-    dumps,
-    request_from_data,
-    request_to_data,
-)
+from scrapy_openclaw.serialization import SerializationError, request_from_data, request_to_data
 from scrapy_openclaw.settings import DEFAULTS
 
 if TYPE_CHECKING:
@@ -74,9 +66,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-STATE_FILE = "openclaw-queue.json"
-STATE_FORMAT = "scrapy-openclaw/deadline-queue"
-STATE_VERSION = 1
 HEALTH_MIDDLEWARE = "scrapy_openclaw.health.DomainHealthMiddleware"
 #: When a domain's ``ready_at`` has passed but ``try_acquire`` still says no
 #: (e.g. another worker took the half-open probe), look again this much later.
@@ -454,49 +443,25 @@ class DeadlinePriorityQueue:
                 lost += 1
                 logger.error("Cannot persist %(request)s: %(error)s", {"request": request, "error": exc},
                              extra={"spider": spider})
-        payload = dumps({"format": STATE_FORMAT, "version": STATE_VERSION, "requests": records}).encode()
-        path = Path(self.key, STATE_FILE)
-        tmp = path.with_name(path.name + ".tmp")
-        with tmp.open("wb") as f:
-            f.write(payload)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-        dir_fd = os.open(self.key, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        state = _queuefile.write(self.key, records)
         self.stats.set_value("openclaw/queue/persisted", len(records))
         if lost:
             self.stats.set_value("openclaw/queue/persist_failed", lost)
-        return {
-            "openclaw_queue": STATE_VERSION,
-            "file": STATE_FILE,
-            "count": len(records),
-            "sha256": hashlib.sha256(payload).hexdigest(),
-        }
+        return state
 
     def _restore(self, state: Any) -> None:
-        if not (isinstance(state, dict) and state.get("openclaw_queue") == STATE_VERSION):
+        if not _queuefile.is_state(state):
             raise ValueError(
                 f"{type(self).__name__}: the JOBDIR queue state {state!r:.200} was written by a "
                 "different SCHEDULER_PRIORITY_QUEUE; only a crawl started with the same "
                 "priority queue class can be resumed"
             )
-        path = Path(self.key, str(state.get("file") or STATE_FILE))
         try:
-            payload = path.read_bytes()
-            if hashlib.sha256(payload).hexdigest() != state.get("sha256"):
-                raise ValueError("checksum mismatch (torn or modified file)")
-            data = json.loads(payload)
-            if data.get("format") != STATE_FORMAT or data.get("version") != STATE_VERSION:
-                raise ValueError(f"unknown format {data.get('format')!r} v{data.get('version')!r}")
-            records = data["requests"]
-        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            records = _queuefile.read(self.key, state)
+        except (OSError, ValueError) as exc:
             logger.error(
-                "Cannot resume the %(count)s queued requests from %(path)s: %(error)s",
-                {"count": state.get("count"), "path": str(path), "error": exc},
+                "Cannot resume the %(count)s queued requests: %(error)s",
+                {"count": state.get("count"), "error": exc},
             )
             self.stats.inc_value("openclaw/queue/restore_failed")
             return
@@ -504,9 +469,8 @@ class DeadlinePriorityQueue:
         for n, record in enumerate(records):
             try:
                 request = request_from_data(record, spider=spider)
-            except SerializationError as exc:
-                logger.error("%(path)s: request #%(n)d skipped: %(error)s",
-                             {"path": str(path), "n": n, "error": exc})
+            except (SerializationError, AttributeError, TypeError) as exc:
+                logger.error("Queued request #%(n)d skipped on resume: %(error)s", {"n": n, "error": exc})
                 self.stats.inc_value("openclaw/queue/restore_failed")
                 continue
             self.push(request)

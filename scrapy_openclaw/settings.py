@@ -72,6 +72,13 @@ DEFAULTS: dict[str, Any] = {
     "OPENCLAW_DISTRIBUTED_HEARTBEAT": 0.0,  # seconds between lease extensions; 0: lease / 3
     "OPENCLAW_DISTRIBUTED_SCAN": 32,  # queue entries a pop looks at to skip domains that must wait
     "OPENCLAW_DISTRIBUTED_MAX_OUTAGE": 120.0,  # seconds a worker stays open while Redis is unreachable
+    # --- schedule (scrapy openclaw-schedule) ---
+    "OPENCLAW_SCHEDULE_STATE_DIR": "openclaw-schedule",  # history, cursors, locks, per-window checkpoints
+    "OPENCLAW_SCHEDULE_LOCK_TTL": 60.0,  # seconds a window lock lives without extension (extended every ttl/3)
+    "OPENCLAW_SCHEDULE_STOP_TIMEOUT": 60.0,  # seconds a SIGTERMed crawl gets to checkpoint before SIGKILL
+    "OPENCLAW_SCHEDULE_REDIS_PREFIX": "openclaw:schedule",  # key prefix of locks/history/cursors (with REDIS_URL)
+    "OPENCLAW_SCHEDULE_METRICS_PORT": 0,  # the scheduler's own /metrics port (0: off); host OPENCLAW_METRICS_HOST
+    "OPENCLAW_SCHEDULE_RUN_FILE": None,  # set by the scheduler on each crawl: where RunStatsExtension reports
 }
 
 
@@ -91,6 +98,9 @@ _RANGES: dict[str, tuple[float, float]] = {
     "OPENCLAW_METRICS_PORT": (0, 65535),
     "OPENCLAW_METRICS_MAX_DOMAINS": (0, 100000),
     "OPENCLAW_LOG_DOMAINS": (0, 1000),
+    "OPENCLAW_SCHEDULE_LOCK_TTL": (1.0, 86400.0),
+    "OPENCLAW_SCHEDULE_STOP_TIMEOUT": (0.0, 86400.0),
+    "OPENCLAW_SCHEDULE_METRICS_PORT": (0, 65535),
 }
 
 _GETTERS = {bool: "getbool", int: "getint", float: "getfloat", list: "getlist", dict: "getdict"}

@@ -12,9 +12,11 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
+import pytest_twisted
 
 from scrapy_openclaw.testing.chaos import (
     ChaosConfig,
+    ChaosSite,
     FailWindows,
     HostConfig,
     max_in_window,
@@ -337,6 +339,58 @@ def test_rate_and_concurrency_statistics(chaos_server: Any) -> None:
     assert fast["max_in_flight"] == 1
     assert fast["max_1s_window"] == max_in_window(r["t"] for r in fast["requests"])
     assert fast["max_1s_window"] >= 3 and fast["total"] == 11
+
+
+# --------------------------------------------------------------------------- in process
+
+
+@pytest_twisted.inlineCallbacks
+def test_in_process_site_on_the_running_reactor() -> Any:
+    """Whatever reactor the test run installed: serve, report truth, and stop with a hang open."""
+    from twisted.internet import defer, protocol, reactor, task
+    from twisted.web.client import Agent, ResponseDone, ResponseNeverReceived
+
+    def read_body(response: Any) -> Any:
+        # Not twisted's readBody: in Twisted 26.10 it warns (DeprecationWarning) on Agent responses.
+        done: Any = defer.Deferred()
+        chunks: list[bytes] = []
+
+        class Collect(protocol.Protocol):
+            def dataReceived(self, data: bytes) -> None:
+                chunks.append(data)
+
+            def connectionLost(self, reason: Any = None) -> None:
+                if reason.check(ResponseDone):
+                    done.callback(b"".join(chunks))
+                else:
+                    done.errback(reason)
+
+        response.deliverBody(Collect())
+        return done
+
+    config = ChaosConfig(hosts=(HostConfig(address=A, pages=3), HostConfig(address=B, hang_rate=1.0)))
+    site = ChaosSite(config)
+    urls = site.start()
+    agent = Agent(reactor)
+    try:
+        response = yield agent.request(b"GET", urls[A].encode())
+        assert response.code == 200
+        assert b'<h1 id="title">Page 0 on 127.0.0.2</h1>' in (yield read_body(response))
+        response = yield agent.request(b"GET", (urls[B] + "__truth__").encode())
+        served = json.loads((yield read_body(response)))
+        assert served["hosts"][A]["statuses"] == {"200": 1}
+        assert served["hosts"][A] == json.loads(json.dumps(site.truth()))["hosts"][A]
+        hanging = agent.request(b"GET", urls[B].encode())
+        for _ in range(200):
+            if site.truth()["hosts"][B]["in_flight"]:
+                break
+            yield task.deferLater(reactor, 0.02, lambda: None)
+        assert site.truth()["hosts"][B]["statuses"] == {"hang": 1}
+    finally:
+        yield site.stop()
+    with pytest.raises(ResponseNeverReceived):
+        yield hanging
+    assert site.truth()["hosts"][B]["in_flight"] == 0
 
 
 # --------------------------------------------------------------------------- a real crawl

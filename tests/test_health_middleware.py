@@ -58,7 +58,7 @@ def test_far_fewer_429s_than_plain_scrapy_and_still_finishes(chaos_server: Any) 
 def test_no_request_reaches_a_host_during_its_retry_after_hold(chaos_server: Any) -> None:
     hold = 3.0
     limit = {"rate": 3, "burst": 3, "retry_after": "3"}
-    server = chaos_server(ChaosConfig(hosts=(HostConfig(A, pages=25, rate_limit=limit),)))
+    server = chaos_server(ChaosConfig(hosts=(HostConfig(A, pages=15, rate_limit=limit),)))
     result = crawl(server, ours())
     requests = statuses(server.truth(), A)
 
@@ -74,19 +74,19 @@ def test_no_request_reaches_a_host_during_its_retry_after_hold(chaos_server: Any
 
 
 def test_503_window_opens_the_circuit_others_flow_then_it_closes_and_completes(chaos_server: Any) -> None:
-    window = {"period": 1000, "down": 8, "status": 503}
+    window = {"period": 1000, "down": 10, "status": 503}  # from the server's start
     server = chaos_server(ChaosConfig(hosts=(
-        HostConfig(A, pages=20, fail_windows=window),
+        HostConfig(A, pages=12, fail_windows=window),
         HostConfig(B, pages=120, latency=0.02),
         HostConfig(C, pages=120, latency=0.02),
     )))
-    starts = server.start_urls + [f"{server.urls[A]}page/{n}" for n in range(1, 10)]
-    policy = {"defaults": {"health": {"circuit_cooldown": 1.5, "circuit_failures": 3}}}
+    starts = server.start_urls + [f"{server.urls[A]}page/{n}" for n in range(1, 8)]
+    policy = {"defaults": {"health": {"circuit_cooldown": 1.5, "circuit_failures": 3, "min_rate": 2}}}
     result = crawl(server, ours(policy, RETRY_TIMES=20), starts=starts)
     truth = server.truth()
 
     failed = [t for t, status in statuses(truth, A) if status == 503]
-    assert len(failed) >= 5
+    assert len(failed) >= 3
     stats = result.stats
     assert stats["openclaw/health/circuit_opened"] >= 1
     assert stats["openclaw/health/circuit_closed"] >= 1
@@ -97,8 +97,8 @@ def test_503_window_opens_the_circuit_others_flow_then_it_closes_and_completes(c
         flowing = [t for t, status in statuses(truth, host) if status == 200 and failed[0] < t < failed[-1]]
         assert len(flowing) >= 10, host
         assert scraped(result, host) == reachable(server, host, starts)
-    # ... and A was probed, not hammered: ~one request per cool-down while open.
-    assert len(failed) <= 20 + 8 / 1.5
+    # ... and A was probed, not hammered: about one request per cool-down while open.
+    assert len(failed) <= 3 + 10 / 1.5 + 5
     assert scraped(result, A) == reachable(server, A, starts)
 
 

@@ -77,6 +77,8 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+#: Seconds between journal writes to the OS (fsync follows OPENCLAW_CHECKPOINT_FLUSH).
+WRITE_INTERVAL = 0.1
 #: Restored requests handed to the engine per reactor turn.
 RESTORE_BATCH = 2000
 #: Stats that are gauges or per-process values: recomputed, never carried over.
@@ -185,6 +187,7 @@ class CheckpointExtension:
         self._restoring = False
         self._restore_started = 0.0
         self._records_since_snapshot = 0
+        self._last_fsync = time.monotonic()
         self._prev_snapshot_gen: int | None = None
         self._closed = False
         self._commit_loop: Any = None
@@ -269,8 +272,10 @@ class CheckpointExtension:
             )
             self._restore_started = time.monotonic()
             call_later(0, self._restore_step)
+        # Batches reach the OS every WRITE_INTERVAL (enough to survive kill -9) but are
+        # fsynced (power-loss safe) at most every OPENCLAW_CHECKPOINT_FLUSH seconds.
         self._commit_loop = create_looping_call(self.commit)
-        self._commit_loop.start(self.flush_interval, now=False)
+        self._commit_loop.start(min(self.flush_interval, WRITE_INTERVAL), now=False)
         self._snapshot_loop = create_looping_call(self._periodic_snapshot)
         self._snapshot_loop.start(self.snapshot_interval, now=False)
 
@@ -507,7 +512,11 @@ class CheckpointExtension:
             self.journal.extend(payloads)
             self._records_since_snapshot += len(payloads)
             self.stats.inc_value("openclaw/checkpoint/journal_records", len(payloads))
-        ok = self.journal.flush() if self.journal.buffered else True
+        now = time.monotonic()
+        fsync = now - self._last_fsync >= self.flush_interval
+        ok = self.journal.flush(fsync=fsync) if self.journal.buffered or fsync else True
+        if fsync and ok:
+            self._last_fsync = now
         self.stats.set_value("openclaw/checkpoint/live", len(live))
         if (
             may_snapshot

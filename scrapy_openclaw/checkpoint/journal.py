@@ -7,9 +7,10 @@ bad ones and says how many it dropped, instead of crashing or silently
 resuming from damaged state.
 
 Why group commit: an ``fsync`` per scheduled request would cap a crawl at
-the disk's sync rate. Records are buffered in memory and written + synced
-together at most every ``OPENCLAW_CHECKPOINT_FLUSH`` seconds by a reactor
-looping call. The extension orders each batch so that any prefix of it is a
+the disk's sync rate. Records are buffered in memory and written together by a
+reactor looping call (every 0.1 s: data in the OS page cache survives a
+``kill -9``), and fsynced at most every ``OPENCLAW_CHECKPOINT_FLUSH``
+seconds (what survives a power cut). The extension orders each batch so that any prefix of it is a
 consistent state (new requests before "done" marks), so losing the unflushed
 tail after a kill only costs re-fetching, never a lost request.
 

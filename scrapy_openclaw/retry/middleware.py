@@ -26,7 +26,6 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 from scrapy.exceptions import NotConfigured
-from scrapy.settings import BaseSettings
 
 from scrapy_openclaw import deadletter
 from scrapy_openclaw import meta as M
@@ -37,7 +36,7 @@ from scrapy_openclaw.policy import PolicySet
 from scrapy_openclaw.retry.backoff import Uniform, for_policy
 from scrapy_openclaw.retry.budget import RetryBudgets
 from scrapy_openclaw.retry_after import parse_retry_after
-from scrapy_openclaw.runtime import crawl_id, shared
+from scrapy_openclaw.runtime import crawl_id
 from scrapy_openclaw.settings import DEFAULTS
 
 if TYPE_CHECKING:
@@ -67,21 +66,9 @@ def retry_enabled(crawler: Crawler) -> bool:
     )
 
 
-_TAXONOMY_SETTINGS = ("OPENCLAW_RETRY_HTTP_CODES", "OPENCLAW_PARSE_EXCEPTIONS", "OPENCLAW_VALIDATION_EXCEPTIONS")
-
-
 def taxonomy_for(crawler: Crawler) -> ErrorTaxonomy:
-    """The crawl's error taxonomy, with DEFAULTS filled in when the add-on is not used.
-
-    (``ErrorTaxonomy.from_settings`` reads the settings without defaults, so
-    without the add-on every 5xx would count as permanent.)
-    """
-
-    def build() -> ErrorTaxonomy:
-        settings = BaseSettings({name: crawler.settings.get(name, DEFAULTS[name]) for name in _TAXONOMY_SETTINGS})
-        return ErrorTaxonomy.from_settings(settings)
-
-    return shared(crawler, "retry_taxonomy", build)
+    """The crawl's one error taxonomy (shared with the other components)."""
+    return ErrorTaxonomy.for_crawler(crawler)
 
 
 def _bucket_label(bound: float) -> str:

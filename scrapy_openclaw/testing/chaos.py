@@ -331,7 +331,8 @@ def _error_body(status: int) -> bytes:
 
 
 def _act(request: Request, outcome: _Outcome) -> None:
-    if request.finished or getattr(request, "_disconnected", False):
+    # A delayed answer is cancelled when its connection goes away (see ``_Host.handle``).
+    if request.finished:
         return
     if outcome.status == DROP:
         request.transport.abortConnection()
@@ -374,7 +375,7 @@ class _ChaosFactory(server.Site):
 
     def __init__(self, res: resource.Resource, reactor: Any):
         super().__init__(res, reactor=reactor)
-        self.open: set[Any] = set()
+        self.open: dict[Any, Any] = {}  # protocol -> its transport
         self._waiters: list[defer.Deferred[None]] = []
 
     def log(self, request: Request) -> None:  # no access log
@@ -382,20 +383,24 @@ class _ChaosFactory(server.Site):
 
     def buildProtocol(self, addr: Any) -> Any:
         proto = super().buildProtocol(addr)
-        original = proto.connectionLost
+        make_connection, connection_lost = proto.makeConnection, proto.connectionLost
+
+        def makeConnection(transport: Any) -> None:
+            self.open[proto] = transport
+            make_connection(transport)
 
         def connectionLost(reason: Any) -> None:
-            self.open.discard(proto)
+            self.open.pop(proto, None)
             try:
-                original(reason)
+                connection_lost(reason)
             finally:
                 if not self.open:
                     waiters, self._waiters = self._waiters, []
                     for d in waiters:
-                        d.callback(None)
+                        if not d.called:  # it may have timed out
+                            d.callback(None)
 
-        proto.connectionLost = connectionLost
-        self.open.add(proto)
+        proto.makeConnection, proto.connectionLost = makeConnection, connectionLost
         return proto
 
     def abort_all(self) -> defer.Deferred[None]:
@@ -404,10 +409,8 @@ class _ChaosFactory(server.Site):
             return defer.succeed(None)
         d: defer.Deferred[None] = defer.Deferred()
         self._waiters.append(d)
-        for proto in list(self.open):
-            transport = getattr(proto, "transport", None)
-            if transport is not None:
-                transport.abortConnection()
+        for transport in list(self.open.values()):
+            transport.abortConnection()
         return d
 
 
@@ -456,7 +459,7 @@ class ChaosSite:
         for call in list(self._calls):
             self.forget_call(call)
         waits = [defer.maybeDeferred(p.stopListening) for p in ports]
-        waits += [f.abort_all() for f in factories]
+        waits += [f.abort_all().addTimeout(5, self.reactor) for f in factories]
         dl = defer.DeferredList(waits, consumeErrors=True)
         return dl.addCallback(lambda _: None)
 

@@ -1,0 +1,63 @@
+"""The DeadlinePriorityQueue's JOBDIR file: pending requests as JSON, written atomically.
+
+Scrapy's scheduler keeps whatever ``close()`` returns in ``active.json`` and
+hands it back as ``startprios`` on resume; ours is a small pointer to this
+file plus its checksum, so a torn or edited file is detected, reported, and
+never half-loaded.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from scrapy_openclaw.serialization import dumps
+
+STATE_FILE = "openclaw-queue.json"
+STATE_FORMAT = "scrapy-openclaw/deadline-queue"
+STATE_VERSION = 1
+
+
+def write(directory: str, records: list[dict[str, Any]]) -> dict[str, Any]:
+    """Write *records* (``request_to_data`` dicts) under *directory*; return the resume state."""
+    payload = dumps({"format": STATE_FORMAT, "version": STATE_VERSION, "requests": records}).encode()
+    path = Path(directory, STATE_FILE)
+    tmp = path.with_name(path.name + ".tmp")
+    with tmp.open("wb") as f:
+        f.write(payload)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    dir_fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+    return {
+        "openclaw_queue": STATE_VERSION,
+        "file": STATE_FILE,
+        "count": len(records),
+        "sha256": hashlib.sha256(payload).hexdigest(),
+    }
+
+
+def is_state(state: Any) -> bool:
+    return isinstance(state, dict) and state.get("openclaw_queue") == STATE_VERSION
+
+
+def read(directory: str, state: dict[str, Any]) -> list[dict[str, Any]]:
+    """The records *state* points to; ``ValueError``/``OSError`` saying what is wrong."""
+    path = Path(directory, str(state.get("file") or STATE_FILE))
+    payload = path.read_bytes()
+    if hashlib.sha256(payload).hexdigest() != state.get("sha256"):
+        raise ValueError(f"{path}: checksum mismatch (torn or modified file)")
+    data = json.loads(payload)
+    if not isinstance(data, dict) or data.get("format") != STATE_FORMAT or data.get("version") != STATE_VERSION:
+        raise ValueError(f"{path}: not a v{STATE_VERSION} {STATE_FORMAT} file")
+    records = data.get("requests")
+    if not isinstance(records, list):
+        raise ValueError(f"{path}: no request list")
+    return records

@@ -1,0 +1,68 @@
+"""The incremental cursor of a task: one JSON value kept between runs (file or Redis).
+
+Contract with the spider (tasks with ``incremental: true``):
+
+* the scheduler passes the stored value (or the task's ``initial_cursor``) as
+  ``-a openclaw_cursor=<JSON>``; :class:`~scrapy_openclaw.schedule.RunStatsExtension`
+  decodes it at ``spider_opened``, so ``self.openclaw_cursor`` is the value
+  itself in ``start()`` and callbacks (in ``__init__`` it is still the JSON text);
+* the spider moves it on by assigning ``self.openclaw_cursor = new_value``
+  (anything JSON can hold);
+* the extension writes the final value next to the run's stats at close, and
+  the scheduler stores it only when the run succeeded (exit 0, the crawl
+  finished normally). A failed or interrupted run leaves the cursor as it
+  was, so the retry (which resumes from the checkpoint) starts from the same
+  cursor.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import redis
+
+_MISSING = object()
+
+
+class FileCursors:
+    """``<state dir>/<task>/cursor.json``, replaced atomically."""
+
+    def __init__(self, state_dir: str | Path):
+        self.state_dir = Path(state_dir)
+
+    def path(self, task_id: str) -> Path:
+        return self.state_dir / task_id / "cursor.json"
+
+    def get(self, task_id: str, default: Any = None) -> Any:
+        path = self.path(task_id)
+        if not path.exists():
+            return default
+        return json.loads(path.read_text(encoding="utf-8"))["value"]
+
+    def set(self, task_id: str, value: Any) -> None:
+        path = self.path(task_id)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".json.tmp")
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump({"value": value}, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+
+
+class RedisCursors:
+    """``<prefix>:cursor:<task>`` holding ``{"value": ...}``, shared by every node."""
+
+    def __init__(self, client: redis.Redis, prefix: str):
+        self.client, self.prefix = client, prefix
+
+    def get(self, task_id: str, default: Any = None) -> Any:
+        raw = self.client.get(f"{self.prefix}:cursor:{task_id}")
+        return default if raw is None else json.loads(raw)["value"]
+
+    def set(self, task_id: str, value: Any) -> None:
+        self.client.set(f"{self.prefix}:cursor:{task_id}", json.dumps({"value": value}))

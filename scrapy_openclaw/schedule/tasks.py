@@ -1,0 +1,222 @@
+"""The tasks file of ``scrapy openclaw-schedule``: YAML, validated once, into frozen ``Task``s.
+
+Schema (every key but ``spider`` and one of ``cron``/``interval`` optional)::
+
+    defaults:                 # applied to every task; a task's own keys win
+      max_attempts: 3
+    tasks:
+      nightly:                # the task id (letters, digits, '_', '-', '.')
+        spider: products      # a spider name of the project (``scrapy crawl NAME``)
+        cron: "0 3 * * *"     # croniter syntax (a 6th field = seconds), or ...
+        # interval: 1800      # ... every N seconds, windows aligned to the UNIX epoch
+        timezone: UTC         # of the cron expression (IANA name)
+        settings: {CLOSESPIDER_TIMEOUT: 3000}   # passed as -s KEY=VALUE
+        args: {category: books}                 # passed as -a KEY=VALUE
+        max_attempts: 3       # attempts per window, the first included
+        retry_backoff: 30     # seconds before attempt 2, doubling after ...
+        retry_backoff_max: 600   # ... up to this
+        timeout: 3600         # seconds per attempt, then SIGTERM (and SIGKILL after the grace)
+        incremental: false    # pass/persist the task's cursor (-a openclaw_cursor=JSON)
+        initial_cursor: null  # the cursor of the first incremental run
+        run_missed: false     # at start, run the latest window missed while down, once
+        checkpoint_dir: null  # base of the per-window checkpoint dirs (default <state dir>/<id>)
+
+Errors name the file, the line and the key path (``tasks.nightly.cron``), like
+the policy file; the YAML reading and line tracking are the policy module's.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from croniter import croniter
+
+from scrapy_openclaw.errors import OpenClawConfigError
+from scrapy_openclaw.policy import _read_yaml, _Where
+
+_TASK_ID = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}$")
+_SETTING_NAME = re.compile(r"^[A-Z][A-Z0-9_]*$")
+_ARG_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+#: Spider argument carrying the incremental cursor (JSON); reserved.
+CURSOR_ARG = "openclaw_cursor"
+
+
+@dataclass(frozen=True)
+class Task:
+    """One validated task of the tasks file."""
+
+    id: str
+    spider: str
+    cron: str | None = None
+    interval: int | None = None
+    timezone: str = "UTC"
+    settings: dict[str, Any] = field(default_factory=dict)
+    args: dict[str, Any] = field(default_factory=dict)
+    max_attempts: int = 3
+    retry_backoff: float = 30.0
+    retry_backoff_max: float = 600.0
+    timeout: float | None = None
+    incremental: bool = False
+    initial_cursor: Any = None
+    run_missed: bool = False
+    checkpoint_dir: str | None = None
+
+    # -- windows -------------------------------------------------------------
+
+    def next_window(self, after: float) -> float:
+        """The first scheduled time (UNIX s) strictly after *after*."""
+        if self.interval is not None:
+            return (math.floor(after / self.interval) + 1) * self.interval
+        start = datetime.fromtimestamp(after, ZoneInfo(self.timezone))
+        return float(croniter(self.cron, start).get_next(float))
+
+    def windows(self, after: float, until: float, limit: int) -> list[float]:
+        """Scheduled times in ``(after, until]``, at most the last *limit* of them."""
+        out: list[float] = []
+        when = self.next_window(after)
+        steps = 0
+        while when <= until and steps < 100 * limit:  # bounded even for a very dense cron
+            out.append(when)
+            if len(out) > limit:
+                out.pop(0)
+            when = self.next_window(when)
+            steps += 1
+        return out
+
+    def backoff(self, attempt: int) -> float:
+        """Seconds to wait before attempt ``attempt + 1`` (``attempt`` >= 1 just failed)."""
+        return min(self.retry_backoff_max, self.retry_backoff * 2 ** (attempt - 1))
+
+    def describe(self) -> str:
+        return f"cron {self.cron!r} ({self.timezone})" if self.cron else f"every {self.interval}s"
+
+
+def window_id(when: float) -> str:
+    """The name of a window: its scheduled time in UTC, ``20240101T030000Z``."""
+    return datetime.fromtimestamp(when, timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+
+
+# --- loading and validation -------------------------------------------------
+
+_NUMBERS: dict[str, tuple[type, float, float | None]] = {
+    "interval": (int, 1, None),
+    "max_attempts": (int, 1, 1000),
+    "retry_backoff": (float, 0, 86400 * 7),
+    "retry_backoff_max": (float, 0, 86400 * 7),
+    "timeout": (float, 0.1, None),
+}
+_BOOLS = ("incremental", "run_missed")
+_KNOWN = sorted({
+    "spider", "cron", "interval", "timezone", "settings", "args", "initial_cursor",
+    "checkpoint_dir", *_NUMBERS, *_BOOLS,
+})
+
+
+def load_tasks(path: str | Path) -> list[Task]:
+    """Read and validate a tasks file; ``OpenClawConfigError`` with file, line and key on any problem."""
+    path = Path(path)
+    data, lines = _read_yaml(path)
+    return parse_tasks(data, _Where(str(path), lines))
+
+
+def parse_tasks(data: Any, where: _Where) -> list[Task]:
+    if not isinstance(data, dict):
+        where.fail((), "the tasks file must be a mapping with 'tasks' (and optionally 'defaults')")
+    for key in data:
+        if key not in ("defaults", "tasks"):
+            where.fail((key,), "unknown key (expected 'defaults' or 'tasks')")
+    defaults = data.get("defaults") or {}
+    if not isinstance(defaults, dict):
+        where.fail(("defaults",), "must be a mapping of task keys")
+    for key in ("spider", "cron", "interval"):
+        if key in defaults:
+            where.fail(("defaults", key), "is per task; it cannot be a default")
+    _check_keys(defaults, ("defaults",), where)
+    tasks = data.get("tasks")
+    if not isinstance(tasks, dict) or not tasks:
+        where.fail(("tasks",), "must be a non-empty mapping of task id to task")
+    out = []
+    for task_id, raw in tasks.items():
+        path = ("tasks", task_id)
+        if not isinstance(task_id, str) or not _TASK_ID.match(task_id):
+            where.fail(path, f"bad task id {task_id!r} (letters, digits, '_', '-', '.'; at most 100)")
+        if not isinstance(raw, dict):
+            where.fail(path, f"must be a mapping, got {type(raw).__name__}")
+        _check_keys(raw, path, where)
+        merged = {**defaults, **raw}
+        merged["settings"] = {**(defaults.get("settings") or {}), **(raw.get("settings") or {})}
+        merged["args"] = {**(defaults.get("args") or {}), **(raw.get("args") or {})}
+        if "spider" not in raw:
+            where.fail(path, "missing key 'spider'")
+        if ("cron" in raw) == ("interval" in raw):
+            where.fail(path, "needs exactly one of 'cron' and 'interval'")
+        if merged.get("retry_backoff_max", Task.retry_backoff_max) < merged.get("retry_backoff", Task.retry_backoff):
+            where.fail((*path, "retry_backoff_max"), "must be >= retry_backoff")
+        if "cron" in raw:
+            tz = merged.get("timezone", "UTC")
+            try:
+                croniter(raw["cron"], datetime.now(ZoneInfo(tz))).get_next(float)
+            except (ValueError, KeyError, TypeError) as exc:  # croniter's errors are ValueErrors
+                where.fail((*path, "cron"), f"bad cron expression {raw['cron']!r}: {exc}")
+        if merged.get("interval") is not None:
+            merged["interval"] = int(merged["interval"])
+        out.append(Task(id=task_id, **merged))
+    return out
+
+
+def _check_keys(raw: dict[str, Any], path: tuple, where: _Where) -> None:
+    for key, value in raw.items():
+        kpath = (*path, key)
+        if key not in _KNOWN:
+            where.fail(kpath, f"unknown key (known: {', '.join(_KNOWN)})")
+        if key in _NUMBERS:
+            if key == "timeout" and value is None:
+                continue
+            kind, lo, hi = _NUMBERS[key]
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                where.fail(kpath, f"must be a number, got {value!r}")
+            if kind is int and not float(value).is_integer():
+                where.fail(kpath, f"must be a whole number, got {value!r}")
+            if value < lo or (hi is not None and value > hi):
+                where.fail(kpath, f"out of range: {value!r} is not within [{lo}, {'inf' if hi is None else hi}]")
+        elif key in _BOOLS:
+            if not isinstance(value, bool):
+                where.fail(kpath, f"must be true or false, got {value!r}")
+        elif key == "spider":
+            if not isinstance(value, str) or not value.strip() or value.startswith("-"):
+                where.fail(kpath, f"must be a spider name, got {value!r}")
+        elif key == "cron":
+            if not isinstance(value, str) or not croniter.is_valid(value):
+                where.fail(kpath, f"bad cron expression {value!r} (5 fields, or 6 with seconds last)")
+        elif key == "timezone":
+            try:
+                ZoneInfo(value if isinstance(value, str) else "")
+            except (ZoneInfoNotFoundError, ValueError):
+                where.fail(kpath, f"unknown time zone {value!r} (use an IANA name like Europe/Paris)")
+        elif key in ("settings", "args"):
+            if not isinstance(value, dict):
+                where.fail(kpath, "must be a mapping")
+            pattern = _SETTING_NAME if key == "settings" else _ARG_NAME
+            for name in value:
+                if not isinstance(name, str) or not pattern.match(name):
+                    where.fail((*kpath, name), f"bad {'setting' if key == 'settings' else 'argument'} name {name!r}")
+                if key == "args" and name == CURSOR_ARG:
+                    where.fail((*kpath, name), "reserved for the incremental cursor (use 'incremental')")
+                if key == "settings" and name == "OPENCLAW_CHECKPOINT_DIR":
+                    where.fail((*kpath, name), "set by the scheduler per window (use 'checkpoint_dir')")
+        elif key == "checkpoint_dir":
+            if value is not None and (not isinstance(value, str) or not value):
+                where.fail(kpath, f"must be a directory path, got {value!r}")
+
+
+def task_by_id(tasks: list[Task], task_id: str) -> Task:
+    for task in tasks:
+        if task.id == task_id:
+            return task
+    raise OpenClawConfigError(f"no task {task_id!r} (tasks: {', '.join(t.id for t in tasks)})")
