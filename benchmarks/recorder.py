@@ -2,7 +2,9 @@
 
 Every ``BENCH_RECORDER_INTERVAL`` seconds (default 0.5) it appends one JSON
 line to ``BENCH_RECORDER_PATH``: per domain (download-slot key) the requests
-sent and the responses by status so far, and, when scrapy-openclaw's health
+handed to the download slot (``sent``), the downloads finished, answered or
+failed (``done``, what the server saw), and the raw responses by status
+before any middleware (so retried 429s count) so far, and, when scrapy-openclaw's health
 middleware is part of the crawl, the HealthRegistry's view (health, rate,
 tokens, concurrency, circuit, hold). The plot (:mod:`benchmarks.plot`) turns
 this into "health and request rate over time", so a reader sees the
@@ -56,6 +58,7 @@ class BenchRecorder:
         self.path = Path(path)
         self.interval = interval
         self.sent: Counter[str] = Counter()
+        self.done: Counter[str] = Counter()
         self.statuses: defaultdict[str, Counter[int]] = defaultdict(Counter)
         self._registry: Any = None
         self._file: Any = None
@@ -74,7 +77,8 @@ class BenchRecorder:
         crawler.signals.connect(ext.spider_opened, signal=signals.spider_opened)
         crawler.signals.connect(ext.spider_closed, signal=signals.spider_closed)
         crawler.signals.connect(ext.request_reached_downloader, signal=signals.request_reached_downloader)
-        crawler.signals.connect(ext.response_received, signal=signals.response_received)
+        crawler.signals.connect(ext.request_left_downloader, signal=signals.request_left_downloader)
+        crawler.signals.connect(ext.response_downloaded, signal=signals.response_downloaded)
         return ext
 
     # --- signals --------------------------------------------------------------
@@ -100,7 +104,10 @@ class BenchRecorder:
     def request_reached_downloader(self, request: Request, spider: Any = None) -> None:
         self.sent[self._domain(request)] += 1
 
-    def response_received(self, response: Response, request: Request, spider: Any = None) -> None:
+    def request_left_downloader(self, request: Request, spider: Any = None) -> None:
+        self.done[self._domain(request)] += 1
+
+    def response_downloaded(self, response: Response, request: Request, spider: Any = None) -> None:
         self.statuses[self._domain(request)][response.status] += 1
 
     # --- sampling -------------------------------------------------------------
@@ -118,6 +125,7 @@ class BenchRecorder:
             statuses = self.statuses.get(domain, Counter())
             entry: dict[str, Any] = {
                 "sent": self.sent.get(domain, 0),
+                "done": self.done.get(domain, 0),
                 "responses": sum(statuses.values()),
                 "status": {str(k): v for k, v in sorted(statuses.items())},
             }

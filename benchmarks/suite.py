@@ -16,7 +16,6 @@ All traffic stays on loopback: the scenarios crawl the chaos site
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import json
 import os

@@ -30,9 +30,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, get_args, get_origin, get_type_hints
 
-import yaml
-
 from scrapy_openclaw.errors import OpenClawConfigError
+from scrapy_openclaw.yamlconfig import Where, read_yaml
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -162,7 +161,7 @@ class PolicySet:
         loader.add(inline, source="setting OPENCLAW_POLICY", lines={})
         path = settings.get("OPENCLAW_POLICY_FILE")
         if path:
-            data, lines = _read_yaml(Path(path))
+            data, lines = read_yaml(Path(path), kind="policy file")
             loader.add(data, source=str(path), lines=lines)
         return cls(loader.defaults, loader.rules())
 
@@ -184,7 +183,7 @@ class _Loader:
         self._domains: dict[str, dict[str, Any]] = {}
 
     def add(self, data: Any, source: str, lines: dict[tuple, int]) -> None:
-        where = _Where(source, lines)
+        where = Where(source, lines)
         if data is None:
             return
         if not isinstance(data, dict):
@@ -210,23 +209,7 @@ class _Loader:
         return [_Rule(p, o) for p, o in self._domains.items()]
 
 
-@dataclass(frozen=True)
-class _Where:
-    source: str
-    lines: dict[tuple, int]
-
-    def fail(self, path: tuple, message: str) -> None:
-        line = None
-        for n in range(len(path), -1, -1):
-            line = self.lines.get(tuple(path[:n]))
-            if line is not None:
-                break
-        key = ".".join(str(p) for p in path) or "(top level)"
-        loc = f"{self.source}, line {line}" if line is not None else self.source
-        raise OpenClawConfigError(f"{loc}: key {key}: {message}")
-
-
-def _validate(cls: type, data: Any, path: tuple, where: _Where) -> None:
+def _validate(cls: type, data: Any, path: tuple, where: Where) -> None:
     if not isinstance(data, dict):
         where.fail(path, f"must be a mapping, got {type(data).__name__}")
     hints = get_type_hints(cls)
@@ -239,7 +222,7 @@ def _validate(cls: type, data: Any, path: tuple, where: _Where) -> None:
         _validate_value(hints[key], fields[key], value, kpath, where)
 
 
-def _validate_value(hint: Any, f: dataclasses.Field, value: Any, path: tuple, where: _Where) -> None:
+def _validate_value(hint: Any, f: dataclasses.Field, value: Any, path: tuple, where: Where) -> None:
     if dataclasses.is_dataclass(hint):
         _validate(hint, value, path, where)
         return
@@ -261,7 +244,7 @@ def _validate_value(hint: Any, f: dataclasses.Field, value: Any, path: tuple, wh
     _check_number(base, value, path, where, f.metadata.get("range", (None, None)))
 
 
-def _check_number(base: type, value: Any, path: tuple, where: _Where, bounds: tuple) -> None:
+def _check_number(base: type, value: Any, path: tuple, where: Where, bounds: tuple) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         where.fail(path, f"must be a number, got {value!r}")
     if base is int and not float(value).is_integer():
@@ -301,36 +284,3 @@ def _deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
         else:
             out[key] = value
     return out
-
-
-def _read_yaml(path: Path) -> tuple[Any, dict[tuple, int]]:
-    """Parse YAML into plain data plus the line (1-based) of every key path."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise OpenClawConfigError(f"{path}: cannot read policy file: {exc.strerror}") from None
-    try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
-        line = f", line {mark.line + 1}" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise OpenClawConfigError(f"{path}{line}: invalid YAML: {problem}") from None
-    lines: dict[tuple, int] = {}
-    if node is None:
-        return None, lines
-    _record_lines(node, (), lines)
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:  # pragma: no cover - compose already parsed it
-        raise OpenClawConfigError(f"{path}: invalid YAML: {exc}") from None
-    return data, lines
-
-
-def _record_lines(node: yaml.Node, path: tuple, lines: dict[tuple, int]) -> None:
-    lines.setdefault(path, node.start_mark.line + 1)
-    if isinstance(node, yaml.MappingNode):
-        for key_node, value_node in node.value:
-            key = key_node.value
-            lines[(*path, key)] = key_node.start_mark.line + 1
-            _record_lines(value_node, (*path, key), lines)

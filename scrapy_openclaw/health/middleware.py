@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING, Any
 import scrapy
 from scrapy import signals
 from scrapy.exceptions import NotConfigured
-from scrapy.settings import BaseSettings
 
 from scrapy_openclaw import meta as M
 from scrapy_openclaw import signals as openclaw_signals
@@ -31,7 +30,6 @@ from scrapy_openclaw.delay import DelayedRequests, queue_handles_not_before
 from scrapy_openclaw.errors import ErrorTaxonomy
 from scrapy_openclaw.health.registry import CLOSED, OPEN, HealthRegistry, affects_health
 from scrapy_openclaw.retry_after import parse_retry_after
-from scrapy_openclaw.runtime import shared
 from scrapy_openclaw.settings import DEFAULTS
 
 if TYPE_CHECKING:
@@ -56,7 +54,7 @@ class DomainHealthMiddleware:
     def __init__(self, crawler: Crawler):
         self.crawler = crawler
         self.registry = HealthRegistry.for_crawler(crawler)
-        self.taxonomy = _taxonomy(crawler)
+        self.taxonomy = ErrorTaxonomy.for_crawler(crawler)
         self.stats = crawler.stats
         # With our deadline queue, the queue takes tokens before handing a
         # request out; with any other queue the slot delay does the pacing.
@@ -199,9 +197,3 @@ def _pause_slot(slot: Slot, until: float) -> None:
     slot.delay = max(slot.delay, _PAUSE_DELAY)
     slot.lastseen = max(slot.lastseen, _SLOT_CLOCK() + (until - time.time()))
 
-
-def _taxonomy(crawler: Crawler) -> ErrorTaxonomy:
-    """The crawl's error taxonomy, with DEFAULTS filled in when the add-on is not used."""
-    names = ("OPENCLAW_RETRY_HTTP_CODES", "OPENCLAW_PARSE_EXCEPTIONS", "OPENCLAW_VALIDATION_EXCEPTIONS")
-    settings = BaseSettings({name: crawler.settings.get(name, DEFAULTS[name]) for name in names})
-    return shared(crawler, "health_taxonomy", lambda: ErrorTaxonomy.from_settings(settings))

@@ -38,7 +38,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from croniter import croniter
 
 from scrapy_openclaw.errors import OpenClawConfigError
-from scrapy_openclaw.policy import _read_yaml, _Where
+from scrapy_openclaw.yamlconfig import Where, read_yaml
 
 _TASK_ID = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}$")
 _SETTING_NAME = re.compile(r"^[A-Z][A-Z0-9_]*$")
@@ -121,11 +121,11 @@ _KNOWN = sorted({
 def load_tasks(path: str | Path) -> list[Task]:
     """Read and validate a tasks file; ``OpenClawConfigError`` with file, line and key on any problem."""
     path = Path(path)
-    data, lines = _read_yaml(path)
-    return parse_tasks(data, _Where(str(path), lines))
+    data, lines = read_yaml(path, kind="tasks file")
+    return parse_tasks(data, Where(str(path), lines))
 
 
-def parse_tasks(data: Any, where: _Where) -> list[Task]:
+def parse_tasks(data: Any, where: Where) -> list[Task]:
     if not isinstance(data, dict):
         where.fail((), "the tasks file must be a mapping with 'tasks' (and optionally 'defaults')")
     for key in data:
@@ -170,7 +170,7 @@ def parse_tasks(data: Any, where: _Where) -> list[Task]:
     return out
 
 
-def _check_keys(raw: dict[str, Any], path: tuple, where: _Where) -> None:
+def _check_keys(raw: dict[str, Any], path: tuple, where: Where) -> None:
     for key, value in raw.items():
         kpath = (*path, key)
         if key not in _KNOWN:

@@ -1,0 +1,103 @@
+"""The benchmark suite must keep running: a quick end-to-end run, the recorder and the plot.
+
+The full suite takes minutes; CI runs ``python -m benchmarks run --quick`` on
+the fast ``overhead`` scenario (override the set with
+``BENCH_SMOKE_SCENARIOS="overhead hol"``), checks every configuration got
+numbers from a real crawl, and imports every scenario module so none of them
+can silently break.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from benchmarks import plot, suite
+from benchmarks.adapters import adapt
+from scrapy_openclaw.testing.crawl import run_crawl
+from scrapy_openclaw.testing.presets import rate_limited_site
+from scrapy_openclaw.testing.servers import subprocess_env
+
+ROOT = Path(__file__).resolve().parents[1]
+SMOKE = os.environ.get("BENCH_SMOKE_SCENARIOS", "overhead").split()
+
+
+def test_quick_run_reports_numbers_for_every_configuration(tmp_path):
+    out = tmp_path / "results"
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "run", *SMOKE, "--quick", "--repeat", "1", "--out", str(out)],
+        cwd=ROOT, env=subprocess_env(), capture_output=True, text=True, timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    result = json.loads((out / "results.json").read_text(encoding="utf-8"))
+    meta = result["meta"]
+    assert meta["command"].startswith("python -m benchmarks run")
+    assert meta["machine"]["cores"] >= 1 and meta["machine"]["scrapy"]
+    assert set(result["scenarios"]) == set(SMOKE)
+    for name, scenario in result["scenarios"].items():
+        assert not scenario["errors"], (name, scenario["errors"])
+        assert scenario["raw"] and scenario["tables"], name
+        for table in scenario["tables"]:
+            assert table["rows"], (name, table["title"])
+            for config, cells in table["rows"].items():
+                numbers = [c["median"] for c in cells.values() if c["median"] is not None]
+                assert numbers, f"{name}: {config} has no numbers in {table['title']!r}"
+            for headline in table["headlines"]:
+                assert headline["value"] is not None, (name, headline)
+    # the markdown table went to stdout, with ratios
+    assert "| scenario | metric |" in proc.stdout and "×" in proc.stdout
+    assert (out / "results.md").read_text(encoding="utf-8") in proc.stdout
+
+
+def test_summary_takes_medians_and_paired_ratios():
+    raw = {"baseline": "scrapy", "hosts": 4, "pages_per_host": 10, "configs": {
+        "scrapy": {"pages_per_s": 100.0, "peak_rss_mb": 90.0, "wall_s": 3.0, "scraped": 40, "duplicates": 0},
+        "openclaw": {"pages_per_s": 96.0, "peak_rss_mb": 95.0, "wall_s": 3.1, "scraped": 40, "duplicates": 0},
+        "openclaw_defaults": {"error": "exit 1"},
+    }}
+    tables = suite.summarise("overhead", [raw, raw])
+    row = tables[0]["rows"]["openclaw"]["pages_per_s"]
+    assert row["median"] == 96.0 and row["ratio"] == pytest.approx(0.96)
+    assert tables[0]["rows"]["openclaw_defaults"]["pages_per_s"]["median"] is None
+    assert tables[0]["headlines"][0]["met"] is True
+
+
+@pytest.mark.parametrize("name", list(suite.SCENARIOS))
+def test_every_scenario_module_imports_and_adapts(name):
+    module = importlib.import_module(suite.SCENARIOS[name].module)
+    assert callable(module.run)
+    assert isinstance(adapt(name, {}), list)  # an empty or failed result never crashes the report
+
+
+def test_recorder_samples_health_and_the_plot_draws_it(tmp_path, monkeypatch, chaos_server):
+    server = chaos_server(rate_limited_site(n_hosts=2, rate=20.0, burst=5, pages=25))
+    monkeypatch.setenv(suite.RECORD_DIR_ENV, str(tmp_path / "recordings" / "ratelimit" / "run1"))
+    settings = {"ADDONS": {"scrapy_openclaw.Addon": 100}, "OPENCLAW_DLQ_URI": str(tmp_path / "dlq.jsonl")}
+    settings = suite.with_recorder(settings, "openclaw")
+    assert suite.with_recorder(settings, "openclaw") == settings  # idempotent
+    assert not any(k.startswith("OPENCLAW_") for k in suite.recorder_settings("x"))
+    result = run_crawl(settings=settings, spider_args={"start_urls": server.start_urls}, timeout=120,
+                       out_dir=tmp_path / "crawl")
+    assert result.stats.get("finish_reason") == "finished", result.log[-2000:]
+    path = tmp_path / "recordings" / "ratelimit" / "run1" / "openclaw.jsonl"
+    samples = plot.read_recording(path)
+    assert len(samples) >= 2 and samples[-1].get("final")
+    last = samples[-1]["domains"]
+    truth = server.truth(include_requests=False)["hosts"]
+    # every request the server saw was counted by the recorder for its domain
+    assert sum(d["done"] for d in last.values()) == sum(h["total"] for h in truth.values())
+    assert sum(d["responses"] for d in last.values()) == sum(h["total"] for h in truth.values())
+    assert all("health" in d and "circuit" in d for d in last.values())
+    png, message = plot.plot(tmp_path / "recordings", tmp_path / "health.png", {"ratelimit": 20.0})
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        assert png is None and "matplotlib" in message
+    else:
+        assert png is not None and png.stat().st_size > 10_000, message
