@@ -58,7 +58,7 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
     Scenario("hol", "benchmarks.hol", "head-of-line blocking: wall time vs lower bound, fast-host finish",
              limit=600, quick_limit=240),
     Scenario("queue", "benchmarks.queue", "push/pop rate and memory for 1,000,000 pending requests",
-             limit=600, quick_limit=180),
+             limit=900, quick_limit=240),
     Scenario("killresume", "benchmarks.killresume", "lost/duplicated requests after kill -9 x3, vs JOBDIR",
              limit=900, quick_limit=300),
     Scenario("distributed", "benchmarks.distributed",
@@ -122,23 +122,15 @@ def _inject_recorder(module: Any) -> bool:
 
 def _child(name: str, quick: bool, result_path: str) -> int:
     """``python -m benchmarks.suite NAME quick|full RESULT``: run one scenario once, dump its dict."""
+    from scrapy_openclaw.testing.runcrawl import json_safe
+
     scenario = SCENARIOS[name]
     module = importlib.import_module(scenario.module)
     if scenario.record:
         _inject_recorder(module)
     result = module.run(quick)
-    Path(result_path).write_text(json.dumps(_json_safe(result), indent=1), encoding="utf-8")
+    Path(result_path).write_text(json.dumps(json_safe(result), indent=1), encoding="utf-8")
     return 0
-
-
-def _json_safe(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {str(k): _json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple, set, frozenset)):
-        return [_json_safe(v) for v in value]
-    if value is None or isinstance(value, (str, int, float, bool)):
-        return value
-    return repr(value)
 
 
 @dataclass

@@ -19,3 +19,6 @@ RETRY_STATE = "openclaw_retry"
 
 #: Set on a request re-injected by ``scrapy openclaw-dlq replay``: the dead letter's id.
 REPLAY_OF = "openclaw_replay_of"
+
+#: Distributed mode: the id of the Redis queue entry a request was leased as.
+LEASE = "openclaw_lease"

@@ -64,8 +64,15 @@ class HealthPolicy:
     rate_decrease: float = field(default=0.5, metadata=_range(0.01, 0.99))  # multiplier on congestion
     latency_factor: float = field(default=3.0, metadata=_range(1.0, 100))
     circuit_floor: float = field(default=20.0, metadata=_range(0, 100))
-    circuit_failures: int = field(default=8, metadata=_range(1, 100000))
-    circuit_cooldown: float = field(default=30.0, metadata=_range(0.1, 86400))
+    # failures in a row that open the circuit (Envoy's consecutive_5xx default)
+    circuit_failures: int = field(default=5, metadata=_range(1, 100000))
+    # first cool-down, seconds: short, because most outages a crawler meets are
+    # seconds long (a 503 window is not a ban); doubled per opening in a row ...
+    circuit_cooldown: float = field(default=1.0, metadata=_range(0.1, 86400))
+    # ... up to this (a domain that stays down is still probed once a minute)
+    circuit_cooldown_max: float = field(default=60.0, metadata=_range(0.1, 86400))
+    # +- this share of random spread on each cool-down (Nutch uses 10%)
+    circuit_jitter: float = field(default=0.1, metadata=_range(0, 0.5))
     retry_after_cap: float = field(default=600.0, metadata=_range(0, 86400))
 
 
@@ -82,7 +89,10 @@ class RetryClassPolicy:
 @dataclass(frozen=True)
 class RetryPolicy:
     network: RetryClassPolicy = RetryClassPolicy()
-    protocol_retryable: RetryClassPolicy = RetryClassPolicy()
+    # "equal" jitter: every wait is at least half its step (0.5, 1, 2, 4, 8 s), so
+    # the 4th attempt comes >= 3.5 s after the 1st and a 503 window of a few
+    # seconds is always outlived; "full" may retry at once, into the same window
+    protocol_retryable: RetryClassPolicy = RetryClassPolicy(jitter="equal")
     parse: RetryClassPolicy = RetryClassPolicy(max_attempts=3, base_delay=0.5, max_delay=10.0)
     # retries may be at most this share of the domain's recent requests ...
     # (higher than Finagle's 20%: our retries are spread out by backoff, not

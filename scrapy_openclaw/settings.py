@@ -70,7 +70,8 @@ DEFAULTS: dict[str, Any] = {
     "OPENCLAW_DISTRIBUTED": False,
     "OPENCLAW_DISTRIBUTED_LEASE": 60.0,  # seconds a popped request stays leased without a heartbeat
     "OPENCLAW_DISTRIBUTED_HEARTBEAT": 0.0,  # seconds between lease extensions; 0: lease / 3
-    "OPENCLAW_DISTRIBUTED_SCAN": 32,  # queue entries a pop looks at to skip domains that must wait
+    "OPENCLAW_DISTRIBUTED_SCAN": 32,  # domains a pop considers at once (least recently served first)
+    "OPENCLAW_DISTRIBUTED_MAX_RELEASES": 3,  # re-queues after an item failed in a pipeline; then dead letter
     "OPENCLAW_DISTRIBUTED_MAX_OUTAGE": 120.0,  # seconds a worker stays open while Redis is unreachable
     # --- schedule (scrapy openclaw-schedule) ---
     "OPENCLAW_SCHEDULE_STATE_DIR": "openclaw-schedule",  # history, cursors, locks, per-window checkpoints
@@ -87,6 +88,7 @@ _RANGES: dict[str, tuple[float, float]] = {
     "OPENCLAW_DISTRIBUTED_LEASE": (0.5, 86400.0),
     "OPENCLAW_DISTRIBUTED_HEARTBEAT": (0.0, 86400.0),
     "OPENCLAW_DISTRIBUTED_SCAN": (1, 10000),
+    "OPENCLAW_DISTRIBUTED_MAX_RELEASES": (0, 1000),
     "OPENCLAW_DISTRIBUTED_MAX_OUTAGE": (0.0, 86400.0),
     "OPENCLAW_CHECKPOINT_FLUSH": (0.001, 3600.0),
     "OPENCLAW_CHECKPOINT_SNAPSHOT_INTERVAL": (0.01, 86400.0),

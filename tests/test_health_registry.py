@@ -166,7 +166,8 @@ def test_token_false_checks_only_hold_and_circuit() -> None:
 
 
 def test_consecutive_failures_open_the_circuit_and_one_probe_decides() -> None:
-    reg = registry(circuit_failures=3, circuit_cooldown=10, circuit_floor=0, connection_penalty=1)
+    reg = registry(circuit_failures=3, circuit_cooldown=10, circuit_floor=0, connection_penalty=1,
+                   circuit_jitter=0)
     for i in range(3):
         assert reg.state(D, T0 + i).circuit == "closed"
         reg.record_failure(D, REFUSED, now=T0 + i)
@@ -180,16 +181,17 @@ def test_consecutive_failures_open_the_circuit_and_one_probe_decides() -> None:
     assert not reg.try_acquire(D, T0 + 12.1)
     assert not reg.try_acquire(D, T0 + 12.1, token=False)
     assert reg.ready_at(D, T0 + 12.1) > T0 + 12.1
-    # The probe fails: open again for a full cool-down.
+    # The probe fails: open again, for twice the cool-down.
     reg.record_failure(D, REFUSED, now=T0 + 13)
     assert reg.state(D, T0 + 13).circuit == "open"
-    assert reg.ready_at(D, T0 + 13) == pytest.approx(T0 + 23)
+    assert reg.ready_at(D, T0 + 13) == pytest.approx(T0 + 33, abs=1e-6)
+    assert not reg.try_acquire(D, T0 + 32.9)
     # The next probe succeeds: closed.
-    assert reg.try_acquire(D, T0 + 23)
-    reg.record_success(D, 0.05, now=T0 + 23.1)
-    state = reg.state(D, T0 + 23.1)
+    assert reg.try_acquire(D, T0 + 33)
+    reg.record_success(D, 0.05, now=T0 + 33.1)
+    state = reg.state(D, T0 + 33.1)
     assert (state.circuit, state.consecutive_failures) == ("closed", 0)
-    assert reg.try_acquire(D, T0 + 23.1)
+    assert reg.try_acquire(D, T0 + 33.1)
 
 
 def test_low_health_opens_the_circuit() -> None:
@@ -206,12 +208,13 @@ def test_results_while_open_do_not_close_the_circuit() -> None:
     assert reg.state(D, T0 + 1).circuit == "open"
 
 
-def test_lost_probe_is_replaced_after_a_cooldown() -> None:
-    reg = registry(circuit_failures=1, circuit_cooldown=5)
+def test_lost_probe_is_replaced_after_a_while() -> None:
+    reg = registry(circuit_failures=1, circuit_cooldown=5, circuit_jitter=0)
     reg.record_failure(D, REFUSED, now=T0)
     assert reg.try_acquire(D, T0 + 5)
     assert not reg.try_acquire(D, T0 + 9)
-    assert reg.try_acquire(D, T0 + 11)
+    assert not reg.try_acquire(D, T0 + 34)  # a slow probe is not a lost one
+    assert reg.try_acquire(D, T0 + 36)  # after the cool-down and at least 30 s
 
 
 # --- holds ---------------------------------------------------------------------
@@ -268,13 +271,13 @@ def test_per_domain_policy_overrides_apply_to_that_domain_only() -> None:
 
 
 def test_snapshot_is_json_safe_and_restores_exactly() -> None:
-    reg = registry(circuit_failures=2)
+    reg = registry(circuit_failures=2, circuit_cooldown=10)
     reg.record_success(D, 0.2, now=T0)
     reg.record_failure("b.test", REFUSED, now=T0)
     reg.record_failure("b.test", HTTP_429, now=T0 + 1, retry_after=30)
     reg.try_acquire(D, T0 + 1)
     data = json.loads(json.dumps(reg.snapshot(), allow_nan=False))
-    other = registry(circuit_failures=2)
+    other = registry(circuit_failures=2, circuit_cooldown=10)
     other.restore(data)
     assert other.domains() == [D, "b.test"]
     for domain in other.domains():

@@ -1,107 +1,274 @@
 """The Lua scripts behind the Redis queue and the shared health registry.
 
-Why Lua: every multi-key change (pop = pick + lease, ack, lease expiry, token
-take) must be atomic across workers, and one ``EVALSHA`` is also one round
-trip. Only Redis 6.2 features are used (sorted sets, hashes, ``cjson``).
+Why Lua: every multi-key change (pop = pick + token + lease, ack, lease
+expiry, health update) must be atomic across workers, and one ``EVALSHA`` is
+also one round trip. Only Redis 6.2 features are used (sorted sets, hashes,
+``cjson``).
 
 Queue keys (``K`` = the scrapy-redis queue key, e.g. ``chaos:requests``)::
 
-    K             zset  ready entries, score -priority (ties: id order = FIFO)
-    K:aging       zset  ready entries with a deadline, score k = D - p*W/B
-    K:expiry      zset  ready entries with a deadline, score D
+    K             zset  ready entries without a domain, and foreign members
+    K:q:<dom>     zset  ready entries of one domain, score -priority (ties: id = FIFO)
+    K:a:<dom>     zset  ... of them with a deadline, score k = D - p*W/B (aging order)
+    K:e:<dom>     zset  ... of them with a deadline, score D
+    K:domains     zset  domain index: domains with ready entries, score = when a
+                        pop should look at the domain again (<= now: now; a held
+                        or throttled domain gets its ready time, a served one now,
+                        so the least recently looked-at come first)
+    K:served      hash  domain -> serve sequence (round-robin among equals)
+    K:count       str   number of entries in the K:q:<dom> sets
     K:delayed     zset  not-before entries, score = due time
     K:inflight    zset  leased entries, score = lease expiry
     K:owner       hash  id -> worker id holding the lease
     K:data        hash  id -> request payload (JSON)
     K:info        hash  id -> cjson {p, d, w, x, dom}: priority, deadline,
                         aging window, expired mode, domain
+    K:released    hash  id -> times the entry was handed back after a failed item
+    K:rejected    hash  id -> refused payload (never executed)
+
+Per-domain ready sets are what the local ``DeadlinePriorityQueue`` keeps in
+memory: a pop compares each candidate domain's *best* entry (heads of three
+sets) instead of scanning the first N entries of one global set, so a held
+domain with many queued requests cannot hide the others.
 
 A member of ``K`` without a ``K:data`` entry is foreign (e.g. a pickle pushed
 by plain scrapy-redis): the member itself is handed back as the payload, and
 the Python side refuses it (see ``serializer.py``).
 
-Health keys: ``H .. domain`` hash with the token bucket and health fields
-(see ``health.py``).
+Health keys: ``H .. domain`` hash, see :data:`HEALTH` (the rate controller).
 """
 
 from __future__ import annotations
 
-# Token bucket take, shared by the pop script and RedisHealthRegistry.try_acquire.
-# Returns ok (1/0) and the earliest time a token may be available.
-TAKE_TOKEN = r"""
-local function take_token(hkey, now)
-  local h = redis.call('HMGET', hkey, 'rate', 'burst', 'tokens', 'ts', 'hold', 'circuit', 'open_until', 'probe')
-  local rate = tonumber(h[1])
-  if not rate then return 1, now end
-  local burst = tonumber(h[2]) or 1
-  local tokens = tonumber(h[3]) or burst
-  local ts = tonumber(h[4]) or now
-  local hold = tonumber(h[5]) or 0
-  local circuit = h[6] or 'closed'
-  if hold > now then return 0, hold end
-  if circuit == 'open' then
-    local open_until = tonumber(h[7]) or 0
-    if now < open_until then return 0, open_until end
-    circuit = 'half_open'
-    redis.call('HSET', hkey, 'circuit', 'half_open', 'probe', 0)
-    h[8] = '0'
+# The rate controller, a line-by-line port of scrapy_openclaw/health/registry.py
+# (HealthRegistry). The hash fields are the names of registry._Domain's slots
+# (None stored as ''), plus 'policy' (cjson of the domain's HealthPolicy and the
+# registry's module constants, written by RedisHealthRegistry). Where each rule
+# lives in the Python original:
+#
+#   h_load          HealthRegistry._get (new domain = _Domain.__init__; health
+#                   recovery, token refill at the current rate, open -> half-open
+#                   after the cooldown, a lost half-open probe is forgotten)
+#   h_ceiling/h_rate  HealthRegistry._ceiling / _rate
+#   h_blocked_until HealthRegistry.blocked_until
+#   h_ready_at      HealthRegistry.ready_at
+#   h_acquire       HealthRegistry.try_acquire (token=false: hold/circuit only,
+#                   still takes the probe)
+#   h_success       HealthRegistry.record_success (+ _observe_latency: EWMA and
+#                   best-latency baseline; latency congestion -> _decrease,
+#                   else _increase: slow start below the threshold, additive above)
+#   h_failure       HealthRegistry.record_failure (penalty and congestion come
+#                   from registry._penalty in Python; the Retry-After hold, or a
+#                   one-interval hold for a 429/503 without one; circuit opening)
+#   h_decrease      HealthRegistry._decrease (at most once per max(1 s, latency);
+#                   sets the slow-start threshold halfway)
+#
+# tests/test_distributed_parity.py drives both with the same events and compares
+# every field: change one side and that test tells you to change the other.
+HEALTH = r"""
+local HF = {'health', 'rate', 'tokens', 'threshold', 'updated', 'last_increase', 'last_decrease',
+  'circuit', 'opened_at', 'probe_at', 'latency', 'best_latency', 'hold_until',
+  'consecutive_failures', 'requests', 'successes', 'failures'}
+
+local function f17(x)
+  if x == nil then return '' end
+  return string.format('%.17g', x)
+end
+
+local function h_ceiling(d, p) return math.max(p.min_rate, p.base_rate * d.health / 100) end
+local function h_rate(d, p) return math.min(math.max(d.rate, p.min_rate), h_ceiling(d, p)) end
+
+-- The domain's record brought up to now; nil when it has no state and no policy.
+local function h_load(hkey, now, pjson)
+  local raw = redis.call('HMGET', hkey, 'policy', unpack(HF))
+  local pj = pjson
+  if pj == nil or pj == '' then pj = raw[1] end
+  if not pj then return nil end
+  local p = cjson.decode(pj)
+  local d = {}
+  if not raw[2] then
+    d.health, d.rate, d.tokens, d.threshold = 100, math.min(p.initial_rate, p.base_rate), p.burst, nil
+    d.updated, d.last_increase, d.last_decrease = now, now, 0
+    d.circuit, d.opened_at, d.probe_at, d.latency, d.best_latency, d.hold_until = 'closed', 0, 0, nil, nil, 0
+    d.consecutive_failures, d.requests, d.successes, d.failures = 0, 0, 0, 0
+    return d, p
   end
-  if circuit == 'half_open' and h[8] == '1' then return 0, now + 1 end
-  if now > ts then tokens = math.min(burst, tokens + (now - ts) * rate) end
-  if tokens >= 1 then
-    tokens = tokens - 1
-    redis.call('HSET', hkey, 'tokens', tostring(tokens), 'ts', tostring(now))
-    if circuit == 'half_open' then redis.call('HSET', hkey, 'probe', 1) end
-    return 1, now
+  for i, name in ipairs(HF) do d[name] = tonumber(raw[i + 1]) end
+  d.circuit = raw[9] or 'closed'
+  local elapsed = now - d.updated
+  if elapsed > 0 then
+    d.health = math.min(100, d.health + p.recovery_per_minute * elapsed / 60)
+    d.tokens = math.min(p.burst, d.tokens + elapsed * h_rate(d, p))
+    d.updated = now
   end
-  redis.call('HSET', hkey, 'tokens', tostring(tokens), 'ts', tostring(now))
-  return 0, now + (1 - tokens) / rate
+  if d.circuit == 'open' and now >= d.opened_at + p.circuit_cooldown then
+    d.circuit, d.probe_at = 'half_open', 0
+  elseif d.circuit == 'half_open' and d.probe_at ~= 0 and now - d.probe_at > p.circuit_cooldown then
+    d.probe_at = 0
+  end
+  return d, p
+end
+
+-- Store the record; returns it as a flat field/value list (the caller's cache).
+local function h_save(hkey, d, pjson)
+  local flat = {}
+  for _, name in ipairs(HF) do
+    table.insert(flat, name)
+    if name == 'circuit' then table.insert(flat, d.circuit) else table.insert(flat, f17(d[name])) end
+  end
+  redis.call('HSET', hkey, unpack(flat))
+  if pjson ~= nil and pjson ~= '' then redis.call('HSET', hkey, 'policy', pjson) end
+  return flat
+end
+
+local function h_blocked_until(d, p)
+  local circuit_end = 0
+  if d.circuit == 'open' then circuit_end = d.opened_at + p.circuit_cooldown end
+  return math.max(d.hold_until, circuit_end)
+end
+
+local function h_ready_at(d, p, now)
+  local ready = math.max(now, h_blocked_until(d, p))
+  if d.circuit == 'half_open' and d.probe_at ~= 0 then ready = math.max(ready, now + p.k_probe_recheck) end
+  if d.tokens < 1 then ready = math.max(ready, now + (1 - d.tokens) / h_rate(d, p)) end
+  return ready
+end
+
+local function h_acquire(d, p, now, token)
+  local probe_out = d.circuit == 'half_open' and d.probe_at ~= 0
+  if h_blocked_until(d, p) > now or probe_out or (token and d.tokens < 1) then return false end
+  if token then d.tokens = d.tokens - 1 end
+  if d.circuit == 'half_open' then d.probe_at = now end
+  return true
+end
+
+local function h_increase(d, p, now)
+  local step = math.min(math.max(now - d.last_increase, 0), p.k_max_increase_step)
+  d.last_increase = now
+  local grown
+  if d.threshold == nil then
+    grown = d.rate * (1 + step)
+  elseif d.rate < d.threshold then
+    grown = math.min(d.rate * (1 + step), d.threshold)
+  else
+    grown = d.rate + p.rate_increase * step
+  end
+  d.rate = math.min(grown, h_ceiling(d, p))
+end
+
+local function h_decrease(d, p, now)
+  if now - d.last_decrease < math.max(p.k_min_decrease_gap, d.latency or 0) then return end
+  local before = math.min(d.rate, h_ceiling(d, p))
+  d.rate = math.max(p.min_rate, before * p.rate_decrease)
+  d.threshold = (before + d.rate) / 2
+  d.last_decrease, d.last_increase = now, now
+end
+
+-- latency: a number >= 0, or nil (no sample). Returns true when congested.
+local function h_observe_latency(d, p, latency)
+  if latency == nil then return false end
+  if d.latency == nil then d.latency = latency else d.latency = d.latency + p.k_latency_alpha * (latency - d.latency) end
+  if d.best_latency == nil or d.latency < d.best_latency then
+    d.best_latency = d.latency
+    return false
+  end
+  d.best_latency = d.best_latency + p.k_baseline_drift * (d.latency - d.best_latency)
+  return d.latency > p.latency_factor * d.best_latency + p.k_latency_slack
+end
+
+local function h_success(d, p, now, latency)
+  d.requests = d.requests + 1
+  d.successes = d.successes + 1
+  d.consecutive_failures = 0
+  d.health = math.min(100, d.health + p.success_reward)
+  local congested = h_observe_latency(d, p, latency)
+  if d.circuit == 'half_open' then d.circuit, d.probe_at, d.threshold = 'closed', 0, nil end
+  if congested then h_decrease(d, p, now) else h_increase(d, p, now) end
+end
+
+-- affects/congestion/throttle: booleans; retry_after: seconds or nil.
+local function h_failure(d, p, now, affects, penalty, congestion, throttle, retry_after)
+  d.requests = d.requests + 1
+  d.failures = d.failures + 1
+  if not affects then return end
+  d.consecutive_failures = d.consecutive_failures + 1
+  d.health = math.max(0, d.health - penalty)
+  d.rate = math.min(d.rate, h_ceiling(d, p))
+  if congestion then h_decrease(d, p, now) end
+  if retry_after ~= nil then
+    d.hold_until = math.max(d.hold_until, now + math.min(math.max(retry_after, 0), p.retry_after_cap))
+  elseif throttle then
+    d.hold_until = math.max(d.hold_until, now + 1 / h_rate(d, p))
+  end
+  if d.circuit == 'half_open' or (d.circuit == 'closed' and
+      (d.health < p.circuit_floor or d.consecutive_failures >= p.circuit_failures)) then
+    d.circuit, d.opened_at, d.probe_at = 'open', now, 0
+  end
 end
 """
 
-# Put an entry back into the ready indexes (from delayed or an expired lease).
-_MAKE_READY = r"""
-local function make_ready(K, id)
+# Queue helpers: per-domain ready sets, the domain index, leases.
+_QUEUE = r"""
+local function qkey(K, dom)
+  if dom == nil or dom == '' then return K end
+  return K .. ':q:' .. dom
+end
+
+local function info_of(K, id)
   local raw = redis.call('HGET', K .. ':info', id)
-  local p, d, w, boost = 0, 0, 0, tonumber(ARGV_BOOST) or 100
   if raw then
     local info = cjson.decode(raw)
-    p, d, w = info.p or 0, info.d or 0, info.w or 0
+    info.p, info.d, info.w, info.dom = info.p or 0, info.d or 0, info.w or 0, info.dom or ''
+    return info
   end
-  redis.call('ZADD', K, -p, id)
-  if d > 0 and w > 0 then
-    redis.call('ZADD', K .. ':aging', d - p * w / boost, id)
-    redis.call('ZADD', K .. ':expiry', d, id)
+  return {p = 0, d = 0, w = 0, x = 'boost', dom = ''}
+end
+
+local function make_ready(K, id, boost)
+  local info = info_of(K, id)
+  local added = redis.call('ZADD', qkey(K, info.dom), -info.p, id)
+  if info.dom ~= '' then
+    redis.call('INCRBY', K .. ':count', added)
+    redis.call('ZADD', K .. ':domains', 'NX', 0, info.dom)
+  end
+  if info.d > 0 and info.w > 0 then
+    redis.call('ZADD', K .. ':a:' .. info.dom, info.d - info.p * info.w / boost, id)
+    redis.call('ZADD', K .. ':e:' .. info.dom, info.d, id)
   end
 end
 
-local function unindex(K, id)
-  redis.call('ZREM', K, id)
-  redis.call('ZREM', K .. ':aging', id)
-  redis.call('ZREM', K .. ':expiry', id)
+local function unindex(K, id, dom)
+  local removed = redis.call('ZREM', qkey(K, dom), id)
+  redis.call('ZREM', K .. ':a:' .. dom, id)
+  redis.call('ZREM', K .. ':e:' .. dom, id)
+  if dom ~= '' then
+    redis.call('DECRBY', K .. ':count', removed)
+    if redis.call('ZCARD', qkey(K, dom)) == 0 then redis.call('ZREM', K .. ':domains', dom) end
+  end
 end
 
 local function forget(K, id)
-  unindex(K, id)
+  unindex(K, id, info_of(K, id).dom)
   redis.call('ZREM', K .. ':delayed', id)
   redis.call('ZREM', K .. ':inflight', id)
   redis.call('HDEL', K .. ':owner', id)
   redis.call('HDEL', K .. ':data', id)
   redis.call('HDEL', K .. ':info', id)
+  redis.call('HDEL', K .. ':released', id)
 end
 
 -- Due delayed entries and expired leases go back to ready. Returns the number requeued.
-local function maintain(K, now, limit)
+local function maintain(K, now, limit, boost)
   local due = redis.call('ZRANGEBYSCORE', K .. ':delayed', '-inf', now, 'LIMIT', 0, limit)
   for _, id in ipairs(due) do
     redis.call('ZREM', K .. ':delayed', id)
-    make_ready(K, id)
+    make_ready(K, id, boost)
   end
   local expired = redis.call('ZRANGEBYSCORE', K .. ':inflight', '-inf', now, 'LIMIT', 0, limit)
   for _, id in ipairs(expired) do
     redis.call('ZREM', K .. ':inflight', id)
     redis.call('HDEL', K .. ':owner', id)
-    if redis.call('HEXISTS', K .. ':data', id) == 1 then make_ready(K, id) end
+    if redis.call('HEXISTS', K .. ':data', id) == 1 then make_ready(K, id, boost) end
   end
   return #expired
 end
@@ -124,127 +291,138 @@ local function ack(K, id, worker)
 end
 """
 
-# KEYS: none (K passed in ARGV to keep one script for any spider).
-# ARGV: K, boost, id, payload, info_json, priority, not_before, now, ack_id, worker
-PUSH = (
-    "local ARGV_BOOST = ARGV[2]\n"
-    + _MAKE_READY
-    + r"""
-local K, id, now = ARGV[1], ARGV[3], tonumber(ARGV[8])
+# ARGV: K, boost, id, payload, info_json, not_before, now, ack_id, worker
+PUSH = _QUEUE + r"""
+local K, boost, id, now = ARGV[1], tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[7])
 redis.call('HSET', K .. ':data', id, ARGV[4])
 redis.call('HSET', K .. ':info', id, ARGV[5])
-local nb = tonumber(ARGV[7])
+local nb = tonumber(ARGV[6])
 if nb > now then
   redis.call('ZADD', K .. ':delayed', nb, id)
 else
-  make_ready(K, id)
+  make_ready(K, id, boost)
 end
-if ARGV[9] ~= '' then ack(K, ARGV[9], ARGV[10]) end
+if ARGV[8] ~= '' then ack(K, ARGV[8], ARGV[9]) end
 return 1
 """
-)
 
 # ARGV: K, boost, now, lease_until, worker, scan, health_prefix ('' = no gating)
-# Returns {'ok', id, payload, requeued, dropped...} | {'wait', t, requeued, dropped...}
-#         | {'empty', 0, requeued, dropped...}; dropped = flat list of payloads
-#         of entries whose deadline passed with the "drop" policy.
-POP = (
-    "local ARGV_BOOST = ARGV[2]\n"
-    + TAKE_TOKEN
-    + _MAKE_READY
-    + r"""
+# Returns {status, x, payload, requeued, {dropped payloads}, {domain, {field, value, ...}, ...}}
+#   status 'ok': x = entry id; 'wait': x = when to look again; 'empty'.
+#   dropped: entries whose deadline passed with the "drop" policy (dead letters);
+#   the last list: the health state of every domain whose token the pop looked at.
+POP = HEALTH + _QUEUE + r"""
 local K, boost, now, lease_until, worker = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4], ARGV[5]
 local scan, hprefix = tonumber(ARGV[6]), ARGV[7]
-local requeued = maintain(K, now, 200)
-local dropped = {}
-local cands, seen = {}, {}
-local function info_of(id)
-  local raw = redis.call('HGET', K .. ':info', id)
-  if raw then return cjson.decode(raw) end
-  return {p = 0, d = 0, w = 0, x = 'boost', dom = ''}
-end
-local function add(id, rank)
-  if seen[id] then return end
-  seen[id] = true
-  local info = info_of(id)
-  local p, d, w = info.p or 0, info.d or 0, info.w or 0
-  local tier, eff = 1, p
-  if d > 0 and now >= d then
-    if info.x == 'drop' then
-      local payload = redis.call('HGET', K .. ':data', id)
-      forget(K, id)
-      if payload then table.insert(dropped, payload) end
-      return
+local requeued = maintain(K, now, 200, boost)
+local dropped, states = {}, {}
+
+-- The best entry of a domain: {id, tier, eff} or nil (the domain has no ready entry).
+local function best_of(dom)
+  local ek = K .. ':e:' .. dom
+  for _ = 1, 4 do  -- bounded: drop-policy entries past their deadline become dead letters
+    local late = redis.call('ZRANGEBYSCORE', ek, '-inf', now, 'WITHSCORES', 'LIMIT', 0, 16)
+    if #late == 0 then break end
+    local boosted = nil
+    for i = 1, #late, 2 do
+      local id = late[i]
+      if info_of(K, id).x == 'drop' then
+        local payload = redis.call('HGET', K .. ':data', id)
+        forget(K, id)
+        if payload then table.insert(dropped, payload) end
+      elseif boosted == nil then
+        boosted = {id = id, tier = 2, eff = -tonumber(late[i + 1])}
+      end
     end
-    tier, eff = 2, -d
-  elseif d > 0 and w > 0 then
-    eff = math.max(p, p + boost + (now - d) * boost / w)
+    if boosted then return boosted end
   end
-  table.insert(cands, {id = id, tier = tier, eff = eff, rank = rank, dom = info.dom or ''})
+  local best = nil
+  local head = redis.call('ZRANGE', qkey(K, dom), 0, 0, 'WITHSCORES')
+  if head[1] then best = {id = head[1], tier = 1, eff = -tonumber(head[2])} end
+  local aging = redis.call('ZRANGE', K .. ':a:' .. dom, 0, 0)
+  if aging[1] then
+    local info = info_of(K, aging[1])
+    if info.w > 0 then
+      local eff = math.max(info.p, info.p + boost + (now - info.d) * boost / info.w)
+      if best == nil or eff > best.eff then best = {id = aging[1], tier = 1, eff = eff} end
+    end
+  end
+  return best
 end
-local rank = 0
-for _, id in ipairs(redis.call('ZRANGEBYSCORE', K .. ':expiry', '-inf', now, 'LIMIT', 0, scan)) do
-  rank = rank + 1; add(id, rank)
+
+local served = redis.call('HGETALL', K .. ':served')
+local served_at = {}
+for i = 1, #served, 2 do served_at[served[i]] = tonumber(served[i + 1]) end
+
+local function take(c)
+  unindex(K, c.id, c.dom)
+  redis.call('ZADD', K .. ':inflight', lease_until, c.id)
+  redis.call('HSET', K .. ':owner', c.id, worker)
+  if c.dom ~= '' then
+    redis.call('HSET', K .. ':served', c.dom, redis.call('INCR', K .. ':seq'))
+    redis.call('ZADD', K .. ':domains', 'XX', now, c.dom)
+  end
+  local payload = redis.call('HGET', K .. ':data', c.id) or c.id
+  return {'ok', c.id, payload, requeued, dropped, states}
 end
-for _, id in ipairs(redis.call('ZRANGE', K .. ':aging', 0, scan - 1)) do
-  rank = rank + 1; add(id, rank)
-end
-for _, id in ipairs(redis.call('ZRANGE', K, 0, scan - 1)) do
-  rank = rank + 1; add(id, rank)
-end
-table.sort(cands, function(a, b)
-  if a.tier ~= b.tier then return a.tier > b.tier end
-  if a.eff ~= b.eff then return a.eff > b.eff end
-  return a.rank < b.rank
-end)
+
 local wait = nil
-local blocked = {}
-for _, c in ipairs(cands) do
-  local ok, at = 1, now
-  if hprefix ~= '' and c.dom ~= '' then
-    if blocked[c.dom] then ok = 0 else ok, at = take_token(hprefix .. c.dom, now) end
+for _ = 1, 4 do  -- bounded: a window of `scan` domains at a time, blocked ones step aside
+  local cands = {}
+  local doms = redis.call('ZRANGEBYSCORE', K .. ':domains', '-inf', now, 'LIMIT', 0, scan)
+  if redis.call('ZCARD', K) > 0 then table.insert(doms, 1, '') end
+  for _, dom in ipairs(doms) do
+    local b = best_of(dom)
+    if b then
+      b.dom, b.served = dom, served_at[dom] or 0
+      table.insert(cands, b)
+    elseif dom ~= '' then
+      redis.call('ZREM', K .. ':domains', dom)
+    end
   end
-  if ok == 1 then
-    unindex(K, c.id)
-    redis.call('ZADD', K .. ':inflight', lease_until, c.id)
-    redis.call('HSET', K .. ':owner', c.id, worker)
-    local payload = redis.call('HGET', K .. ':data', c.id) or c.id
-    local out = {'ok', c.id, payload, requeued}
-    for _, d in ipairs(dropped) do table.insert(out, d) end
-    return out
+  if #cands == 0 then break end
+  table.sort(cands, function(a, b)
+    if a.tier ~= b.tier then return a.tier > b.tier end
+    if a.eff ~= b.eff then return a.eff > b.eff end
+    if a.served ~= b.served then return a.served < b.served end
+    return a.dom < b.dom
+  end)
+  for _, c in ipairs(cands) do
+    local ok, at = true, now
+    if hprefix ~= '' and c.dom ~= '' then
+      local hkey = hprefix .. c.dom
+      local d, p = h_load(hkey, now, nil)
+      if d then  -- (no state yet: nobody has set a pace for the domain)
+        at = h_ready_at(d, p, now)
+        if at > now then ok = false else ok = h_acquire(d, p, now, true) end
+        if not ok and at <= now then at = now + p.k_retry_poll end
+        table.insert(states, c.dom)
+        table.insert(states, h_save(hkey, d, nil))
+      end
+    end
+    if ok then return take(c) end
+    redis.call('ZADD', K .. ':domains', 'XX', at, c.dom)
+    if wait == nil or at < wait then wait = at end
   end
-  blocked[c.dom] = true
-  if wait == nil or at < wait then wait = at end
 end
+local nxt = redis.call('ZRANGEBYSCORE', K .. ':domains', '(' .. now, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+if nxt[2] and (wait == nil or tonumber(nxt[2]) < wait) then wait = tonumber(nxt[2]) end
 local head = redis.call('ZRANGE', K .. ':delayed', 0, 0, 'WITHSCORES')
-if head[2] then
-  local due = tonumber(head[2])
-  if wait == nil or due < wait then wait = due end
-end
-local out
-if wait == nil then out = {'empty', '0', requeued} else out = {'wait', tostring(wait), requeued} end
-for _, d in ipairs(dropped) do table.insert(out, d) end
-return out
+if head[2] and (wait == nil or tonumber(head[2]) < wait) then wait = tonumber(head[2]) end
+if wait == nil then return {'empty', '0', '', requeued, dropped, states} end
+return {'wait', f17(wait), '', requeued, dropped, states}
 """
-)
 
 # ARGV: K, boost, worker, id1, id2, ... -> number removed
-ACK = (
-    "local ARGV_BOOST = ARGV[2]\n"
-    + _MAKE_READY
-    + r"""
+ACK = _QUEUE + r"""
 local n = 0
 for i = 4, #ARGV do n = n + ack(ARGV[1], ARGV[i], ARGV[3]) end
 return n
 """
-)
 
 # Extend this worker's leases and requeue everyone's expired ones.
 # ARGV: K, boost, worker, now, lease_until, id1, ... -> {extended, requeued}
-HEARTBEAT = (
-    "local ARGV_BOOST = ARGV[2]\n"
-    + _MAKE_READY
-    + r"""
+HEARTBEAT = _QUEUE + r"""
 local K, worker = ARGV[1], ARGV[3]
 local n = 0
 for i = 6, #ARGV do
@@ -253,46 +431,88 @@ for i = 6, #ARGV do
     n = n + 1
   end
 end
-return {n, maintain(K, tonumber(ARGV[4]), 1000)}
+return {n, maintain(K, tonumber(ARGV[4]), 1000, tonumber(ARGV[2]))}
 """
-)
 
-# Give leases back at once (graceful shutdown). ARGV: K, boost, worker, id1, ...
-RELEASE = (
-    "local ARGV_BOOST = ARGV[2]\n"
-    + _MAKE_READY
-    + r"""
-local K, worker = ARGV[1], ARGV[3]
-local n = 0
-for i = 4, #ARGV do
+# Give leases back at once. ARGV: K, boost, worker, max_releases (-1: not counted), id1, ...
+# A failed item counts against the entry; past max_releases the entry is removed
+# and its payload returned (the caller turns it into a dead letter).
+# Returns {requeued, {dead payloads}}.
+RELEASE = _QUEUE + r"""
+local K, boost, worker, max = ARGV[1], tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4])
+local n, dead = 0, {}
+for i = 5, #ARGV do
   local id = ARGV[i]
   if redis.call('HGET', K .. ':owner', id) == worker then
     redis.call('ZREM', K .. ':inflight', id)
     redis.call('HDEL', K .. ':owner', id)
-    make_ready(K, id)
-    n = n + 1
+    local times = 0
+    if max >= 0 then times = redis.call('HINCRBY', K .. ':released', id, 1) end
+    if max >= 0 and times > max then
+      local payload = redis.call('HGET', K .. ':data', id)
+      forget(K, id)
+      if payload then table.insert(dead, payload) end
+    else
+      make_ready(K, id, boost)
+      n = n + 1
+    end
   end
 end
-return n
+return {n, dead}
 """
-)
 
 # Move a refused (undecodable) leased entry aside. ARGV: K, boost, id, worker, reason
-REJECT = (
-    "local ARGV_BOOST = ARGV[2]\n"
-    + _MAKE_READY
-    + r"""
+REJECT = _QUEUE + r"""
 local K, id = ARGV[1], ARGV[3]
 local payload = redis.call('HGET', K .. ':data', id) or id
 redis.call('HSET', K .. ':rejected', id, payload)
 forget(K, id)
-redis.call('ZREM', K .. ':inflight', id)
+redis.call('ZREM', K, id)
 return 1
 """
-)
 
 # {ready, delayed, inflight} in one round trip. ARGV: K
 COUNTS = r"""
 local K = ARGV[1]
-return {redis.call('ZCARD', K), redis.call('ZCARD', K .. ':delayed'), redis.call('ZCARD', K .. ':inflight')}
+local n = tonumber(redis.call('GET', K .. ':count') or '0')
+return {redis.call('ZCARD', K) + n, redis.call('ZCARD', K .. ':delayed'), redis.call('ZCARD', K .. ':inflight')}
+"""
+
+# --- health registry scripts (KEYS[1] = the domain's hash) ---------------------
+
+# Create the state if missing and store the policy. ARGV: now, policy_json
+H_ENSURE = HEALTH + r"""
+local d, p = h_load(KEYS[1], tonumber(ARGV[1]), ARGV[2])
+redis.call('SADD', KEYS[2], ARGV[3])
+return h_save(KEYS[1], d, ARGV[2])
+"""
+
+# ARGV: now, policy_json, token(1/0) -> {ok, {fields}}
+H_ACQUIRE = HEALTH + r"""
+local now = tonumber(ARGV[1])
+local d, p = h_load(KEYS[1], now, ARGV[2])
+local ok = h_acquire(d, p, now, ARGV[3] == '1')
+local flat = h_save(KEYS[1], d, ARGV[2])
+if ok then return {1, flat} end
+return {0, flat}
+"""
+
+# ARGV: now, policy_json, success(1/0), latency ('' none), affects(1/0), penalty,
+#       congestion(1/0), throttle(1/0), retry_after ('' none) -> {fields}
+H_RECORD = HEALTH + r"""
+local now = tonumber(ARGV[1])
+local d, p = h_load(KEYS[1], now, ARGV[2])
+if ARGV[3] == '1' then
+  h_success(d, p, now, tonumber(ARGV[4]))
+else
+  h_failure(d, p, now, ARGV[5] == '1', tonumber(ARGV[6]), ARGV[7] == '1', ARGV[8] == '1', tonumber(ARGV[9]))
+end
+return h_save(KEYS[1], d, ARGV[2])
+"""
+
+# Holds only ever extend. ARGV: now, policy_json, until -> {fields}
+H_HOLD = HEALTH + r"""
+local d, p = h_load(KEYS[1], tonumber(ARGV[1]), ARGV[2])
+d.hold_until = math.max(d.hold_until, tonumber(ARGV[3]))
+return h_save(KEYS[1], d, ARGV[2])
 """

@@ -17,7 +17,8 @@ from redis.exceptions import RedisError
 from scrapy import Request, signals
 
 from scrapy_openclaw import signals as openclaw_signals
-from scrapy_openclaw.distributed.queue import LEASE, active_queue
+from scrapy_openclaw.distributed.queue import active_queue
+from scrapy_openclaw.meta import LEASE
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterable

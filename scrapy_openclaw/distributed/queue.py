@@ -11,11 +11,20 @@ re-queue removes the entry if nobody leased it again, and is a no-op if
 someone did, so nothing is fetched twice by our own doing.
 
 Ordering is the local :class:`~scrapy_openclaw.pqueues.DeadlinePriorityQueue`'s:
-priority, deadline aging (``e(t) = max(p, p + B + (t - D)·B/W)``), expired
-deadlines first (or dropped as dead letters), not-before times held in a
-second sorted set until due. When the health registry lives in Redis, the pop
-also takes the domain's token in the same script, so the combined rate of all
-workers to a domain stays within its limit (one round trip per request).
+requests are kept per domain; a pop takes the best effective priority among
+the domains that may send now (priority, deadline aging
+``e(t) = max(p, p + B + (t - D)·B/W)``, expired deadlines first or dropped as
+dead letters; ties round-robin), and not-before times wait in a separate
+sorted set until due. When the health registry lives in Redis, the pop also
+takes the domain's token in the same script, so the combined rate of all
+workers to a domain stays within its limit (one round trip per request); a
+held or throttled domain steps aside in the domain index until it is ready,
+so it never stalls the others (see ``lua.py`` for the keys).
+
+An item that fails in a pipeline (its store was down) hands its request back
+for another fetch, at most ``OPENCLAW_DISTRIBUTED_MAX_RELEASES`` times; after
+that the request becomes a dead letter (reason ``item_failed``) instead of
+looping forever.
 
 Resume: the Redis keys *are* the checkpoint. When every worker stops (or is
 killed), pending entries stay in the ready/delayed sets and leased ones in the
@@ -44,6 +53,7 @@ from scrapy_openclaw import meta as M
 from scrapy_openclaw.delay import not_before, wake_engine
 from scrapy_openclaw.distributed import lua
 from scrapy_openclaw.distributed import serializer as json_serializer
+from scrapy_openclaw.distributed.link import RedisLink
 from scrapy_openclaw.runtime import crawl_id, shared
 from scrapy_openclaw.serialization import SerializationError, request_from_data, request_to_data
 from scrapy_openclaw.settings import DEFAULTS
@@ -53,8 +63,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-#: meta key: the id of the queue entry this request was leased as.
-LEASE = "openclaw_lease"
+LEASE = M.LEASE  # the meta key holding the id of the queue entry a request was leased as
 STATS = "openclaw/distributed"
 _RUNTIME_KEY = "distributed_queue"
 
@@ -95,15 +104,13 @@ class LeasedDeadlineQueue:
         self.lease = _setting(settings, "OPENCLAW_DISTRIBUTED_LEASE", "getfloat")
         self.heartbeat = _setting(settings, "OPENCLAW_DISTRIBUTED_HEARTBEAT", "getfloat") or self.lease / 3
         self.scan = _setting(settings, "OPENCLAW_DISTRIBUTED_SCAN", "getint")
-        self.max_outage = _setting(settings, "OPENCLAW_DISTRIBUTED_MAX_OUTAGE", "getfloat")
+        self.max_releases = _setting(settings, "OPENCLAW_DISTRIBUTED_MAX_RELEASES", "getint")
         self.boost = _setting(settings, "OPENCLAW_QUEUE_AGING_BOOST", "getfloat")
         self.worker = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         self.held: dict[str, float] = {}  # lease id -> time leased
         self._pending_push: list[tuple[Any, ...]] = []  # Lua args waiting for Redis
         self._pending_ack: set[str] = set()
-        self._down_since: float | None = None
-        self._retry_at = 0.0
-        self._backoff = 0.0
+        self.link = RedisLink.for_crawler(self.crawler)
         self._last_beat = 0.0
         self._wake_timer: Any = None
         self._wake_at = float("inf")
@@ -180,8 +187,7 @@ class LeasedDeadlineQueue:
             except RedisError:
                 pass  # retried with the next push; the pop just does not gate meanwhile
         nb = not_before(request)
-        args = (self.key, self.boost, self._next_id(), payload, info, request.priority, nb, now,
-                ack_id, self.worker)
+        args = (self.key, self.boost, self._next_id(), payload, info, nb, now, ack_id, self.worker)
         if not self._call_push(args):
             self._pending_push.append(args)
         self.stats.inc_value(f"{STATS}/pushed")
@@ -192,28 +198,31 @@ class LeasedDeadlineQueue:
         if not self._redis_ok():
             return None
         self._flush()
+        registry = self.registry
         for _ in range(16):  # bounded: refused entries are skipped, not retried forever
             now = time.time()
             try:
-                res = self._pop(args=[self.key, self.boost, now, now + self.lease, self.worker,
-                                      self.scan, getattr(self.registry, "redis_prefix", "") or ""])
-            except RedisError as exc:
-                self._failed(exc)
+                res = self.link.call(self._pop, args=[
+                    self.key, self.boost, now, now + self.lease, self.worker, self.scan,
+                    getattr(registry, "redis_prefix", "") or "",
+                ])
+            except RedisError:
                 return None
-            self._recovered()
-            status = _text(res[0])
-            extra = 4 if status == "ok" else 3
-            requeued = int(res[extra - 1])
-            if requeued:
-                self._requeued(requeued)
-            for payload in res[extra:]:
-                self._dead_letter_expired(payload)
+            status, extra, payload, requeued, dropped, states = res
+            status = _text(status)
+            if int(requeued):
+                self._requeued(int(requeued))
+            for raw in dropped:
+                self._dead_letter(raw, reason="deadline_expired", error_class="deadline")
+            if registry is not None:
+                for i in range(0, len(states), 2):
+                    registry.refresh(_text(states[i]), states[i + 1])
             if status == "wait":
-                self._wake(float(_text(res[1])))
+                self._wake(float(_text(extra)))
                 return None
             if status != "ok":
                 return None
-            entry_id, payload = _text(res[1]), res[2]
+            entry_id = _text(extra)
             try:
                 request = request_from_data(self.serializer.loads(payload), self.spider)
             except (SerializationError, ValueError, TypeError) as exc:
@@ -234,18 +243,21 @@ class LeasedDeadlineQueue:
         """
         buffered = len(self._pending_push)
         if not self._redis_ok():
-            return buffered + (1 if self._within_outage() else 0)
+            return buffered + (1 if self.link.within_outage() else 0)
         try:
-            ready, delayed, inflight = (int(n) for n in self._counts(args=[self.key]))
-        except RedisError as exc:
-            self._failed(exc)
-            return buffered + (1 if self._within_outage() else 0)
-        self._recovered()
+            ready, delayed, inflight = (int(n) for n in self.link.call(self._counts, args=[self.key]))
+        except RedisError:
+            return buffered + (1 if self.link.within_outage() else 0)
         return max(0, ready + delayed + inflight - len(self.held)) + buffered
 
     def clear(self) -> None:
-        suffixes = ("", ":aging", ":expiry", ":delayed", ":inflight", ":owner", ":data", ":info")
+        suffixes = ("", ":domains", ":served", ":seq", ":count", ":delayed", ":inflight", ":owner",
+                    ":data", ":info", ":released")
         self.server.delete(*(self.key + s for s in suffixes))
+        for part in (":q:", ":a:", ":e:"):
+            keys = list(self.server.scan_iter(match=self.key + part + "*", count=500))
+            if keys:
+                self.server.delete(*keys)
 
     # --- leases -----------------------------------------------------------------
 
@@ -257,14 +269,23 @@ class LeasedDeadlineQueue:
         self._send_ack(lease_id)
 
     def release(self, lease_id: str | None) -> None:
-        """Put the leased request back at once: it was not finished (e.g. its item was not stored)."""
+        """Put the leased request back at once: it was not finished (e.g. its item was not stored).
+
+        Counted per entry: past ``OPENCLAW_DISTRIBUTED_MAX_RELEASES`` the request
+        becomes a dead letter instead of being fetched again and again.
+        """
         if lease_id is None or self.held.pop(lease_id, None) is None:
             return
         self.stats.inc_value(f"{STATS}/released")
+        if not self._redis_ok():
+            return  # the lease expires and is re-queued then
         try:
-            self._release(args=[self.key, self.boost, self.worker, lease_id])
-        except RedisError as exc:  # the lease expires and is re-queued then
-            self._failed(exc)
+            _, dead = self.link.call(self._release, args=[self.key, self.boost, self.worker,
+                                                          self.max_releases, lease_id])
+        except RedisError:
+            return
+        for raw in dead:
+            self._dead_letter(raw, reason="item_failed", error_class="item")
 
     def _send_ack(self, lease_id: str) -> None:
         self._pending_ack.add(lease_id)
@@ -278,7 +299,7 @@ class LeasedDeadlineQueue:
         if self._wake_timer is not None:
             self._wake_timer.cancel()
             self._wake_timer = None
-        self._retry_at = 0.0
+        self.link.reset_backoff()
         self._flush()
         ids = list(self.held)
         if not ids:
@@ -287,7 +308,7 @@ class LeasedDeadlineQueue:
             if reason == "finished":  # everything was processed; these were never acked
                 self._ack(args=[self.key, self.boost, self.worker, *ids])
             else:
-                n = self._release(args=[self.key, self.boost, self.worker, *ids])
+                n, _ = self._release(args=[self.key, self.boost, self.worker, -1, *ids])
                 logger.info("Returned %(n)d leased requests to the Redis queue", {"n": n},
                             extra={"spider": self.spider})
             self.held.clear()
@@ -302,15 +323,14 @@ class LeasedDeadlineQueue:
         now = time.time()
         if self._redis_ok():
             self._flush()
-            if now - self._last_beat >= self.heartbeat:
+            if now - self._last_beat >= self.heartbeat and self._redis_ok():
                 self._last_beat = now
                 try:
-                    _, requeued = self._beat(args=[self.key, self.boost, self.worker, now,
-                                                   now + self.lease, *self.held])
-                except RedisError as exc:
-                    self._failed(exc)
+                    _, requeued = self.link.call(self._beat, args=[
+                        self.key, self.boost, self.worker, now, now + self.lease, *self.held])
+                except RedisError:
+                    pass
                 else:
-                    self._recovered()
                     if int(requeued):
                         self._requeued(int(requeued))
         self._wake_engine()  # work pushed by other workers
@@ -329,24 +349,29 @@ class LeasedDeadlineQueue:
         )
         self.stats.inc_value(f"{STATS}/rejected")
         try:
-            self._reject(args=[self.key, self.boost, entry_id, self.worker, str(exc)])
-        except RedisError as err:
-            self._failed(err)
+            self.link.call(self._reject, args=[self.key, self.boost, entry_id, self.worker, str(exc)])
+        except RedisError:
+            pass
 
-    def _dead_letter_expired(self, payload: Any) -> None:
+    def _dead_letter(self, payload: Any, *, reason: str, error_class: str) -> None:
+        """A request removed from the queue for good (deadline passed, items kept failing)."""
         from scrapy_openclaw import signals as openclaw_signals
         from scrapy_openclaw.deadletter import for_request
 
         try:
             request = request_from_data(self.serializer.loads(payload), self.spider)
         except (SerializationError, ValueError, TypeError) as exc:
-            logger.error("Dropped an expired Redis queue entry that does not decode: %(error)s",
-                         {"error": exc}, extra={"spider": self.spider})
+            logger.error("Dropped a Redis queue entry (%(reason)s) that does not decode: %(error)s",
+                         {"reason": reason, "error": exc}, extra={"spider": self.spider})
             return
         request.meta.pop(LEASE, None)
-        self.stats.inc_value(f"{STATS}/deadline_dropped")
+        self.stats.inc_value(f"{STATS}/dead_letters/{reason}")
+        if reason == "deadline_expired":
+            self.stats.inc_value(f"{STATS}/deadline_dropped")
+        logger.warning("Giving up on %(request)s: %(reason)s", {"request": request, "reason": reason},
+                       extra={"spider": self.spider})
         letter = for_request(request, spider=self.spider, crawl_id=crawl_id(self.crawler),
-                             error_class="deadline", reason="deadline_expired")
+                             error_class=error_class, reason=reason)
         self.crawler.signals.send_catch_log(
             signal=openclaw_signals.dead_letter, dead_letter=letter, spider=self.spider
         )
@@ -357,11 +382,9 @@ class LeasedDeadlineQueue:
         if not self._redis_ok():
             return False
         try:
-            self._push(args=list(args))
-        except RedisError as exc:
-            self._failed(exc)
+            self.link.call(self._push, args=list(args))
+        except RedisError:
             return False
-        self._recovered()
         return True
 
     def _flush(self) -> None:
@@ -369,38 +392,16 @@ class LeasedDeadlineQueue:
             if not self._call_push(self._pending_push[0]):
                 return
             self._pending_push.pop(0)
-        if self._pending_ack:
+        if self._pending_ack and self._redis_ok():
             ids = list(self._pending_ack)
             try:
-                self._ack(args=[self.key, self.boost, self.worker, *ids])
-            except RedisError as exc:
-                self._failed(exc)
+                self.link.call(self._ack, args=[self.key, self.boost, self.worker, *ids])
+            except RedisError:
                 return
-            self._recovered()
             self._pending_ack.difference_update(ids)
 
     def _redis_ok(self) -> bool:
-        return time.time() >= self._retry_at
-
-    def _within_outage(self) -> bool:
-        return self._down_since is None or time.time() - self._down_since < self.max_outage
-
-    def _failed(self, exc: Exception) -> None:
-        now = time.time()
-        if self._down_since is None:
-            self._down_since = now
-            logger.warning("Redis unreachable (%(error)s); buffering writes and retrying",
-                           {"error": exc}, extra={"spider": self.spider})
-        self.stats.inc_value(f"{STATS}/redis_errors")
-        self._backoff = min(5.0, max(0.1, self._backoff * 2))
-        self._retry_at = now + self._backoff
-
-    def _recovered(self) -> None:
-        if self._down_since is not None:
-            logger.info("Redis is back after %(s).1fs", {"s": time.time() - self._down_since},
-                        extra={"spider": self.spider})
-            self.stats.inc_value(f"{STATS}/reconnects")
-        self._down_since, self._backoff, self._retry_at = None, 0.0, 0.0
+        return self.link.ok()
 
     def _wake(self, at: float) -> None:
         """Wake the engine at *at* (a delayed entry or a domain token becomes due)."""

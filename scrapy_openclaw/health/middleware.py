@@ -142,9 +142,9 @@ class DomainHealthMiddleware:
             self.stats.inc_value("openclaw/health/circuit_opened")
             logger.warning(
                 "Circuit for %(domain)s opened (health %(health).0f, %(failures)d failures in a row); "
-                "pausing the domain for %(cooldown)gs",
+                "pausing the domain for %(cooldown).1fs",
                 {"domain": state.domain, "health": state.health, "failures": state.consecutive_failures,
-                 "cooldown": self.registry.policy(state.domain).circuit_cooldown},
+                 "cooldown": max(0.0, self.registry.blocked_until(state.domain) - time.time())},
             )
             signal = openclaw_signals.circuit_opened
         elif state.circuit == CLOSED:

@@ -11,7 +11,12 @@ How the numbers move (knobs in :class:`scrapy_openclaw.policy.HealthPolicy`):
 
 - **Health** (0..100, starts at 100) rises by ``success_reward`` per success,
   falls by a penalty per failure (throttle, timeout, connection, server
-  error) and recovers by ``recovery_per_minute`` as time passes.
+  error) and recovers by ``recovery_per_minute`` as time passes. Congestion
+  failures (429/503, timeouts) cost their penalty once per congestion
+  event, like the rate cut below: when a 503 window begins, the eight
+  requests in flight all fail within a round trip, and that is one signal,
+  not eight (counted eight times it would leave a flapping site at zero
+  health, crawled at the floor rate, after every window).
 - **Rate** (AIMD, as TCP does it): on congestion (429/503, a timeout,
   latency above ``latency_factor`` x the best latency seen) it is
   multiplied by ``rate_decrease``, at most once per second (or per round
@@ -22,10 +27,19 @@ How the numbers move (knobs in :class:`scrapy_openclaw.policy.HealthPolicy`):
   between the rate before and after the last decrease: half of a cut is
   regained at once, the rest is probed for additively. The rate always
   stays within ``[min_rate, max(min_rate, base_rate x health/100)]``.
-- **Circuit**: opens below ``circuit_floor`` health or after
-  ``circuit_failures`` failures in a row, for ``circuit_cooldown`` seconds;
-  then half-open lets a single probe through, whose outcome closes it or
-  opens it again.
+- **Circuit** (outlier ejection, as Envoy does it): opens below
+  ``circuit_floor`` health or after ``circuit_failures`` failures in a row;
+  after a cool-down, half-open lets a single probe through, whose outcome
+  closes it or opens it again. The cool-down starts short
+  (``circuit_cooldown``), doubles with every opening that follows another
+  one without a healthy spell in between (a failed probe, or a relapse right
+  after closing), up to ``circuit_cooldown_max``, with ``circuit_jitter``
+  (+-) so probes of many domains do not line up. Each ``circuit_cooldown``
+  spent closed forgives one doubling. So a site that flaps for a few seconds
+  (a 503 window is not a ban) is probed again within seconds and found as
+  soon as it is back, while one that stays down is probed ever more rarely,
+  never less than once per ``circuit_cooldown_max``. Requests meanwhile wait
+  in the scheduler; they are not sent, so they spend no retry attempts.
 - **Hold**: ``Retry-After`` (capped at ``retry_after_cap``) holds the whole
   domain; a 429/503 without one holds it for one request interval.
 
@@ -36,9 +50,10 @@ when a crawl resumes in another process.
 from __future__ import annotations
 
 import math
+import random
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from scrapy.utils.misc import build_from_crawler, load_object
 
@@ -63,6 +78,10 @@ _LATENCY_SLACK = 0.05  # seconds; latency noise below this is never congestion
 _MIN_DECREASE_GAP = 1.0  # seconds between two multiplicative decreases (or one RTT if longer)
 _MAX_INCREASE_STEP = 1.0  # seconds of success credited to one additive increase at most
 _PROBE_RECHECK = 1.0  # seconds; how soon to ask again while a half-open probe is out
+# A half-open probe that has not reported back after this long (and after the
+# cool-down) was lost on the way (e.g. dropped by another middleware): allow another.
+_PROBE_LOST_AFTER = 30.0
+_MAX_DOUBLINGS = 32  # 2**32 x any cool-down is far past any cap
 
 
 @dataclass(frozen=True)
@@ -90,7 +109,7 @@ class _Domain:
     __slots__ = (
         "health", "rate", "tokens", "threshold", "updated", "last_increase", "last_decrease",
         "circuit", "opened_at", "probe_at", "latency", "best_latency", "hold_until",
-        "consecutive_failures", "requests", "successes", "failures",
+        "consecutive_failures", "requests", "successes", "failures", "cooldown", "opens",
     )
 
     def __init__(self, policy: HealthPolicy, now: float):
@@ -111,6 +130,8 @@ class _Domain:
         self.requests = 0
         self.successes = 0
         self.failures = 0
+        self.cooldown = policy.circuit_cooldown  # of the current (or last) opening, jitter included
+        self.opens = 0  # openings in a row not yet forgiven: the cool-down is doubled this often
 
 
 # Field types in a snapshot: how restore() validates what it reads.
@@ -119,7 +140,7 @@ _FIELD_TYPES: dict[str, tuple[type, ...]] = {
 }
 _OPTIONAL = (int, float, type(None))
 _FIELD_TYPES.update(circuit=(str,), threshold=_OPTIONAL, latency=_OPTIONAL, best_latency=_OPTIONAL)
-_COUNTERS = ("consecutive_failures", "requests", "successes", "failures")
+_COUNTERS = ("consecutive_failures", "requests", "successes", "failures", "opens")
 
 
 def affects_health(classification: Classification | None) -> bool:
@@ -138,9 +159,10 @@ def affects_health(classification: Classification | None) -> bool:
 class HealthRegistry:
     """Per-domain health, rate, circuit and holds for one crawl (see the module doc)."""
 
-    def __init__(self, policies: PolicySet | None = None):
+    def __init__(self, policies: PolicySet | None = None, *, uniform: Callable[[float, float], float] | None = None):
         self._policies = policies or PolicySet({}, [])
         self._domains: dict[str, _Domain] = {}
+        self._uniform = uniform or random.uniform  # the cool-down jitter's random source (tests pin it)
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> HealthRegistry:
@@ -194,8 +216,8 @@ class HealthRegistry:
         Unlike :meth:`ready_at` this ignores tokens and the half-open probe:
         it is the time before which *nothing* may reach the domain.
         """
-        d, p = self._get(domain, now)
-        return max(d.hold_until, d.opened_at + p.circuit_cooldown if d.circuit == OPEN else 0.0)
+        d, _ = self._get(domain, now)
+        return max(d.hold_until, d.opened_at + d.cooldown if d.circuit == OPEN else 0.0)
 
     def ready_at(self, domain: str, now: float | None = None) -> float:
         """The earliest UNIX time a request to *domain* may be sent (*now* if it may go now)."""
@@ -266,10 +288,10 @@ class HealthRegistry:
             return
         d.consecutive_failures += 1
         penalty, congestion = _penalty(classification, p)
-        d.health = max(0.0, d.health - penalty)
+        # A congestion signal costs its penalty once per event (when it also cuts the rate).
+        if not congestion or self._decrease(d, p, now):
+            d.health = max(0.0, d.health - penalty)
         d.rate = min(d.rate, self._ceiling(d, p))
-        if congestion:
-            self._decrease(d, p, now)
         if retry_after is not None:
             d.hold_until = max(d.hold_until, now + min(max(retry_after, 0.0), p.retry_after_cap))
         elif classification.is_throttle:
@@ -278,7 +300,7 @@ class HealthRegistry:
             d.circuit == CLOSED
             and (d.health < p.circuit_floor or d.consecutive_failures >= p.circuit_failures)
         ):
-            d.circuit, d.opened_at, d.probe_at = OPEN, now, 0.0
+            self._open(d, p, now)
 
     # --- persistence ----------------------------------------------------------
 
@@ -342,11 +364,28 @@ class HealthRegistry:
             d.health = min(100.0, d.health + p.recovery_per_minute * elapsed / 60.0)
             d.tokens = min(float(p.burst), d.tokens + elapsed * self._rate(d, p))
             d.updated = now
-        if d.circuit == OPEN and now >= d.opened_at + p.circuit_cooldown:
+        if d.circuit == OPEN and now >= d.opened_at + d.cooldown:
             d.circuit, d.probe_at = HALF_OPEN, 0.0
-        elif d.circuit == HALF_OPEN and d.probe_at and now - d.probe_at > p.circuit_cooldown:
+        elif d.circuit == HALF_OPEN and d.probe_at and now - d.probe_at > max(d.cooldown, _PROBE_LOST_AFTER):
             d.probe_at = 0.0  # the probe never reported back (dropped elsewhere): allow another
         return d, p
+
+    def _open(self, d: _Domain, p: HealthPolicy, now: float) -> None:
+        """Open the circuit for a cool-down that doubles with each opening not yet forgiven.
+
+        The time spent closed since the last cool-down ended forgives one
+        doubling per ``circuit_cooldown`` (a failed probe reopens at once:
+        nothing forgiven). A circuit that was never opened has nothing to forgive.
+        """
+        if d.circuit == CLOSED and d.opens:
+            healthy = max(0.0, now - (d.opened_at + d.cooldown))
+            d.opens = max(0, d.opens - int(healthy / p.circuit_cooldown))
+        cap = max(p.circuit_cooldown_max, p.circuit_cooldown)
+        base = min(cap, p.circuit_cooldown * 2.0 ** min(d.opens, _MAX_DOUBLINGS))
+        jitter = p.circuit_jitter
+        d.cooldown = base * self._uniform(1.0 - jitter, 1.0 + jitter) if jitter else base
+        d.opens = min(d.opens + 1, _MAX_DOUBLINGS)
+        d.circuit, d.opened_at, d.probe_at = OPEN, now, 0.0
 
     @staticmethod
     def _ceiling(d: _Domain, p: HealthPolicy) -> float:
@@ -372,13 +411,15 @@ class HealthRegistry:
             grown = d.rate + p.rate_increase * step
         d.rate = min(grown, self._ceiling(d, p))
 
-    def _decrease(self, d: _Domain, p: HealthPolicy, now: float) -> None:
+    def _decrease(self, d: _Domain, p: HealthPolicy, now: float) -> bool:
+        """Cut the rate for a congestion event; False (nothing done) within one of the last."""
         if now - d.last_decrease < max(_MIN_DECREASE_GAP, d.latency or 0.0):
-            return
+            return False
         before = min(d.rate, self._ceiling(d, p))
         d.rate = max(p.min_rate, before * p.rate_decrease)
         d.threshold = (before + d.rate) / 2.0
         d.last_decrease = d.last_increase = now
+        return True
 
     @staticmethod
     def _observe_latency(d: _Domain, p: HealthPolicy, latency: float | None) -> bool:

@@ -36,7 +36,7 @@ from scrapy_openclaw.policy import PolicySet
 from scrapy_openclaw.retry.backoff import Uniform, for_policy
 from scrapy_openclaw.retry.budget import RetryBudgets
 from scrapy_openclaw.retry_after import parse_retry_after
-from scrapy_openclaw.runtime import crawl_id
+from scrapy_openclaw.runtime import crawl_id, peek
 from scrapy_openclaw.settings import DEFAULTS
 
 if TYPE_CHECKING:
@@ -171,12 +171,13 @@ def get_classified_retry_request(
         stats.inc_value(f"{STATS_PREFIX}/retry_after_used")
     state["attempts"][klass] = done + 1
     state["delay"] = delay
+    due = max(now + delay, _domain_reopens(crawler, request))
 
     retry_times = int(request.meta.get("retry_times", 0)) + 1
     new = request.copy()
     new.meta[M.RETRY_STATE] = state
     new.meta["retry_times"] = retry_times
-    new.meta[M.NOT_BEFORE] = now + delay
+    new.meta[M.NOT_BEFORE] = due
     new.dont_filter = True
     if priority_adjust is None:
         priority_adjust = request.meta.get("priority_adjust")
@@ -219,6 +220,21 @@ def send_dead_letter(
     crawler.stats.inc_value(f"{STATS_PREFIX}/dead_letters")
     crawler.signals.send_catch_log(signal=openclaw_signals.dead_letter, dead_letter=letter, spider=spider)
     return letter
+
+
+def _domain_reopens(crawler: Crawler, request: Request) -> float:
+    """When the request's domain may be sent to again (its hold or open circuit ends), 0 if unknown.
+
+    A retry is not due before that: it waits in the scheduler until the
+    domain reopens instead of being handed out, deferred and queued again.
+    (Whatever the due time, waiting costs the request no attempt: only a
+    response or a download error does.)
+    """
+    registry = peek(crawler, "health")  # the HealthRegistry, when the health middleware runs
+    if registry is None:
+        return 0.0
+    slot = request.meta.get("download_slot") or request_domain(request)
+    return registry.blocked_until(slot) if slot else 0.0
 
 
 def _attempts(request: Request) -> int:
