@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from scrapy.downloadermiddlewares.retry import RetryMiddleware
+from scrapy.utils.misc import load_object
 
 from scrapy_openclaw.policy import PolicySet
 
@@ -43,9 +44,9 @@ class Addon:
             ("EXTENSIONS", EXTENSIONS),
         ):
             for path, order in components.items():
-                settings.setdefault_in_component_priority_dict(setting, path, order)
-        # Ours replaces Scrapy's retry unless the user disabled ours.
-        if settings.getdict("DOWNLOADER_MIDDLEWARES").get(RETRY_MIDDLEWARE) is not None:
+                settings.setdefault_in_component_priority_dict(setting, load_object(path), order)
+        # Ours replaces Scrapy's retry, unless the user switched ours off.
+        if _order_of(settings, "DOWNLOADER_MIDDLEWARES", load_object(RETRY_MIDDLEWARE)) is not None:
             settings.setdefault_in_component_priority_dict(
                 "DOWNLOADER_MIDDLEWARES", RetryMiddleware, None
             )
@@ -56,3 +57,11 @@ class Addon:
             configure(settings)
         # Fail at start, before any request, on a bad setting or policy file.
         PolicySet.from_settings(settings)
+
+
+def _order_of(settings: BaseSettings, name: str, cls: type) -> int | None:
+    """The order the user's (or our) component dict gives *cls*, None if off or absent."""
+    for key, order in settings.getdict(name).items():
+        if load_object(key) is cls:
+            return order
+    return None

@@ -9,6 +9,7 @@ the policy (``OPENCLAW_POLICY`` / ``OPENCLAW_POLICY_FILE``, see ``policy.py``).
 
 from __future__ import annotations
 
+import difflib
 from typing import Any
 
 DEFAULTS: dict[str, Any] = {
@@ -115,7 +116,7 @@ def validate_settings(settings: Any) -> None:
     for name in list(settings.attributes if hasattr(settings, "attributes") else settings):
         if not name.startswith("OPENCLAW_") or name in DEFAULTS:
             continue
-        close = [n for n in DEFAULTS if n[9:12] == name[9:12]]
+        close = difflib.get_close_matches(name, DEFAULTS, n=1)
         hint = f" (did you mean {close[0]}?)" if close else ""
         raise OpenClawConfigError(f"setting {name}: unknown scrapy-openclaw setting{hint}")
     for name, default in DEFAULTS.items():

@@ -151,7 +151,8 @@ class RedisHealthRegistry(HealthRegistry):
         if not self.link.ok():
             return None
         try:
-            return self.link.call(script, keys=[self._key(domain)], args=args)
+            return self.link.call(script, keys=[self._key(domain), self.domains_key],
+                                  args=[*args, domain])
         except RedisError as exc:
             logger.warning("Health state of %(domain)s not shared (Redis: %(error)s); pacing locally",
                            {"domain": domain, "error": exc})

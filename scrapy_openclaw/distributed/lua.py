@@ -478,7 +478,7 @@ local n = tonumber(redis.call('GET', K .. ':count') or '0')
 return {redis.call('ZCARD', K) + n, redis.call('ZCARD', K .. ':delayed'), redis.call('ZCARD', K .. ':inflight')}
 """
 
-# --- health registry scripts (KEYS[1] = the domain's hash) ---------------------
+# --- health registry scripts (KEYS: the domain's hash, the domain set; last ARGV: domain) ---
 
 # Create the state if missing and store the policy. ARGV: now, policy_json
 H_ENSURE = HEALTH + r"""
@@ -489,6 +489,7 @@ return h_save(KEYS[1], d, ARGV[2])
 
 # ARGV: now, policy_json, token(1/0) -> {ok, {fields}}
 H_ACQUIRE = HEALTH + r"""
+redis.call('SADD', KEYS[2], ARGV[#ARGV])  -- the domain index (last ARGV: the domain)
 local now = tonumber(ARGV[1])
 local d, p = h_load(KEYS[1], now, ARGV[2])
 local ok = h_acquire(d, p, now, ARGV[3] == '1')
@@ -500,6 +501,7 @@ return {0, flat}
 # ARGV: now, policy_json, success(1/0), latency ('' none), affects(1/0), penalty,
 #       congestion(1/0), throttle(1/0), retry_after ('' none) -> {fields}
 H_RECORD = HEALTH + r"""
+redis.call('SADD', KEYS[2], ARGV[#ARGV])  -- the domain index (last ARGV: the domain)
 local now = tonumber(ARGV[1])
 local d, p = h_load(KEYS[1], now, ARGV[2])
 if ARGV[3] == '1' then
@@ -512,6 +514,7 @@ return h_save(KEYS[1], d, ARGV[2])
 
 # Holds only ever extend. ARGV: now, policy_json, until -> {fields}
 H_HOLD = HEALTH + r"""
+redis.call('SADD', KEYS[2], ARGV[#ARGV])  -- the domain index (last ARGV: the domain)
 local d, p = h_load(KEYS[1], tonumber(ARGV[1]), ARGV[2])
 d.hold_until = math.max(d.hold_until, tonumber(ARGV[3]))
 return h_save(KEYS[1], d, ARGV[2])

@@ -1,0 +1,128 @@
+"""The Redis health registry follows the local HealthRegistry's policy, rule for rule.
+
+The controller exists twice: in Python (scrapy_openclaw/health/registry.py)
+and ported to Lua (scrapy_openclaw/distributed/lua.py, HEALTH). These tests
+feed both the same events at the same times and compare every stored field,
+so a change to one side that is not made on the other fails here.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from typing import Any
+
+import pytest
+from scrapy import Spider
+from scrapy.utils.test import get_crawler
+
+from scrapy_openclaw.distributed.health import RedisHealthRegistry
+from scrapy_openclaw.errors import Classification, ErrorClass
+from scrapy_openclaw.health import HealthRegistry
+from scrapy_openclaw.policy import PolicySet
+
+C429 = Classification(ErrorClass.PROTOCOL_RETRYABLE, "http_429", 429)
+C503 = Classification(ErrorClass.PROTOCOL_RETRYABLE, "http_503", 503)
+C500 = Classification(ErrorClass.PROTOCOL_RETRYABLE, "http_500", 500)
+TIMEOUT = Classification(ErrorClass.NETWORK, "timeout")
+REFUSED = Classification(ErrorClass.NETWORK, "connection_refused")
+C404 = Classification(ErrorClass.PROTOCOL_PERMANENT, "http_404", 404)
+
+
+class _Spider(Spider):
+    name = "parity"
+
+
+def _pair(url: str, health: dict[str, Any] | None = None) -> tuple[HealthRegistry, RedisHealthRegistry]:
+    settings = {"REDIS_URL": url, "OPENCLAW_POLICY": {"defaults": {"health": health or {}}}}
+    crawler = get_crawler(_Spider, settings)
+    return HealthRegistry(PolicySet.for_crawler(crawler)), RedisHealthRegistry(crawler)
+
+
+def _compare(local: HealthRegistry, shared: RedisHealthRegistry, where: str) -> None:
+    ours = local.snapshot()["domains"]
+    theirs = shared.snapshot()["domains"]
+    assert set(ours) == set(theirs), where
+    for domain, fields in ours.items():
+        for name, value in fields.items():
+            other = theirs[domain][name]
+            if isinstance(value, float) and other is not None:
+                assert math.isclose(value, other, rel_tol=1e-9, abs_tol=1e-9), (where, domain, name, value, other)
+            else:
+                assert value == other, (where, domain, name, value, other)
+
+
+def _apply(reg: Any, event: tuple[Any, ...]) -> Any:
+    kind, domain, now, *rest = event
+    if kind == "acquire":
+        return reg.try_acquire(domain, now, token=rest[0])
+    if kind == "ok":
+        return reg.record_success(domain, rest[0], now)
+    return reg.record_failure(domain, rest[0], now, retry_after=rest[1])
+
+
+def _drive(local: HealthRegistry, shared: RedisHealthRegistry, events: list[tuple[Any, ...]]) -> None:
+    for i, event in enumerate(events):
+        assert _apply(local, event) == _apply(shared, event), f"event {i}: {event}"
+        _compare(local, shared, f"after event {i}: {event}")
+
+
+def test_scripted_story_matches(redis_server: Any) -> None:
+    """Slow start, a 429 without Retry-After (brief hold, threshold), latency congestion,
+    Retry-After, the circuit opening, half-open probe, closing: field for field."""
+    local, shared = _pair(redis_server.url, {"initial_rate": 2.0, "base_rate": 50.0, "burst": 3,
+                                             "circuit_failures": 3, "circuit_cooldown": 5.0})
+    t = 1_000_000.0
+    events: list[tuple[Any, ...]] = [("acquire", "a", t, True)]
+    for i in range(12):  # slow start: doubling per second while there is no threshold
+        events += [("acquire", "a", t + i * 0.25, True), ("ok", "a", t + i * 0.25 + 0.1, 0.1)]
+    t += 4
+    events += [("fail", "a", t, C429, None), ("acquire", "a", t + 0.01, True),
+               ("acquire", "a", t + 0.5, True)]
+    for i in range(8):  # latency climbs: congestion from latency alone
+        events.append(("ok", "a", t + 1 + i * 0.3, 0.1 + i * 0.4))
+    t += 5
+    events += [("fail", "a", t, C503, 2.0), ("acquire", "a", t + 1, False), ("acquire", "a", t + 2.5, False)]
+    events += [("fail", "a", t + 3, TIMEOUT, None), ("fail", "a", t + 3.1, REFUSED, None),
+               ("fail", "a", t + 3.2, C500, None), ("fail", "a", t + 3.3, C404, None)]
+    events += [("acquire", "a", t + 4, True), ("acquire", "a", t + 9, False),  # cooldown over: probe
+               ("acquire", "a", t + 9.1, False), ("fail", "a", t + 9.5, TIMEOUT, None),  # re-opens
+               ("acquire", "a", t + 15, True), ("ok", "a", t + 15.2, 0.2), ("acquire", "a", t + 15.3, True)]
+    events += [("ok", "b", t + 16, None), ("fail", "b", t + 16.5, C429, 600.0), ("acquire", "b", t + 17, True)]
+    _drive(local, shared, events)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_random_event_sequences_match(redis_server: Any, seed: int) -> None:
+    rng = random.Random(seed)
+    local, shared = _pair(redis_server.url, {"circuit_failures": 4, "circuit_cooldown": 3.0,
+                                             "initial_rate": rng.choice([1.0, 4.0, 10.0])})
+    now = 2_000_000.0
+    events = []
+    for _ in range(400):
+        now += rng.expovariate(5.0)
+        domain = rng.choice(["x.test", "y.test"])
+        r = rng.random()
+        if r < 0.4:
+            events.append(("acquire", domain, now, rng.random() < 0.8))
+        elif r < 0.8:
+            events.append(("ok", domain, now, rng.choice([None, rng.uniform(0.01, 2.0)])))
+        else:
+            c = rng.choice([C429, C503, C500, TIMEOUT, REFUSED, C404])
+            events.append(("fail", domain, now, c, rng.choice([None, None, rng.uniform(0, 5)])))
+    _drive(local, shared, events)
+
+
+def test_cache_serves_reads_without_round_trips(redis_server: Any) -> None:
+    """state()/ready_at()/blocked_until()/domains() are answered from the last script reply."""
+    _, shared = _pair(redis_server.url)
+    now = time.time()
+    shared.record_failure("c.test", C429, now, retry_after=30)
+    calls = []
+    shared.server.execute_command = lambda *a, **k: calls.append(a)  # any Redis call would land here
+    assert shared.domains() == ["c.test"]
+    assert shared.blocked_until("c.test", now) >= now + 29
+    assert shared.ready_at("c.test", now) >= now + 29
+    assert shared.state("c.test", now).failures == 1 and shared.concurrency("c.test") >= 1
+    assert calls == []
