@@ -66,7 +66,8 @@ def plain(redis_url: str, *, delay: float = 0.0) -> dict[str, Any]:
 class Workers:
     """N crawl subprocesses; the first one gets the start URLs."""
 
-    def __init__(self, n: int, settings: dict[str, Any], start_urls: list[str], out: Path):
+    def __init__(self, n: int, settings: dict[str, Any], start_urls: list[str], out: Path,
+                 spider: str = SPIDER):
         self.procs: list[subprocess.Popen[bytes]] = []
         self.outs: list[Path] = []
         out.mkdir(parents=True, exist_ok=True)
@@ -74,9 +75,9 @@ class Workers:
         cfg.write_text(json.dumps(settings), encoding="utf-8")
         for i in range(n):
             wout = out / f"w{i}"
-            args = [sys.executable, "-m", "scrapy_openclaw.testing.runcrawl", "--spider", SPIDER,
+            args = [sys.executable, "-m", "scrapy_openclaw.testing.runcrawl", "--spider", spider,
                     "--settings-json", str(cfg), "--out", str(wout)]
-            if i == 0:
+            if i == 0 and start_urls:
                 args += ["-a", "start_urls=" + ",".join(start_urls)]
             self.procs.append(subprocess.Popen(args, cwd=ROOT, env=subprocess_env(),
                                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
@@ -136,34 +137,76 @@ def _site(pages: int, hosts: int = 2, latency: float = 0.05, rate_limit: dict | 
     return cfg
 
 
+def items_by_worker(redis_url: str, pid: int, key: str = "chaos:items") -> int:
+    import redis
+
+    client = redis.Redis.from_url(redis_url)
+    return sum(1 for raw in client.lrange(key, 0, -1) if json.loads(raw).get("worker") == pid)
+
+
+def leases_of(redis_url: str, pid: int, key: str = "chaos:requests") -> int:
+    """Requests the worker with this pid holds leased right now (ours only)."""
+    import redis
+
+    owners = redis.Redis.from_url(redis_url).hvals(key + ":owner")
+    return sum(1 for o in owners if o.decode().split(":")[1] == str(pid))
+
+
+# Latency-bound on purpose: each worker may have only SCALE_CONCURRENCY requests
+# in flight and every page takes SCALE_LATENCY, so one worker needs
+# pages * latency / concurrency seconds however idle the CPUs are, and more
+# workers can actually help on a 2-core machine (a CPU-bound site would only
+# measure how the workers share the two cores).
+SCALE_LATENCY = 0.2
+SCALE_CONCURRENCY = 2
+
+
 def scenario_scaling(n: int, pages: int, tmp: Path) -> dict[str, Any]:
-    with ChaosServer(_site(pages)) as site, RedisServer() as redis_server:
-        t0 = time.monotonic()
-        w = Workers(n, ours(redis_server.url), site.start_urls, tmp / f"scale{n}")
-        codes = w.wait(300)
-        elapsed = time.monotonic() - t0
-        urls = scraped_urls(redis_server.url)
+    """Seconds until every reachable page is in Redis (worker start-up included)."""
+    with ChaosServer(_site(pages, latency=SCALE_LATENCY)) as site, RedisServer() as redis_server:
         expected = len(site.reachable().ok)
+        settings = ours(redis_server.url)
+        settings["CONCURRENT_REQUESTS"] = SCALE_CONCURRENCY
+        t0 = time.monotonic()
+        w = Workers(n, settings, site.start_urls, tmp / f"scale{n}")
+        wait_for_items(redis_server.url, expected, 300)
+        elapsed = time.monotonic() - t0
+        codes = w.wait(300)
+        urls = scraped_urls(redis_server.url)
     return {"workers": n, "seconds": round(elapsed, 2), "pages": sum(urls.values()),
             "unique": len(urls), "expected": expected, "exit_codes": codes}
 
 
-def scenario_kill(kind: str, pages: int, tmp: Path) -> dict[str, Any]:
-    """3 workers, kill -9 one after 30% of the pages; count lost and duplicated pages."""
-    with ChaosServer(_site(pages, latency=0.1)) as site, RedisServer() as redis_server:
+def scenario_kill(kind: str, pages: int, tmp: Path, after: int = 5) -> dict[str, Any]:
+    """3 workers; kill -9 worker 1 once it has scraped ``after`` items itself (so it is
+    mid-crawl with requests in flight); count pages lost (reachable - scraped) and duplicates.
+
+    Latency-bound like the scaling run, so the crawl lasts long enough for plain
+    scrapy-redis workers (which look at Redis on the engine's 5-s heartbeat) to join.
+    """
+    with ChaosServer(_site(pages, latency=SCALE_LATENCY)) as site, RedisServer() as redis_server:
         expected = site.reachable().ok
         settings = ours(redis_server.url) if kind == "openclaw" else plain(redis_server.url)
+        settings["CONCURRENT_REQUESTS"] = 4
         w = Workers(3, settings, site.start_urls, tmp / f"kill-{kind}")
-        wait_for_items(redis_server.url, int(len(expected) * 0.3), 120)
+        pid = w.procs[1].pid
+        deadline = time.monotonic() + 90
+        while items_by_worker(redis_server.url, pid) < after and time.monotonic() < deadline:
+            time.sleep(0.05)
+        leased = leases_of(redis_server.url, pid) if kind == "openclaw" else None
+        own = items_by_worker(redis_server.url, pid)
+        done = len(scraped_urls(redis_server.url))
         w.kill(1)
         w.wait(300)
         urls = scraped_urls(redis_server.url)
-    return {"kind": kind, "expected": len(expected), "scraped_unique": len(set(urls) & expected),
+    return {"kind": kind, "expected": len(expected), "killed_after_items": done, "its_items": own,
+            "killed_worker_leases": leased, "scraped_unique": len(set(urls) & expected),
             "lost": len(expected - set(urls)), "duplicates": sum(c - 1 for c in urls.values() if c > 1)}
 
 
 def scenario_rate(kind: str, limit: float, pages: int, tmp: Path) -> dict[str, Any]:
-    """3 workers, one host allowing ``limit`` req/s; the server counts the busiest 1-s window."""
+    """3 workers, one host; ours shares a ``limit`` req/s budget, plain scrapy-redis gives each
+    worker DOWNLOAD_DELAY = 1/limit. The server counts the busiest 1-s window."""
     burst = 2
     cfg = _site(pages, hosts=1, latency=0.01, rate_limit={"rate": limit * 10, "burst": 100})
     with ChaosServer(cfg) as site, RedisServer() as redis_server:
@@ -176,21 +219,42 @@ def scenario_rate(kind: str, limit: float, pages: int, tmp: Path) -> dict[str, A
         truth = site.truth(include_requests=False)
     host = next(iter(truth["hosts"].values()))
     return {"kind": kind, "limit": limit, "burst": burst, "max_1s_window": host["max_1s_window"],
-            "requests": host["total"]}
+            "ratio_to_limit": round(host["max_1s_window"] / limit, 2), "requests": host["total"]}
 
 
 def run(quick: bool = False) -> dict[str, Any]:
-    pages = 40 if quick else 120
+    scale_pages = 80 if quick else 160  # x2 hosts; 1 worker: >= pages*2*0.2/2 s
+    pages = 100 if quick else 160
     with tempfile.TemporaryDirectory(prefix="openclaw-bench-dist-") as d:
         tmp = Path(d)
-        scaling = [scenario_scaling(n, pages, tmp) for n in (1, 2, 3)]
+        scaling = [scenario_scaling(n, scale_pages, tmp) for n in (1, 2, 3)]
         base = scaling[0]["seconds"]
         for row in scaling:
             row["speedup"] = round(base / row["seconds"], 2)
         kill = [scenario_kill(k, pages, tmp) for k in ("openclaw", "plain")]
-        rate = [scenario_rate(k, 5.0, 30 if quick else 60, tmp) for k in ("openclaw", "plain")]
+        # >= 16 s at the limit, so plain workers (joining on the 5-s heartbeat) overlap
+        rate = [scenario_rate(k, 5.0, 80 if quick else 120, tmp) for k in ("openclaw", "plain")]
     return {"scaling": scaling, "kill": kill, "rate": rate}
 
 
+def table(result: dict[str, Any]) -> str:
+    """The result as a few Markdown tables."""
+    lines = ["| workers | seconds | speedup | unique/expected |", "| --- | --- | --- | --- |"]
+    for r in result["scaling"]:
+        lines.append(f"| {r['workers']} | {r['seconds']} | {r['speedup']} | {r['unique']}/{r['expected']} |")
+    lines += ["", "| kill -9 one of 3 | killed after items (its own) | its leases | lost | duplicates |",
+              "| --- | --- | --- | --- | --- |"]
+    for r in result["kill"]:
+        lines.append(f"| {r['kind']} | {r['killed_after_items']} ({r['its_items']}) | {r['killed_worker_leases']} | "
+                     f"{r['lost']}/{r['expected']} | {r['duplicates']} |")
+    lines += ["", "| 3 workers, one host | limit req/s | max in any 1 s | ratio |", "| --- | --- | --- | --- |"]
+    for r in result["rate"]:
+        lines.append(f"| {r['kind']} | {r['limit']} (+burst {r['burst']}) | {r['max_1s_window']} | "
+                     f"{r['ratio_to_limit']} |")
+    return "\n".join(lines)
+
+
 if __name__ == "__main__":
-    print(json.dumps(run("--quick" in sys.argv), indent=1))
+    out = run("--quick" in sys.argv)
+    print(json.dumps(out, indent=1))
+    print(table(out))

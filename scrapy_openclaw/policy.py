@@ -64,8 +64,10 @@ class HealthPolicy:
     rate_decrease: float = field(default=0.5, metadata=_range(0.01, 0.99))  # multiplier on congestion
     latency_factor: float = field(default=3.0, metadata=_range(1.0, 100))
     circuit_floor: float = field(default=20.0, metadata=_range(0, 100))
-    # failures in a row that open the circuit (Envoy's consecutive_5xx default)
-    circuit_failures: int = field(default=5, metadata=_range(1, 100000))
+    # failures in a row that open the circuit: few, because opening is cheap (a
+    # short first cool-down) and at low concurrency every failure in the run
+    # is a separate congestion event that costs health
+    circuit_failures: int = field(default=3, metadata=_range(1, 100000))
     # first cool-down, seconds: short, because most outages a crawler meets are
     # seconds long (a 503 window is not a ban); doubled per opening in a row ...
     circuit_cooldown: float = field(default=1.0, metadata=_range(0.1, 86400))

@@ -35,7 +35,7 @@ DEFAULTS: dict[str, Any] = {
     # such items become dead letters of class "business"
     "OPENCLAW_VALIDATION_EXCEPTIONS": ["scrapy_openclaw.errors.ItemValidationError"],
     # --- health (DomainHealthMiddleware) ---
-    "OPENCLAW_HEALTH_ENABLED": True,
+    "OPENCLAW_HEALTH_ENABLED": True,  # False: no DomainHealthMiddleware
     # class of the per-domain state owner (distributed mode selects a Redis one)
     "OPENCLAW_HEALTH_REGISTRY_CLASS": "scrapy_openclaw.health.HealthRegistry",
     # --- retry (ClassifiedRetryMiddleware, ParseRetryMiddleware) ---
@@ -62,13 +62,13 @@ DEFAULTS: dict[str, Any] = {
     "OPENCLAW_DLQ_ALERT_CLOSE": False,  # on alert also close the spider ("openclaw_dlq_threshold")
     # --- metrics (MetricsExtension) ---
     "OPENCLAW_METRICS_PORT": 0,  # 0: no HTTP endpoint
-    "OPENCLAW_METRICS_HOST": "127.0.0.1",
+    "OPENCLAW_METRICS_HOST": "127.0.0.1",  # interface the /metrics endpoint listens on
     # domains labelled individually in metrics; the rest aggregate as domain="other"
     "OPENCLAW_METRICS_MAX_DOMAINS": 50,
     "OPENCLAW_METRICS_PUSHGATEWAY": None,  # "host:port" of a Pushgateway: push once at close
     "OPENCLAW_LOG_DOMAINS": 10,  # rows of the per-domain table logged every LOGSTATS_INTERVAL; 0: off
     # --- distributed (scrapy-redis) ---
-    "OPENCLAW_DISTRIBUTED": False,
+    "OPENCLAW_DISTRIBUTED": False,  # True (with scrapy-redis's REDIS_URL): distributed mode
     "OPENCLAW_DISTRIBUTED_LEASE": 60.0,  # seconds a popped request stays leased without a heartbeat
     "OPENCLAW_DISTRIBUTED_HEARTBEAT": 0.0,  # seconds between lease extensions; 0: lease / 3
     "OPENCLAW_DISTRIBUTED_SCAN": 32,  # domains a pop considers at once (least recently served first)

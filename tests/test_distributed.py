@@ -30,7 +30,7 @@ def test_kill_one_worker_loses_nothing(chaos_server: Any, redis_server: Any, tmp
     duplicates = sum(c - 1 for c in urls.values() if c > 1)
     assert duplicates <= 8  # at most the killed worker's in-flight requests (CONCURRENT_REQUESTS)
     client = redis.Redis.from_url(redis_server.url)
-    assert client.zcard("chaos:requests:inflight") == 0 and client.zcard("chaos:requests") == 0
+    assert client.zcard("chaos:requests:inflight") == 0 and client.zcard("chaos:requests:domains") == 0
 
 
 def test_combined_rate_stays_within_domain_limit(chaos_server: Any, redis_server: Any, tmp_path: Path) -> None:
@@ -101,3 +101,31 @@ def test_redis_restart_mid_crawl(chaos_server: Any, redis_server: Any, tmp_path:
     urls = bench.scraped_urls(redis_server.url)
     assert expected - set(urls) == set()
     assert any(workers.stats(i).get("openclaw/distributed/reconnects") for i in range(2))
+
+
+def test_redis_spider_drop_in_with_shared_health(chaos_server: Any, redis_server: Any, tmp_path: Path) -> None:
+    """A stock scrapy-redis RedisSpider (start URLs pushed to its redis_key) in distributed
+    mode, against a host that answers 429 when pushed: the DomainHealthMiddleware runs on the
+    Redis registry, every worker's outcomes land in the one shared record, nothing is lost."""
+    cfg = bench._site(30, hosts=1, latency=0.02, rate_limit={"rate": 6, "burst": 3, "retry_after": None})
+    site = chaos_server(cfg)
+    expected = site.reachable().ok
+    client = redis.Redis.from_url(redis_server.url)
+    client.lpush("chaos:start_urls", *site.start_urls)
+    settings = bench.ours(redis_server.url, rate=30.0, burst=5)
+    settings["MAX_IDLE_TIME_BEFORE_CLOSE"] = 4
+    workers = bench.Workers(2, settings, [], tmp_path, spider="tests.distributed_spiders.RedisChaosSpider")
+    assert workers.wait(240) == [0, 0]
+    urls = bench.scraped_urls(redis_server.url)
+    assert set(urls) == expected and max(urls.values()) == 1
+    stats = [workers.stats(i) for i in range(2)]
+    assert sum(s.get("openclaw/distributed/leased", 0) for s in stats) >= len(expected)
+    throttled = sum(s.get("openclaw/health/throttled", 0) for s in stats)
+    assert throttled > 0, "the site never answered 429: the test proves nothing"
+    host = next(iter(site.truth(include_requests=False)["hosts"]))
+    shared = {k.decode(): v.decode() for k, v in client.hgetall(f"chaos:health:d:{host.split(':')[0]}").items()}
+    responses = sum(s.get("downloader/response_count", 0) for s in stats)
+    assert int(float(shared["requests"])) == responses  # both workers recorded into one state
+    assert int(float(shared["failures"])) == throttled
+    assert float(shared["last_decrease"]) > 0  # the 429s cut the shared rate (AIMD)
+    assert any(k.startswith("openclaw/health/final_rate/") for k in stats[0])

@@ -37,7 +37,12 @@ class _Spider(Spider):
 def _pair(url: str, health: dict[str, Any] | None = None) -> tuple[HealthRegistry, RedisHealthRegistry]:
     settings = {"REDIS_URL": url, "OPENCLAW_POLICY": {"defaults": {"health": health or {}}}}
     crawler = get_crawler(_Spider, settings)
-    return HealthRegistry(PolicySet.for_crawler(crawler)), RedisHealthRegistry(crawler)
+
+    def pinned(a: float, b: float) -> float:  # the jitter's random source, the same for both
+        return a + 0.3 * (b - a)
+
+    return (HealthRegistry(PolicySet.for_crawler(crawler), uniform=pinned),
+            RedisHealthRegistry(crawler, uniform=pinned))
 
 
 def _compare(local: HealthRegistry, shared: RedisHealthRegistry, where: str) -> None:

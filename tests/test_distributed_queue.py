@@ -222,3 +222,39 @@ def test_redis_health_registry_shares_tokens(redis_server: Any) -> None:
     state = regs[1].state("a.test", now + 2)
     assert state.hold_until >= now + 4.9 and state.health < 100 and state.failures == 1
     assert regs[1].ready_at("a.test", now + 2) >= now + 4.9
+
+
+def test_held_domain_does_not_stall_others(queues: Any) -> None:
+    """Per-domain ready sets: a held domain with many (higher-priority) requests steps aside."""
+    q = queues(OPENCLAW_HEALTH_ENABLED=True, OPENCLAW_DISTRIBUTED_SCAN=2,
+               OPENCLAW_HEALTH_REGISTRY_CLASS="scrapy_openclaw.distributed.health.RedisHealthRegistry")
+    assert q.registry is not None
+    for host in ("h1", "h2", "h3", "h4", "h5"):
+        for i in range(40):
+            q.push(Request(f"http://{host}.test/{i}", priority=10))
+        q.registry.hold(f"{host}.test", time.time() + 60)
+    q.push(Request("http://free.test/1", priority=0))
+    got = q.pop()
+    assert got is not None and got.url == "http://free.test/1"
+    assert q.pop() is None  # everything else is held: a wait, not a busy loop
+    assert q._wake_at <= time.time() + 61
+    assert len(q) == 200
+
+
+def test_item_failures_requeue_a_bounded_number_of_times(queues: Any) -> None:
+    from scrapy_openclaw import signals as openclaw_signals
+
+    q = queues(OPENCLAW_DISTRIBUTED_MAX_RELEASES=2)
+    letters: list[Any] = []
+    q.crawler.signals.connect(lambda dead_letter, **kw: letters.append(dead_letter),
+                              signal=openclaw_signals.dead_letter, weak=False)
+    q.push(Request("http://a.test/1"))
+    for _ in range(2):
+        req = q.pop()
+        q.release(req.meta[LEASE])  # its item failed in a pipeline: fetched again
+        assert letters == []
+    req = q.pop()
+    q.release(req.meta[LEASE])
+    assert [(d.url, d.reason) for d in letters] == [("http://a.test/1", "item_failed")]
+    assert q.pop() is None and len(q) == 0
+    assert q.server.hlen(q.key + ":data") == 0

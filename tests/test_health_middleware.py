@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from scrapy_openclaw.testing.chaos import ChaosConfig, HostConfig
@@ -136,3 +137,41 @@ def test_policy_file_overrides_apply_to_the_right_host_only(chaos_server: Any, t
     assert result.stats[f"openclaw/health/final_rate/{A}"] > 2.0
     for host in (A, B):
         assert scraped(result, host) == reachable(server, host)
+
+
+def test_flapping_hosts_are_ridden_out_with_the_addon_defaults(chaos_server: Any, tmp_path: Path) -> None:
+    # 503 windows 30% of the time (staggered), no Retry-After: nothing but the defaults.
+    hosts = tuple(
+        HostConfig(host, pages=20, links_per_page=5, latency=0.01,
+                   fail_windows={"period": 4.0, "down": 1.2, "status": 503, "offset": 2.0 * i})
+        for i, host in enumerate((A, B))
+    )
+    server = chaos_server(ChaosConfig(hosts=hosts))
+    settings = {
+        "ADDONS": {"scrapy_openclaw.Addon": 100},
+        "OPENCLAW_DLQ_URI": str(tmp_path / "deadletters.jsonl"),
+        "CLOSESPIDER_TIMEOUT": 120,  # a safety net: the crawl must finish by itself
+        "LOG_LEVEL": "INFO",
+    }
+    result = crawl(server, settings, timeout=180)
+    truth = server.truth()
+    stats = result.stats
+
+    assert stats["finish_reason"] == "finished"
+    for host in (A, B):
+        assert scraped(result, host) == reachable(server, host), host  # every page, none lost
+    served_503 = sum(1 for host in (A, B) for _, status in statuses(truth, host) if status == 503)
+    assert served_503 >= 3, "the crawl never met a 503 window; the test proves nothing"
+    assert stats["openclaw/health/circuit_opened"] >= 1
+    assert stats["openclaw/health/circuit_closed"] >= 1
+    assert stats.get("openclaw/retry/dead_letters", 0) == 0  # no page ran out of attempts or budget
+    # Waiting out an open circuit spends no attempts: no page needed anywhere near its six.
+    per_url = Counter((host, r["path"]) for host in (A, B) for r in truth["hosts"][host]["requests"])
+    assert max(per_url.values()) <= 4, per_url.most_common(3)
+    # Each window was waited out in seconds, not by pausing the host for minutes: the
+    # longest silence at a host is well under two periods (a generous margin for a
+    # 1.2 s window and a cool-down of 1-2 s; a fixed 30 s cool-down fails this).
+    for host in (A, B):
+        times = [t for t, _ in statuses(truth, host)]
+        longest = max(b - a for a, b in zip(times, times[1:]))
+        assert longest < 8.0, (host, longest)

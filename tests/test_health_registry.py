@@ -217,6 +217,125 @@ def test_lost_probe_is_replaced_after_a_while() -> None:
     assert reg.try_acquire(D, T0 + 36)  # after the cool-down and at least 30 s
 
 
+HTTP_503 = Classification(ErrorClass.PROTOCOL_RETRYABLE, "http_503", 503)
+
+
+def reopen_after(reg: HealthRegistry, now: float) -> float:
+    """Fail the domain's probe (or first request) at *now*; the cool-down that follows."""
+    reg.record_failure(D, REFUSED, now=now)
+    assert reg.state(D, now).circuit == "open"
+    return reg.blocked_until(D, now) - now
+
+
+def test_cooldown_doubles_with_each_failed_probe_up_to_the_cap() -> None:
+    reg = registry(circuit_failures=1, circuit_cooldown=1, circuit_cooldown_max=10, circuit_jitter=0)
+    now, cooldowns = T0, []
+    for _ in range(7):
+        cooldowns.append(reopen_after(reg, now))
+        now += cooldowns[-1]
+        assert reg.state(D, now).circuit == "half_open"
+        assert reg.try_acquire(D, now)  # the probe goes out ... and fails (next loop)
+    assert cooldowns == pytest.approx([1, 2, 4, 8, 10, 10, 10])
+
+
+def test_cooldown_is_forgiven_while_the_domain_stays_closed() -> None:
+    reg = registry(circuit_failures=1, circuit_cooldown=1, circuit_cooldown_max=60, circuit_jitter=0)
+    now = T0
+    for _ in range(4):  # 1 + 2 + 4 + 8 s: a long outage
+        now += reopen_after(reg, now)
+        reg.try_acquire(D, now)
+    reg.record_success(D, 0.01, now=now)  # the probe is answered: closed
+    assert reg.state(D, now).circuit == "closed"
+    # A relapse right after closing carries on where the outage left off ...
+    assert reopen_after(reg, now + 0.5) == pytest.approx(16)
+    now += 0.5 + 16
+    reg.try_acquire(D, now)
+    reg.record_success(D, 0.01, now=now)
+    # ... while each cool-down's worth of healthy time forgives one doubling:
+    # 3 s closed after five openings in a row: back to 2**(5 - 3) = 4 s.
+    assert reopen_after(reg, now + 3) == pytest.approx(4)
+    now += 3 + 4
+    reg.try_acquire(D, now)
+    reg.record_success(D, 0.01, now=now)
+    # A flapping site (a few seconds of 503s every ten) starts from the base every time.
+    assert reopen_after(reg, now + 60) == pytest.approx(1)
+
+
+def test_cooldown_jitter_stays_within_its_share() -> None:
+    seen = []
+    for pick in (lambda a, b: a, lambda a, b: b):
+        reg = HealthRegistry(
+            PolicySet.from_settings(Settings({"OPENCLAW_POLICY": {"defaults": {"health": {
+                "circuit_failures": 1, "circuit_cooldown": 10, "circuit_jitter": 0.2}}}})),
+            uniform=pick,
+        )
+        seen.append(reopen_after(reg, T0))
+    assert seen == pytest.approx([8.0, 12.0])
+    reg = registry(circuit_failures=1, circuit_cooldown=10, circuit_jitter=0.2)
+    for i in range(20):
+        reg.record_failure(f"{i}.test", REFUSED, now=T0)
+    cooldowns = {round(reg.blocked_until(f"{i}.test", T0) - T0, 6) for i in range(20)}
+    assert all(8.0 <= c <= 12.0 for c in cooldowns)
+    assert len(cooldowns) > 1  # domains failing together do not all probe together
+
+
+def test_cooldown_is_never_shorter_than_the_base_even_above_the_cap() -> None:
+    reg = registry(circuit_failures=1, circuit_cooldown=30, circuit_cooldown_max=5, circuit_jitter=0)
+    assert reopen_after(reg, T0) == pytest.approx(30)
+
+
+def test_a_burst_of_503s_is_one_congestion_event() -> None:
+    reg = registry(circuit_failures=1000, circuit_floor=0, recovery_per_minute=0)
+    for i in range(8):  # a 503 window begins: the requests in flight all fail together
+        reg.record_failure(D, HTTP_503, now=T0 + 0.01 * i)
+    state = reg.state(D, T0 + 0.1)
+    assert state.health == 80.0  # one penalty ...
+    assert state.consecutive_failures == 8  # ... for eight failures in a row
+    reg.record_failure(D, HTTP_503, now=T0 + 1.5)  # a later one is a new event
+    assert reg.state(D, T0 + 1.5).health == 60.0
+    reg.record_failure(D, REFUSED, now=T0 + 1.6)  # not congestion: each costs its own penalty
+    reg.record_failure(D, REFUSED, now=T0 + 1.7)
+    assert reg.state(D, T0 + 1.7).health == 40.0
+
+
+def test_failures_while_the_circuit_is_open_cost_no_health() -> None:
+    reg = registry(circuit_failures=3, circuit_cooldown=1, circuit_jitter=0, recovery_per_minute=0)
+    for i in range(3):
+        reg.record_failure(D, HTTP_503, now=T0 + 0.01 * i)
+    assert reg.state(D, T0 + 0.1).circuit == "open"
+    reg.record_failure(D, HTTP_503, now=T0 + 0.5)  # still in flight when it opened
+    now = T0 + 0.02
+    for _ in range(4):  # four failed probes, seconds apart
+        now = reg.blocked_until(D, now)
+        assert reg.try_acquire(D, now)
+        reg.record_failure(D, HTTP_503, now=now)
+    state = reg.state(D, now)
+    assert (state.circuit, state.health, state.failures) == ("open", 80.0, 8)
+    assert state.hold_until < now  # no hold of its own: the cool-down decides (16 s now)
+    assert reg.blocked_until(D, now) == pytest.approx(now + 16, abs=1e-6)
+
+
+def test_a_flapping_site_is_found_again_within_seconds_with_the_defaults() -> None:
+    """A 3 s window of 503s every 10 s (no Retry-After), at the default policy."""
+    reg = registry()
+    now, sent, down = T0, 0, lambda t: (t - T0) % 10 < 3
+    while now < T0 + 60:
+        if reg.try_acquire(D, now):
+            sent += 1
+            if down(now):
+                reg.record_failure(D, HTTP_503, now=now + 0.02)
+            else:
+                reg.record_success(D, 0.02, now=now + 0.02)
+        now += 0.05
+        if not down(now) and now - T0 > 4 and (now - T0) % 10 > 4.5:
+            # at most a second and a half after each window: closed and sending again
+            state = reg.state(D, now)
+            assert state.circuit == "closed", (now - T0, state)
+    state = reg.state(D, now)
+    assert state.health > 50 and state.rate > 2
+    assert sent > 150  # most of the time at a useful pace, not at the floor
+
+
 # --- holds ---------------------------------------------------------------------
 
 
@@ -284,6 +403,18 @@ def test_snapshot_is_json_safe_and_restores_exactly() -> None:
         assert other.state(domain, T0 + 2) == reg.state(domain, T0 + 2)
     assert other.state("b.test", T0 + 2).circuit == "open"
     assert not other.try_acquire("b.test", T0 + 20)
+
+
+def test_snapshot_without_cooldown_fields_restores_with_the_policy_cooldown() -> None:
+    reg = registry(circuit_failures=1, circuit_cooldown=10, circuit_jitter=0)
+    reg.record_failure(D, REFUSED, now=T0)
+    data = json.loads(json.dumps(reg.snapshot()))
+    for fields in data["domains"].values():  # as written before cool-downs grew
+        del fields["cooldown"], fields["opens"]
+    other = registry(circuit_failures=1, circuit_cooldown=10, circuit_jitter=0)
+    other.restore(data)
+    assert other.blocked_until(D, T0 + 1) == pytest.approx(T0 + 10, abs=1e-6)
+    assert other.state(D, T0 + 10).circuit == "half_open"
 
 
 @pytest.mark.parametrize(

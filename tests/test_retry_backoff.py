@@ -192,3 +192,42 @@ def test_permanent_errors_are_never_retried_by_the_helper():
     crawler = _spider_crawler()
     c = Classification(ErrorClass.PROTOCOL_PERMANENT, "http_404", 404)
     assert get_classified_retry_request(Request("http://a.test/"), classification=c, spider=crawler.spider) is None
+
+
+def test_default_policy_rides_out_a_3s_in_10s_503_window():
+    """Equal jitter on protocol_retryable: whatever the random draws, the 4th attempt comes
+    >= 3.5 s after the 1st (out of a 3 s window) and the 6 attempts span > one period."""
+    from scrapy.settings import Settings
+
+    from scrapy_openclaw.policy import PolicySet
+
+    policy = PolicySet.from_settings(Settings()).for_domain("example.com").retry.protocol_retryable
+    for pick in (lowest, highest):
+        backoff = for_policy(policy, uniform=pick)
+        waits = [backoff(n) for n in range(policy.max_attempts - 1)]
+        assert sum(waits[:3]) >= 3.5
+        assert sum(waits) >= 15.0
+        assert max(waits) <= policy.max_delay
+
+
+def test_retry_waits_until_its_domain_reopens():
+    import time
+
+    from scrapy_openclaw.health import HealthRegistry
+
+    crawler = _spider_crawler({"OPENCLAW_POLICY": {"defaults": {"health": {"circuit_cooldown": 30}}}})
+    registry = HealthRegistry.for_crawler(crawler)  # as the health middleware creates it
+    c = Classification(ErrorClass.PROTOCOL_RETRYABLE, "http_503", 503)
+    now = time.time()
+    for _ in range(3):
+        registry.record_failure("127.0.0.2", c, now=now)
+    reopens = registry.blocked_until("127.0.0.2")
+    assert reopens > now + 20  # the circuit is open
+    request = Request("http://127.0.0.2:1/page/1")
+    retry = get_classified_retry_request(request, classification=c, spider=crawler.spider, now=now, uniform=lowest)
+    assert retry.meta[M.NOT_BEFORE] == reopens  # not handed out only to be deferred again
+    assert retry.meta[M.RETRY_STATE]["attempts"] == {"protocol_retryable": 1}  # one failure, one attempt
+    other = get_classified_retry_request(
+        Request("http://127.0.0.3:1/"), classification=c, spider=crawler.spider, now=now, uniform=lowest
+    )
+    assert other.meta[M.NOT_BEFORE] == now + 0.5  # another domain: its own backoff only

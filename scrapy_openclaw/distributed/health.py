@@ -31,7 +31,7 @@ import json
 import logging
 import math
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from redis.exceptions import RedisError
 from scrapy.utils.misc import build_from_crawler
@@ -51,7 +51,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 _OPTIONAL = ("threshold", "latency", "best_latency")
-_COUNTERS = ("consecutive_failures", "requests", "successes", "failures")
+_COUNTERS = ("consecutive_failures", "requests", "successes", "failures", "opens")
 
 
 def _typed(fields: dict[str, str]) -> dict[str, Any]:
@@ -87,10 +87,11 @@ class RedisHealthRegistry(HealthRegistry):
     that change state run in Redis.
     """
 
-    def __init__(self, crawler: Crawler, server: Any = None):
+    def __init__(self, crawler: Crawler, server: Any = None, *,
+                 uniform: Callable[[float, float], float] | None = None):
         from scrapy_redis.connection import get_redis_from_settings
 
-        super().__init__(PolicySet.for_crawler(crawler))
+        super().__init__(PolicySet.for_crawler(crawler), uniform=uniform)
         self.crawler = crawler
         self.server = server if server is not None else get_redis_from_settings(crawler.settings)
         self.link = RedisLink.for_crawler(crawler)
@@ -128,6 +129,8 @@ class RedisHealthRegistry(HealthRegistry):
                 k_min_decrease_gap=local._MIN_DECREASE_GAP,
                 k_max_increase_step=local._MAX_INCREASE_STEP,
                 k_probe_recheck=local._PROBE_RECHECK,
+                k_probe_lost_after=local._PROBE_LOST_AFTER,
+                k_max_doublings=local._MAX_DOUBLINGS,
                 k_retry_poll=_retry_poll(),
             )
             cached = self._policy_json[domain] = json.dumps(data, sort_keys=True)
@@ -184,7 +187,7 @@ class RedisHealthRegistry(HealthRegistry):
     def record_success(self, domain: str, latency: float | None, now: float | None = None) -> None:
         now = time.time() if now is None else now
         sample = "" if latency is None or not math.isfinite(latency) or latency < 0 else repr(float(latency))
-        res = self._run(self._record, domain, [now, self.policy_json(domain), 1, sample, 0, 0, 0, 0, ""])
+        res = self._run(self._record, domain, [now, self.policy_json(domain), 1, sample, 0, 0, 0, 0, "", 1])
         if res is None:
             super().record_success(domain, latency, now)
         else:
@@ -201,11 +204,18 @@ class RedisHealthRegistry(HealthRegistry):
             now, self.policy_json(domain), 0, "", int(affects), penalty, int(congestion),
             int(bool(classification is not None and classification.is_throttle)),
             "" if retry_after is None else repr(float(retry_after)),
+            self._jitter(domain),
         ])
         if res is None:
             super().record_failure(domain, classification, now, retry_after)
         else:
             self.refresh(domain, res)
+
+    def _jitter(self, domain: str) -> float:
+        """The cool-down jitter factor, should this failure open the circuit (drawn here:
+        Lua's random numbers are not random in Redis 6 scripts)."""
+        j = self.policy(domain).circuit_jitter
+        return self._uniform(1.0 - j, 1.0 + j) if j else 1.0
 
     def hold(self, domain: str, until: float) -> None:
         res = self._run(self._hold, domain, [time.time(), self.policy_json(domain), until])

@@ -58,8 +58,12 @@ from __future__ import annotations
 #                   best-latency baseline; latency congestion -> _decrease,
 #                   else _increase: slow start below the threshold, additive above)
 #   h_failure       HealthRegistry.record_failure (penalty and congestion come
-#                   from registry._penalty in Python; the Retry-After hold, or a
-#                   one-interval hold for a 429/503 without one; circuit opening)
+#                   from registry._penalty in Python; a congestion penalty only
+#                   with a rate cut, none while the circuit is not closed; the
+#                   Retry-After hold, or a one-interval hold for a 429/503
+#                   without one while closed)
+#   h_open          HealthRegistry._open (cool-down doubling per unforgiven
+#                   opening, capped, with jitter drawn in Python)
 #   h_decrease      HealthRegistry._decrease (at most once per max(1 s, latency);
 #                   sets the slow-start threshold halfway)
 #
@@ -68,7 +72,7 @@ from __future__ import annotations
 HEALTH = r"""
 local HF = {'health', 'rate', 'tokens', 'threshold', 'updated', 'last_increase', 'last_decrease',
   'circuit', 'opened_at', 'probe_at', 'latency', 'best_latency', 'hold_until',
-  'consecutive_failures', 'requests', 'successes', 'failures'}
+  'consecutive_failures', 'requests', 'successes', 'failures', 'cooldown', 'opens'}
 
 local function f17(x)
   if x == nil then return '' end
@@ -91,6 +95,7 @@ local function h_load(hkey, now, pjson)
     d.updated, d.last_increase, d.last_decrease = now, now, 0
     d.circuit, d.opened_at, d.probe_at, d.latency, d.best_latency, d.hold_until = 'closed', 0, 0, nil, nil, 0
     d.consecutive_failures, d.requests, d.successes, d.failures = 0, 0, 0, 0
+    d.cooldown, d.opens = p.circuit_cooldown, 0
     return d, p
   end
   for i, name in ipairs(HF) do d[name] = tonumber(raw[i + 1]) end
@@ -101,9 +106,9 @@ local function h_load(hkey, now, pjson)
     d.tokens = math.min(p.burst, d.tokens + elapsed * h_rate(d, p))
     d.updated = now
   end
-  if d.circuit == 'open' and now >= d.opened_at + p.circuit_cooldown then
+  if d.circuit == 'open' and now >= d.opened_at + d.cooldown then
     d.circuit, d.probe_at = 'half_open', 0
-  elseif d.circuit == 'half_open' and d.probe_at ~= 0 and now - d.probe_at > p.circuit_cooldown then
+  elseif d.circuit == 'half_open' and d.probe_at ~= 0 and now - d.probe_at > math.max(d.cooldown, p.k_probe_lost_after) then
     d.probe_at = 0
   end
   return d, p
@@ -123,7 +128,7 @@ end
 
 local function h_blocked_until(d, p)
   local circuit_end = 0
-  if d.circuit == 'open' then circuit_end = d.opened_at + p.circuit_cooldown end
+  if d.circuit == 'open' then circuit_end = d.opened_at + d.cooldown end
   return math.max(d.hold_until, circuit_end)
 end
 
@@ -157,11 +162,25 @@ local function h_increase(d, p, now)
 end
 
 local function h_decrease(d, p, now)
-  if now - d.last_decrease < math.max(p.k_min_decrease_gap, d.latency or 0) then return end
+  if now - d.last_decrease < math.max(p.k_min_decrease_gap, d.latency or 0) then return false end
   local before = math.min(d.rate, h_ceiling(d, p))
   d.rate = math.max(p.min_rate, before * p.rate_decrease)
   d.threshold = (before + d.rate) / 2
   d.last_decrease, d.last_increase = now, now
+  return true
+end
+
+-- jitter: the factor drawn in Python (registry._uniform(1 - j, 1 + j)), used only when opening.
+local function h_open(d, p, now, jitter)
+  if d.circuit == 'closed' and d.opens ~= 0 then
+    local healthy = math.max(0, now - (d.opened_at + d.cooldown))
+    d.opens = math.max(0, d.opens - math.floor(healthy / p.circuit_cooldown))
+  end
+  local cap = math.max(p.circuit_cooldown_max, p.circuit_cooldown)
+  local base = math.min(cap, p.circuit_cooldown * 2 ^ math.min(d.opens, p.k_max_doublings))
+  if p.circuit_jitter ~= 0 then d.cooldown = base * jitter else d.cooldown = base end
+  d.opens = math.min(d.opens + 1, p.k_max_doublings)
+  d.circuit, d.opened_at, d.probe_at = 'open', now, 0
 end
 
 -- latency: a number >= 0, or nil (no sample). Returns true when congested.
@@ -187,22 +206,25 @@ local function h_success(d, p, now, latency)
 end
 
 -- affects/congestion/throttle: booleans; retry_after: seconds or nil.
-local function h_failure(d, p, now, affects, penalty, congestion, throttle, retry_after)
+local function h_failure(d, p, now, affects, penalty, congestion, throttle, retry_after, jitter)
   d.requests = d.requests + 1
   d.failures = d.failures + 1
   if not affects then return end
   d.consecutive_failures = d.consecutive_failures + 1
-  d.health = math.max(0, d.health - penalty)
+  -- a congestion signal costs its penalty once per event (when it also cuts the
+  -- rate); while the circuit is not closed a failure costs no health and no hold
+  local fresh = congestion and h_decrease(d, p, now)
+  local closed = d.circuit == 'closed'
+  if closed and (fresh or not congestion) then d.health = math.max(0, d.health - penalty) end
   d.rate = math.min(d.rate, h_ceiling(d, p))
-  if congestion then h_decrease(d, p, now) end
   if retry_after ~= nil then
     d.hold_until = math.max(d.hold_until, now + math.min(math.max(retry_after, 0), p.retry_after_cap))
-  elseif throttle then
+  elseif throttle and closed then
     d.hold_until = math.max(d.hold_until, now + 1 / h_rate(d, p))
   end
   if d.circuit == 'half_open' or (d.circuit == 'closed' and
       (d.health < p.circuit_floor or d.consecutive_failures >= p.circuit_failures)) then
-    d.circuit, d.opened_at, d.probe_at = 'open', now, 0
+    h_open(d, p, now, jitter)
   end
 end
 """
@@ -499,7 +521,7 @@ return {0, flat}
 """
 
 # ARGV: now, policy_json, success(1/0), latency ('' none), affects(1/0), penalty,
-#       congestion(1/0), throttle(1/0), retry_after ('' none) -> {fields}
+#       congestion(1/0), throttle(1/0), retry_after ('' none), jitter factor -> {fields}
 H_RECORD = HEALTH + r"""
 redis.call('SADD', KEYS[2], ARGV[#ARGV])  -- the domain index (last ARGV: the domain)
 local now = tonumber(ARGV[1])
@@ -507,7 +529,8 @@ local d, p = h_load(KEYS[1], now, ARGV[2])
 if ARGV[3] == '1' then
   h_success(d, p, now, tonumber(ARGV[4]))
 else
-  h_failure(d, p, now, ARGV[5] == '1', tonumber(ARGV[6]), ARGV[7] == '1', ARGV[8] == '1', tonumber(ARGV[9]))
+  h_failure(d, p, now, ARGV[5] == '1', tonumber(ARGV[6]), ARGV[7] == '1', ARGV[8] == '1', tonumber(ARGV[9]),
+    tonumber(ARGV[10]))
 end
 return h_save(KEYS[1], d, ARGV[2])
 """

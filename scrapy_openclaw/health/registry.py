@@ -288,13 +288,18 @@ class HealthRegistry:
             return
         d.consecutive_failures += 1
         penalty, congestion = _penalty(classification, p)
-        # A congestion signal costs its penalty once per event (when it also cuts the rate).
-        if not congestion or self._decrease(d, p, now):
+        # A congestion signal costs its penalty once per event (when it also cuts
+        # the rate). While the circuit is open or half-open the domain is known
+        # to be down: a failed probe or a late answer costs no health and no hold
+        # of its own; the growing cool-down is the penalty.
+        fresh = congestion and self._decrease(d, p, now)
+        closed = d.circuit == CLOSED
+        if closed and (fresh or not congestion):
             d.health = max(0.0, d.health - penalty)
         d.rate = min(d.rate, self._ceiling(d, p))
         if retry_after is not None:
             d.hold_until = max(d.hold_until, now + min(max(retry_after, 0.0), p.retry_after_cap))
-        elif classification.is_throttle:
+        elif classification.is_throttle and closed:
             d.hold_until = max(d.hold_until, now + 1.0 / self._rate(d, p))
         if d.circuit == HALF_OPEN or (
             d.circuit == CLOSED
@@ -347,6 +352,8 @@ class HealthRegistry:
                 raise ValueError(f"{where}: field 'circuit': {value!r} is not closed/open/half_open")
             setattr(d, field, int(value) if field in _COUNTERS else value)
         d.health = min(100.0, max(0.0, float(d.health)))
+        d.opens = min(max(0, d.opens), _MAX_DOUBLINGS)
+        d.cooldown = max(0.0, float(d.cooldown))
         return d
 
     # --- internals ------------------------------------------------------------

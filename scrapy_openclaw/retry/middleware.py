@@ -25,6 +25,7 @@ import time
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
+from scrapy.core.downloader import Downloader
 from scrapy.exceptions import NotConfigured
 
 from scrapy_openclaw import deadletter
@@ -233,7 +234,7 @@ def _domain_reopens(crawler: Crawler, request: Request) -> float:
     registry = peek(crawler, "health")  # the HealthRegistry, when the health middleware runs
     if registry is None:
         return 0.0
-    slot = request.meta.get("download_slot") or request_domain(request)
+    slot = request.meta.get(Downloader.DOWNLOAD_SLOT) or request_domain(request)
     return registry.blocked_until(slot) if slot else 0.0
 
 
