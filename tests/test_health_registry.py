@@ -146,10 +146,10 @@ def test_small_latency_jitter_is_not_congestion() -> None:
 def test_token_bucket_allows_a_burst_then_the_rate() -> None:
     reg = registry(initial_rate=2, burst=3)
     assert [reg.try_acquire(D, T0) for _ in range(4)] == [True, True, True, False]
-    assert reg.ready_at(D, T0) == pytest.approx(T0 + 0.5)
+    assert reg.ready_at(D, T0) == pytest.approx(T0 + 0.5, abs=1e-6)
     assert not reg.try_acquire(D, T0 + 0.4)
     assert reg.try_acquire(D, T0 + 0.5)
-    assert reg.ready_at(D, T0 + 0.5) == pytest.approx(T0 + 1.0)
+    assert reg.ready_at(D, T0 + 0.5) == pytest.approx(T0 + 1.0, abs=1e-6)
     assert reg.state(D, T0 + 100).tokens == 3.0  # refills to the burst, no further
 
 
@@ -174,7 +174,7 @@ def test_consecutive_failures_open_the_circuit_and_one_probe_decides() -> None:
     state = reg.state(D, T0 + 2)
     assert (state.circuit, state.concurrency) == ("open", 1)
     assert not reg.try_acquire(D, T0 + 5)
-    assert reg.ready_at(D, T0 + 5) == pytest.approx(T0 + 12)
+    assert reg.ready_at(D, T0 + 5) == pytest.approx(T0 + 12, abs=1e-6)
     # Cool-down over: half-open, exactly one probe.
     assert reg.state(D, T0 + 12).circuit == "half_open"
     assert reg.try_acquire(D, T0 + 12)
@@ -354,9 +354,9 @@ def test_retry_after_holds_the_domain_capped() -> None:
 def test_throttle_without_retry_after_holds_briefly() -> None:
     reg = registry(initial_rate=4, rate_decrease=0.5)
     reg.record_failure(D, HTTP_429, now=T0)
-    assert reg.state(D, T0).hold_until == pytest.approx(T0 + 0.5)  # one interval at the new rate
+    assert reg.state(D, T0).hold_until == pytest.approx(T0 + 0.5, abs=1e-6)  # one interval at the new rate
     reg.record_failure(D, HTTP_500, now=T0 + 1)
-    assert reg.state(D, T0 + 1).hold_until == pytest.approx(T0 + 0.5)  # a 500 is no throttle
+    assert reg.state(D, T0 + 1).hold_until == pytest.approx(T0 + 0.5, abs=1e-6)  # a 500 is no throttle
 
 
 def test_holds_only_extend() -> None:
