@@ -90,22 +90,28 @@ RETRYABLE_CLASSES = frozenset(
 )
 
 
-def _network_reason(exc: BaseException) -> str | None:
-    """Name a download failure, or None if it is not a network failure."""
-    from scrapy.core.downloader.handlers.http11 import TunnelError
-    from scrapy.exceptions import (
-        CannotResolveHostError,
-        DownloadConnectionRefusedError,
-        DownloadFailedError,
-        DownloadTimeoutError,
-        ResponseDataLossError,
-    )
+def _scrapy_exceptions(*names: str) -> tuple[type[BaseException], ...]:
+    """Scrapy's download exception types that exist in this version (2.16 added most)."""
+    import scrapy.exceptions
 
-    table: list[tuple[tuple[type[BaseException], ...], str]] = [
-        ((DownloadTimeoutError, txerror.TimeoutError, TimeoutError), TIMEOUT),
-        ((CannotResolveHostError, txerror.DNSLookupError), DNS),
-        ((DownloadConnectionRefusedError, txerror.ConnectionRefusedError), REFUSED),
-        ((ResponseDataLossError,), DATA_LOSS),
+    found = (getattr(scrapy.exceptions, name, None) for name in names)
+    return tuple(t for t in found if isinstance(t, type))
+
+
+def _network_table() -> list[tuple[tuple[type[BaseException], ...], str]]:
+    from scrapy.core.downloader.handlers.http11 import TunnelError
+
+    return [
+        (
+            (*_scrapy_exceptions("DownloadTimeoutError"), txerror.TimeoutError, TimeoutError),
+            TIMEOUT,
+        ),
+        ((*_scrapy_exceptions("CannotResolveHostError"), txerror.DNSLookupError), DNS),
+        (
+            (*_scrapy_exceptions("DownloadConnectionRefusedError"), txerror.ConnectionRefusedError),
+            REFUSED,
+        ),
+        (_scrapy_exceptions("ResponseDataLossError"), DATA_LOSS),
         (
             (
                 txerror.ConnectionDone,
@@ -116,10 +122,22 @@ def _network_reason(exc: BaseException) -> str | None:
             CONNECTION_LOST,
         ),
         ((TunnelError,), TLS),
-        ((txerror.ConnectError, DownloadFailedError, OSError), CONNECT_FAILED),
+        (
+            (*_scrapy_exceptions("DownloadFailedError"), txerror.ConnectError, OSError),
+            CONNECT_FAILED,
+        ),
     ]
-    for types, reason in table:
-        if isinstance(exc, types):
+
+
+_NETWORK_TABLE: list[tuple[tuple[type[BaseException], ...], str]] = []
+
+
+def _network_reason(exc: BaseException) -> str | None:
+    """Name a download failure, or None if it is not a network failure."""
+    if not _NETWORK_TABLE:
+        _NETWORK_TABLE.extend(_network_table())
+    for types, reason in _NETWORK_TABLE:
+        if types and isinstance(exc, types):
             return reason
     # Twisted wraps HTTP/1.1 client failures (ResponseNeverReceived,
     # ResponseFailed) around the real reasons.

@@ -5,12 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from scrapy.exceptions import (
-    CannotResolveHostError,
-    DownloadConnectionRefusedError,
-    DownloadTimeoutError,
-    DropItem,
-)
+import scrapy.exceptions
+from scrapy.exceptions import DropItem
 from scrapy.settings import Settings
 from twisted.internet import error as txerror
 from twisted.python.failure import Failure
@@ -49,14 +45,30 @@ def test_throttle_statuses(taxonomy):
     assert not taxonomy.classify_status(500).is_throttle
 
 
+# Scrapy >= 2.16 raises its own download exceptions; older ones raise Twisted's.
+NEWER = [
+    (name, reason)
+    for name, reason in (
+        ("DownloadTimeoutError", "timeout"),
+        ("CannotResolveHostError", "dns"),
+        ("DownloadConnectionRefusedError", "refused"),
+        ("ResponseDataLossError", "data_loss"),
+    )
+    if hasattr(scrapy.exceptions, name)
+]
+
+
+@pytest.mark.parametrize(("name", "reason"), NEWER)
+def test_scrapy_download_exceptions(taxonomy, name, reason):
+    exc = getattr(scrapy.exceptions, name)("x")
+    assert taxonomy.classify_download_error(exc).reason == reason
+
+
 @pytest.mark.parametrize(
     ("exc", "reason"),
     [
-        (DownloadTimeoutError("slow"), "timeout"),
         (txerror.TimeoutError(), "timeout"),
-        (CannotResolveHostError("x"), "dns"),
         (txerror.DNSLookupError(), "dns"),
-        (DownloadConnectionRefusedError(), "refused"),
         (txerror.ConnectionRefusedError(), "refused"),
         (txerror.ConnectionLost(), "connection_lost"),
         (ResponseNeverReceived([Failure(txerror.ConnectionDone())]), "connection_lost"),
