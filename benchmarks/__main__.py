@@ -1,4 +1,4 @@
-"""``python -m benchmarks run [SCENARIO ...] [--repeat N] [--quick] [--out DIR]`` and ``... list``.
+"""``python -m benchmarks run [SCENARIO ...] [--repeat N] [--quick] [--out DIR]``, ``... list``, ``... report [DIR]``.
 
 ``run`` with no scenario runs them all, in registry order. It prints progress
 to stderr and the markdown report to stdout, and writes ``DIR/results.json``
@@ -9,6 +9,7 @@ and, when matplotlib is installed, ``DIR/health.png``.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -32,17 +33,10 @@ def _limits(result: dict[str, Any]) -> dict[str, float]:
     return limits
 
 
-def cmd_run(args: argparse.Namespace) -> int:
-    names = args.scenarios or list(suite.SCENARIOS)
-    if args.repeat is not None and args.repeat < 1:
-        raise SystemExit("--repeat must be >= 1")
-    out = Path(args.out)
-    meta = {"date": report.now_iso(), "command": report.command_line(), "quick": args.quick,
-            "machine": report.machine_info(), "scenarios": names, "repeat": args.repeat}
-    result = suite.run_suite(names, quick=args.quick, repeat=args.repeat, out=out, progress=_progress)
-    result = {"meta": meta, **result}
+def finish(result: dict[str, Any], out: Path) -> None:
+    """Plot, render and write a suite result (fresh, or re-read by ``report``)."""
     png = None
-    if any(suite.SCENARIOS[n].record for n in names):
+    if any(suite.SCENARIOS.get(n) and suite.SCENARIOS[n].record for n in result["scenarios"]):
         png, message = plot.plot(out / "recordings", out / "health.png", _limits(result))
         _progress(message)
     result["plot"] = str(png) if png else None
@@ -53,10 +47,32 @@ def cmd_run(args: argparse.Namespace) -> int:
     (out / "results.md").write_text(markdown, encoding="utf-8")
     print(markdown)
     _progress(f"results: {out / 'results.json'}, {out / 'results.md'}; total {result['total_seconds']:.0f} s")
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    names = args.scenarios or list(suite.SCENARIOS)
+    if args.repeat is not None and args.repeat < 1:
+        raise SystemExit("--repeat must be >= 1")
+    out = Path(args.out)
+    meta = {"date": report.now_iso(), "command": report.command_line(), "quick": args.quick,
+            "machine": report.machine_info(), "scenarios": names, "repeat": args.repeat}
+    result = suite.run_suite(names, quick=args.quick, repeat=args.repeat, out=out, progress=_progress)
+    result = {"meta": meta, **result}
+    finish(result, out)
     failed = [n for n, s in result["scenarios"].items() if s["errors"]]
     if failed:
         _progress(f"scenarios with failed runs: {', '.join(failed)}")
     return 1 if failed else 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    """Rebuild tables, markdown and plot from a results.json's raw numbers (nothing is re-run)."""
+    out = Path(args.dir)
+    result = json.loads((out / "results.json").read_text(encoding="utf-8"))
+    for name, scenario in result["scenarios"].items():
+        scenario["tables"] = suite.summarise(name, scenario["raw"])
+    finish(result, out)
+    return 0
 
 
 def cmd_list(args: argparse.Namespace) -> int:
@@ -77,6 +93,9 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--quick", action="store_true", help="small sizes, for the CI smoke run")
     run.add_argument("--out", default=str(DEFAULT_OUT), help=f"output directory (default {DEFAULT_OUT})")
     run.set_defaults(func=cmd_run)
+    rep = sub.add_parser("report", help="re-render DIR/results.json (after changing the report code)")
+    rep.add_argument("dir", nargs="?", default=str(DEFAULT_OUT))
+    rep.set_defaults(func=cmd_report)
     sub.add_parser("list", help="list the scenarios").set_defaults(func=cmd_list)
     args = parser.parse_args(argv)
     return args.func(args)

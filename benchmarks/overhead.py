@@ -40,7 +40,7 @@ from scrapy_openclaw.testing.presets import fault_free_site
 from scrapy_openclaw.testing.servers import ChaosServer
 
 HOSTS = 4
-PAGES = 250  # per host; 1,000 pages in all
+PAGES = 500  # per host; 2,000 pages in all (a few seconds of crawling at full speed)
 QUICK_PAGES = 60
 TIMEOUT = 240.0  # per crawl
 

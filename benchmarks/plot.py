@@ -118,8 +118,10 @@ def _rates(ax: Any, samples: list[dict[str, Any]], limit: float | None) -> None:
         return
     for i, domain in enumerate(_domains(samples)):
         color = f"C{i % 10}"
-        ax.plot(*rate_series(samples, domain), color=color, label=domain, linewidth=1.2)
-        ax.plot(*rate_series(samples, domain, _errors), color=color, linestyle="--", linewidth=0.9)
+        xs, ys = rate_series(samples, domain)
+        marker = "o" if len(xs) < 8 else None  # a crawl that gave up within a second or two
+        ax.plot(xs, ys, color=color, label=domain, linewidth=1.2, marker=marker)
+        ax.plot(*rate_series(samples, domain, _errors), color=color, linestyle="--", linewidth=0.9, marker=marker)
     if limit:
         ax.axhline(limit, color="black", linestyle=":", linewidth=1, label=f"server limit {limit:g}/s")
     ax.set_xlabel("seconds")

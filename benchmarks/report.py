@@ -78,7 +78,9 @@ def fmt(value: float | None) -> str:
 
 
 def fmt_ratio(ratio: float | None) -> str:
-    return "" if ratio is None else f"×{ratio:.2f}"
+    if ratio is None:
+        return ""
+    return f"×{ratio:.2f}" if abs(ratio) >= 0.1 else f"×{ratio:.2g}"
 
 
 def _met(met: bool | None) -> str:

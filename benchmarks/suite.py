@@ -19,6 +19,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import shutil
 import signal
 import statistics
 import subprocess
@@ -269,6 +270,8 @@ def run_scenario(scenario: Scenario, quick: bool, repeat: int, out: Path,
     runs = []
     for i in range(repeat):
         record_dir = out / "recordings" / scenario.name / f"run{i + 1}" if scenario.record else None
+        if record_dir is not None and record_dir.exists():
+            shutil.rmtree(record_dir)  # the recorder appends: an earlier suite run's lines must go
         with tempfile.TemporaryDirectory(prefix=f"openclaw-bench-{scenario.name}-") as tmp:
             outcome = run_once(scenario, quick, Path(tmp), record_dir)
         runs.append(outcome)

@@ -54,6 +54,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 _PARSE = Classification(ErrorClass.PARSE, "parse")
+_SEEN = "_openclaw_parse_retry_seen"
 
 
 class _Attempt:
@@ -121,6 +122,11 @@ class ParseRetryMiddleware:
         request = response.request
         if request is None or request.meta.get("dont_retry", False):
             return None
+        # Older Scrapy (2.14) may pass one exception through this hook more
+        # than once on its way down the chain; decide (and dead-letter) once.
+        if getattr(exception, _SEEN, False):
+            return None
+        setattr(exception, _SEEN, True)
         classification = self.taxonomy.classify_callback_error(exception)
         if classification is None:
             return None
