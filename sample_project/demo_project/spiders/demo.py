@@ -16,6 +16,7 @@ from urllib.parse import urlparse
 import scrapy
 from scrapy import signals
 from scrapy.exceptions import CloseSpider
+from scrapy.utils.defer import maybe_deferred_to_future
 
 from scrapy_openclaw.runtime import peek
 from scrapy_openclaw.testing.chaos import ChaosConfig, ChaosSite, HostConfig
@@ -78,7 +79,7 @@ class DemoSpider(scrapy.Spider):
         yield {"url": response.url, "title": title, "host": host}
         yield from response.follow_all(css="a")
 
-    def closed_summary(self, spider, reason):
+    async def closed_summary(self, spider, reason):
         registry = peek(self.crawler, "health")
         stats = self.crawler.stats
         lines = [
@@ -105,5 +106,4 @@ class DemoSpider(scrapy.Spider):
         )
         print("\n".join(lines), flush=True)
         if self.site is not None:
-            return self.site.stop()
-        return None
+            await maybe_deferred_to_future(self.site.stop())
