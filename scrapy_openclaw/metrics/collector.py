@@ -14,10 +14,9 @@ What it relies on, all public or public-ish:
 - ``HealthRegistry.for_crawler(crawler)`` with ``domains()`` and ``state(domain)``,
   when :mod:`scrapy_openclaw.health` is installed;
 - the engine's scheduler (``engine.scheduler`` on Scrapy >= 2.15,
-  ``engine._slot.scheduler`` before), its ``len()``, and its ``mqs`` / ``dqs``
-  priority queues' ``queue_state() -> {"ready", "delayed", "expired",
-  "per_domain" (or "domains")}`` when the DeadlinePriorityQueue is in use
-  ("expired" is read as a running total); otherwise the
+  ``engine._slot.scheduler`` before) and its ``len()``; with the
+  DeadlinePriorityQueue, :func:`scrapy_openclaw.pqueues.queue_state` (ready,
+  delayed, expired so far, per domain); otherwise the
   :class:`~scrapy_openclaw.delay.DelayedRequests` fallback's ``len()``;
 - ``engine.downloader.active`` and ``engine.downloader.slots[key].active``.
 
@@ -44,6 +43,7 @@ from prometheus_client.metrics_core import (
 )
 
 from scrapy_openclaw.errors import ErrorClass
+from scrapy_openclaw.pqueues import queue_state as deadline_queue_state
 from scrapy_openclaw.runtime import peek
 
 if TYPE_CHECKING:
@@ -336,20 +336,14 @@ class OpenClawCollector:
             return result
         if hasattr(scheduler, "__len__"):
             pending.add_metric([spider], len(scheduler))
-        states = [
-            queue.queue_state()
-            for queue in (getattr(scheduler, "mqs", None), getattr(scheduler, "dqs", None))
-            if queue is not None and callable(getattr(queue, "queue_state", None))
-        ]
-        if states:
-            for state in ("ready", "delayed"):
-                by_state.add_metric([spider, state], sum(_number(s.get(state)) for s in states))
-            expired.add_metric([spider], sum(_number(s.get("expired")) for s in states))
+        if peek(self.crawler, "queues"):  # the DeadlinePriorityQueue registers itself
+            state = deadline_queue_state(self.crawler)
+            for name in ("ready", "delayed"):
+                by_state.add_metric([spider, name], state[name])
+            expired.add_metric([spider], state["expired"])
             per_domain: dict[str, float] = defaultdict(float)
-            for s in states:
-                domains = s.get("per_domain", s.get("domains")) or {}
-                for domain, value in domains.items():
-                    per_domain[self.labels(domain)] += _pending_count(value)
+            for domain, count in state["domains"].items():
+                per_domain[self.labels(domain)] += count
             for label, value in sorted(per_domain.items()):
                 by_domain.add_metric([spider, label], value)
             return result
@@ -415,10 +409,3 @@ def _retry_delay_histogram(stats: dict[str, Any], spider: str) -> Metric | None:
 
 def _number(value: Any) -> float:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0.0
-
-
-def _pending_count(value: Any) -> float:
-    """``per_domain`` values may be a count or a dict of counts by state."""
-    if isinstance(value, dict):
-        return sum(_number(v) for v in value.values())
-    return _number(value)
