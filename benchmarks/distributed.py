@@ -1,6 +1,6 @@
 """Distributed mode vs plain scrapy-redis: scaling, worker kill, combined per-domain rate.
 
-    python benchmarks/distributed.py [--quick]
+    python -m benchmarks.distributed [--quick]
 
 ``run(quick) -> dict``. Every scenario runs real worker processes
 (``scrapy_openclaw.testing.runcrawl``) against a real redis-server and the
@@ -21,14 +21,9 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from scrapy_openclaw.testing.servers import ChaosServer, RedisServer, subprocess_env
+
 ROOT = Path(__file__).resolve().parents[1]
-# run as a script, benchmarks/ is sys.path[0]: its siblings (e.g. queue.py) must not shadow the stdlib
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != ROOT / "benchmarks"]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from scrapy_openclaw.testing.servers import ChaosServer, RedisServer, subprocess_env  # noqa: E402
-
 SPIDER = "tests.distributed_spiders.WorkerChaosSpider"
 
 
@@ -161,47 +156,93 @@ SCALE_LATENCY = 0.2
 SCALE_CONCURRENCY = 2
 
 
-def scenario_scaling(n: int, pages: int, tmp: Path) -> dict[str, Any]:
+def scenario_scaling(kind: str, n: int, pages: int, tmp: Path) -> dict[str, Any]:
     """Seconds until every reachable page is in Redis (worker start-up included)."""
     with ChaosServer(_site(pages, latency=SCALE_LATENCY)) as site, RedisServer() as redis_server:
         expected = len(site.reachable().ok)
-        settings = ours(redis_server.url)
+        settings = ours(redis_server.url) if kind == "openclaw" else plain(redis_server.url)
         settings["CONCURRENT_REQUESTS"] = SCALE_CONCURRENCY
         t0 = time.monotonic()
-        w = Workers(n, settings, site.start_urls, tmp / f"scale{n}")
+        w = Workers(n, settings, site.start_urls, tmp / f"scale-{kind}-{n}")
         wait_for_items(redis_server.url, expected, 300)
         elapsed = time.monotonic() - t0
         codes = w.wait(300)
         urls = scraped_urls(redis_server.url)
-    return {"workers": n, "seconds": round(elapsed, 2), "pages": sum(urls.values()),
+    return {"kind": kind, "workers": n, "seconds": round(elapsed, 2), "pages": sum(urls.values()),
             "unique": len(urls), "expected": expected, "exit_codes": codes}
 
 
-def scenario_kill(kind: str, pages: int, tmp: Path, after: int = 5) -> dict[str, Any]:
+def leased_urls(redis_url: str, pid: int, key: str = "chaos:requests") -> list[str]:
+    """URLs of the requests the worker with this pid holds leased right now (ours only)."""
+    import re
+
+    import redis
+
+    client = redis.Redis.from_url(redis_url)
+    ids = [i for i, o in client.hgetall(key + ":owner").items() if o.decode().split(":")[1] == str(pid)]
+    urls = []
+    for raw in client.hmget(key + ":data", ids) if ids else []:
+        text = (raw or b"").decode(errors="replace")
+        found = re.search(r'"url":\s*"([^"]+)"', text)
+        urls.append(found.group(1) if found else text[:200])
+    return sorted(urls)
+
+
+def _evidence(kind: str, round_: int, lost: set[str], leased: list[str] | None, w: Workers) -> dict[str, Any]:
+    """What a lost page looked like: its URL, whether the killed worker held it, every worker-log line
+    naming it; the full worker logs are copied to ``$BENCH_OUT_DIR/evidence/`` when the suite runs it."""
+    lines = {}
+    for i in range(len(w.procs)):
+        log = w.log(i)
+        lines[f"w{i}"] = [ln[:400] for ln in log.splitlines() if any(u in ln for u in lost)][:40]
+    saved = None
+    out_dir = os.environ.get("BENCH_OUT_DIR")
+    if out_dir:
+        import shutil
+
+        target = Path(out_dir) / "evidence" / f"distributed-kill-{kind}-round{round_}"
+        shutil.rmtree(target, ignore_errors=True)
+        for i, wout in enumerate(w.outs):
+            if wout.exists():
+                shutil.copytree(wout, target / f"w{i}")
+        saved = str(target)
+    return {"lost_urls": sorted(lost), "leased_by_killed_worker_at_kill": leased,
+            "lost_and_leased_by_killed": sorted(lost & set(leased or [])),
+            "log_lines_naming_lost_urls": lines, "exit_codes": [p.returncode for p in w.procs],
+            "worker_logs_saved_to": saved}
+
+
+def scenario_kill(kind: str, pages: int, tmp: Path, round_: int = 0, after: int = 5) -> dict[str, Any]:
     """3 workers; kill -9 worker 1 once it has scraped ``after`` items itself (so it is
     mid-crawl with requests in flight); count pages lost (reachable - scraped) and duplicates.
 
     Latency-bound like the scaling run, so the crawl lasts long enough for plain
     scrapy-redis workers (which look at Redis on the engine's 5-s heartbeat) to join.
+    DEBUG logs, so a lost page can be traced (see :func:`_evidence`).
     """
     with ChaosServer(_site(pages, latency=SCALE_LATENCY)) as site, RedisServer() as redis_server:
         expected = site.reachable().ok
         settings = ours(redis_server.url) if kind == "openclaw" else plain(redis_server.url)
-        settings["CONCURRENT_REQUESTS"] = 4
-        w = Workers(3, settings, site.start_urls, tmp / f"kill-{kind}")
+        settings.update(CONCURRENT_REQUESTS=4, LOG_LEVEL="DEBUG")
+        w = Workers(3, settings, site.start_urls, tmp / f"kill-{kind}-{round_}")
         pid = w.procs[1].pid
         deadline = time.monotonic() + 90
         while items_by_worker(redis_server.url, pid) < after and time.monotonic() < deadline:
             time.sleep(0.05)
-        leased = leases_of(redis_server.url, pid) if kind == "openclaw" else None
+        leased = leased_urls(redis_server.url, pid) if kind == "openclaw" else None
         own = items_by_worker(redis_server.url, pid)
         done = len(scraped_urls(redis_server.url))
         w.kill(1)
         w.wait(300)
         urls = scraped_urls(redis_server.url)
-    return {"kind": kind, "expected": len(expected), "killed_after_items": done, "its_items": own,
-            "killed_worker_leases": leased, "scraped_unique": len(set(urls) & expected),
-            "lost": len(expected - set(urls)), "duplicates": sum(c - 1 for c in urls.values() if c > 1)}
+    lost = expected - set(urls)
+    row = {"kind": kind, "round": round_, "expected": len(expected), "killed_after_items": done,
+           "its_items": own, "killed_worker_leases": None if leased is None else len(leased),
+           "scraped_unique": len(set(urls) & expected), "lost": len(lost),
+           "duplicates": sum(c - 1 for c in urls.values() if c > 1)}
+    if lost and kind == "openclaw":
+        row["evidence"] = _evidence(kind, round_, lost, leased, w)
+    return row
 
 
 def scenario_rate(kind: str, limit: float, pages: int, tmp: Path) -> dict[str, Any]:
@@ -222,39 +263,48 @@ def scenario_rate(kind: str, limit: float, pages: int, tmp: Path) -> dict[str, A
             "ratio_to_limit": round(host["max_1s_window"] / limit, 2), "requests": host["total"]}
 
 
+KILL_ROUNDS = 3
+
+
+def _name(kind: str) -> str:
+    return "scrapy_redis" if kind == "plain" else kind
+
+
+def _kill_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    import statistics
+
+    return {"rounds": len(rows), "lost_total": sum(r["lost"] for r in rows),
+            "rounds_with_loss": sum(1 for r in rows if r["lost"]),
+            "duplicates_median": statistics.median(r["duplicates"] for r in rows),
+            "expected": rows[0]["expected"], "per_round": rows}
+
+
 def run(quick: bool = False) -> dict[str, Any]:
+    """``{"tables": {"scaling"|"kill"|"rate": {"baseline": ..., "configs": {...}}}}``."""
     scale_pages = 80 if quick else 160  # x2 hosts; 1 worker: >= pages*2*0.2/2 s
     pages = 100 if quick else 160
     with tempfile.TemporaryDirectory(prefix="openclaw-bench-dist-") as d:
         tmp = Path(d)
-        scaling = [scenario_scaling(n, scale_pages, tmp) for n in (1, 2, 3)]
-        base = scaling[0]["seconds"]
+        scaling = [scenario_scaling(kind, n, scale_pages, tmp)
+                   for kind, counts in (("openclaw", (1, 2, 3)), ("plain", (1, 3))) for n in counts]
         for row in scaling:
-            row["speedup"] = round(base / row["seconds"], 2)
-        kill = [scenario_kill(k, pages, tmp) for k in ("openclaw", "plain")]
+            one = next(r for r in scaling if r["kind"] == row["kind"] and r["workers"] == 1)
+            row["speedup"] = round(one["seconds"] / row["seconds"], 2)
+        # interleaved rounds (ours, plain, ours, plain, ...): a loss is rare, so look several times
+        kill = [scenario_kill(k, pages, tmp, r) for r in range(1 if quick else KILL_ROUNDS)
+                for k in ("openclaw", "plain")]
         # >= 16 s at the limit, so plain workers (joining on the 5-s heartbeat) overlap
         rate = [scenario_rate(k, 5.0, 80 if quick else 120, tmp) for k in ("openclaw", "plain")]
-    return {"scaling": scaling, "kill": kill, "rate": rate}
-
-
-def table(result: dict[str, Any]) -> str:
-    """The result as a few Markdown tables."""
-    lines = ["| workers | seconds | speedup | unique/expected |", "| --- | --- | --- | --- |"]
-    for r in result["scaling"]:
-        lines.append(f"| {r['workers']} | {r['seconds']} | {r['speedup']} | {r['unique']}/{r['expected']} |")
-    lines += ["", "| kill -9 one of 3 | killed after items (its own) | its leases | lost | duplicates |",
-              "| --- | --- | --- | --- | --- |"]
-    for r in result["kill"]:
-        lines.append(f"| {r['kind']} | {r['killed_after_items']} ({r['its_items']}) | {r['killed_worker_leases']} | "
-                     f"{r['lost']}/{r['expected']} | {r['duplicates']} |")
-    lines += ["", "| 3 workers, one host | limit req/s | max in any 1 s | ratio |", "| --- | --- | --- | --- |"]
-    for r in result["rate"]:
-        lines.append(f"| {r['kind']} | {r['limit']} (+burst {r['burst']}) | {r['max_1s_window']} | "
-                     f"{r['ratio_to_limit']} |")
-    return "\n".join(lines)
+    for row in rate:
+        row["over_limit"] = round(row["max_1s_window"] / (row["limit"] + row["burst"]), 3)
+    return {"tables": {
+        "scaling": {"baseline": "scrapy_redis_1_workers",
+                    "configs": {f"{_name(r['kind'])}_{r['workers']}_workers": r for r in scaling}},
+        "kill": {"baseline": "scrapy_redis", "configs": {
+            _name(k): _kill_summary([r for r in kill if r["kind"] == k]) for k in ("openclaw", "plain")}},
+        "rate": {"baseline": "scrapy_redis", "configs": {_name(r["kind"]): r for r in rate}},
+    }}
 
 
 if __name__ == "__main__":
-    out = run("--quick" in sys.argv)
-    print(json.dumps(out, indent=1))
-    print(table(out))
+    print(json.dumps(run("--quick" in sys.argv), indent=1))

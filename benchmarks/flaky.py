@@ -1,4 +1,4 @@
-"""Benchmark: success rate on a flaky 4-host site, plain Scrapy vs more retries vs scrapy-openclaw.
+"""Benchmark: success rate on a flaky 4-host site, plain Scrapy vs a careful user vs scrapy-openclaw.
 
 The site (``presets.flaky_site``): 503 windows ~30% of the time (staggered
 per host), ~3% dropped connections and ~2% hangs, two 404 pages and two
@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks.suite import with_recorder
 from scrapy_openclaw.testing.crawl import CrawlTimeout, run_crawl
 from scrapy_openclaw.testing.presets import flaky_site
 from scrapy_openclaw.testing.servers import ChaosServer
@@ -30,7 +31,8 @@ COMMON = {"DOWNLOAD_TIMEOUT": 5, "LOG_LEVEL": "INFO", "CONCURRENT_REQUESTS": 16}
 
 CONFIGS: dict[str, dict[str, Any]] = {
     "scrapy": {},
-    "scrapy_retry10": {"RETRY_TIMES": 10},
+    # what a careful user would set: AutoThrottle and more retries
+    "scrapy_careful": {"AUTOTHROTTLE_ENABLED": True, "RETRY_TIMES": 10},
     "openclaw": {"ADDONS": {"scrapy_openclaw.Addon": 100}},
     # the retry middlewares alone (no health, no deadline queue): what retry itself buys
     "openclaw_retry_only": {
@@ -42,9 +44,6 @@ CONFIGS: dict[str, dict[str, Any]] = {
     },
 }
 
-# Fallback when the add-on cannot load (other components not written yet).
-OPENCLAW_BY_CLASS = CONFIGS["openclaw_retry_only"]
-
 
 def _one(name: str, settings: dict[str, Any], quick: bool, out: Path) -> dict[str, Any]:
     config = flaky_site(n_hosts=4, pages=20 if quick else 50, period=6.0 if quick else 10.0)
@@ -55,7 +54,7 @@ def _one(name: str, settings: dict[str, Any], quick: bool, out: Path) -> dict[st
         limit = 60 if quick else 300
         # dead letters (DLQ pipeline) go to the scratch directory, not the working directory
         dlq = {"OPENCLAW_DLQ_URI": str(out / name / "deadletters.jsonl")} if "ADDONS" in settings else {}
-        merged = {**COMMON, "CLOSESPIDER_TIMEOUT": limit, **dlq, **settings}
+        merged = with_recorder({**COMMON, "CLOSESPIDER_TIMEOUT": limit, **dlq, **settings}, name)
         try:
             result = run_crawl(SPIDER, settings=merged, spider_args={"start_urls": server.start_urls},
                                timeout=limit + 60, out_dir=out / name)
@@ -85,26 +84,16 @@ def _one(name: str, settings: dict[str, Any], quick: bool, out: Path) -> dict[st
 
 
 def run(quick: bool) -> dict[str, Any]:
-    """Crawl the flaky site once per configuration; returns one dict per configuration."""
-    results: dict[str, Any] = {"quick": quick}
+    """Crawl the flaky site once per configuration: ``{"baseline": "scrapy", "configs": {name: {...}}}``."""
+    results: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="openclaw-bench-flaky-") as tmp:
         out = Path(tmp)
         for name, settings in CONFIGS.items():
-            res = _one(name, settings, quick, out)
-            if name == "openclaw" and (res.get("returncode") != 0 or res.get("finish_reason") is None):
-                # The add-on needs every component; fall back to the retry middlewares alone.
-                res = _one(name + "_by_class", OPENCLAW_BY_CLASS, quick, out)
-                res["note"] = "add-on failed to start; retry middlewares enabled by class path"
-            results[name] = res
+            results[name] = _one(name, settings, quick, out)
     for res in results.values():
-        if isinstance(res, dict) and not res.get("log_tail"):
+        if not res.get("log_tail"):
             res.pop("log_tail", None)
-    base = results["scrapy"].get("success_rate") or 0
-    ours = results["openclaw"].get("success_rate") or 0
-    results["summary"] = {
-        name: results[name].get("success_rate") for name in CONFIGS
-    } | {"openclaw_vs_scrapy_ratio": round(ours / base, 3) if base else None}
-    return results
+    return {"baseline": "scrapy", "quick": quick, "configs": results}
 
 
 def main() -> None:

@@ -4,14 +4,18 @@
 
 ``run(quick) -> dict`` measures
 
-* **kills**: a crawl killed with SIGKILL three times, then run to the end, with
-  the same directory each time (``OPENCLAW_CHECKPOINT_DIR`` vs ``JOBDIR``).
+* **kills**: a crawl killed with SIGKILL up to three times (each time once the
+  server has served 1/8 of the site's pages since that start, and only while
+  the crawl still runs), then run to the end, with the same directory each
+  time (``OPENCLAW_CHECKPOINT_DIR`` vs ``JOBDIR``). A side that finishes
+  before its next kill gets fewer kills; ``kills`` is reported next to the losses.
   Pages lost = reachable pages (ground truth) never scraped; duplicate
   fetches = server-side 200 responses beyond the first per URL. Items are
   written by a pipeline that flushes each one, so a killed process's output
   is what it really produced.
-* **throughput**: the same fault-free crawl with checkpointing on and off
-  (pages/s from Scrapy's own elapsed time), as a ratio.
+* **throughput**: the same fault-free crawl with checkpointing off and on,
+  interleaved three times (pages/s from Scrapy's own elapsed time): medians,
+  and the median of the per-pair ratios.
 * **scale**: size of a checkpoint holding 500,000 pending requests (quick:
   50,000), time to write it, and resume time (read + verify + rebuild every
   Request).
@@ -22,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import signal
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -79,13 +84,25 @@ def _fetches(truth: dict[str, Any]) -> dict[str, int]:
     return counts
 
 
+def _served(server: ChaosServer) -> int:
+    """Pages the server has answered with 200 so far (all hosts)."""
+    hosts = server.truth(include_requests=False)["hosts"].values()
+    return sum(h["statuses"].get("200", 0) for h in hosts)
+
+
 def _wait(predicate: Any, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and not predicate():
-        time.sleep(0.05)
+        time.sleep(0.1)
+
+
+KILLS = 3
 
 
 def kill_scenario(mode: str, quick: bool, work: Path) -> dict[str, Any]:
+    """Start, and kill -9 once the server has served ``pages // 8`` new pages since this start
+    (only while the crawl still runs), ``KILLS`` times; then let it finish. Same rule for both
+    sides: a side whose crawl ends before its next kill gets fewer kills (reported)."""
     pages = 150 if quick else 400
     with ChaosServer(_site(pages, 0.05)) as server:
         reachable = server.reachable().ok
@@ -104,14 +121,15 @@ def kill_scenario(mode: str, quick: bool, work: Path) -> dict[str, Any]:
                         "EXTENSIONS": {"scrapy_openclaw.checkpoint.CheckpointExtension": 10}})
         else:
             cfg["JOBDIR"] = str(state_dir)
-        kills = 0
+        kills, starts, finished = 0, 0, False
         started = time.monotonic()
-        for run in range(10):
-            before = len(_items(items))
-            proc = start_crawl(settings=cfg, spider_args={"start_urls": server.start_urls},
-                               out_dir=work / f"{mode}-run{run}")
-            if kills < 3:
-                _wait(lambda b=before: len(_items(items)) >= b + pages // 8 or proc.poll() is not None, 60)
+        for run in range(KILLS + 3):  # bounded: KILLS killed starts, then at most a few to finish
+            before = _served(server)
+            out = work / f"{mode}-run{run}"
+            proc = start_crawl(settings=cfg, spider_args={"start_urls": server.start_urls}, out_dir=out)
+            starts += 1
+            if kills < KILLS:
+                _wait(lambda b=before: proc.poll() is not None or _served(server) >= b + pages // 8, 60)
                 if proc.poll() is None:
                     proc.send_signal(signal.SIGKILL)
                     proc.wait(10)
@@ -123,13 +141,15 @@ def kill_scenario(mode: str, quick: bool, work: Path) -> dict[str, Any]:
                 if proc.poll() is None:
                     proc.kill()
                     proc.wait(10)
-            result = read_result(work / f"{mode}-run{run}", proc.returncode)
-            if kills >= 3 or result.stats.get("finish_reason") == "finished":
+            if read_result(out, proc.returncode).stats.get("finish_reason") == "finished":
+                finished = True
                 break
         fetched = _fetches(server.truth())
         scraped = {it["url"] for it in _items(items)}
         return {
             "kills": kills,
+            "starts": starts,
+            "finished": finished,
             "reachable_pages": len(reachable),
             "pages_lost": len(reachable - scraped),
             "duplicate_fetches": sum(n - 1 for n in fetched.values()),
@@ -137,12 +157,12 @@ def kill_scenario(mode: str, quick: bool, work: Path) -> dict[str, Any]:
         }
 
 
-def throughput(quick: bool, work: Path) -> dict[str, Any]:
-    """Alternating off/on runs; best of each (the machine is shared, so the best run is the
-    one least disturbed by others)."""
+def throughput(quick: bool, work: Path, pairs: int = 3) -> dict[str, Any]:
+    """Interleaved off/on runs (off, on, off, on, ...): medians, and the median of the
+    per-pair ratios (a pair shares the machine's weather)."""
     pages = 800 if quick else 2500
     rates: dict[str, list[float]] = {"off": [], "on": []}
-    for i in range(3):
+    for i in range(pairs):
         for mode in ("off", "on"):
             with ChaosServer(_site(pages, 0.0)) as server:
                 cfg: dict[str, Any] = {"CONCURRENT_REQUESTS": 16, "LOG_LEVEL": "INFO", "RETRY_ENABLED": False}
@@ -155,8 +175,10 @@ def throughput(quick: bool, work: Path) -> dict[str, Any]:
                 stats = read_result(out, proc.returncode).stats
                 elapsed = max(stats.get("elapsed_time_seconds", 1.0), 1e-6)
                 rates[mode].append(stats.get("response_received_count", 0) / elapsed)
-    off, on = max(rates["off"]), max(rates["on"])
-    return {"pages_per_s_off": round(off, 1), "pages_per_s_on": round(on, 1), "ratio_on_off": round(on / off, 3),
+    ratios = [on / off for off, on in zip(rates["off"], rates["on"]) if off]
+    return {"pages_per_s_off": round(statistics.median(rates["off"]), 1),
+            "pages_per_s_on": round(statistics.median(rates["on"]), 1),
+            "ratio_on_off": round(statistics.median(ratios), 3) if ratios else None,
             "runs_off": [round(r, 1) for r in rates["off"]], "runs_on": [round(r, 1) for r in rates["on"]]}
 
 
@@ -211,14 +233,17 @@ def scale(quick: bool, work: Path) -> dict[str, Any]:
 def run(quick: bool) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="openclaw-killresume-") as tmp:
         work = Path(tmp)
-        return {
-            "kill9_x3": {
-                "openclaw_checkpoint": kill_scenario("openclaw", quick, work),
-                "scrapy_jobdir": kill_scenario("jobdir", quick, work),
-            },
-            "throughput": throughput(quick, work),
-            "scale": scale(quick, work),
-        }
+        kills = {"openclaw_checkpoint": kill_scenario("openclaw", quick, work),
+                 "scrapy_jobdir": kill_scenario("jobdir", quick, work)}
+        tp = throughput(quick, work)
+        return {"tables": {
+            "kill": {"baseline": "scrapy_jobdir", "configs": kills},
+            "throughput": {"baseline": "checkpoint_off", "runs": tp, "configs": {
+                "checkpoint_off": {"pages_per_s": tp["pages_per_s_off"]},
+                "checkpoint_on": {"pages_per_s": tp["pages_per_s_on"], "paired_ratio": tp["ratio_on_off"]},
+            }},
+            "scale": {"baseline": None, "configs": {"openclaw_checkpoint": scale(quick, work)}},
+        }}
 
 
 def main() -> None:

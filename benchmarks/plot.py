@@ -1,7 +1,8 @@
 """A PNG of per-domain request rate and health over time, from the recorder's data.
 
-For the ``ratelimit`` and ``flaky`` scenarios (one row each): plain Scrapy's
-request rate per domain, scrapy-openclaw's request rate per domain, and
+For the ``ratelimit`` and ``flaky`` scenarios (one row each): the request rate
+per domain of plain Scrapy, of the careful user's Scrapy (AutoThrottle, more
+retries) and of scrapy-openclaw, and
 scrapy-openclaw's health score per domain with the rate its controller
 allows, so a reader sees the controller back off and recover. Throttle and
 server errors (429/503 answers per second) are drawn dashed under the rates.
@@ -17,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 PLOTTED = ("ratelimit", "flaky")
-BASELINE, OURS = "scrapy", "openclaw"
+BASELINE, CAREFUL, OURS = "scrapy", "scrapy_careful", "openclaw"
+LABELS = {BASELINE: "plain Scrapy", CAREFUL: "careful Scrapy (AutoThrottle, 10 retries)", OURS: "scrapy-openclaw"}
 ERROR_STATUSES = ("429", "503")
 WINDOW = 1.0  # seconds over which a rate is computed
 
@@ -90,17 +92,15 @@ def plot(record_root: Path, out_path: Path, limits: dict[str, float] | None = No
     if not scenarios:
         return None, f"no recordings for {' or '.join(PLOTTED)} under {record_root}: no plot"
     limits = limits or {}
-    fig, axes = plt.subplots(len(scenarios), 3, figsize=(16, 4.2 * len(scenarios)), squeeze=False)
+    fig, axes = plt.subplots(len(scenarios), 4, figsize=(21, 4.2 * len(scenarios)), squeeze=False)
     for row, (name, files) in enumerate(scenarios.items()):
         data = {config: read_recording(path) for config, path in files.items()}
-        for col, config in enumerate((BASELINE, OURS)):
+        for col, config in enumerate((BASELINE, CAREFUL, OURS)):
             ax = axes[row][col]
-            samples = data.get(config, [])
-            _rates(ax, samples, limits.get(name))
-            ax.set_title(f"{name}: {'plain Scrapy' if config == BASELINE else 'scrapy-openclaw'} "
-                         "requests/s per domain")
-        _health(axes[row][2], data.get(OURS, []))
-        axes[row][2].set_title(f"{name}: scrapy-openclaw health and allowed rate")
+            _rates(ax, data.get(config, []), limits.get(name))
+            ax.set_title(f"{name}: {LABELS[config]}\nrequests/s per domain", fontsize=10)
+        _health(axes[row][3], data.get(OURS, []))
+        axes[row][3].set_title(f"{name}: scrapy-openclaw\nhealth and allowed rate", fontsize=10)
     fig.tight_layout()
     out_path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out_path, dpi=90)

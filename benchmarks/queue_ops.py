@@ -9,11 +9,13 @@ cannot distort the other:
 * **throughput** at ``THROUGHPUT_N`` pending requests (1,000,000; quick
   100,000), timed with nothing else running (no tracemalloc, which makes
   allocation-heavy code ~10x slower, gc off during the timing);
-* **memory** at ``MEMORY_N`` pending requests (200,000; quick 50,000) with
-  tracemalloc: the queue's own structures (``overhead``) and requests +
-  structures (``total``, the issue's "memory per pending request"), in bytes
-  per request. Bytes per request barely depend on N past a few thousand, so
-  the smaller pass measures the same thing in a fifth of the time.
+* **memory** at ``MEMORY_N`` pending requests (100,000; quick 20,000) with
+  tracemalloc: the queue's own structures (``overhead``: for Scrapy's queue
+  little more than a deque's 8-byte pointer per request) and requests +
+  meta + structures (``total``, the issue's "memory per pending request"),
+  in bytes per request. Bytes per request barely depend on N past a few
+  thousand, so the smaller traced pass measures the same thing in a fraction
+  of the time.
 
 Module name: ``queue_ops``, not ``queue`` (a ``benchmarks/queue.py`` shadows
 the stdlib module when a file in this directory is run as a script).
@@ -39,8 +41,8 @@ from scrapy_openclaw import meta as M
 from scrapy_openclaw.pqueues import DeadlinePriorityQueue
 
 DOMAINS = 100
-THROUGHPUT_N, MEMORY_N = 1_000_000, 200_000
-QUICK_THROUGHPUT_N, QUICK_MEMORY_N = 100_000, 50_000
+THROUGHPUT_N, MEMORY_N = 1_000_000, 100_000
+QUICK_THROUGHPUT_N, QUICK_MEMORY_N = 100_000, 20_000
 BASELINE = "scrapy"
 # name -> (queue class, a deadline on every request)
 CASES: dict[str, tuple[type, bool]] = {
@@ -62,25 +64,31 @@ def _crawler() -> Any:
     return crawler
 
 
-def _requests(n: int, deadlines: bool) -> list[Request]:
+def _requests(n: int) -> list[Request]:
+    return [Request(f"http://h{i % DOMAINS}.example/page/{i}", priority=i % 5 - 2) for i in range(n)]
+
+
+def _fresh_meta(requests: list[Request], deadlines: bool) -> None:
+    """Give every request a new meta dict (empty, or with a deadline), as a newly made request has.
+
+    Building 1,000,000 Requests takes longer than most queues need to push and pop them, so
+    one list serves every case; only meta changes (queues write ``download_slot`` into it,
+    and a meta dict never shrinks). Every queue touches meta, so it exists before the timing.
+    """
     now = time.time()
-    out = []
-    for i in range(n):
-        r = Request(f"http://h{i % DOMAINS}.example/page/{i}", priority=i % 5 - 2)
-        if deadlines:
-            r.meta[M.DEADLINE] = now + 3600 + (i * 7919) % 3600
-        else:
-            _ = r.meta  # every queue touches meta; create it outside the timing
-        out.append(r)
-    return out
+    for i, r in enumerate(requests):
+        r._meta = {M.DEADLINE: now + 3600 + (i * 7919) % 3600} if deadlines else {}
 
 
 def _build(cls: type, crawler: Any) -> Any:
     return cls.from_crawler(crawler, LifoMemoryQueue, "", start_queue_cls=FifoMemoryQueue)
 
 
-def throughput(cls: type, n: int, deadlines: bool, crawler: Any) -> dict[str, float]:
-    requests = _requests(n, deadlines)
+def throughput(cls: type, requests: list[Request], deadlines: bool, crawler: Any) -> dict[str, float]:
+    """Push all, then pop all, untraced, gc off; requests per second."""
+    for r in requests:
+        r._meta = None
+    _fresh_meta(requests, deadlines)
     q = _build(cls, crawler)
     gc.collect()
     gc.disable()
@@ -89,7 +97,6 @@ def throughput(cls: type, n: int, deadlines: bool, crawler: Any) -> dict[str, fl
         for r in requests:
             q.push(r)
         push = time.perf_counter() - t
-        del requests
         t = time.perf_counter()
         popped = 0
         while q.pop() is not None:
@@ -97,29 +104,47 @@ def throughput(cls: type, n: int, deadlines: bool, crawler: Any) -> dict[str, fl
         pop = time.perf_counter() - t
     finally:
         gc.enable()
-    assert popped == n, (cls, popped, n)
-    return {"push_per_s": round(n / push), "pop_per_s": round(n / pop)}
+    assert popped == len(requests), (cls, popped, len(requests))
+    return {"push_per_s": round(len(requests) / push), "pop_per_s": round(len(requests) / pop)}
 
 
-def memory(cls: type, n: int, deadlines: bool, crawler: Any) -> dict[str, float]:
+def request_bytes(n: int) -> int:
+    """Bytes of ``n`` bare Requests (meta not yet created), traced."""
     gc.collect()
     tracemalloc.start()
     try:
-        base = tracemalloc.get_traced_memory()[0]
-        requests = _requests(n, deadlines)
-        after_requests = tracemalloc.get_traced_memory()[0]
+        requests = _requests(n)
+        size = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    del requests
+    return size
+
+
+def memory(cls: type, requests: list[Request], bare_bytes: int, deadlines: bool,
+           crawler: Any) -> dict[str, float]:
+    """Traced: each request's meta (as :func:`_fresh_meta` makes it) and the queue holding them all."""
+    n = len(requests)
+    for r in requests:
+        r._meta = None
+    gc.collect()
+    tracemalloc.start()
+    try:
+        _fresh_meta(requests, deadlines)
+        with_meta = tracemalloc.get_traced_memory()[0]
         q = _build(cls, crawler)
         for r in requests:
             q.push(r)
-        del requests
         gc.collect()
         pending = tracemalloc.get_traced_memory()[0]
     finally:
         tracemalloc.stop()
     assert len(q) == n
+    while q.pop() is not None:
+        pass
     return {
-        "overhead_bytes_per_request": round((pending - after_requests) / n, 1),
-        "total_bytes_per_request": round((pending - base) / n, 1),
+        "overhead_bytes_per_request": round((pending - with_meta) / n, 1),
+        "total_bytes_per_request": round((bare_bytes + pending) / n, 1),
     }
 
 
@@ -127,13 +152,24 @@ def run(quick: bool = False) -> dict[str, Any]:
     """Both passes for every case; ``{"baseline": "scrapy", "configs": {case: {metric: number}}}``."""
     n_tp, n_mem = (QUICK_THROUGHPUT_N, QUICK_MEMORY_N) if quick else (THROUGHPUT_N, MEMORY_N)
     crawler = _crawler()
-    configs: dict[str, dict[str, Any]] = {}
+    configs: dict[str, dict[str, Any]] = {name: {} for name in CASES}
+    timings = {}
+    started = time.monotonic()
+    requests = _requests(n_tp)
+    timings["build_requests"] = round(time.monotonic() - started, 1)
     for name, (cls, deadlines) in CASES.items():
         started = time.monotonic()
-        configs[name] = {**throughput(cls, n_tp, deadlines, crawler), **memory(cls, n_mem, deadlines, crawler),
-                         "seconds": round(time.monotonic() - started, 1)}
+        configs[name].update(throughput(cls, requests, deadlines, crawler))
+        timings[f"throughput {name}"] = round(time.monotonic() - started, 1)
+    del requests
+    started = time.monotonic()
+    bare = request_bytes(n_mem)
+    requests = _requests(n_mem)
+    for name, (cls, deadlines) in CASES.items():
+        configs[name].update(memory(cls, requests, bare, deadlines, crawler))
+    timings["memory pass"] = round(time.monotonic() - started, 1)
     return {"baseline": BASELINE, "throughput_requests": n_tp, "memory_requests": n_mem,
-            "domains": DOMAINS, "configs": configs}
+            "domains": DOMAINS, "configs": configs, "seconds": timings}
 
 
 if __name__ == "__main__":

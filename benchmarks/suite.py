@@ -34,6 +34,7 @@ from benchmarks import recorder
 from benchmarks.adapters import Table, adapt
 
 RECORD_DIR_ENV = "BENCH_RECORD_DIR"
+OUT_DIR_ENV = "BENCH_OUT_DIR"  # the suite's output directory, for evidence a scenario keeps (worker logs)
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -58,12 +59,12 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
              limit=900, quick_limit=300, record=True),
     Scenario("hol", "benchmarks.hol", "head-of-line blocking: wall time vs lower bound, fast-host finish",
              limit=600, quick_limit=240),
-    Scenario("queue", "benchmarks.queue", "push/pop rate and memory for 1,000,000 pending requests",
-             limit=900, quick_limit=240),
-    Scenario("killresume", "benchmarks.killresume", "lost/duplicated requests after kill -9 x3, vs JOBDIR",
+    Scenario("queue", "benchmarks.queue_ops", "push/pop rate for 1,000,000 pending requests, memory per request",
+             limit=600, quick_limit=240),
+    Scenario("killresume", "benchmarks.killresume", "lost/duplicated requests after up to 3 kill -9, vs JOBDIR",
              limit=900, quick_limit=300),
     Scenario("distributed", "benchmarks.distributed",
-             "1-3 workers scaling, worker kill, combined per-domain rate, vs scrapy-redis",
+             "1-3 workers scaling, worker kill (3 rounds), combined per-domain rate, vs scrapy-redis",
              limit=900, quick_limit=300),
 )}
 
@@ -103,21 +104,6 @@ def with_recorder(settings: dict[str, Any], config: str) -> dict[str, Any]:
     return merged
 
 
-def _inject_recorder(module: Any) -> bool:
-    """Adapter until a scenario calls :func:`with_recorder` itself: wrap its ``CONFIGS`` in place.
-
-    Works for scenarios that merge ``CONFIGS[name]`` last into the crawl settings
-    (flaky, ratelimit). Returns whether anything was wrapped.
-    """
-    configs = getattr(module, "CONFIGS", None)
-    if not isinstance(configs, dict) or not os.environ.get(RECORD_DIR_ENV):
-        return False
-    for name, settings in list(configs.items()):
-        if isinstance(settings, dict):
-            configs[name] = with_recorder(settings, name)
-    return True
-
-
 # --------------------------------------------------------------------------- one run in a child
 
 
@@ -126,10 +112,7 @@ def _child(name: str, quick: bool, result_path: str) -> int:
     from scrapy_openclaw.testing.runcrawl import json_safe
 
     scenario = SCENARIOS[name]
-    module = importlib.import_module(scenario.module)
-    if scenario.record:
-        _inject_recorder(module)
-    result = module.run(quick)
+    result = importlib.import_module(scenario.module).run(quick)
     Path(result_path).write_text(json.dumps(json_safe(result), indent=1), encoding="utf-8")
     return 0
 
@@ -142,7 +125,8 @@ class RunOutcome:
     peak_rss_mb: float | None = None  # the scenario's own process (not its crawls)
 
 
-def run_once(scenario: Scenario, quick: bool, work: Path, record_dir: Path | None) -> RunOutcome:
+def run_once(scenario: Scenario, quick: bool, work: Path, record_dir: Path | None,
+             out: Path | None = None) -> RunOutcome:
     """One ``run(quick)`` in a child process group, killed (whole group) after the scenario's limit."""
     from scrapy_openclaw.testing.servers import subprocess_env
 
@@ -150,6 +134,8 @@ def run_once(scenario: Scenario, quick: bool, work: Path, record_dir: Path | Non
     result_path = work / "result.json"
     log_path = work / "scenario.log"
     env = subprocess_env()
+    if out is not None:
+        env[OUT_DIR_ENV] = str(out.resolve())
     if record_dir is not None:
         record_dir.mkdir(parents=True, exist_ok=True)
         env[RECORD_DIR_ENV] = str(record_dir)
@@ -273,7 +259,7 @@ def run_scenario(scenario: Scenario, quick: bool, repeat: int, out: Path,
         if record_dir is not None and record_dir.exists():
             shutil.rmtree(record_dir)  # the recorder appends: an earlier suite run's lines must go
         with tempfile.TemporaryDirectory(prefix=f"openclaw-bench-{scenario.name}-") as tmp:
-            outcome = run_once(scenario, quick, Path(tmp), record_dir)
+            outcome = run_once(scenario, quick, Path(tmp), record_dir, out)
         runs.append(outcome)
         if progress:
             state = "ok" if outcome.error is None else "FAILED: " + outcome.error.splitlines()[0]

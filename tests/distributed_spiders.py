@@ -1,8 +1,9 @@
-"""Spiders for the distributed tests (imported by worker subprocesses as ``tests.distributed_spiders``)."""
+"""Spiders (and a dying queue) for the distributed tests (imported by worker subprocesses as ``tests.distributed_spiders``)."""
 
 from __future__ import annotations
 
 import os
+import signal
 import time
 from typing import Any
 
@@ -10,6 +11,7 @@ from scrapy import signals
 from scrapy.exceptions import DontCloseSpider
 from scrapy_redis.spiders import RedisSpider
 
+from scrapy_openclaw.distributed.queue import LEASE, LeasedDeadlineQueue
 from scrapy_openclaw.testing.spiders import ChaosSpider
 
 
@@ -48,3 +50,34 @@ class RedisChaosSpider(RedisSpider):
     name = "chaos"
     redis_key = "chaos:start_urls"
     parse = ChaosSpider.parse
+
+
+class DieBeforePushQueue(LeasedDeadlineQueue):
+    """The leased queue of a worker that is killed (SIGKILL, by itself) just before a new
+    child request reaches Redis: the moment a dupefilter mark made in a separate round trip
+    would already be in Redis while the request is not (the 1-page loss of issue 9).
+
+    The first worker to make ``DIE_AFTER_PUSHES`` pushes of new child requests claims
+    ``DIE_MARKER`` (the URL it died on) and dies; the others run normally.
+    """
+
+    _fresh = 0
+
+    def push(self, request: Any, dupe: Any = None) -> bool:
+        settings = self.crawler.settings
+        marker = settings.get("DIE_MARKER")
+        if marker and LEASE not in request.meta and not request.dont_filter:
+            self._fresh += 1
+            if self._fresh >= settings.getint("DIE_AFTER_PUSHES", 10) and _claim(marker, request.url):
+                os.kill(os.getpid(), signal.SIGKILL)
+        return super().push(request, dupe)
+
+
+def _claim(path: str, text: str) -> bool:
+    try:
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+    except FileExistsError:
+        return False
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    return True

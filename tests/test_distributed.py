@@ -33,6 +33,29 @@ def test_kill_one_worker_loses_nothing(chaos_server: Any, redis_server: Any, tmp
     assert client.zcard("chaos:requests:inflight") == 0 and client.zcard("chaos:requests:domains") == 0
 
 
+def test_worker_killed_before_a_child_reaches_redis_loses_nothing(
+    chaos_server: Any, redis_server: Any, tmp_path: Path
+) -> None:
+    """Issue 9 regression (1 page of 318 lost in a kill benchmark): the dupefilter mark and the
+    push were two round trips, so a worker killed between them left a child "seen" but never
+    queued; the parent's re-fetch then had its child filtered and the page was never crawled.
+    Here a worker kills itself just before a new child's push reaches Redis."""
+    site = chaos_server(bench._site(30, latency=0.05))
+    expected = site.reachable().ok
+    marker = tmp_path / "died-on"
+    settings = bench.ours(redis_server.url)
+    settings.update(SCHEDULER_QUEUE_CLASS="tests.distributed_spiders.DieBeforePushQueue",
+                    DIE_MARKER=str(marker), DIE_AFTER_PUSHES=6)
+    workers = bench.Workers(2, settings, site.start_urls, tmp_path)
+    codes = workers.wait(240)
+    assert marker.exists() and sorted(codes) == [-9, 0], codes
+    urls = bench.scraped_urls(redis_server.url)
+    assert marker.read_text() in urls
+    assert expected - set(urls) == set(), "a page was lost: marked seen but never queued"
+    client = redis.Redis.from_url(redis_server.url)
+    assert client.zcard("chaos:requests:inflight") == 0 and client.hlen("chaos:requests:data") == 0
+
+
 def test_combined_rate_stays_within_domain_limit(chaos_server: Any, redis_server: Any, tmp_path: Path) -> None:
     limit, burst = 5.0, 2
     cfg = bench._site(40, hosts=1, latency=0.01, rate_limit={"rate": 100, "burst": 100})

@@ -313,9 +313,18 @@ local function ack(K, id, worker)
 end
 """
 
-# ARGV: K, boost, id, payload, info_json, not_before, now, ack_id, worker
+# ARGV: K, boost, id, payload, info_json, not_before, now, ack_id, worker[, dupefilter_key, fingerprint]
+# Returns 1 when queued, 0 when the fingerprint was already in the dupefilter set.
+# The dupefilter mark and the push are one step: marked-but-not-queued (a worker
+# killed between two round trips) would filter the page for good, since the
+# parent's re-fetch finds its child "seen". A filtered copy still acknowledges
+# ack_id (a redirect to a seen URL finishes the original request).
 PUSH = _QUEUE + r"""
 local K, boost, id, now = ARGV[1], tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[7])
+if ARGV[10] and ARGV[10] ~= '' and redis.call('SADD', ARGV[10], ARGV[11]) == 0 then
+  if ARGV[8] ~= '' then ack(K, ARGV[8], ARGV[9]) end
+  return 0
+end
 redis.call('HSET', K .. ':data', id, ARGV[4])
 redis.call('HSET', K .. ':info', id, ARGV[5])
 local nb = tonumber(ARGV[6])

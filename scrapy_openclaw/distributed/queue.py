@@ -155,7 +155,14 @@ class LeasedDeadlineQueue:
         self._seq += 1
         return f"{time.time():017.6f}-{self.worker[-6:]}-{self._seq:x}"
 
-    def push(self, request: Request) -> None:
+    def push(self, request: Request, dupe: tuple[str, str] | None = None) -> bool:
+        """Queue *request*; False only when *dupe* (dupefilter key, fingerprint) was already seen.
+
+        With *dupe* the fingerprint is marked in the same Lua step as the push
+        (see ``lua.PUSH``), so a worker killed in between cannot leave a page
+        marked as seen but never queued. While Redis is down the push is kept in
+        memory and the check happens when it is flushed.
+        """
         now = time.time()
         lease = request.meta.pop(LEASE, None)
         ack_id = lease if lease is not None and self.held.pop(lease, None) is not None else ""
@@ -176,7 +183,7 @@ class LeasedDeadlineQueue:
             self.stats.inc_value(f"{STATS}/unserializable")
             if ack_id:
                 self._send_ack(ack_id)
-            return
+            return True  # not a duplicate: dropped with its own error and stat, as before
         info = json_serializer.dumps({
             "p": request.priority, "d": float(deadline or 0), "w": float(policy.aging_window),
             "x": policy.expired, "dom": domain,
@@ -187,12 +194,17 @@ class LeasedDeadlineQueue:
             except RedisError:
                 pass  # retried with the next push; the pop just does not gate meanwhile
         nb = not_before(request)
-        args = (self.key, self.boost, self._next_id(), payload, info, nb, now, ack_id, self.worker)
-        if not self._call_push(args):
+        args = (self.key, self.boost, self._next_id(), payload, info, nb, now, ack_id, self.worker,
+                *(dupe or ()))
+        queued = self._call_push(args)
+        if queued is None:
             self._pending_push.append(args)
+        elif not queued:
+            return False
         self.stats.inc_value(f"{STATS}/pushed")
         if nb > now:
             self._wake(nb)
+        return True
 
     def pop(self, timeout: float = 0) -> Request | None:
         if not self._redis_ok():
@@ -378,20 +390,23 @@ class LeasedDeadlineQueue:
 
     # --- Redis outages -----------------------------------------------------------
 
-    def _call_push(self, args: tuple[Any, ...]) -> bool:
+    def _call_push(self, args: tuple[Any, ...]) -> bool | None:
+        """True: queued; False: already in the dupefilter; None: Redis unreachable."""
         if not self._redis_ok():
-            return False
+            return None
         try:
-            self.link.call(self._push, args=list(args))
+            return bool(int(self.link.call(self._push, args=list(args))))
         except RedisError:
-            return False
-        return True
+            return None
 
     def _flush(self) -> None:
         while self._pending_push:
-            if not self._call_push(self._pending_push[0]):
+            queued = self._call_push(self._pending_push[0])
+            if queued is None:
                 return
             self._pending_push.pop(0)
+            if not queued:  # a buffered push whose fingerprint another worker marked meanwhile
+                self.stats.inc_value(f"{STATS}/filtered_on_flush")
         if self._pending_ack and self._redis_ok():
             ids = list(self._pending_ack)
             try:

@@ -1,9 +1,15 @@
 """scrapy-redis's Scheduler with a clear start-up error and no loss during Redis outages.
 
-Two gaps of the stock scheduler: an unreachable Redis fails deep inside
-``from_settings`` with a bare connection error, and a Redis error in
-``enqueue_request`` (the dupefilter's SADD) loses the request. Here the first
-names the URL, and the second keeps the request in memory until Redis is back.
+Three gaps of the stock scheduler: an unreachable Redis fails deep inside
+``from_settings`` with a bare connection error; a Redis error in
+``enqueue_request`` (the dupefilter's SADD) loses the request; and the SADD and
+the push are two round trips, so a worker killed between them leaves a
+fingerprint marked "seen" whose request was never queued -- the page is lost
+for good (the parent's lease is re-queued, but its re-fetch finds the child
+"seen"). Here the first names the URL; with scrapy-redis's own
+``RFPDupeFilter`` and our queue the mark and the push are one Lua step (and
+wait in memory together while Redis is down); any other dupefilter is asked
+first, as before, and queues unchecked when Redis is down.
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import RedisError
+from scrapy_redis.dupefilter import RFPDupeFilter
 from scrapy_redis.scheduler import Scheduler
 
 from scrapy_openclaw.distributed.queue import LeasedDeadlineQueue
@@ -36,6 +43,12 @@ def redis_location(settings: Any) -> str:
     return f"redis://{settings.get('REDIS_HOST') or 'localhost'}:{settings.get('REDIS_PORT') or 6379}"
 
 
+def _where(client: Any) -> tuple[Any, ...]:
+    """Which Redis server and database a client talks to."""
+    kw = getattr(getattr(client, "connection_pool", None), "connection_kwargs", {}) or {}
+    return kw.get("host"), kw.get("port"), kw.get("path"), kw.get("db", 0)
+
+
 class OpenClawRedisScheduler(Scheduler):
     """``SCHEDULER`` in distributed mode; behaves as scrapy-redis's otherwise."""
 
@@ -54,7 +67,27 @@ class OpenClawRedisScheduler(Scheduler):
         instance.stats = crawler.stats
         return instance
 
+    def _atomic_dupe(self, request: Request) -> tuple[str, str] | None:
+        """(dupefilter key, fingerprint) when the queue can mark and push in one step."""
+        df = self.df
+        if request.dont_filter or not isinstance(self.queue, LeasedDeadlineQueue):
+            return None
+        # only the stock filter: a subclass overriding request_seen keeps its own logic
+        if not isinstance(df, RFPDupeFilter) or type(df).request_seen is not RFPDupeFilter.request_seen:
+            return None
+        if _where(df.server) != _where(self.queue.server):
+            return None
+        return df.key, df.request_fingerprint(request)
+
     def enqueue_request(self, request: Request) -> bool:
+        dupe = self._atomic_dupe(request)
+        if dupe is not None:
+            if not self.queue.push(request, dupe=dupe):
+                self.df.log(request, self.spider)
+                return False
+            if self.stats:
+                self.stats.inc_value("scheduler/enqueued/redis", spider=self.spider)
+            return True
         if not request.dont_filter:
             try:
                 seen = self.df.request_seen(request)
