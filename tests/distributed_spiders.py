@@ -40,6 +40,17 @@ class WorkerChaosSpider(ChaosSpider):
             raise DontCloseSpider
 
 
+class LinksOnlyStartSpider(WorkerChaosSpider):
+    """Start pages yield only their links (no item), so nothing in a pipeline delays their
+    acknowledgement: it is due as soon as the links are scheduled."""
+
+    def parse(self, response: Any) -> Any:
+        for obj in super().parse(response):
+            if isinstance(obj, dict) and response.meta.get("is_start_request"):
+                continue
+            yield obj
+
+
 class RedisChaosSpider(RedisSpider):
     """A stock scrapy-redis ``RedisSpider``: start URLs come from its ``redis_key`` list.
 
@@ -81,3 +92,22 @@ def _claim(path: str, text: str) -> bool:
     with os.fdopen(fd, "w") as f:
         f.write(text)
     return True
+
+
+class DieAfterAckQueue(LeasedDeadlineQueue):
+    """The leased queue of a worker that kills itself (SIGKILL) right after its first
+    acknowledgement reached Redis, writing the acknowledged URL to ``DIE_MARKER``."""
+
+    def pop(self, timeout: float = 0) -> Any:
+        request = super().pop(timeout)
+        if request is not None:
+            self._urls = getattr(self, "_urls", {})
+            self._urls[request.meta[LEASE]] = request.url
+        return request
+
+    def ack(self, lease_id: str | None) -> None:
+        super().ack(lease_id)
+        url = getattr(self, "_urls", {}).get(lease_id)
+        marker = self.crawler.settings.get("DIE_MARKER")
+        if url and marker and _claim(marker, url):
+            os.kill(os.getpid(), signal.SIGKILL)

@@ -56,6 +56,34 @@ def test_worker_killed_before_a_child_reaches_redis_loses_nothing(
     assert client.zcard("chaos:requests:inflight") == 0 and client.hlen("chaos:requests:data") == 0
 
 
+def test_worker_killed_right_after_an_ack_loses_no_link(
+    chaos_server: Any, redis_server: Any, tmp_path: Path
+) -> None:
+    """The lease of a page is acknowledged only after the links its callback yielded are in
+    Redis. Acknowledging when the callback's generator ended was too early: under the asyncio
+    reactor Scrapy drains the generator before it schedules what it yielded. Here the start page
+    yields only links and its worker kills itself right after its first acknowledgement; a
+    second worker (no start URLs) must find every link in Redis."""
+    site = chaos_server(bench._site(12, hosts=1, latency=0.05))
+    start = set(site.start_urls)
+    expected = site.reachable().ok - start  # start pages yield no item
+    marker = tmp_path / "died-on"
+    settings = bench.ours(redis_server.url, lease=1.0)
+    spider = "tests.distributed_spiders.LinksOnlyStartSpider"
+    dying = dict(settings, SCHEDULER_QUEUE_CLASS="tests.distributed_spiders.DieAfterAckQueue",
+                 DIE_MARKER=str(marker))
+    first = bench.Workers(1, dying, site.start_urls, tmp_path / "first", spider=spider)
+    assert first.wait(120) == [-9]
+    assert marker.read_text() in start  # it died right after acknowledging a start page
+    second = bench.Workers(1, settings, [], tmp_path / "second", spider=spider)
+    assert second.wait(120) == [0]
+    urls = bench.scraped_urls(redis_server.url)
+    lost = expected - set(urls)
+    assert expected and lost == set(), f"the page was acknowledged before its links were pushed: {lost}"
+    client = redis.Redis.from_url(redis_server.url)
+    assert client.zcard("chaos:requests:inflight") == 0 and client.hlen("chaos:requests:data") == 0
+
+
 def test_combined_rate_stays_within_domain_limit(chaos_server: Any, redis_server: Any, tmp_path: Path) -> None:
     limit, burst = 5.0, 2
     cfg = bench._site(40, hosts=1, latency=0.01, rate_limit={"rate": 100, "burst": 100})

@@ -5,15 +5,15 @@ What a request's life looks like to the checkpoint, and where we see it:
 * **scheduled** -- ``request_scheduled``: the request is serialised right
   away (so one whose meta cannot be stored is reported with its URL and key
   now, not at crash time) and becomes *live*.
-* **popped** -- the engine's slot ``add_request``: in flight.
-* **finished** -- the engine's slot ``remove_request``: the engine calls it
-  only after the download, the callback or errback, every request the
-  callback yielded (already scheduled, so journaled first) and every item's
-  trip through the pipelines are done. A spider middleware would see the end
-  of the callback's output but not the items still in pipelines, nor
-  errbacks (they bypass spider middlewares), so we use the slot. These two
-  are engine internals (present in Scrapy 2.14 .. 2.19); without them the
-  extension refuses to run rather than silently lose requests.
+* **popped** -- :class:`~scrapy_openclaw.lifecycle.RequestLifecycle`
+  ``on_started`` (the engine slot's ``add_request``): in flight.
+* **finished** -- ``on_finished`` (the slot's ``remove_request``): only after
+  the download, the callback or errback, every request the callback yielded
+  (already scheduled, so journaled first) and every item's trip through the
+  pipelines are done. A spider middleware would see the end of the
+  callback's output but not the items still in pipelines, nor errbacks. The
+  slot hook is an engine internal (present in Scrapy 2.14 .. 2.19); without
+  it the extension refuses to run rather than silently lose requests.
 * **dropped** -- ``request_dropped`` (the duplicate filter said no).
 
 Live requests are journaled with group commit (see ``journal.py``): each
@@ -67,6 +67,7 @@ from scrapy_openclaw.checkpoint.state import (
     snapshot_path,
 )
 from scrapy_openclaw.errors import OpenClawConfigError
+from scrapy_openclaw.lifecycle import RequestLifecycle
 from scrapy_openclaw.meta import NOT_BEFORE
 from scrapy_openclaw.serialization import SerializationError, dumps, request_from_data, request_to_data
 from scrapy_openclaw.settings import DEFAULTS
@@ -200,6 +201,10 @@ class CheckpointExtension:
             {"gen": self.gen, "crawl_id": self.crawl_id, "created": time.time()},
         )
 
+        self.lifecycle = RequestLifecycle.for_crawler(crawler)
+        self.lifecycle.listen(
+            "OPENCLAW_CHECKPOINT_DIR", on_started=self._on_popped, on_finished=self._on_finished
+        )
         crawler.signals.connect(self.spider_opened, signal=signals.spider_opened)
         crawler.signals.connect(self.spider_idle, signal=signals.spider_idle)
         crawler.signals.connect(self.spider_closed, signal=signals.spider_closed)
@@ -251,14 +256,7 @@ class CheckpointExtension:
         self._notes.clear()
         if self.recovered is not None and self.recovered.dropped:
             self.stats.set_value("openclaw/checkpoint/dropped_records", self.recovered.dropped)
-        engine = self.crawler.engine
-        slot = getattr(engine, "_slot", None) or getattr(engine, "slot", None)
-        if slot is None or not hasattr(slot, "add_request") or not hasattr(slot, "remove_request"):
-            raise OpenClawConfigError(
-                "OPENCLAW_CHECKPOINT_DIR: this Scrapy version's engine has no slot "
-                "add_request/remove_request; checkpointing cannot track in-flight requests"
-            )
-        self._hook_slot(slot)
+        self.lifecycle.install()  # refuses (OpenClawConfigError) when the engine has no slot hook
         if self.resumed:
             self._restore_health()
             self._restore_stats()
@@ -278,20 +276,6 @@ class CheckpointExtension:
         self._commit_loop.start(min(self.flush_interval, WRITE_INTERVAL), now=False)
         self._snapshot_loop = create_looping_call(self._periodic_snapshot)
         self._snapshot_loop.start(self.snapshot_interval, now=False)
-
-    def _hook_slot(self, slot: Any) -> None:
-        add, remove = slot.add_request, slot.remove_request
-
-        def add_request(request: Request) -> None:
-            add(request)
-            self._on_popped(request)
-
-        def remove_request(request: Request) -> None:
-            self._on_finished(request)
-            remove(request)
-
-        slot.add_request = add_request
-        slot.remove_request = remove_request
 
     def request_scheduled(self, request: Request, spider: Spider | None = None) -> None:
         rid = self._by_request.get(request)

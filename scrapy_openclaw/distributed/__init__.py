@@ -25,7 +25,6 @@ __all__ = [
     "QUEUE",
     "SCHEDULER",
     "SERIALIZER",
-    "SPIDER_ACK_MIDDLEWARE",
     "configure",
 ]
 
@@ -34,7 +33,6 @@ QUEUE = "scrapy_openclaw.distributed.queue.LeasedDeadlineQueue"
 SERIALIZER = "scrapy_openclaw.distributed.serializer"
 DUPEFILTER = "scrapy_redis.dupefilter.RFPDupeFilter"
 HEALTH_REGISTRY = "scrapy_openclaw.distributed.health.RedisHealthRegistry"
-SPIDER_ACK_MIDDLEWARE = "scrapy_openclaw.distributed.middleware.LeaseAckSpiderMiddleware"
 DOWNLOADER_ACK_MIDDLEWARE = "scrapy_openclaw.distributed.middleware.LeaseAckDownloaderMiddleware"
 
 
@@ -73,7 +71,6 @@ def configure(settings: BaseSettings) -> None:
         url = settings.get("REDIS_URL")
         if url:
             settings.set("OPENCLAW_DLQ_URI", url, "addon")
-    settings.setdefault_in_component_priority_dict("SPIDER_MIDDLEWARES", SPIDER_ACK_MIDDLEWARE, 1)
     settings.setdefault_in_component_priority_dict(
         "DOWNLOADER_MIDDLEWARES", DOWNLOADER_ACK_MIDDLEWARE, 1
     )

@@ -1,10 +1,24 @@
 """Acknowledging leases when a request is really finished.
 
-A leased request is finished when its callback's output has been consumed
-(child requests pushed to Redis) and the items it yielded have left the item
-pipelines; when it became a dead letter; or when a retry / redirect copy of it
-was pushed (the queue acknowledges that atomically with the push). Download
-failures that nothing retries are acknowledged as they reach the engine.
+A leased request is acknowledged at :class:`~scrapy_openclaw.lifecycle.RequestLifecycle`'s
+``on_finished``: the engine reports it only after the callback or errback
+ran, every request it yielded was pushed to Redis and every item left the
+item pipelines. (The end of the callback's generator is too early: under the
+asyncio reactor Scrapy drains the generator before it schedules what it
+yielded, so a worker killed in between would lose those links.) That covers
+errbacks, requests that became dead letters and callbacks that raised, too.
+
+Special cases:
+
+* A retry or redirect copy of a leased request carries its lease in meta;
+  the queue's push script acknowledges the original atomically with the
+  copy's push. A request the callback or errback yields with the page's meta
+  but another URL is new work, not the page again: its copy of the lease is
+  removed when it is scheduled, so it cannot acknowledge the page early.
+* An item that failed in a pipeline (its store was down), or a download that
+  failed because our own Redis did, hands the lease back instead (fetched
+  again, at most ``OPENCLAW_DISTRIBUTED_MAX_RELEASES`` times).
+
 Anything not acknowledged (the worker died) is re-queued when its lease
 expires, so the only cost of a crash is fetching those requests again.
 """
@@ -14,143 +28,98 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import RedisError
-from scrapy import Request, signals
+from scrapy import signals
 
-from scrapy_openclaw import signals as openclaw_signals
 from scrapy_openclaw.distributed.queue import active_queue
+from scrapy_openclaw.lifecycle import RequestLifecycle
 from scrapy_openclaw.meta import LEASE
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Iterable
-
+    from scrapy import Request
     from scrapy.crawler import Crawler
     from scrapy.http import Response
 
 
-class _Pending:
-    __slots__ = ("exhausted", "failed", "items", "lease")
-
-    def __init__(self, lease: str):
-        self.lease = lease
-        self.items = 0
-        self.exhausted = False
-        self.failed = False  # an item failed in a pipeline (e.g. its store was down)
-
-
-class LeaseAckSpiderMiddleware:
-    """Spider middleware (closest to the engine): ack after output and items are done."""
-
-    def __init__(self, crawler: Crawler):
-        self.crawler = crawler
-        self._pending: dict[int, _Pending] = {}
-        for sig in (signals.item_scraped, signals.item_dropped):
-            crawler.signals.connect(self._item_done, signal=sig)
-        crawler.signals.connect(self._item_error, signal=signals.item_error)
-        crawler.signals.connect(self._dead_letter, signal=openclaw_signals.dead_letter)
-
-    @classmethod
-    def from_crawler(cls, crawler: Crawler) -> LeaseAckSpiderMiddleware:
-        return cls(crawler)
-
-    def _ack(self, lease: str | None) -> None:
-        queue = active_queue(self.crawler)
-        if queue is not None and lease is not None:
-            queue.ack(lease)
-
-    def _start(self, response: Response) -> _Pending | None:
-        lease = (response.request.meta if response.request is not None else response.meta).get(LEASE)
-        if lease is None:
-            return None
-        return self._pending.setdefault(id(response), _Pending(lease))
-
-    def _filter(self, response: Response, pending: _Pending | None, obj: Any) -> Any:
-        if pending is None:
-            return obj
-        if isinstance(obj, Request):
-            # a child carrying the parent's meta is new work, not the parent again
-            if obj.meta.get(LEASE) == pending.lease and obj.url != response.url:
-                obj.meta.pop(LEASE, None)
-        else:
-            pending.items += 1
-        return obj
-
-    def _finish(self, response: Response, pending: _Pending | None) -> None:
-        if pending is None:
-            return
-        pending.exhausted = True
-        self._maybe_ack(response)
-
-    def _maybe_ack(self, response: Any) -> None:
-        pending = self._pending.get(id(response))
-        if pending is not None and pending.exhausted and pending.items <= 0:
-            del self._pending[id(response)]
-            queue = active_queue(self.crawler)
-            if queue is not None and pending.failed:
-                queue.release(pending.lease)  # fetched again rather than an item lost
-            else:
-                self._ack(pending.lease)
-
-    def process_spider_output(self, response: Response, result: Iterable[Any]) -> Iterable[Any]:
-        pending = self._start(response)
-        try:
-            for obj in result:
-                yield self._filter(response, pending, obj)
-        finally:
-            self._finish(response, pending)
-
-    async def process_spider_output_async(
-        self, response: Response, result: AsyncIterator[Any]
-    ) -> AsyncIterator[Any]:
-        pending = self._start(response)
-        try:
-            async for obj in result:
-                yield self._filter(response, pending, obj)
-        finally:
-            self._finish(response, pending)
-
-    def process_spider_exception(self, response: Response, exception: Exception) -> None:
-        # nothing closer to the spider handled it: the request is finished (with an error)
-        pending = self._pending.pop(id(response), None)
-        lease = pending.lease if pending else response.meta.get(LEASE)
-        self._ack(lease)
-
-    def _item_done(self, response: Any = None, **kwargs: Any) -> None:
-        pending = self._pending.get(id(response)) if response is not None else None
-        if pending is not None:
-            pending.items -= 1
-            self._maybe_ack(response)
-
-    def _item_error(self, response: Any = None, **kwargs: Any) -> None:
-        pending = self._pending.get(id(response)) if response is not None else None
-        if pending is not None:
-            pending.failed = True
-        self._item_done(response=response)
-
-    def _dead_letter(self, dead_letter: Any, **kwargs: Any) -> None:
-        data = getattr(dead_letter, "request", None) or {}
-        lease = (data.get("meta") or {}).get(LEASE)
-        self._ack(lease if isinstance(lease, str) else None)
-
-
 class LeaseAckDownloaderMiddleware:
-    """Downloader middleware (closest to the engine): ack failures nothing turned into a retry.
+    """Acknowledges (or hands back) each leased request once the engine has finished it.
 
-    A failure that reaches this point goes to the request's errback or is
-    only logged; an errback's own output is not covered by the lease.
+    A downloader middleware (closest to the engine) because it must see where
+    the download ends: before that, a request carrying the lease is a retry
+    or redirect copy; after it, the callback or errback is producing new work.
     """
 
     def __init__(self, crawler: Crawler):
         self.crawler = crawler
+        self._leases: dict[Request, str] = {}  # leased requests in flight -> lease id
+        self._owners: dict[str, Request] = {}  # lease id -> the leased request
+        self._scraping: set[str] = set()  # downloaded: the callback or errback runs
+        self._give_back: set[str] = set()  # leases to release, not acknowledge
+        RequestLifecycle.for_crawler(crawler).listen(
+            "OPENCLAW_DISTRIBUTED", on_started=self._started, on_finished=self._finished
+        )
+        crawler.signals.connect(self._scheduled, signal=signals.request_scheduled)
+        crawler.signals.connect(self._item_error, signal=signals.item_error)
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> LeaseAckDownloaderMiddleware:
         return cls(crawler)
 
-    def process_exception(self, request: Request, exception: Exception) -> None:
-        queue = active_queue(self.crawler)
-        if queue is None:
+    # --- lifecycle ------------------------------------------------------------
+
+    def _started(self, request: Request) -> None:
+        lease = request.meta.get(LEASE)
+        # a copy fetched with engine.download_async() while the page is in flight is not the lease holder
+        if lease is not None and lease not in self._owners:
+            self._leases[request] = lease
+            self._owners[lease] = request
+
+    def _finished(self, request: Request) -> None:
+        lease = self._leases.pop(request, None)
+        if lease is None:
             return
-        if isinstance(exception, RedisError):  # our own Redis failed, not the site
-            queue.release(request.meta.get(LEASE))
-        else:
-            queue.ack(request.meta.get(LEASE))
+        del self._owners[lease]
+        self._scraping.discard(lease)
+        queue = active_queue(self.crawler)
+        if lease in self._give_back:
+            self._give_back.discard(lease)
+            if queue is not None:
+                queue.release(lease)  # fetched again rather than an item lost
+        elif queue is not None:
+            queue.ack(lease)  # a no-op if a retry copy's push acknowledged it already
+
+    # --- where the download ends ------------------------------------------------
+
+    def process_response(self, request: Request, response: Response) -> Response:
+        self._downloaded(request)
+        return response
+
+    def process_exception(self, request: Request, exception: Exception) -> None:
+        # nothing turned the failure into a retry: the errback (or the log) gets it
+        lease = self._downloaded(request)
+        if lease is not None and isinstance(exception, RedisError):  # our own Redis failed, not the site
+            self._give_back.add(lease)
+
+    def _downloaded(self, request: Request) -> str | None:
+        lease = request.meta.get(LEASE)
+        if lease is None or lease not in self._owners:
+            return None
+        self._scraping.add(lease)
+        return lease
+
+    # --- signals ------------------------------------------------------------------
+
+    def _scheduled(self, request: Request, **kwargs: Any) -> None:
+        lease = request.meta.get(LEASE)
+        if lease is None or lease not in self._scraping:
+            return
+        if request.url != self._owners[lease].url:
+            request.meta.pop(LEASE, None)  # a child carrying the page's meta is new work
+
+    def _item_error(self, response: Any = None, **kwargs: Any) -> None:
+        # response: the Response of a callback's item, the Failure of an errback's
+        request = getattr(response, "request", None)
+        lease = self._leases.get(request) if request is not None else None
+        if lease is None and request is not None:
+            lease = request.meta.get(LEASE)
+        if lease is not None and lease in self._owners:
+            self._give_back.add(lease)

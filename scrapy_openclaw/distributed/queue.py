@@ -4,8 +4,9 @@ scrapy-redis pops destructively, so a worker killed mid-crawl loses every
 request it had popped. Here a pop *leases* the entry: an atomic Lua script
 moves it to an in-flight set scored by the lease expiry, with this worker's
 id. The worker extends its leases on a heartbeat and acknowledges a request
-when it is finished (its callback output consumed and its items through the
-pipelines, a dead letter, or a re-enqueued retry / redirect). Any live worker
+when the engine has finished it (its callback or errback output pushed and
+its items through the pipelines; see ``middleware.py``), or atomically with
+the push of its retry / redirect copy. Any live worker
 re-queues leases that expired (dead worker). A late acknowledgement after a
 re-queue removes the entry if nobody leased it again, and is a no-op if
 someone did, so nothing is fetched twice by our own doing.
