@@ -16,7 +16,7 @@
 * **throughput**: the same fault-free crawl with checkpointing off and on,
   interleaved three times (pages/s from Scrapy's own elapsed time): medians,
   and the median of the per-pair ratios.
-* **scale**: size of a checkpoint holding 500,000 pending requests (quick:
+* **scale**: size of a checkpoint holding 200,000 pending requests (quick:
   50,000), time to write it, and resume time (read + verify + rebuild every
   Request).
 """
@@ -191,7 +191,7 @@ def scale(quick: bool, work: Path) -> dict[str, Any]:
     from scrapy_openclaw.serialization import dumps, request_from_data, request_to_data
     from scrapy.utils.request import RequestFingerprinter
 
-    n = 50_000 if quick else 500_000
+    n = 50_000 if quick else 200_000
     directory = work / "scale"
     directory.mkdir()
     fingerprinter = RequestFingerprinter()

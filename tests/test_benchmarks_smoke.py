@@ -68,6 +68,15 @@ def test_summary_takes_medians_and_paired_ratios():
     assert tables[0]["headlines"][0]["met"] is True
 
 
+def test_scenarios_with_several_tables_read_them_by_key():
+    kill = {"baseline": "scrapy_jobdir", "configs": {
+        "scrapy_jobdir": {"pages_lost": 700, "kills": 1}, "openclaw_checkpoint": {"pages_lost": 0, "kills": 3}}}
+    tables = suite.summarise("killresume", [{"tables": {"kill": kill}}])
+    assert tables[0]["rows"]["scrapy_jobdir"]["kills"]["median"] == 1
+    assert tables[0]["headlines"][0]["met"] is True
+    assert tables[1]["rows"] == {}  # a missing table is empty, not a crash
+
+
 @pytest.mark.parametrize("name", list(suite.SCENARIOS))
 def test_every_scenario_module_imports_and_adapts(name):
     module = importlib.import_module(suite.SCENARIOS[name].module)
