@@ -65,17 +65,42 @@ def decode_value(value: Any) -> Any:
     return value
 
 
+def _method_name(request: Request, spider: Spider | None, name: str) -> str | None:
+    """The spider method name of the request's callback or errback.
+
+    Scrapy's ``Request.to_dict`` finds it by listing every method of the
+    spider (``inspect.getmembers``), most of the cost of serialising a
+    request; a bound method of the spider names itself, so we ask it first.
+    """
+    func = getattr(request, name)
+    if func is None or isinstance(func, str):
+        return func
+    method = getattr(func, "__name__", None)
+    if (
+        spider is not None
+        and getattr(func, "__self__", None) is spider
+        and method is not None
+        and getattr(getattr(spider, method, None), "__func__", None) is getattr(func, "__func__", None)
+    ):
+        return method
+    raise SerializationError(f"request {request.url}: {name} is not a method of the spider")
+
+
 def request_to_data(request: Request, spider: Spider | None = None) -> dict[str, Any]:
-    """A JSON-safe dict for *request*; :class:`SerializationError` names the bad key."""
-    try:
-        raw = request.to_dict(spider=spider)
-    except ValueError as exc:  # callback that is not a spider method
-        raise SerializationError(f"request {request.url}: {exc}") from None
-    for name in ("callback", "errback"):
-        if raw.get(name) is not None and not isinstance(raw[name], str):
-            raise SerializationError(
-                f"request {request.url}: {name} is not a method of the spider"
-            )
+    """A JSON-safe dict for *request*; :class:`SerializationError` names the bad key.
+
+    The same dict as ``Request.to_dict`` (``request_from_dict`` reads it back).
+    """
+    raw: dict[str, Any] = {
+        "url": request.url,
+        "callback": _method_name(request, spider, "callback"),
+        "errback": _method_name(request, spider, "errback"),
+        "headers": dict(request.headers),
+    }
+    for attr in request.attributes:
+        raw.setdefault(attr, getattr(request, attr))
+    if type(request) is not Request:
+        raw["_class"] = f"{type(request).__module__}.{type(request).__name__}"
     data = encode_value(raw, f"request {request.url}")
     data["_v"] = FORMAT_VERSION
     return data
