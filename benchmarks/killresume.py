@@ -38,25 +38,6 @@ from scrapy_openclaw.testing.servers import ChaosServer
 
 
 
-class FlushedItemsPipeline:
-    """One JSON line per item, flushed to the OS at once (survives kill -9)."""
-
-    def __init__(self, path: str):
-        self.file = open(path, "a", encoding="utf-8")  # noqa: SIM115
-
-    @classmethod
-    def from_crawler(cls, crawler: Any) -> FlushedItemsPipeline:
-        return cls(crawler.settings.get("BENCH_ITEMS_FILE"))
-
-    def process_item(self, item: Any) -> Any:
-        self.file.write(json.dumps(dict(item)) + "\n")
-        self.file.flush()
-        return item
-
-    def close_spider(self) -> None:
-        self.file.close()
-
-
 def _site(pages: int, latency: float) -> ChaosConfig:
     return ChaosConfig(hosts=tuple(
         HostConfig(address=f"127.0.0.{2 + i}", pages=pages, links_per_page=4, latency=latency,
@@ -109,8 +90,8 @@ def kill_scenario(mode: str, quick: bool, work: Path) -> dict[str, Any]:
         items = work / f"{mode}-items.jsonl"
         state_dir = work / f"{mode}-state"
         cfg: dict[str, Any] = {
-            "ITEM_PIPELINES": {"benchmarks.killresume.FlushedItemsPipeline": 100},
-            "BENCH_ITEMS_FILE": str(items),
+            "ITEM_PIPELINES": {"scrapy_openclaw.testing.pipelines.FlushedItemsPipeline": 100},
+            "FLUSHED_ITEMS_FILE": str(items),
             "CONCURRENT_REQUESTS": 8,
             "RETRY_ENABLED": False,
             "LOG_LEVEL": "INFO",

@@ -1,6 +1,6 @@
 """Kill -9 / SIGTERM / resume with real crawl subprocesses against the chaos site.
 
-Items are written by :class:`DurableItemsPipeline` (flushed to the OS per
+Items are written by :class:`~scrapy_openclaw.testing.pipelines.FlushedItemsPipeline` (flushed to the OS per
 item) so "zero lost" is judged on what a killed process really left: the
 feed exporter buffers in memory and would lose items no matter what the
 checkpoint does.
@@ -25,25 +25,6 @@ from scrapy_openclaw.testing.crawl import read_result, start_crawl
 TESTS_DIR = str(Path(__file__).resolve().parent)
 
 
-class DurableItemsPipeline:
-    """Appends each item as a JSON line and flushes it to the OS before the page counts as done."""
-
-    def __init__(self, path: str):
-        self.file = open(path, "a", encoding="utf-8")  # noqa: SIM115
-
-    @classmethod
-    def from_crawler(cls, crawler: Any) -> DurableItemsPipeline:
-        return cls(crawler.settings.get("TEST_ITEMS_FILE"))
-
-    def process_item(self, item: Any) -> Any:
-        self.file.write(json.dumps(dict(item)) + "\n")
-        self.file.flush()
-        return item
-
-    def close_spider(self) -> None:
-        self.file.close()
-
-
 def site(pages: int = 80, latency: float = 0.05, hosts: int = 2) -> ChaosConfig:
     return ChaosConfig(
         hosts=tuple(
@@ -61,8 +42,8 @@ def settings(ckpt: Path, items: Path, **extra: Any) -> dict[str, Any]:
         "OPENCLAW_CHECKPOINT_FLUSH": 0.2,
         "OPENCLAW_CHECKPOINT_SNAPSHOT_INTERVAL": 1.0,
         "EXTENSIONS": {"scrapy_openclaw.checkpoint.CheckpointExtension": 10},
-        "ITEM_PIPELINES": {"test_checkpoint_crawl.DurableItemsPipeline": 100},
-        "TEST_ITEMS_FILE": str(items),
+        "ITEM_PIPELINES": {"scrapy_openclaw.testing.pipelines.FlushedItemsPipeline": 100},
+        "FLUSHED_ITEMS_FILE": str(items),
         "CONCURRENT_REQUESTS": 8,
         "RETRY_ENABLED": False,
         "LOG_LEVEL": "INFO",
@@ -73,7 +54,7 @@ def settings(ckpt: Path, items: Path, **extra: Any) -> dict[str, Any]:
 
 @pytest.fixture(autouse=True)
 def _tests_importable(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Crawl subprocesses import DurableItemsPipeline from this file."""
+    """Crawl subprocesses import this file's spiders (it is on their PYTHONPATH)."""
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [TESTS_DIR, os.environ.get("PYTHONPATH")])))
 
 
