@@ -271,7 +271,7 @@ def test_disk_mode_persists_and_restores_in_order(tmp_path):
             target.push(Request(f"http://a.example/{i}", priority=i % 2, callback=q.crawler.spider.parse))
         target.push(Request("http://b.example/d", meta={M.DEADLINE: now + 1000}))
         target.push(Request("http://b.example/wait", meta={M.NOT_BEFORE: now + 1000}))
-    with pytest.raises(ValueError, match="not an instance method"):  # the scheduler keeps it in memory
+    with pytest.raises(ValueError, match="is not a method of the spider"):  # the scheduler keeps it in memory
         q.push(Request("http://a.example/lambda", callback=lambda r: None))
     state = q.close()
     assert state["count"] == 8 and (tmp_path / "openclaw-queue.json").exists()
