@@ -248,7 +248,7 @@ class RedisServer:
             if _ping(self.host, port):
                 self._proc = proc
                 return True
-            time.sleep(0.05)
+            time.sleep(0.05)  # test-side helper: never runs on a reactor
         stop_process(proc)
         return False
 
