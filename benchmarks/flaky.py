@@ -15,16 +15,13 @@ from __future__ import annotations
 import argparse
 import json
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.suite import with_recorder
-from scrapy_openclaw.testing.crawl import CrawlTimeout, run_crawl
+from benchmarks.suite import crawl_site
+from scrapy_openclaw.testing.crawl import CrawlTimeout
 from scrapy_openclaw.testing.presets import flaky_site
-from scrapy_openclaw.testing.servers import ChaosServer
 
-SPIDER = "scrapy_openclaw.testing.spiders.ChaosSpider"
 
 # Same for everybody: hangs must not cost Scrapy's default 180 s.
 COMMON = {"DOWNLOAD_TIMEOUT": 5, "LOG_LEVEL": "INFO", "CONCURRENT_REQUESTS": 16}
@@ -46,24 +43,12 @@ CONFIGS: dict[str, dict[str, Any]] = {
 
 
 def _one(name: str, settings: dict[str, Any], quick: bool, out: Path) -> dict[str, Any]:
-    config = flaky_site(n_hosts=4, pages=20 if quick else 50, period=6.0 if quick else 10.0)
-    server = ChaosServer(config).start()
+    site = flaky_site(n_hosts=4, pages=20 if quick else 50, period=6.0 if quick else 10.0)
     try:
-        ok = set(server.reachable().ok)
-        started = time.monotonic()
-        limit = 60 if quick else 300
-        # dead letters (DLQ pipeline) go to the scratch directory, not the working directory
-        dlq = {"OPENCLAW_DLQ_URI": str(out / name / "deadletters.jsonl")} if "ADDONS" in settings else {}
-        merged = with_recorder({**COMMON, "CLOSESPIDER_TIMEOUT": limit, **dlq, **settings}, name)
-        try:
-            result = run_crawl(SPIDER, settings=merged, spider_args={"start_urls": server.start_urls},
-                               timeout=limit + 60, out_dir=out / name)
-        except CrawlTimeout as exc:
-            return {"error": str(exc)[:300]}
-        elapsed = time.monotonic() - started
-        truth = server.truth(include_requests=False)
-    finally:
-        server.stop()
+        crawl = crawl_site(site, name, {**COMMON, **settings}, out, limit=60 if quick else 300)
+    except CrawlTimeout as exc:
+        return {"error": str(exc)[:300]}
+    result, ok, truth, elapsed = crawl.result, crawl.reachable, crawl.truth, crawl.seconds
     scraped = {item["url"] for item in result.items}
     stats = result.stats
     return {

@@ -24,16 +24,13 @@ from __future__ import annotations
 import argparse
 import json
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.suite import with_recorder
-from scrapy_openclaw.testing.crawl import CrawlTimeout, run_crawl
+from benchmarks.suite import crawl_site
+from scrapy_openclaw.testing.crawl import CrawlTimeout
 from scrapy_openclaw.testing.presets import rate_limited_site
-from scrapy_openclaw.testing.servers import ChaosServer
 
-SPIDER = "scrapy_openclaw.testing.spiders.ChaosSpider"
 RATE, BURST, HOSTS = 10.0, 5, 3
 LEARNING = 5.0  # seconds after a host's first request
 
@@ -65,23 +62,12 @@ def _host_numbers(requests: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _one(name: str, settings: dict[str, Any], quick: bool, out: Path) -> dict[str, Any]:
-    config = rate_limited_site(n_hosts=HOSTS, rate=RATE, burst=BURST, pages=150 if quick else 400)
-    server = ChaosServer(config).start()
+    site = rate_limited_site(n_hosts=HOSTS, rate=RATE, burst=BURST, pages=150 if quick else 400)
     try:
-        ok = set(server.reachable().ok)
-        started = time.monotonic()
-        limit = 120 if quick else 300
-        dlq = {"OPENCLAW_DLQ_URI": str(out / name / "deadletters.jsonl")} if "ADDONS" in settings else {}
-        merged = with_recorder({**COMMON, "CLOSESPIDER_TIMEOUT": limit, **dlq, **settings}, name)
-        try:
-            result = run_crawl(SPIDER, settings=merged, spider_args={"start_urls": server.start_urls},
-                               timeout=limit + 60, out_dir=out / name)
-        except CrawlTimeout as exc:
-            return {"error": str(exc)[:300]}
-        elapsed = time.monotonic() - started
-        truth = server.truth()
-    finally:
-        server.stop()
+        crawl = crawl_site(site, name, {**COMMON, **settings}, out, limit=120 if quick else 300, requests=True)
+    except CrawlTimeout as exc:
+        return {"error": str(exc)[:300]}
+    result, ok, truth, elapsed = crawl.result, crawl.reachable, crawl.truth, crawl.seconds
     hosts = [_host_numbers(h["requests"]) for h in truth["hosts"].values()]
     total = sum(h["requests"] for h in hosts)
     late = sum(h.get("late_requests", 0) for h in hosts)

@@ -84,6 +84,44 @@ def recorder_settings(path: str | os.PathLike[str], interval: float = recorder.D
     }
 
 
+@dataclass
+class SiteCrawl:
+    """One crawl of a chaos site: what Scrapy returned and what the server saw."""
+
+    result: Any  # scrapy_openclaw.testing.crawl.CrawlResult
+    reachable: set[str]
+    truth: dict[str, Any]
+    seconds: float
+
+
+def crawl_site(
+    site: Any, name: str, settings: dict[str, Any], out: Path, *, limit: float, requests: bool = False
+) -> SiteCrawl:
+    """Serve *site*, crawl it with ChaosSpider under *settings* (recorded, bounded by
+    *limit* seconds) and stop the server; raises ``CrawlTimeout`` if the crawl hangs.
+
+    Dead letters of add-on runs go to *out*, not the working directory.
+    """
+    from scrapy_openclaw.testing.crawl import run_crawl
+    from scrapy_openclaw.testing.servers import ChaosServer
+
+    server = ChaosServer(site).start()
+    try:
+        reachable = set(server.reachable().ok)
+        started = time.monotonic()
+        dlq = {"OPENCLAW_DLQ_URI": str(out / name / "deadletters.jsonl")} if "ADDONS" in settings else {}
+        merged = with_recorder({"CLOSESPIDER_TIMEOUT": limit, **dlq, **settings}, name)
+        result = run_crawl(
+            "scrapy_openclaw.testing.spiders.ChaosSpider", settings=merged,
+            spider_args={"start_urls": server.start_urls}, timeout=limit + 60, out_dir=out / name,
+        )
+        seconds = time.monotonic() - started
+        truth = server.truth(include_requests=requests)
+    finally:
+        server.stop()
+    return SiteCrawl(result, reachable, truth, seconds)
+
+
 def with_recorder(settings: dict[str, Any], config: str) -> dict[str, Any]:
     """``settings`` plus the recorder when the suite asked for recordings, else unchanged.
 
