@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import resource
 import signal
 import statistics
 import tempfile
@@ -138,11 +139,15 @@ def kill_scenario(mode: str, quick: bool, work: Path) -> dict[str, Any]:
         }
 
 
-def throughput(quick: bool, work: Path, pairs: int = 3) -> dict[str, Any]:
+def throughput(quick: bool, work: Path, pairs: int | None = None) -> dict[str, Any]:
     """Interleaved off/on runs (off, on, off, on, ...): medians, and the median of the
-    per-pair ratios (a pair shares the machine's weather)."""
+    per-pair ratios (a pair shares the machine's weather). Pages/s is from Scrapy's own
+    elapsed time; CPU seconds per 1,000 pages from the crawl process's rusage, a steadier
+    view of the same cost on a machine whose speed drifts between runs."""
     pages = 800 if quick else 2500
+    pairs = pairs or (2 if quick else 5)
     rates: dict[str, list[float]] = {"off": [], "on": []}
+    cpu: dict[str, list[float]] = {"off": [], "on": []}
     for i in range(pairs):
         for mode in ("off", "on"):
             with ChaosServer(_site(pages, 0.0)) as server:
@@ -151,16 +156,26 @@ def throughput(quick: bool, work: Path, pairs: int = 3) -> dict[str, Any]:
                     cfg.update({"OPENCLAW_CHECKPOINT_DIR": str(work / f"tp-{i}"),
                                 "EXTENSIONS": {"scrapy_openclaw.checkpoint.CheckpointExtension": 10}})
                 out = work / f"tp-{mode}-{i}-out"
+                before = resource.getrusage(resource.RUSAGE_CHILDREN)
                 proc = start_crawl(settings=cfg, spider_args={"start_urls": server.start_urls}, out_dir=out)
                 proc.wait(900)
+                after = resource.getrusage(resource.RUSAGE_CHILDREN)  # the server is not reaped yet
                 stats = read_result(out, proc.returncode).stats
+                responses = stats.get("response_received_count", 0)
                 elapsed = max(stats.get("elapsed_time_seconds", 1.0), 1e-6)
-                rates[mode].append(stats.get("response_received_count", 0) / elapsed)
+                rates[mode].append(responses / elapsed)
+                seconds = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+                cpu[mode].append(1000 * seconds / max(responses, 1))
     ratios = [on / off for off, on in zip(rates["off"], rates["on"]) if off]
+    cpu_ratios = [on / off for off, on in zip(cpu["off"], cpu["on"]) if off]
     return {"pages_per_s_off": round(statistics.median(rates["off"]), 1),
             "pages_per_s_on": round(statistics.median(rates["on"]), 1),
             "ratio_on_off": round(statistics.median(ratios), 3) if ratios else None,
-            "runs_off": [round(r, 1) for r in rates["off"]], "runs_on": [round(r, 1) for r in rates["on"]]}
+            "cpu_s_per_1000_pages_off": round(statistics.median(cpu["off"]), 3),
+            "cpu_s_per_1000_pages_on": round(statistics.median(cpu["on"]), 3),
+            "cpu_ratio_on_off": round(statistics.median(cpu_ratios), 3) if cpu_ratios else None,
+            "runs_off": [round(r, 1) for r in rates["off"]], "runs_on": [round(r, 1) for r in rates["on"]],
+            "pair_ratios": [round(r, 3) for r in ratios]}
 
 
 def scale(quick: bool, work: Path) -> dict[str, Any]:
@@ -181,7 +196,7 @@ def scale(quick: bool, work: Path) -> dict[str, Any]:
     for i in range(n):
         request = Request(f"http://host{i % 50}.example/page/{i}", priority=i % 7,
                           meta={"openclaw_deadline": 1.9e9 + i, "depth": i % 9})
-        requests.append((i + 1, "p", dumps(request_to_data(request))))
+        requests.append((i + 1, "p", dumps(request_to_data(request, compact=True))))
         fps.add(fingerprinter.fingerprint(request))
     t1 = time.monotonic()
     path = snapshot_path(directory, 1)
@@ -220,8 +235,11 @@ def run(quick: bool) -> dict[str, Any]:
         return {"tables": {
             "kill": {"baseline": "scrapy_jobdir", "configs": kills},
             "throughput": {"baseline": "checkpoint_off", "runs": tp, "configs": {
-                "checkpoint_off": {"pages_per_s": tp["pages_per_s_off"]},
-                "checkpoint_on": {"pages_per_s": tp["pages_per_s_on"], "paired_ratio": tp["ratio_on_off"]},
+                "checkpoint_off": {"pages_per_s": tp["pages_per_s_off"],
+                                   "cpu_s_per_1000_pages": tp["cpu_s_per_1000_pages_off"]},
+                "checkpoint_on": {"pages_per_s": tp["pages_per_s_on"], "paired_ratio": tp["ratio_on_off"],
+                                  "cpu_s_per_1000_pages": tp["cpu_s_per_1000_pages_on"],
+                                  "paired_cpu_ratio": tp["cpu_ratio_on_off"]},
             }},
             "scale": {"baseline": None, "configs": {"openclaw_checkpoint": scale(quick, work)}},
         }}

@@ -172,7 +172,7 @@ class DeadlinePriorityQueue:
         now = self._clock()
         self._apply_default_deadline(request, domain, now)
         if self.key:  # disk queue: only what can be stored as data (ValueError -> memory)
-            request_to_data(request, spider=self.crawler.spider)
+            request_to_data(request, spider=self.crawler.spider, compact=True)
         due = not_before(request)
         if due > now:
             heapq.heappush(self._delayed, (due, next(self._seq), request))
@@ -438,7 +438,7 @@ class DeadlinePriorityQueue:
         records, lost = [], 0
         for request in self._pending_requests():
             try:
-                records.append(request_to_data(request, spider=spider))
+                records.append(request_to_data(request, spider=spider, compact=True))
             except SerializationError as exc:
                 lost += 1
                 logger.error("Cannot persist %(request)s: %(error)s", {"request": request, "error": exc},

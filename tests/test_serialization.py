@@ -53,10 +53,41 @@ def test_request_subclass_round_trips():
     assert type(request_from_data(request_to_data(request))) is FormRequest
 
 
+@pytest.mark.parametrize("request_", [
+    Request("http://127.0.0.2/plain"),
+    Request("http://127.0.0.2/p", method="POST", body=b"x", headers={"A": "b"}, cookies={"c": "d"},
+            meta={"depth": 2}, encoding="latin-1", priority=-3, dont_filter=True, flags=["f"],
+            cb_kwargs={"k": 1}),
+    Request("http://127.0.0.2/zero", priority=0, meta={}, body=b""),
+    FormRequest("http://127.0.0.2/form", formdata={"a": "1"}),
+], ids=["defaults", "everything-set", "explicit-defaults", "subclass"])
+def test_compact_form_rebuilds_the_same_request(request_):
+    spider = SampleSpider()
+    full = request_to_data(request_, spider)
+    compact = request_to_data(request_, spider, compact=True)
+    again = request_from_data(json.loads(dumps(compact)), spider)
+    assert again.to_dict(spider=spider) == request_.to_dict(spider=spider)
+    assert type(again) is type(request_)
+    if type(request_) is Request:
+        assert len(dumps(compact)) < len(dumps(full))
+    else:  # a subclass may default differently: stored in full
+        assert compact == full
+
+
+def test_compact_form_is_smaller_and_drops_only_defaults():
+    data = request_to_data(Request("http://127.0.0.2/a", priority=1, dont_filter=False), compact=True)
+    assert data == {"url": "http://127.0.0.2/a", "priority": 1, "_v": 1}
+
+
 def test_unserialisable_meta_names_url_and_key():
     request = Request("http://127.0.0.2/x", meta={"handle": object()})
     with pytest.raises(SerializationError, match=r"request http://127.0.0.2/x\['meta'\]\['handle'\] holds a object"):
         request_to_data(request)
+    deep = Request("http://127.0.0.2/y", meta={"a": [1, {"b": (2, {3})}]})
+    with pytest.raises(SerializationError, match=r"\['meta'\]\['a'\]\[1\]\['b'\]\[1\] holds a set"):
+        request_to_data(deep, compact=True)
+    with pytest.raises(SerializationError, match=r"\['meta'\]: key 1 is not a string"):
+        request_to_data(Request("http://127.0.0.2/z", meta={1: "x"}))
 
 
 def test_lambda_callback_is_rejected():

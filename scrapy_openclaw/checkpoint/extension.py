@@ -327,7 +327,7 @@ class CheckpointExtension:
 
     def _serialise(self, request: Request) -> str | None:
         try:
-            return dumps(request_to_data(request, self.crawler.spider))
+            return dumps(request_to_data(request, self.crawler.spider, compact=True))
         except SerializationError as exc:
             self.stats.inc_value("openclaw/checkpoint/unserializable")
             logger.error(

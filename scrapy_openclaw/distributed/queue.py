@@ -175,7 +175,7 @@ class LeasedDeadlineQueue:
             if seconds is not None:
                 deadline = request.meta[M.DEADLINE] = now + float(seconds)
         try:
-            payload = self.serializer.dumps(request_to_data(request, self.spider))
+            payload = self.serializer.dumps(request_to_data(request, self.spider, compact=True))
         except SerializationError as exc:
             logger.error(
                 "Cannot store %(request)s in the Redis queue, dropped: %(error)s",
