@@ -4,8 +4,10 @@ A request that must wait (retry backoff, Retry-After hold) carries
 ``meta["openclaw_not_before"]`` and goes back to the scheduler. The
 DeadlinePriorityQueue keeps it in a timer heap itself. With any other queue,
 :class:`DelayedRequests` keeps it out of the scheduler until it is due (by
-vetoing ``request_scheduled``) and then hands it to ``engine.crawl``; while it
-holds requests the spider is kept open. Either way the wait costs no
+vetoing ``request_scheduled``, and telling the
+:class:`~scrapy_openclaw.lifecycle.RequestLifecycle` so the checkpoint keeps
+it) and then hands it to ``engine.crawl``; while it holds requests the spider
+is kept open. Either way the wait costs no
 download slot and no ``time.sleep``.
 """
 
@@ -23,7 +25,7 @@ from scrapy.utils.asyncio import call_later
 from scrapy.utils.misc import load_object
 
 from scrapy_openclaw import meta as M
-from scrapy_openclaw.runtime import shared
+from scrapy_openclaw.runtime import peek, shared
 
 if TYPE_CHECKING:
     from scrapy import Request
@@ -103,6 +105,9 @@ class DelayedRequests:
         heapq.heappush(self._heap, (due, next(self._counter), request))
         self.crawler.stats.inc_value("openclaw/delay/held")
         self._arm()
+        lifecycle = peek(self.crawler, "request_lifecycle")
+        if lifecycle is not None:
+            lifecycle.held(request)
         raise IgnoreRequest("held until its not-before time")  # vetoes enqueueing only
 
     def _arm(self) -> None:

@@ -1,7 +1,18 @@
-"""RequestLifecycle: when a request is in flight, and when it is truly finished.
+"""RequestLifecycle: when a request is queued, in flight, and truly finished.
 
 Scrapy signals say when a request is scheduled, dropped or downloaded, but
-none says "finished". The engine's slot knows: it calls ``add_request`` when
+none says "finished", and ``request_scheduled`` fires *before* the handlers
+that may still veto the request (the offsite filter, a not-before hold) and
+before the duplicate filter. Two places know better:
+
+* the scheduler's ``enqueue_request`` (a public scheduler method, wrapped on
+  the instance the engine uses) returns whether the request really entered
+  the queue: ``on_enqueued(request, accepted)``. ``admit`` listeners may
+  refuse a request before the scheduler sees it (the engine then sends
+  ``request_dropped``, as for a duplicate). :meth:`held` is called by
+  :class:`~scrapy_openclaw.delay.DelayedRequests` for a request it keeps out
+  of the queue until its not-before time: ``on_held(request)``.
+* the engine's slot calls ``add_request`` when
 a request leaves the scheduler and ``remove_request`` only after the
 download, the callback or errback, every request the callback yielded has
 been scheduled, and every item has been through the pipelines. A spider
@@ -9,6 +20,10 @@ middleware sees the end of the callback's generator instead, which under the
 asyncio reactor comes *before* the requests it yielded are scheduled (and it
 never sees errbacks), so components that must not lose work (the checkpoint,
 the distributed lease acknowledgements) listen here.
+
+Hooking the queue instead of connecting to ``request_scheduled`` also makes
+the checkpoint cheaper: a duplicate costs nothing beyond the filter's own
+work, where a signal handler ran for every link a page yields.
 
 ``add_request`` / ``remove_request`` are engine internals (present in Scrapy
 2.14 .. 2.19). Without them the lifecycle refuses (:class:`OpenClawConfigError`
@@ -33,6 +48,8 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 Listener = Callable[["Request"], None]
+EnqueueListener = Callable[["Request", bool], None]
+Admit = Callable[["Request"], bool]
 
 
 class RequestLifecycle:
@@ -44,6 +61,9 @@ class RequestLifecycle:
         self._users: list[str] = []
         self._started: list[Listener] = []
         self._finished: list[Listener] = []
+        self._enqueued: list[EnqueueListener] = []
+        self._held: list[Listener] = []
+        self._admit: list[Admit] = []
         # spider_opened: the slot exists, no request has left the scheduler yet
         crawler.signals.connect(self._on_signal, signal=signals.spider_opened)
         crawler.signals.connect(self._on_signal, signal=signals.engine_started)
@@ -53,14 +73,30 @@ class RequestLifecycle:
         return shared(crawler, "request_lifecycle", lambda: cls(crawler))
 
     def listen(
-        self, user: str, *, on_started: Listener | None = None, on_finished: Listener | None = None
+        self,
+        user: str,
+        *,
+        on_started: Listener | None = None,
+        on_finished: Listener | None = None,
+        on_enqueued: EnqueueListener | None = None,
+        on_held: Listener | None = None,
+        admit: Admit | None = None,
     ) -> None:
-        """Register listeners; *user* (e.g. a setting name) is named if the hook is refused."""
+        """Register listeners; *user* (e.g. a setting name) is named if the hook is refused.
+
+        Call before the spider opens: the hooks are installed then, and only
+        those some listener needs.
+        """
         self._users.append(user)
-        if on_started is not None:
-            self._started.append(on_started)
-        if on_finished is not None:
-            self._finished.append(on_finished)
+        for listeners, listener in ((self._started, on_started), (self._finished, on_finished),
+                                    (self._enqueued, on_enqueued), (self._held, on_held),
+                                    (self._admit, admit)):
+            if listener is not None:
+                listeners.append(listener)
+
+    def held(self, request: Request) -> None:
+        """A request is kept out of the scheduler for now (it will be scheduled again later)."""
+        self._notify(self._held, request)
 
     def install(self) -> None:
         """Hook the engine slot (idempotent); OpenClawConfigError if this Scrapy has no such hook."""
@@ -68,11 +104,18 @@ class RequestLifecycle:
             return
         engine = self.crawler.engine
         slot = getattr(engine, "_slot", None) or getattr(engine, "slot", None)
-        if slot is None or not hasattr(slot, "add_request") or not hasattr(slot, "remove_request"):
+        needs_queue = bool(self._enqueued or self._admit)
+        if (
+            slot is None
+            or not hasattr(slot, "add_request")
+            or not hasattr(slot, "remove_request")
+            or (needs_queue and not hasattr(getattr(slot, "scheduler", None), "enqueue_request"))
+        ):
             users = ", ".join(dict.fromkeys(self._users)) or "scrapy_openclaw"
             raise OpenClawConfigError(
-                f"{users}: this Scrapy version's engine has no slot add_request/remove_request; "
-                "cannot track in-flight and finished requests"
+                f"{users}: this Scrapy version's engine has no slot add_request/remove_request"
+                f"{' or scheduler' if needs_queue else ''}; cannot track queued, in-flight and "
+                "finished requests"
             )
         add, remove = slot.add_request, slot.remove_request
 
@@ -88,16 +131,32 @@ class RequestLifecycle:
 
         slot.add_request = add_request
         slot.remove_request = remove_request
+        if needs_queue:
+            self._hook_scheduler(slot.scheduler)
         self.installed = True
+
+    def _hook_scheduler(self, scheduler: Any) -> None:
+        enqueue = scheduler.enqueue_request
+        admit, enqueued = self._admit, self._enqueued
+
+        def enqueue_request(request: Request) -> bool:
+            for check in admit:
+                if not check(request):
+                    return False
+            accepted = bool(enqueue(request))
+            self._notify(enqueued, request, accepted)
+            return accepted
+
+        scheduler.enqueue_request = enqueue_request
 
     def _on_signal(self, **kwargs: Any) -> None:
         if self._users:
             self.install()
 
-    def _notify(self, listeners: list[Listener], request: Request) -> None:
+    def _notify(self, listeners: list[Any], request: Request, *args: Any) -> None:
         for listener in listeners:
             try:
-                listener(request)
+                listener(request, *args)
             except Exception:
                 logger.exception(
                     "Request lifecycle listener %(listener)r failed for %(request)s",

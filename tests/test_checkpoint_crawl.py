@@ -233,6 +233,64 @@ def test_unserialisable_meta_reported_at_enqueue(chaos_server: Any, tmp_path: Pa
     assert result.stats["openclaw/checkpoint/unserializable"] >= 1
 
 
+@pytest.mark.parametrize("queue", [None, "scrapy_openclaw.pqueues.DeadlinePriorityQueue"],
+                         ids=["scrapy-queue-delayed-requests", "deadline-queue"])
+def test_kill9_while_retries_wait_loses_none(chaos_server: Any, tmp_path: Path, queue: str | None) -> None:
+    """Retries waiting out their backoff (held by DelayedRequests, or in our queue's timer
+    heap) are live requests too: killed mid-wait, the resumed crawl fetches each retry once."""
+    pages = 10
+    server = chaos_server(ChaosConfig(hosts=(HostConfig(
+        address="127.0.0.2", pages=pages, links_per_page="all",
+        status_script={p: (503, 200) for p in range(1, pages)}),)))
+    ckpt, items = tmp_path / "ckpt", tmp_path / "items.jsonl"
+    cfg = settings(
+        ckpt, items, RETRY_ENABLED=True, CONCURRENT_REQUESTS=4,
+        DOWNLOADER_MIDDLEWARES={"scrapy_openclaw.retry.ClassifiedRetryMiddleware": 550,
+                                "scrapy.downloadermiddlewares.retry.RetryMiddleware": None},
+        OPENCLAW_POLICY={"defaults": {"retry": {
+            "protocol_retryable": {"base_delay": 5.0, "max_delay": 5.0, "jitter": "none"},
+            "budget_min_retries": 1000}}},
+    )
+    if queue:
+        cfg["SCHEDULER_PRIORITY_QUEUE"] = queue
+    proc = start_crawl(settings=cfg, spider_args={"start_urls": server.start_urls}, out_dir=tmp_path / "r1")
+
+    def statuses() -> dict[str, int]:
+        return server.truth(include_requests=False)["hosts"]["127.0.0.2"]["statuses"]
+
+    assert wait_for(lambda: statuses().get("503", 0) >= pages - 1 or proc.poll() is not None, 30)
+    time.sleep(0.6)  # a few journal batches: the waiting retries are on disk
+    assert proc.poll() is None and statuses().get("200", 0) == 1, "killed while every retry waits"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(10)
+
+    final = run_to_end(server, cfg, tmp_path / "r2")
+    assert final.returncode == 0, final.log[-3000:]
+    assert final.stats["openclaw/checkpoint/restored"] >= pages - 1
+    assert {it["url"] for it in items_of(items)} >= server.reachable().ok
+    truth = server.truth()["hosts"]["127.0.0.2"]
+    for page in range(1, pages):
+        # the first attempt finished before the kill; only its waiting retry was restored
+        assert [r["status"] for r in truth["requests"] if r["path"] == f"/page/{page}"] == [503, 200]
+    assert load(ckpt).finished
+
+
+def test_requests_vetoed_before_the_queue_are_not_kept(chaos_server: Any, tmp_path: Path) -> None:
+    """An offsite link never enters the scheduler: the checkpoint must not keep it as live
+    (it would be re-injected by every resume, and a finished crawl would look unfinished)."""
+    server = chaos_server(site(pages=10, latency=0.0, hosts=1))
+    ckpt, items = tmp_path / "ckpt", tmp_path / "items.jsonl"
+    proc = start_crawl(spider="test_checkpoint_crawl.OffsiteLinkSpider", settings=settings(ckpt, items),
+                       spider_args={"start_urls": server.start_urls}, out_dir=tmp_path / "r1")
+    proc.wait(60)
+    result = read_result(tmp_path / "r1", proc.returncode)
+    assert result.returncode == 0, result.log[-3000:]
+    assert result.stats.get("offsite/filtered", 0) >= 1, "the offsite filter saw the link"
+    assert "still recorded as live" not in result.log
+    state = load(ckpt)
+    assert state.finished and not state.requests
+
+
 def test_jobdir_is_refused(tmp_path: Path) -> None:
     proc = start_crawl(settings={"OPENCLAW_CHECKPOINT_DIR": str(tmp_path / "c"), "JOBDIR": str(tmp_path / "c"),
                                  "EXTENSIONS": {"scrapy_openclaw.checkpoint.CheckpointExtension": 10}},
@@ -258,4 +316,14 @@ if ChaosSpider is not None:
 
             for url in self.start_urls:
                 yield scrapy.Request(url, meta={"handle": object()}, callback=self.parse)
+
+    class OffsiteLinkSpider(ChaosSpider):
+        name = "offsitelink"
+        allowed_domains = ["127.0.0.2"]
+
+        def parse(self, response):  # type: ignore[no-untyped-def]
+            import scrapy
+
+            yield scrapy.Request("http://offsite.invalid/elsewhere", callback=self.parse)
+            yield from super().parse(response)
 

@@ -2,9 +2,13 @@
 
 What a request's life looks like to the checkpoint, and where we see it:
 
-* **scheduled** -- ``request_scheduled``: the request is serialised right
-  away (so one whose meta cannot be stored is reported with its URL and key
-  now, not at crash time) and becomes *live*.
+* **queued** -- :class:`~scrapy_openclaw.lifecycle.RequestLifecycle`
+  ``on_enqueued`` (the scheduler accepted it: past the offsite filter and the
+  duplicate filter), or ``on_held`` (kept back until its not-before time by
+  :class:`~scrapy_openclaw.delay.DelayedRequests`): the request is serialised
+  right away (so one whose meta cannot be stored is reported with its URL and
+  key now, not at crash time) and becomes *live*. Duplicates and vetoed
+  requests never reach us, so they cost nothing.
 * **popped** -- :class:`~scrapy_openclaw.lifecycle.RequestLifecycle`
   ``on_started`` (the engine slot's ``add_request``): in flight.
 * **finished** -- ``on_finished`` (the slot's ``remove_request``): only after
@@ -14,7 +18,8 @@ What a request's life looks like to the checkpoint, and where we see it:
   callback's output but not the items still in pipelines, nor errbacks. The
   slot hook is an engine internal (present in Scrapy 2.14 .. 2.19); without
   it the extension refuses to run rather than silently lose requests.
-* **dropped** -- ``request_dropped`` (the duplicate filter said no).
+* **dropped** -- a live request scheduled again (the same object) that the
+  scheduler refused.
 
 Live requests are journaled with group commit (see ``journal.py``): each
 batch writes new requests before "finished" marks, so whatever prefix of it
@@ -28,7 +33,8 @@ before any other component reads it), and on ``spider_opened`` the health
 registry and stats are restored and every live request (pending *and*
 in-flight) is handed to ``engine.crawl`` in batches, exempt from duplicate
 filtering. Requests (start requests included) whose fingerprint the
-previous runs already saw are vetoed, so a resumed crawl does not restart.
+previous runs already saw are refused before the scheduler (an ``admit``
+listener), so a resumed crawl does not restart.
 
 JOBDIR: refused whenever it is set. Scrapy would restore its own queue and
 ``requests.seen`` next to ours: its duplicate filter would drop our restored
@@ -49,7 +55,7 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy import signals
 from scrapy.dupefilters import BaseDupeFilter
-from scrapy.exceptions import DontCloseSpider, IgnoreRequest, NotConfigured
+from scrapy.exceptions import DontCloseSpider, NotConfigured
 from scrapy.utils.asyncio import call_later, create_looping_call
 from scrapy.utils.httpobj import urlparse_cached
 from scrapy.utils.misc import load_object
@@ -68,7 +74,6 @@ from scrapy_openclaw.checkpoint.state import (
 )
 from scrapy_openclaw.errors import OpenClawConfigError
 from scrapy_openclaw.lifecycle import RequestLifecycle
-from scrapy_openclaw.meta import NOT_BEFORE
 from scrapy_openclaw.serialization import SerializationError, dumps, request_from_data, request_to_data
 from scrapy_openclaw.settings import DEFAULTS
 
@@ -182,8 +187,6 @@ class CheckpointExtension:
         self._popped: list[int] = []
         self._done: list[int] = []
         self._start_new: list[str] = []
-        self._predicted: dict[int, Request] = {}  # likely duplicates, not yet dropped
-        self._mispredicted_warned = False
         self._restore_queue: list[int] = []
         self._restoring = False
         self._restore_started = 0.0
@@ -203,13 +206,16 @@ class CheckpointExtension:
 
         self.lifecycle = RequestLifecycle.for_crawler(crawler)
         self.lifecycle.listen(
-            "OPENCLAW_CHECKPOINT_DIR", on_started=self._on_popped, on_finished=self._on_finished
+            "OPENCLAW_CHECKPOINT_DIR",
+            on_enqueued=self._on_enqueued,
+            on_held=self._on_held,
+            on_started=self._on_popped,
+            on_finished=self._on_finished,
+            admit=self._admit if (self._restored_seen or self._restored_start) else None,
         )
         crawler.signals.connect(self.spider_opened, signal=signals.spider_opened)
         crawler.signals.connect(self.spider_idle, signal=signals.spider_idle)
         crawler.signals.connect(self.spider_closed, signal=signals.spider_closed)
-        crawler.signals.connect(self.request_scheduled, signal=signals.request_scheduled)
-        crawler.signals.connect(self.request_dropped, signal=signals.request_dropped)
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> CheckpointExtension:
@@ -277,41 +283,59 @@ class CheckpointExtension:
         self._snapshot_loop = create_looping_call(self._periodic_snapshot)
         self._snapshot_loop.start(self.snapshot_interval, now=False)
 
-    def request_scheduled(self, request: Request, spider: Spider | None = None) -> None:
+    def _admit(self, request: Request) -> bool:
+        """Refuse what the runs before the resume already crawled (registered only on resume)."""
+        if request in self._by_request:  # a restored request, or one we track coming back
+            return True
+        start = bool(request.meta.get("is_start_request"))
+        if request.dont_filter and not start:
+            return True
+        fp = self.crawler.request_fingerprinter.fingerprint(request)
+        if fp in self._restored_seen or (start and fp in self._restored_start):
+            self.stats.inc_value("openclaw/checkpoint/filtered")
+            return False
+        return True
+
+    def _on_enqueued(self, request: Request, accepted: bool) -> None:
         rid = self._by_request.get(request)
         if rid is not None:  # the same object again (a delayed request released, a reschedule)
-            entry = self._live[rid]
-            entry.state = "p"
-            if not self._restoring:
-                data = self._serialise(request)
-                if data is not None and data != entry.data:
-                    entry.data = data
-                    if entry.flushed:
-                        self._changed.append(rid)
-            return
-        fp_bytes = None
-        start = bool(request.meta.get("is_start_request"))
-        if self.filtering and (not request.dont_filter or start):
-            fp_bytes = self.crawler.request_fingerprinter.fingerprint(request)
-            if start:
-                if fp_bytes in self._restored_start or fp_bytes in self._restored_seen:
-                    self.stats.inc_value("openclaw/checkpoint/filtered")
-                    raise IgnoreRequest("start request already crawled before the resume")
-                if fp_bytes not in self._start_seen:
+            if accepted:
+                self._requeued(rid, request)
+            else:
+                self._finish(rid)
+        elif accepted:
+            self._new_request(request)
+
+    def _on_held(self, request: Request) -> None:
+        rid = self._by_request.get(request)
+        if rid is not None:
+            self._requeued(rid, request)
+        else:
+            self._new_request(request)
+
+    def _requeued(self, rid: int, request: Request) -> None:
+        entry = self._live[rid]
+        entry.state = "p"
+        if not self._restoring:
+            data = self._serialise(request)
+            if data is not None and data != entry.data:
+                entry.data = data
+                if entry.flushed:
+                    self._changed.append(rid)
+
+    def _new_request(self, request: Request) -> None:
+        fp = None
+        if self.filtering:
+            start = bool(request.meta.get("is_start_request"))
+            if not request.dont_filter or start:
+                fp_bytes = self.crawler.request_fingerprinter.fingerprint(request)
+                if start and fp_bytes not in self._start_seen:
                     self._start_seen.add(fp_bytes)
                     self._start_new.append(fp_bytes.hex())
-            if not request.dont_filter:
-                if fp_bytes in self._restored_seen:
-                    self.stats.inc_value("openclaw/checkpoint/filtered")
-                    raise IgnoreRequest("seen before the resume")
-                if fp_bytes in self._seen and not request.meta.get(NOT_BEFORE):
-                    # the duplicate filter will drop it: skip the serialisation cost
-                    self._predicted[id(request)] = request
-                    return
-                self._seen.add(fp_bytes)
-            else:
-                fp_bytes = None
-        self._track(request, fp_bytes.hex() if fp_bytes is not None else None)
+                if not request.dont_filter:
+                    self._seen.add(fp_bytes)
+                    fp = fp_bytes.hex()
+        self._track(request, fp)
 
     def _track(self, request: Request, fp: str | None) -> None:
         data = self._serialise(request)
@@ -336,13 +360,6 @@ class CheckpointExtension:
                 extra={"spider": self.crawler.spider},
             )
             return None
-
-    def request_dropped(self, request: Request, spider: Spider | None = None) -> None:
-        if self._predicted.pop(id(request), None) is not None:
-            return
-        rid = self._by_request.get(request)
-        if rid is not None:
-            self._finish(rid)
 
     def _on_popped(self, request: Request) -> None:
         rid = self._by_request.get(request)
@@ -471,8 +488,6 @@ class CheckpointExtension:
 
     def commit(self, *, may_snapshot: bool = True) -> bool:
         """Journal what happened since the last commit and fsync it (group commit)."""
-        if self._predicted:
-            self._fix_mispredictions()
         payloads: list[str] = []
         live = self._live
         for rid in self._changed:
@@ -510,19 +525,6 @@ class CheckpointExtension:
         ):
             self.snapshot()
         return ok
-
-    def _fix_mispredictions(self) -> None:
-        """Requests we expected the duplicate filter to drop, but it kept: track them now."""
-        predicted, self._predicted = self._predicted, {}
-        for request in predicted.values():
-            if not self._mispredicted_warned:
-                self._mispredicted_warned = True
-                logger.warning(
-                    "The duplicate filter kept a request the checkpoint took for a duplicate "
-                    "(%(request)s); is DUPEFILTER_CLASS fingerprinting differently?",
-                    {"request": request},
-                )
-            self._track(request, None)
 
     def _periodic_snapshot(self) -> None:
         if not self._closed:
