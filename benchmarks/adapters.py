@@ -117,13 +117,15 @@ SPECS: dict[str, list[Spec]] = {
             M("duplicate_fetches", "duplicate fetches", "lower", ratio=False),
             M("reachable_pages", "reachable pages", ratio=False), M("seconds", "wall s", "lower"),
         ], [Headline("pages_lost", "openclaw_checkpoint", "== 0", at_most(0))], key="kill"),
-        Spec("killresume: throughput with checkpointing (medians of 3 interleaved off/on pairs)", [
+        Spec("killresume: throughput with checkpointing (medians of 4 off/on pairs, ABBA order)", [
             M("pages_per_s", "pages/s", "higher"),
             M("paired_ratio", "median paired ratio on/off", "higher", ratio=False),
         ], [Headline("paired_ratio", "checkpoint_on", ">= 0.95", at_least(0.95))], key="throughput"),
         Spec("killresume: checkpoint at scale", [
             M("pending_requests", "pending requests"), M("checkpoint_bytes", "checkpoint bytes"),
-            M("bytes_per_request", "bytes per request"), M("serialise_seconds", "serialise s"),
+            M("bytes_per_request", "bytes per request"), M("track_seconds", "track s"),
+            M("snapshot_inline_stall_seconds", "reactor stall, inline snapshot s"),
+            M("snapshot_background_stall_seconds", "reactor stall, background snapshot s"),
             M("snapshot_write_seconds", "snapshot write s"), M("resume_seconds_total", "resume s"),
         ], key="scale"),
     ],

@@ -210,3 +210,72 @@ def test_extension_restores_crawl_id_and_locks_dir(tmp_path: Path) -> None:
     with pytest.raises(OpenClawConfigError, match="another running crawl"):
         build_from_crawler(CheckpointExtension, get_crawler(_Spider, {"OPENCLAW_CHECKPOINT_DIR": str(tmp_path)}))
     ext.journal.close()
+
+
+def _extension_with_requests(tmp_path: Path, n: int) -> Any:
+    from scrapy.utils.misc import build_from_crawler
+
+    ext = build_from_crawler(CheckpointExtension, get_crawler(_Spider, {"OPENCLAW_CHECKPOINT_DIR": str(tmp_path)}))
+    for i in range(n):
+        ext._new_request(Request(f"http://a.example/{i}"))
+    assert ext.commit()
+    return ext
+
+
+def test_background_snapshot_writes_in_a_thread_while_the_journal_moves_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import threading
+
+    from scrapy_openclaw.checkpoint import extension as module
+
+    ext = _extension_with_requests(tmp_path, 500)
+    gate, writers = threading.Event(), []
+    real = module.write_snapshot
+
+    def held_write(*args: Any, **kwargs: Any) -> int:
+        writers.append(threading.current_thread())
+        assert gate.wait(10)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(module, "write_snapshot", held_write)
+    gen_before = ext.gen
+    assert ext.snapshot(background=True)
+    assert ext._writing and ext.gen == gen_before + 1
+    # the crawl goes on while the file is written: new records land in the new generation
+    ext._new_request(Request("http://a.example/late"))
+    assert ext.commit()
+    midway = load(tmp_path)  # a crash now: the previous state plus both journals
+    assert len(midway.requests) == 501 and midway.snapshot_gen is None
+    gate.set()
+    ext._join_writer()
+    assert writers and writers[0] is not threading.main_thread()
+    assert not ext._writing and ext.stats.get_value("openclaw/checkpoint/snapshots") == 1
+    state = load(tmp_path)
+    assert state.snapshot_gen == ext.gen and len(state.requests) == 501
+    ext.journal.close()
+
+
+def test_background_snapshot_failure_keeps_every_request(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: Any
+) -> None:
+    from scrapy_openclaw.checkpoint import extension as module
+
+    ext = _extension_with_requests(tmp_path, 50)
+    assert ext.snapshot()  # a good generation to fall back on
+    ext._new_request(Request("http://a.example/after-the-good-snapshot"))
+
+    def disk_full(*args: Any, **kwargs: Any) -> int:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(module, "write_snapshot", disk_full)
+    with caplog.at_level(logging.ERROR):
+        assert ext.snapshot(background=True)
+        ext._join_writer()
+    assert "No space left on device" in caplog.text
+    assert ext.stats.get_value("openclaw/checkpoint/snapshot_errors") == 1
+    ext._new_request(Request("http://a.example/after-the-failure"))
+    assert ext.commit()
+    state = load(tmp_path)
+    assert len(state.requests) == 52 and not state.bad_snapshots
+    ext.journal.close()

@@ -48,6 +48,7 @@ import fcntl
 import json
 import logging
 import os
+import threading
 import time
 from pathlib import Path
 from urllib.parse import urlparse
@@ -196,6 +197,8 @@ class CheckpointExtension:
         self._closed = False
         self._commit_loop: Any = None
         self._snapshot_loop: Any = None
+        self._writer: threading.Thread | None = None  # a snapshot being written in the background
+        self._written: tuple[int, Any] | None = None  # its outcome, for the reactor thread
         if self.recovered is not None:
             self._adopt(self.recovered)
         self.gen = recovered.next_generation
@@ -395,8 +398,8 @@ class CheckpointExtension:
         finished = reason == "finished"
         if finished and self._live:
             logger.warning(
-                "Crawl finished with %(n)d requests still recorded as live (held or vetoed "
-                "elsewhere); the checkpoint is marked finished anyway",
+                "Crawl finished with %(n)d requests still recorded as live (held back by another "
+                "component); the checkpoint is marked finished anyway",
                 {"n": len(self._live)}, extra={"spider": spider},
             )
         ok = self.snapshot(finished=finished, reason=reason, final=True)
@@ -522,19 +525,39 @@ class CheckpointExtension:
             and self.snapshot_records
             and self._records_since_snapshot >= self.snapshot_records
             and not self._closed
+            and not self._writing
         ):
-            self.snapshot()
+            self.snapshot(background=True)
         return ok
 
     def _periodic_snapshot(self) -> None:
-        if not self._closed:
-            self.snapshot()
+        if not self._closed and not self._writing:
+            self.snapshot(background=True)
 
-    def snapshot(self, *, finished: bool = False, reason: str | None = None, final: bool = False) -> bool:
-        """Compact the state into a new snapshot generation; False if it could not be written."""
+    @property
+    def _writing(self) -> bool:
+        return self._writer is not None
+
+    def snapshot(
+        self, *, finished: bool = False, reason: str | None = None, final: bool = False,
+        background: bool = False,
+    ) -> bool:
+        """Compact the state into a new snapshot generation; False if it could not be written.
+
+        The state is cut on the reactor thread (a copy of the live requests and
+        fingerprints) and the journal moves on to the new generation at once.
+        *background* leaves the file to a thread, so a snapshot of millions of
+        requests does not stall the crawl; its outcome is handled on the
+        reactor thread when it ends (True is returned at once). Until it ends,
+        or if it fails, recovery uses the previous snapshot and every journal
+        since, this generation's included.
+        """
+        self._join_writer()  # one at a time, in generation order
         self.commit(may_snapshot=False)
+        if not self.journal.flush():  # the disk refuses even the journal: keep its records, skip
+            self.stats.inc_value("openclaw/checkpoint/snapshot_errors")
+            return False
         gen = self.gen + 1
-        path = snapshot_path(self.dir, gen)
         header = {
             "gen": gen,
             "crawl_id": self.crawl_id,
@@ -547,31 +570,72 @@ class CheckpointExtension:
             "health": self._health_snapshot(),
             "start_fingerprints": sorted(fp.hex() for fp in self._start_seen),
         }
-        requests = ((rid, e.state, e.data) for rid, e in self._live.items())
-        started = time.monotonic()
-        try:
-            size = write_snapshot(path, header, requests, self._seen)
-        except OSError as exc:
-            self.stats.inc_value("openclaw/checkpoint/snapshot_errors")
-            logger.error(
-                "Checkpoint snapshot %(path)s failed (%(error)s); the previous snapshot and the "
-                "journal still hold the state, the crawl continues",
-                {"path": path, "error": exc},
-            )
-            return False
-        self.stats.inc_value("openclaw/checkpoint/snapshots")
-        self.stats.set_value("openclaw/checkpoint/snapshot_bytes", size)
-        self.stats.set_value("openclaw/checkpoint/snapshot_seconds", round(time.monotonic() - started, 3))
-        self.journal.close()  # whatever it still buffers is in the snapshot
+        requests = [(rid, e.state, e.data) for rid, e in self._live.items()]
+        fingerprints = list(self._seen)
+        self.journal.close()  # empty: everything in it is also in this snapshot
         self.gen = gen
         self._records_since_snapshot = 0
-        if self._prev_snapshot_gen is not None:
-            self._delete_old(keep_from=self._prev_snapshot_gen)
-        self._prev_snapshot_gen = gen
         if not final:
             self.journal = JournalWriter(
                 journal_path(self.dir, gen), {"gen": gen, "crawl_id": self.crawl_id, "created": time.time()}
             )
+        if not background:
+            return self._snapshot_written(gen, self._write(gen, header, requests, fingerprints))
+        self._writer = threading.Thread(
+            target=self._write_in_thread, args=(gen, header, requests, fingerprints),
+            name="openclaw-checkpoint-snapshot", daemon=True,
+        )
+        self._writer.start()
+        return True
+
+    def _write(self, gen: int, header: dict[str, Any], requests: list[tuple[int, str, str]],
+               fingerprints: list[bytes]) -> tuple[int, float] | Exception:
+        """Write the file (any thread): ``(size, seconds)``, or the error."""
+        started = time.monotonic()
+        try:
+            size = write_snapshot(snapshot_path(self.dir, gen), header, requests, fingerprints)
+        except OSError as exc:
+            return exc
+        return size, time.monotonic() - started
+
+    def _write_in_thread(self, gen: int, *args: Any) -> None:
+        from twisted.internet import reactor  # noqa: PLC0415 (the installed one)
+
+        try:
+            outcome = self._write(gen, *args)
+        except Exception as exc:  # reported like a failed write; never leaves a writer hanging
+            outcome = exc
+        self._written = (gen, outcome)
+        reactor.callFromThread(self._collect_writer)
+
+    def _join_writer(self) -> None:
+        if self._writer is not None:
+            self._writer.join()
+            self._collect_writer()
+
+    def _collect_writer(self) -> None:
+        """On the reactor thread: handle a background write's outcome (once)."""
+        written, self._written = self._written, None
+        if written is not None:
+            self._writer = None
+            self._snapshot_written(*written)
+
+    def _snapshot_written(self, gen: int, outcome: tuple[int, float] | Exception) -> bool:
+        if isinstance(outcome, Exception):
+            self.stats.inc_value("openclaw/checkpoint/snapshot_errors")
+            logger.error(
+                "Checkpoint snapshot %(path)s failed (%(error)s); the previous snapshot and the "
+                "journals still hold the state, the crawl continues",
+                {"path": snapshot_path(self.dir, gen), "error": outcome},
+            )
+            return False
+        size, seconds = outcome
+        self.stats.inc_value("openclaw/checkpoint/snapshots")
+        self.stats.set_value("openclaw/checkpoint/snapshot_bytes", size)
+        self.stats.set_value("openclaw/checkpoint/snapshot_seconds", round(seconds, 3))
+        if self._prev_snapshot_gen is not None:
+            self._delete_old(keep_from=self._prev_snapshot_gen)
+        self._prev_snapshot_gen = gen
         return True
 
     def _delete_old(self, keep_from: int) -> None:
@@ -588,9 +652,8 @@ class CheckpointExtension:
         registry = self._health_registry()
         if registry is None:
             return None
-        data = registry.snapshot()
         try:
-            json.dumps(data)
+            data = json.loads(json.dumps(registry.snapshot()))  # a copy: it may be written by a thread
         except (TypeError, ValueError) as exc:
             logger.warning("Checkpoint: the health registry's snapshot is not JSON-safe (%(error)s); "
                            "not saved", {"error": exc})
