@@ -131,3 +131,22 @@ def test_cache_serves_reads_without_round_trips(redis_server: Any) -> None:
     assert shared.ready_at("c.test", now) >= now + 29
     assert shared.state("c.test", now).failures == 1 and shared.concurrency("c.test") >= 1
     assert calls == []
+
+
+def test_each_circuit_change_is_reported_by_the_worker_that_caused_it(redis_server: Any) -> None:
+    """Two workers share a domain: the one whose failure opens the circuit reports it; the other,
+    whose cached view still says closed, does not report it again (stats and signals count once)."""
+    health = {"circuit_failures": 2, "circuit_cooldown": 5.0, "circuit_jitter": 0.0}
+    _, worker_a = _pair(redis_server.url, health)
+    _, worker_b = _pair(redis_server.url, health)
+    t = 3_000_000.0
+    assert worker_b.record_success("s.test", 0.1, t) is None  # b's cache: closed
+    assert worker_a.record_failure("s.test", TIMEOUT, t + 1) is None
+    assert worker_a.record_failure("s.test", TIMEOUT, t + 2) == "open"
+    assert worker_b.state("s.test", t + 2).circuit == "closed"  # stale until b's next call
+    assert worker_b.record_failure("s.test", TIMEOUT, t + 3) is None
+    assert worker_b.state("s.test", t + 3).circuit == "open"
+    # cool-down over: b's probe comes back and b closes the circuit; a's late answer does not
+    assert worker_b.try_acquire("s.test", t + 8)
+    assert worker_b.record_success("s.test", 0.1, t + 8.1) == "closed"
+    assert worker_a.record_success("s.test", 0.1, t + 8.2) is None

@@ -170,7 +170,8 @@ def test_consecutive_failures_open_the_circuit_and_one_probe_decides() -> None:
                    circuit_jitter=0)
     for i in range(3):
         assert reg.state(D, T0 + i).circuit == "closed"
-        reg.record_failure(D, REFUSED, now=T0 + i)
+        changed = reg.record_failure(D, REFUSED, now=T0 + i)
+        assert changed == (None if i < 2 else "open")  # the record says what it changed
     state = reg.state(D, T0 + 2)
     assert (state.circuit, state.concurrency) == ("open", 1)
     assert not reg.try_acquire(D, T0 + 5)
@@ -182,13 +183,15 @@ def test_consecutive_failures_open_the_circuit_and_one_probe_decides() -> None:
     assert not reg.try_acquire(D, T0 + 12.1, token=False)
     assert reg.ready_at(D, T0 + 12.1) > T0 + 12.1
     # The probe fails: open again, for twice the cool-down.
-    reg.record_failure(D, REFUSED, now=T0 + 13)
+    assert reg.record_failure(D, REFUSED, now=T0 + 13) == "open"
+    assert reg.record_failure(D, REFUSED, now=T0 + 13.5) is None  # already open
     assert reg.state(D, T0 + 13).circuit == "open"
     assert reg.ready_at(D, T0 + 13) == pytest.approx(T0 + 33, abs=1e-6)
     assert not reg.try_acquire(D, T0 + 32.9)
     # The next probe succeeds: closed.
     assert reg.try_acquire(D, T0 + 33)
-    reg.record_success(D, 0.05, now=T0 + 33.1)
+    assert reg.record_success(D, 0.05, now=T0 + 33.1) == "closed"
+    assert reg.record_success(D, 0.05, now=T0 + 33.2) is None
     state = reg.state(D, T0 + 33.1)
     assert (state.circuit, state.consecutive_failures) == ("closed", 0)
     assert reg.try_acquire(D, T0 + 33.1)

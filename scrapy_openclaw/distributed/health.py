@@ -184,19 +184,18 @@ class RedisHealthRegistry(HealthRegistry):
         self.refresh(domain, res[1])
         return int(res[0]) == 1
 
-    def record_success(self, domain: str, latency: float | None, now: float | None = None) -> None:
+    def record_success(self, domain: str, latency: float | None, now: float | None = None) -> str | None:
         now = time.time() if now is None else now
         sample = "" if latency is None or not math.isfinite(latency) or latency < 0 else repr(float(latency))
         res = self._run(self._record, domain, [now, self.policy_json(domain), 1, sample, 0, 0, 0, 0, "", 1])
         if res is None:
-            super().record_success(domain, latency, now)
-        else:
-            self.refresh(domain, res)
+            return super().record_success(domain, latency, now)
+        return self._recorded(domain, res)
 
     def record_failure(
         self, domain: str, classification: Classification, now: float | None = None,
         retry_after: float | None = None,
-    ) -> None:
+    ) -> str | None:
         now = time.time() if now is None else now
         affects = affects_health(classification)
         penalty, congestion = _penalty(classification, self.policy(domain)) if affects else (0.0, False)
@@ -207,9 +206,14 @@ class RedisHealthRegistry(HealthRegistry):
             self._jitter(domain),
         ])
         if res is None:
-            super().record_failure(domain, classification, now, retry_after)
-        else:
-            self.refresh(domain, res)
+            return super().record_failure(domain, classification, now, retry_after)
+        return self._recorded(domain, res)
+
+    def _recorded(self, domain: str, res: list[Any]) -> str | None:
+        """Cache the new state; the circuit transition this worker's record caused, if any."""
+        fields, changed = res
+        self.refresh(domain, fields)
+        return _text(changed) or None
 
     def _jitter(self, domain: str) -> float:
         """The cool-down jitter factor, should this failure open the circuit (drawn here:

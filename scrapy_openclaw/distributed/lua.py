@@ -530,18 +530,23 @@ return {0, flat}
 """
 
 # ARGV: now, policy_json, success(1/0), latency ('' none), affects(1/0), penalty,
-#       congestion(1/0), throttle(1/0), retry_after ('' none), jitter factor -> {fields}
+#       congestion(1/0), throttle(1/0), retry_after ('' none), jitter factor
+#       -> {{fields}, the circuit transition this record caused: 'open' | 'closed' | ''}
 H_RECORD = HEALTH + r"""
 redis.call('SADD', KEYS[2], ARGV[#ARGV])  -- the domain index (last ARGV: the domain)
 local now = tonumber(ARGV[1])
 local d, p = h_load(KEYS[1], now, ARGV[2])
+local before = d.circuit
 if ARGV[3] == '1' then
   h_success(d, p, now, tonumber(ARGV[4]))
 else
   h_failure(d, p, now, ARGV[5] == '1', tonumber(ARGV[6]), ARGV[7] == '1', ARGV[8] == '1', tonumber(ARGV[9]),
     tonumber(ARGV[10]))
 end
-return h_save(KEYS[1], d, ARGV[2])
+-- the transition this record caused (a worker reports only its own)
+local changed = ''
+if d.circuit ~= before and d.circuit ~= 'half_open' then changed = d.circuit end
+return {h_save(KEYS[1], d, ARGV[2]), changed}
 """
 
 # Holds only ever extend. ARGV: now, policy_json, until -> {fields}

@@ -112,20 +112,18 @@ class DomainHealthMiddleware:
     def _record(
         self, request: Request, domain: str, classification: Classification | None, retry_after: float | None
     ) -> None:
-        before = self.registry.state(domain).circuit
         if affects_health(classification):
             assert classification is not None
-            self.registry.record_failure(domain, classification, retry_after=retry_after)
+            changed = self.registry.record_failure(domain, classification, retry_after=retry_after)
             self.stats.inc_value(f"openclaw/health/failures/{classification.reason}")
             if classification.is_throttle:
                 self.stats.inc_value("openclaw/health/throttled")
             if retry_after is not None:
                 self.stats.inc_value("openclaw/health/held")
         else:
-            self.registry.record_success(domain, request.meta.get("download_latency"))
-        state = self.registry.state(domain)
-        if state.circuit != before:
-            self._circuit_changed(before, state)
+            changed = self.registry.record_success(domain, request.meta.get("download_latency"))
+        if changed:  # caused by this record: with a shared registry, other workers' changes are theirs
+            self._circuit_changed(changed, self.registry.state(domain))
         slot = self.crawler.engine.downloader.slots.get(domain) if self.crawler.engine else None
         if slot is not None:
             self._apply(domain, slot)
@@ -137,8 +135,8 @@ class DomainHealthMiddleware:
             self.stats.inc_value("openclaw/health/retry_after_ignored")
         return seconds
 
-    def _circuit_changed(self, before: str, state: DomainState) -> None:
-        if state.circuit == OPEN:
+    def _circuit_changed(self, circuit: str, state: DomainState) -> None:
+        if circuit == OPEN:
             self.stats.inc_value("openclaw/health/circuit_opened")
             logger.warning(
                 "Circuit for %(domain)s opened (health %(health).0f, %(failures)d failures in a row); "
@@ -147,7 +145,7 @@ class DomainHealthMiddleware:
                  "cooldown": max(0.0, self.registry.blocked_until(state.domain) - time.time())},
             )
             signal = openclaw_signals.circuit_opened
-        elif state.circuit == CLOSED:
+        elif circuit == CLOSED:
             self.stats.inc_value("openclaw/health/circuit_closed")
             logger.info(
                 "Circuit for %(domain)s closed: a probe succeeded (health %(health).0f)",

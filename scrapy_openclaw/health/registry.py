@@ -257,7 +257,13 @@ class HealthRegistry:
 
     # --- recording ------------------------------------------------------------
 
-    def record_success(self, domain: str, latency: float | None, now: float | None = None) -> None:
+    def record_success(self, domain: str, latency: float | None, now: float | None = None) -> str | None:
+        """Count a successful request; ``"closed"`` if it closed the circuit (a probe came back).
+
+        Recording returns the circuit transition it caused itself, so that a
+        component sharing the state with others (several workers on one Redis)
+        reports each opening and closing once, where it happened.
+        """
         now = time.time() if now is None else now
         d, p = self._get(domain, now)
         d.requests += 1
@@ -265,12 +271,14 @@ class HealthRegistry:
         d.consecutive_failures = 0
         d.health = min(100.0, d.health + p.success_reward)
         congested = self._observe_latency(d, p, latency)
-        if d.circuit == HALF_OPEN:
+        closed = d.circuit == HALF_OPEN
+        if closed:
             d.circuit, d.probe_at, d.threshold = CLOSED, 0.0, None  # find the pace again
         if congested:
             self._decrease(d, p, now)
         else:
             self._increase(d, p, now)
+        return CLOSED if closed else None
 
     def record_failure(
         self,
@@ -278,14 +286,17 @@ class HealthRegistry:
         classification: Classification,
         now: float | None = None,
         retry_after: float | None = None,
-    ) -> None:
-        """Count a failed request; *retry_after* is the server's wait in seconds, if it sent one."""
+    ) -> str | None:
+        """Count a failed request; *retry_after* is the server's wait in seconds, if it sent one.
+
+        Returns ``"open"`` if this failure opened the circuit (or reopened it after a failed probe).
+        """
         now = time.time() if now is None else now
         d, p = self._get(domain, now)
         d.requests += 1
         d.failures += 1
         if not affects_health(classification):
-            return
+            return None
         d.consecutive_failures += 1
         penalty, congestion = _penalty(classification, p)
         # A congestion signal costs its penalty once per event (when it also cuts
@@ -306,6 +317,8 @@ class HealthRegistry:
             and (d.health < p.circuit_floor or d.consecutive_failures >= p.circuit_failures)
         ):
             self._open(d, p, now)
+            return OPEN
+        return None
 
     # --- persistence ----------------------------------------------------------
 
