@@ -75,6 +75,9 @@ class HealthPolicy:
     circuit_cooldown_max: float = field(default=60.0, metadata=_range(0.1, 86400))
     # +- this share of random spread on each cool-down (Nutch uses 10%)
     circuit_jitter: float = field(default=0.1, metadata=_range(0, 0.5))
+    # seconds a circuit may stay open (no probe getting through) before the domain is given
+    # up: its requests become dead letters (replayable) so the crawl can end; None: never
+    give_up_after: float | None = field(default=600.0, metadata=_range(1, None))
     retry_after_cap: float = field(default=600.0, metadata=_range(0, 86400))
 
 

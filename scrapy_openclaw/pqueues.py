@@ -385,6 +385,8 @@ class DeadlinePriorityQueue:
     def _ready(self, domain: str, now: float, acquire: bool) -> tuple[bool, float]:
         """Whether *domain* may send now; if not, when to look again (inf: a finished download will wake us)."""
         registry = self.registry
+        if registry is not None and registry.given_up(domain, now):
+            return True, math.inf  # out it goes, to become a dead letter in the health middleware
         downloader = self._downloader()
         slot = downloader.slots.get(domain) if downloader is not None else None
         if slot is not None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
+import pytest
+
 from scrapy_openclaw.testing.chaos import ChaosConfig, HostConfig
 from scrapy_openclaw.testing.crawl import run_crawl
 
@@ -175,3 +177,49 @@ def test_flapping_hosts_are_ridden_out_with_the_addon_defaults(chaos_server: Any
         times = [t for t, _ in statuses(truth, host)]
         longest = max(b - a for a, b in zip(times, times[1:]))
         assert longest < 8.0, (host, longest)
+
+
+@pytest.mark.parametrize("queue", [None, "scrapy_openclaw.pqueues.DeadlinePriorityQueue"],
+                         ids=["scrapy-queue", "deadline-queue"])
+def test_a_domain_that_stays_down_is_given_up_and_the_crawl_ends(
+    chaos_server: Any, tmp_path: Path, queue: str | None
+) -> None:
+    """B answers 503 for good. After give_up_after seconds of open circuit, every request for B,
+    queued or new, becomes exactly one dead letter, and the crawl ends instead of probing B
+    once a minute; A is crawled in full meanwhile."""
+    from scrapy_openclaw.dlq import JsonlStore
+
+    down = {"period": 100_000, "down": 100_000}
+    server = chaos_server(ChaosConfig(hosts=(
+        HostConfig(A, pages=30, links_per_page=2, cross_links=2, latency=0.05),
+        HostConfig(B, pages=30, links_per_page=2, fail_windows=down),
+    )))
+    letters = tmp_path / "dl.jsonl"
+    policy = {"defaults": {
+        "health": {"give_up_after": 3.0, "circuit_cooldown": 0.5, "circuit_cooldown_max": 1.0},
+        "retry": {"protocol_retryable": {"max_attempts": 100, "base_delay": 0.2, "max_delay": 0.5},
+                  "budget_min_retries": 1000},
+    }}
+    settings = {"ADDONS": {"scrapy_openclaw.Addon": 100}, "OPENCLAW_POLICY": policy,
+                "OPENCLAW_DLQ_URI": str(letters), "LOG_LEVEL": "INFO"}
+    if queue is None:
+        settings["SCHEDULER_PRIORITY_QUEUE"] = "scrapy.pqueues.ScrapyPriorityQueue"
+    result = crawl(server, settings, timeout=90)
+    truth = server.truth()
+    assert scraped(result, A) == reachable(server, A)
+    records = list(JsonlStore(letters).iter())
+    urls = {r.url for r in records}
+    assert len(urls) == len(records), "one dead letter per request"
+    assert {r.domain for r in records} == {B}
+    base = server.urls[B].rstrip("/")
+    asked = {base + r["path"] for r in truth["hosts"][B]["requests"]}
+    assert asked <= urls  # every request B failed ended as a dead letter ...
+    assert len(urls - asked) >= 5  # ... and so did the queued ones never sent
+    assert truth["hosts"][B]["statuses"].get("200", 0) == 0
+    given_up = [r for r in records if r.error_class == "domain_down"]
+    assert given_up and all("give_up_after" in r.reason for r in given_up)
+    assert result.stats["openclaw/health/given_up_domains"] == 1
+    assert result.stats["openclaw/health/given_up_requests"] == len(given_up)
+    assert "Giving up on 127.0.0.3" in result.log
+    # B was probed while the clock ran, not hammered
+    assert truth["hosts"][B]["total"] <= 30

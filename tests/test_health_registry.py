@@ -204,6 +204,39 @@ def test_low_health_opens_the_circuit() -> None:
     assert reg.state(D, T0 + 2).circuit == "open"  # 40 < 50
 
 
+def test_a_domain_down_past_give_up_after_is_given_up_for_good() -> None:
+    reg = registry(circuit_failures=1, circuit_cooldown=2, circuit_cooldown_max=2, circuit_jitter=0,
+                   give_up_after=30)
+    assert not reg.given_up(D, T0)  # never seen: no state made up
+    assert D not in reg.domains()
+    reg.record_failure(D, REFUSED, now=T0)
+    for t in range(3, 30, 3):  # probes keep failing: the outage's clock runs from the first opening
+        assert reg.try_acquire(D, T0 + t, token=False)
+        reg.record_failure(D, REFUSED, now=T0 + t + 0.1)
+        assert not reg.given_up(D, T0 + t + 0.2)
+    assert reg.down_for(D, T0 + 29) == pytest.approx(29)
+    assert reg.given_up(D, T0 + 30)
+    assert reg.try_acquire(D, T0 + 33, token=False)
+    reg.record_success(D, 0.1, now=T0 + 33.1)  # too late: given up stays given up
+    assert reg.given_up(D, T0 + 34)
+
+
+def test_a_closed_circuit_restarts_the_outage_clock_and_none_never_gives_up() -> None:
+    reg = registry(circuit_failures=1, circuit_cooldown=5, circuit_cooldown_max=5, circuit_jitter=0,
+                   give_up_after=8)
+    reg.record_failure(D, REFUSED, now=T0)
+    assert reg.down_for(D, T0 + 4) == pytest.approx(4)
+    assert reg.try_acquire(D, T0 + 5, token=False)
+    assert reg.record_success(D, 0.1, now=T0 + 5.1) == "closed"
+    assert reg.down_for(D, T0 + 6) == 0.0
+    reg.record_failure(D, REFUSED, now=T0 + 7)  # a new outage
+    assert not reg.given_up(D, T0 + 14)
+    assert reg.given_up(D, T0 + 15.5)
+    never = registry(circuit_failures=1, circuit_jitter=0, give_up_after=None)
+    never.record_failure(D, REFUSED, now=T0)
+    assert not never.given_up(D, T0 + 86400 * 30)
+
+
 def test_results_while_open_do_not_close_the_circuit() -> None:
     reg = registry(circuit_failures=1, circuit_cooldown=10)
     reg.record_failure(D, REFUSED, now=T0)

@@ -22,14 +22,16 @@ from typing import TYPE_CHECKING, Any
 
 import scrapy
 from scrapy import signals
-from scrapy.exceptions import NotConfigured
+from scrapy.exceptions import IgnoreRequest, NotConfigured
 
+from scrapy_openclaw import deadletter
 from scrapy_openclaw import meta as M
 from scrapy_openclaw import signals as openclaw_signals
 from scrapy_openclaw.delay import DelayedRequests, queue_handles_not_before
 from scrapy_openclaw.errors import ErrorTaxonomy
 from scrapy_openclaw.health.registry import CLOSED, OPEN, HealthRegistry, affects_health
 from scrapy_openclaw.retry_after import parse_retry_after
+from scrapy_openclaw.runtime import crawl_id
 from scrapy_openclaw.settings import DEFAULTS
 
 if TYPE_CHECKING:
@@ -60,6 +62,7 @@ class DomainHealthMiddleware:
         # request out; with any other queue the slot delay does the pacing.
         self.paces_slots = not queue_handles_not_before(crawler.settings)
         self.min_delay = crawler.settings.getfloat("DOWNLOAD_DELAY")
+        self._given_up_logged: set[str] = set()
         DelayedRequests.for_crawler(crawler)  # keeps deferred requests when the queue cannot
         crawler.signals.connect(self._request_reached_downloader, signal=signals.request_reached_downloader)
         crawler.signals.connect(self._spider_closed, signal=signals.spider_closed)
@@ -79,6 +82,9 @@ class DomainHealthMiddleware:
 
     def process_request(self, request: Request) -> Request | None:
         domain = self._domain(request)
+        if domain and self.registry.given_up(domain):
+            self._given_up(domain)
+            raise self._dead_letter(request, domain)
         if not domain or not self.paces_slots:
             return None  # a gating queue has already asked the registry
         if self.registry.try_acquire(domain, token=False):
@@ -107,6 +113,41 @@ class DomainHealthMiddleware:
         if domain and classification is not None:
             self._record(request, domain, classification, None)
 
+    def _given_up(self, domain: str) -> None:
+        """First sight of a domain given up: say so once, and empty its download slot.
+
+        Requests that passed this middleware before the give-up wait in the
+        slot's queue (an engine internal, ``deque[(request, deferred)]`` in
+        Scrapy 2.14 .. 2.19), paused by the circuit; they would trickle out
+        one per cool-down. They fail now with IgnoreRequest, each a dead letter.
+        """
+        if domain in self._given_up_logged:
+            return
+        self._given_up_logged.add(domain)
+        self.stats.inc_value("openclaw/health/given_up_domains")
+        logger.warning(
+            "Giving up on %(domain)s: its circuit has stayed open for %(down).0fs (give_up_after); "
+            "its requests become dead letters (replay them later with scrapy openclaw-dlq replay)",
+            {"domain": domain, "down": self.registry.down_for(domain)}, extra={"spider": self.crawler.spider},
+        )
+        engine = self.crawler.engine
+        slot = engine.downloader.slots.get(domain) if engine is not None else None
+        queue = getattr(slot, "queue", None)
+        while queue:
+            request, waiting = queue.popleft()
+            waiting.errback(self._dead_letter(request, domain))
+
+    def _dead_letter(self, request: Request, domain: str) -> IgnoreRequest:
+        """Send the request's dead letter; the exception that drops it."""
+        spider = self.crawler.spider
+        self.stats.inc_value("openclaw/health/given_up_requests")
+        letter = deadletter.for_request(
+            request, spider=spider, crawl_id=crawl_id(self.crawler), error_class="domain_down",
+            reason=f"{domain} down for {self.registry.down_for(domain):.0f}s (give_up_after)",
+        )
+        self.crawler.signals.send_catch_log(signal=openclaw_signals.dead_letter, dead_letter=letter, spider=spider)
+        return IgnoreRequest(f"{domain} was given up (down past give_up_after)")
+
     # --- recording and applying -----------------------------------------------
 
     def _record(
@@ -124,6 +165,9 @@ class DomainHealthMiddleware:
             changed = self.registry.record_success(domain, request.meta.get("download_latency"))
         if changed:  # caused by this record: with a shared registry, other workers' changes are theirs
             self._circuit_changed(changed, self.registry.state(domain))
+        if self.registry.given_up(domain):
+            self._given_up(domain)
+            return
         slot = self.crawler.engine.downloader.slots.get(domain) if self.crawler.engine else None
         if slot is not None:
             self._apply(domain, slot)

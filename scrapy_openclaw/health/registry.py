@@ -42,6 +42,11 @@ How the numbers move (knobs in :class:`scrapy_openclaw.policy.HealthPolicy`):
   in the scheduler; they are not sent, so they spend no retry attempts.
 - **Hold**: ``Retry-After`` (capped at ``retry_after_cap``) holds the whole
   domain; a 429/503 without one holds it for one request interval.
+- **Give up**: a domain whose circuit has not closed for ``give_up_after``
+  seconds (counted from the opening that began the outage) is given up for
+  the rest of the crawl (:meth:`HealthRegistry.given_up`): its requests are
+  turned into dead letters instead of waiting for probes once a minute,
+  which could keep a crawl open for days.
 
 All times are UNIX seconds (``time.time()``), so a snapshot stays meaningful
 when a crawl resumes in another process.
@@ -163,6 +168,10 @@ class HealthRegistry:
         self._policies = policies or PolicySet({}, [])
         self._domains: dict[str, _Domain] = {}
         self._uniform = uniform or random.uniform  # the cool-down jitter's random source (tests pin it)
+        # when each domain's current outage began, as this process saw it (not shared, not saved:
+        # a shared registry's state comes from Redis, and a resumed crawl counts afresh)
+        self._down_since: dict[str, float] = {}
+        self._given_up: set[str] = set()
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> HealthRegistry:
@@ -219,6 +228,28 @@ class HealthRegistry:
         d, _ = self._get(domain, now)
         return max(d.hold_until, d.opened_at + d.cooldown if d.circuit == OPEN else 0.0)
 
+    def down_for(self, domain: str, now: float | None = None) -> float:
+        """Seconds since the circuit opened without closing since (0.0 while it is closed)."""
+        now = time.time() if now is None else now
+        d, _ = self._get(domain, now)
+        if d.circuit == CLOSED:
+            self._down_since.pop(domain, None)
+            return 0.0
+        return max(0.0, now - self._down_since.setdefault(domain, min(d.opened_at or now, now)))
+
+    def given_up(self, domain: str, now: float | None = None) -> bool:
+        """Whether *domain* has been down for ``give_up_after`` seconds (then for good)."""
+        if domain in self._given_up:
+            return True
+        d = self._domains.get(domain)
+        if d is None or (d.circuit == CLOSED and domain not in self._down_since):
+            return False  # the common case, without bringing the record up to date
+        limit = self.policy(domain).give_up_after
+        if limit is None or self.down_for(domain, now) < limit:
+            return False
+        self._given_up.add(domain)
+        return True
+
     def ready_at(self, domain: str, now: float | None = None) -> float:
         """The earliest UNIX time a request to *domain* may be sent (*now* if it may go now)."""
         now = time.time() if now is None else now
@@ -274,6 +305,7 @@ class HealthRegistry:
         closed = d.circuit == HALF_OPEN
         if closed:
             d.circuit, d.probe_at, d.threshold = CLOSED, 0.0, None  # find the pace again
+        self._note_transition(domain, CLOSED if closed else None, now)
         if congested:
             self._decrease(d, p, now)
         else:
@@ -317,8 +349,16 @@ class HealthRegistry:
             and (d.health < p.circuit_floor or d.consecutive_failures >= p.circuit_failures)
         ):
             self._open(d, p, now)
+            self._note_transition(domain, OPEN, now)
             return OPEN
         return None
+
+    def _note_transition(self, domain: str, changed: str | None, now: float) -> None:
+        """Start the outage clock when a circuit opens, stop it when it closes."""
+        if changed == OPEN:
+            self._down_since.setdefault(domain, now)
+        elif changed == CLOSED:
+            self._down_since.pop(domain, None)
 
     # --- persistence ----------------------------------------------------------
 
