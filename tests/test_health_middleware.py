@@ -164,8 +164,18 @@ def test_flapping_hosts_are_ridden_out_with_the_addon_defaults(chaos_server: Any
         assert scraped(result, host) == reachable(server, host), host  # every page, none lost
     served_503 = sum(1 for host in (A, B) for _, status in statuses(truth, host) if status == 503)
     assert served_503 >= 3, "the crawl never met a 503 window; the test proves nothing"
-    assert stats["openclaw/health/circuit_opened"] >= 1
-    assert stats["openclaw/health/circuit_closed"] >= 1
+    # The circuit opens after 3 failures in a row (the default): whether a 1.2 s window holds
+    # three of a host's requests depends on the pace the crawl had reached, so check the
+    # circuit against what the server really answered, host by host.
+    longest_run = 0
+    for host in (A, B):
+        run = 0
+        for _, status in sorted(statuses(truth, host), key=lambda r: r[0]):
+            run = run + 1 if status == 503 else 0
+            longest_run = max(longest_run, run)
+    if longest_run >= 3:
+        assert stats["openclaw/health/circuit_opened"] >= 1
+        assert stats["openclaw/health/circuit_closed"] >= 1
     assert stats.get("openclaw/retry/dead_letters", 0) == 0  # no page ran out of attempts or budget
     # Waiting out an open circuit spends no attempts: no page needed anywhere near its six.
     per_url = Counter((host, r["path"]) for host in (A, B) for r in truth["hosts"][host]["requests"])
