@@ -150,3 +150,23 @@ def test_each_circuit_change_is_reported_by_the_worker_that_caused_it(redis_serv
     assert worker_b.try_acquire("s.test", t + 8)
     assert worker_b.record_success("s.test", 0.1, t + 8.1) == "closed"
     assert worker_a.record_success("s.test", 0.1, t + 8.2) is None
+
+
+def test_give_up_clock_matches(redis_server: Any) -> None:
+    """down_since (the outage clock) is a shared field: both sides start it at the opening
+    that began the outage, keep it through failed probes, stop it when a probe comes back."""
+    health = {"circuit_failures": 2, "circuit_cooldown": 1.0, "circuit_cooldown_max": 2.0,
+              "circuit_jitter": 0.0, "give_up_after": 10.0}
+    local, shared = _pair(redis_server.url, health)
+    t = 4_000_000.0
+    events: list[tuple[Any, ...]] = [("fail", d, t + dt, TIMEOUT, None) for dt in (0, 0.5) for d in ("g", "h")]
+    events += [("acquire", "h", t + 2, False), ("ok", "h", t + 2.1, 0.1)]  # h recovers: its clock stops
+    for k in range(1, 4):  # g's probes fail: its outage goes on
+        events += [("acquire", "g", t + 3 * k, False), ("fail", "g", t + 3 * k + 0.1, TIMEOUT, None)]
+    _drive(local, shared, events)
+    # (reads bring a record up to the time asked: compare, then stop comparing snapshots)
+    for reg in (local, shared):
+        assert reg.down_for("h", t + 30) == 0.0 and not reg.given_up("h", t + 30)
+        assert reg.down_for("g", t + 9.9) == pytest.approx(9.4)
+        assert not reg.given_up("g", t + 9.9)
+        assert reg.given_up("g", t + 10.6)

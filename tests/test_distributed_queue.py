@@ -241,6 +241,33 @@ def test_held_domain_does_not_stall_others(queues: Any) -> None:
     assert len(q) == 200
 
 
+def test_given_up_domain_is_handed_out_ungated(queues: Any) -> None:
+    """A domain down past give_up_after steps back into the pop (no token, no wait), so the
+    worker's health middleware turns its requests into dead letters instead of waiting; a
+    domain down for less still waits out its cool-down."""
+    from scrapy_openclaw.errors import Classification, ErrorClass
+
+    refused = Classification(ErrorClass.NETWORK, "connection_refused")
+    q = queues(OPENCLAW_HEALTH_ENABLED=True,
+               OPENCLAW_POLICY={"defaults": {"health": {"give_up_after": 2.0, "circuit_failures": 1,
+                                                        "circuit_cooldown": 60.0}}},
+               OPENCLAW_HEALTH_REGISTRY_CLASS="scrapy_openclaw.distributed.health.RedisHealthRegistry")
+    for i in range(3):
+        q.push(Request(f"http://down.test/{i}", priority=1))
+    q.push(Request("http://flaky.test/0"))
+    now = time.time()
+    for domain in ("down.test", "flaky.test"):  # both open, with a 60 s cool-down ahead
+        assert q.registry.record_failure(domain, refused, now - 1.0) == "open"
+    # down.test's outage began 5 s ago (another worker saw its first failures)
+    q.server.hset(q.registry._key("down.test"), "down_since", repr(now - 5.0))
+    assert not q.registry.given_up("down.test")  # this worker's cache is a step behind ...
+    got = [q.pop() for _ in range(3)]
+    assert sorted(r.url for r in got if r is not None) == [f"http://down.test/{i}" for i in range(3)]
+    assert q.registry.given_up("down.test")  # ... until the pop's reply refreshed it
+    assert q.pop() is None and not q.registry.given_up("flaky.test")  # down 1 s: it waits
+    assert len(q) == 1
+
+
 def test_item_failures_requeue_a_bounded_number_of_times(queues: Any) -> None:
     from scrapy_openclaw import signals as openclaw_signals
 

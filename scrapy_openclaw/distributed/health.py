@@ -190,7 +190,7 @@ class RedisHealthRegistry(HealthRegistry):
         res = self._run(self._record, domain, [now, self.policy_json(domain), 1, sample, 0, 0, 0, 0, "", 1])
         if res is None:
             return super().record_success(domain, latency, now)
-        return self._recorded(domain, res, now)
+        return self._recorded(domain, res)
 
     def record_failure(
         self, domain: str, classification: Classification, now: float | None = None,
@@ -207,15 +207,13 @@ class RedisHealthRegistry(HealthRegistry):
         ])
         if res is None:
             return super().record_failure(domain, classification, now, retry_after)
-        return self._recorded(domain, res, now)
+        return self._recorded(domain, res)
 
-    def _recorded(self, domain: str, res: list[Any], now: float) -> str | None:
+    def _recorded(self, domain: str, res: list[Any]) -> str | None:
         """Cache the new state; the circuit transition this worker's record caused, if any."""
         fields, changed = res
         self.refresh(domain, fields)
-        transition = _text(changed) or None
-        self._note_transition(domain, transition, now)
-        return transition
+        return _text(changed) or None
 
     def _jitter(self, domain: str) -> float:
         """The cool-down jitter factor, should this failure open the circuit (drawn here:

@@ -52,6 +52,8 @@ from __future__ import annotations
 #   h_ceiling/h_rate  HealthRegistry._ceiling / _rate
 #   h_blocked_until HealthRegistry.blocked_until
 #   h_ready_at      HealthRegistry.ready_at
+#   h_given_up      HealthRegistry.given_up (the pop hands such a domain's requests
+#                   out ungated: the worker's health middleware dead-letters them)
 #   h_acquire       HealthRegistry.try_acquire (token=false: hold/circuit only,
 #                   still takes the probe)
 #   h_success       HealthRegistry.record_success (+ _observe_latency: EWMA and
@@ -72,7 +74,7 @@ from __future__ import annotations
 HEALTH = r"""
 local HF = {'health', 'rate', 'tokens', 'threshold', 'updated', 'last_increase', 'last_decrease',
   'circuit', 'opened_at', 'probe_at', 'latency', 'best_latency', 'hold_until',
-  'consecutive_failures', 'requests', 'successes', 'failures', 'cooldown', 'opens'}
+  'consecutive_failures', 'requests', 'successes', 'failures', 'cooldown', 'opens', 'down_since'}
 
 local function f17(x)
   if x == nil then return '' end
@@ -95,11 +97,12 @@ local function h_load(hkey, now, pjson)
     d.updated, d.last_increase, d.last_decrease = now, now, 0
     d.circuit, d.opened_at, d.probe_at, d.latency, d.best_latency, d.hold_until = 'closed', 0, 0, nil, nil, 0
     d.consecutive_failures, d.requests, d.successes, d.failures = 0, 0, 0, 0
-    d.cooldown, d.opens = p.circuit_cooldown, 0
+    d.cooldown, d.opens, d.down_since = p.circuit_cooldown, 0, 0
     return d, p
   end
   for i, name in ipairs(HF) do d[name] = tonumber(raw[i + 1]) end
   d.circuit = raw[9] or 'closed'
+  d.down_since = d.down_since or 0  -- (a record from before the field existed)
   local elapsed = now - d.updated
   if elapsed > 0 then
     d.health = math.min(100, d.health + p.recovery_per_minute * elapsed / 60)
@@ -130,6 +133,13 @@ local function h_blocked_until(d, p)
   local circuit_end = 0
   if d.circuit == 'open' then circuit_end = d.opened_at + d.cooldown end
   return math.max(d.hold_until, circuit_end)
+end
+
+-- HealthRegistry.given_up: down (circuit not closed) for give_up_after seconds.
+local function h_given_up(d, p, now)
+  local limit = p.give_up_after
+  return type(limit) == 'number' and d.circuit ~= 'closed' and d.down_since ~= 0
+    and now - d.down_since >= limit
 end
 
 local function h_ready_at(d, p, now)
@@ -172,6 +182,7 @@ end
 
 -- jitter: the factor drawn in Python (registry._uniform(1 - j, 1 + j)), used only when opening.
 local function h_open(d, p, now, jitter)
+  if d.circuit == 'closed' then d.down_since = now end  -- an outage begins
   if d.circuit == 'closed' and d.opens ~= 0 then
     local healthy = math.max(0, now - (d.opened_at + d.cooldown))
     d.opens = math.max(0, d.opens - math.floor(healthy / p.circuit_cooldown))
@@ -201,7 +212,7 @@ local function h_success(d, p, now, latency)
   d.consecutive_failures = 0
   d.health = math.min(100, d.health + p.success_reward)
   local congested = h_observe_latency(d, p, latency)
-  if d.circuit == 'half_open' then d.circuit, d.probe_at, d.threshold = 'closed', 0, nil end
+  if d.circuit == 'half_open' then d.circuit, d.probe_at, d.threshold, d.down_since = 'closed', 0, nil, 0 end
   if congested then h_decrease(d, p, now) else h_increase(d, p, now) end
 end
 
@@ -424,9 +435,11 @@ for _ = 1, 4 do  -- bounded: a window of `scan` domains at a time, blocked ones 
       local hkey = hprefix .. c.dom
       local d, p = h_load(hkey, now, nil)
       if d then  -- (no state yet: nobody has set a pace for the domain)
-        at = h_ready_at(d, p, now)
-        if at > now then ok = false else ok = h_acquire(d, p, now, true) end
-        if not ok and at <= now then at = now + p.k_retry_poll end
+        if not h_given_up(d, p, now) then  -- (given up: out it goes ungated, to be dead-lettered)
+          at = h_ready_at(d, p, now)
+          if at > now then ok = false else ok = h_acquire(d, p, now, true) end
+          if not ok and at <= now then at = now + p.k_retry_poll end
+        end
         table.insert(states, c.dom)
         table.insert(states, h_save(hkey, d, nil))
       end

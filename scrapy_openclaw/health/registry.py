@@ -115,6 +115,7 @@ class _Domain:
         "health", "rate", "tokens", "threshold", "updated", "last_increase", "last_decrease",
         "circuit", "opened_at", "probe_at", "latency", "best_latency", "hold_until",
         "consecutive_failures", "requests", "successes", "failures", "cooldown", "opens",
+        "down_since",
     )
 
     def __init__(self, policy: HealthPolicy, now: float):
@@ -137,6 +138,7 @@ class _Domain:
         self.failures = 0
         self.cooldown = policy.circuit_cooldown  # of the current (or last) opening, jitter included
         self.opens = 0  # openings in a row not yet forgiven: the cool-down is doubled this often
+        self.down_since = 0.0  # when the opening that began the current outage happened; 0: closed
 
 
 # Field types in a snapshot: how restore() validates what it reads.
@@ -168,10 +170,7 @@ class HealthRegistry:
         self._policies = policies or PolicySet({}, [])
         self._domains: dict[str, _Domain] = {}
         self._uniform = uniform or random.uniform  # the cool-down jitter's random source (tests pin it)
-        # when each domain's current outage began, as this process saw it (not shared, not saved:
-        # a shared registry's state comes from Redis, and a resumed crawl counts afresh)
-        self._down_since: dict[str, float] = {}
-        self._given_up: set[str] = set()
+        self._given_up: set[str] = set()  # domains past give_up_after: given up for good
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> HealthRegistry:
@@ -232,17 +231,16 @@ class HealthRegistry:
         """Seconds since the circuit opened without closing since (0.0 while it is closed)."""
         now = time.time() if now is None else now
         d, _ = self._get(domain, now)
-        if d.circuit == CLOSED:
-            self._down_since.pop(domain, None)
+        if d.circuit == CLOSED or not d.down_since:
             return 0.0
-        return max(0.0, now - self._down_since.setdefault(domain, min(d.opened_at or now, now)))
+        return max(0.0, now - d.down_since)
 
     def given_up(self, domain: str, now: float | None = None) -> bool:
         """Whether *domain* has been down for ``give_up_after`` seconds (then for good)."""
         if domain in self._given_up:
             return True
         d = self._domains.get(domain)
-        if d is None or (d.circuit == CLOSED and domain not in self._down_since):
+        if d is None or d.circuit == CLOSED:
             return False  # the common case, without bringing the record up to date
         limit = self.policy(domain).give_up_after
         if limit is None or self.down_for(domain, now) < limit:
@@ -304,8 +302,7 @@ class HealthRegistry:
         congested = self._observe_latency(d, p, latency)
         closed = d.circuit == HALF_OPEN
         if closed:
-            d.circuit, d.probe_at, d.threshold = CLOSED, 0.0, None  # find the pace again
-        self._note_transition(domain, CLOSED if closed else None, now)
+            d.circuit, d.probe_at, d.threshold, d.down_since = CLOSED, 0.0, None, 0.0  # find the pace again
         if congested:
             self._decrease(d, p, now)
         else:
@@ -349,16 +346,8 @@ class HealthRegistry:
             and (d.health < p.circuit_floor or d.consecutive_failures >= p.circuit_failures)
         ):
             self._open(d, p, now)
-            self._note_transition(domain, OPEN, now)
             return OPEN
         return None
-
-    def _note_transition(self, domain: str, changed: str | None, now: float) -> None:
-        """Start the outage clock when a circuit opens, stop it when it closes."""
-        if changed == OPEN:
-            self._down_since.setdefault(domain, now)
-        elif changed == CLOSED:
-            self._down_since.pop(domain, None)
 
     # --- persistence ----------------------------------------------------------
 
@@ -437,6 +426,8 @@ class HealthRegistry:
         doubling per ``circuit_cooldown`` (a failed probe reopens at once:
         nothing forgiven). A circuit that was never opened has nothing to forgive.
         """
+        if d.circuit == CLOSED:
+            d.down_since = now  # an outage begins
         if d.circuit == CLOSED and d.opens:
             healthy = max(0.0, now - (d.opened_at + d.cooldown))
             d.opens = max(0, d.opens - int(healthy / p.circuit_cooldown))
