@@ -22,3 +22,8 @@ REPLAY_OF = "openclaw_replay_of"
 
 #: Distributed mode: the id of the Redis queue entry a request was leased as.
 LEASE = "openclaw_lease"
+
+#: The health middleware's verdict on a failure, written before the retry
+#: middleware sees it: "page" (this URL's trouble, its domain is healthy) or
+#: "domain". The retry middleware gives "page" failures the short page schedule.
+FAILURE_SCOPE = "openclaw_failure_scope"
