@@ -99,6 +99,11 @@ class RetryPolicy:
     # seconds is always outlived; "full" may retry at once, into the same window
     protocol_retryable: RetryClassPolicy = RetryClassPolicy(jitter="equal")
     parse: RetryClassPolicy = RetryClassPolicy(max_attempts=3, base_delay=0.5, max_delay=10.0)
+    # a network or protocol_retryable failure the health middleware judged the page's
+    # own (meta["openclaw_failure_scope"] == "page": its domain is healthy) is retried
+    # on this short schedule, then dead-lettered; the congestion schedules above are
+    # for domain trouble
+    page: RetryClassPolicy = RetryClassPolicy(max_attempts=3, base_delay=0.5, max_delay=5.0, jitter="equal")
     # retries may be at most this share of the domain's recent requests ...
     # (higher than Finagle's 20%: our retries are spread out by backoff, not
     # immediate, so a flapping site needs more of them to be ridden out)
