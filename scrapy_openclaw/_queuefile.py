@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from pathlib import Path
 from typing import Any
 
+from scrapy_openclaw._files import atomic_write
 from scrapy_openclaw.serialization import dumps
 
 STATE_FILE = "openclaw-queue.json"
@@ -24,18 +24,7 @@ STATE_VERSION = 1
 def write(directory: str, records: list[dict[str, Any]]) -> dict[str, Any]:
     """Write *records* (``request_to_data`` dicts) under *directory*; return the resume state."""
     payload = dumps({"format": STATE_FORMAT, "version": STATE_VERSION, "requests": records}).encode()
-    path = Path(directory, STATE_FILE)
-    tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("wb") as f:
-        f.write(payload)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    dir_fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    atomic_write(Path(directory, STATE_FILE), payload)
     return {
         "openclaw_queue": STATE_VERSION,
         "file": STATE_FILE,

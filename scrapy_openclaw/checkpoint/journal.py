@@ -30,6 +30,8 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy.utils.asyncio import create_looping_call
 
+from scrapy_openclaw._files import fsync_dir, open_private
+
 if TYPE_CHECKING:
     from collections.abc import Iterator
     from pathlib import Path
@@ -72,20 +74,6 @@ def iter_lines(path: Path) -> Iterator[tuple[int, bytes]]:
     with open(path, "rb") as f:
         for number, line in enumerate(f, 1):
             yield number, line
-
-
-def fsync_dir(path: Path) -> None:
-    """Make a rename or a new file in *path* durable (no-op where directories cannot be opened)."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 @dataclass
@@ -161,7 +149,7 @@ class JournalWriter:
 
     def __init__(self, path: Path, header: dict[str, Any]):
         self.path = path
-        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self._fd = open_private(path, os.O_WRONLY | os.O_APPEND)
         self._buffer: list[bytes] = []
         self._torn = False
         self._loop: Any = None

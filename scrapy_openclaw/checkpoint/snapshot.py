@@ -18,18 +18,17 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Callable
 
+from scrapy_openclaw._files import atomic_writer
 from scrapy_openclaw.checkpoint.journal import (
     FORMAT_VERSION,
     CheckpointError,
     _parse_header,
     decode_line,
     encode_line,
-    fsync_dir,
     iter_lines,
 )
 
@@ -81,51 +80,38 @@ def write_snapshot(
 ) -> int:
     """Write a snapshot atomically; return its size in bytes.
 
-    *opener* opens the temp file (default: a new file next to *path*); tests
+    *opener* opens the temp file (default: an exclusive new file next to *path*); tests
     pass one whose writes fail, to prove a failed snapshot keeps the old one.
     Raises OSError (after removing the temp file) when the write fails.
     """
-    tmp = path.with_name(path.name + ".tmp")
     fps = list(fingerprints)
     fp_len = len(fps[0]) if fps else 0
     fixed = all(len(fp) == fp_len for fp in fps)
     size = 0
     n_requests = n_fp_lines = 0
-    try:
-        f = opener(tmp) if opener is not None else open(tmp, "wb")
-        with f:
-            head = {"kind": "snapshot", "v": FORMAT_VERSION, **header,
-                    "fp_len": fp_len if fixed else 0}
-            chunk = [encode_line(json.dumps(head, sort_keys=True))]
-            for rid, state, data in requests:
-                chunk.append(encode_line(request_line(rid, state, data)))
-                n_requests += 1
-                if len(chunk) >= _WRITE_CHUNK:
-                    size += f.write(b"".join(chunk))
-                    chunk = []
-            if fixed:
-                for i in range(0, len(fps), _FP_CHUNK):
-                    blob = base64.b64encode(b"".join(fps[i : i + _FP_CHUNK])).decode("ascii")
-                    chunk.append(encode_line(f"fp {blob}"))
-                    n_fp_lines += 1
-            else:  # variable-length fingerprints (a custom fingerprinter): one per line
-                for fp in fps:
-                    chunk.append(encode_line(f"fp1 {base64.b64encode(fp).decode('ascii')}"))
-                    n_fp_lines += 1
-            end = {"kind": "end", "requests": n_requests, "fingerprint_lines": n_fp_lines,
-                   "fingerprints": len(fps)}
-            chunk.append(encode_line(json.dumps(end, sort_keys=True)))
-            size += f.write(b"".join(chunk))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    fsync_dir(path.parent)
+    with atomic_writer(path, opener=opener) as f:
+        head = {"kind": "snapshot", "v": FORMAT_VERSION, **header,
+                "fp_len": fp_len if fixed else 0}
+        chunk = [encode_line(json.dumps(head, sort_keys=True))]
+        for rid, state, data in requests:
+            chunk.append(encode_line(request_line(rid, state, data)))
+            n_requests += 1
+            if len(chunk) >= _WRITE_CHUNK:
+                size += f.write(b"".join(chunk))
+                chunk = []
+        if fixed:
+            for i in range(0, len(fps), _FP_CHUNK):
+                blob = base64.b64encode(b"".join(fps[i : i + _FP_CHUNK])).decode("ascii")
+                chunk.append(encode_line(f"fp {blob}"))
+                n_fp_lines += 1
+        else:  # variable-length fingerprints (a custom fingerprinter): one per line
+            for fp in fps:
+                chunk.append(encode_line(f"fp1 {base64.b64encode(fp).decode('ascii')}"))
+                n_fp_lines += 1
+        end = {"kind": "end", "requests": n_requests, "fingerprint_lines": n_fp_lines,
+               "fingerprints": len(fps)}
+        chunk.append(encode_line(json.dumps(end, sort_keys=True)))
+        size += f.write(b"".join(chunk))
     return size
 
 

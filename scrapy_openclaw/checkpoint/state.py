@@ -7,6 +7,11 @@ Layout of ``OPENCLAW_CHECKPOINT_DIR``::
     journal-00000008.log     ... a later run or a failed snapshot adds generations
     lock                     flock held by the crawl using the directory
 
+Names are written and parsed by one pair of functions (:func:`file_name`,
+:func:`parse_name`): a name the writer makes is always one the reader
+accepts, and look-alikes (``journal-1.log``) are reported as strays, never
+read, deleted or counted towards the next generation.
+
 Recovery = the newest snapshot that verifies + every journal of that
 generation or later, replayed in order. A snapshot that fails verification
 is skipped with a warning and the previous one is used (its journals are
@@ -32,22 +37,37 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from scrapy_openclaw._files import is_temp
 from scrapy_openclaw.checkpoint.journal import CheckpointVersionError, read_journal
 from scrapy_openclaw.checkpoint.snapshot import CorruptSnapshot, read_snapshot
 
 logger = logging.getLogger(__name__)
 
-_SNAPSHOT_RE = re.compile(r"^snapshot-(\d{8})\.ckpt$")
-_JOURNAL_RE = re.compile(r"^journal-(\d{8})\.log$")
+_EXTENSIONS = {"snapshot": "ckpt", "journal": "log"}
+_NAME_RE = re.compile(r"^(snapshot|journal)-([0-9]{8,18})\.(ckpt|log)$")
 LOCK_FILE = "lock"
 
 
+def file_name(kind: str, gen: int) -> str:
+    """The name of generation *gen* of *kind* ("snapshot" or "journal")."""
+    return f"{kind}-{gen:08d}.{_EXTENSIONS[kind]}"
+
+
+def parse_name(name: str) -> tuple[str, int] | None:
+    """``(kind, generation)`` of a name :func:`file_name` makes, else None (strictly its inverse)."""
+    m = _NAME_RE.match(name)
+    if m is None or _EXTENSIONS[m.group(1)] != m.group(3):
+        return None
+    kind, gen = m.group(1), int(m.group(2))
+    return (kind, gen) if file_name(kind, gen) == name else None
+
+
 def snapshot_path(directory: Path, gen: int) -> Path:
-    return directory / f"snapshot-{gen:08d}.ckpt"
+    return directory / file_name("snapshot", gen)
 
 
 def journal_path(directory: Path, gen: int) -> Path:
-    return directory / f"journal-{gen:08d}.log"
+    return directory / file_name("journal", gen)
 
 
 def generations(directory: Path) -> tuple[list[int], list[int]]:
@@ -55,22 +75,41 @@ def generations(directory: Path) -> tuple[list[int], list[int]]:
     snaps, journals = [], []
     if directory.is_dir():
         for name in os.listdir(directory):
-            if m := _SNAPSHOT_RE.match(name):
-                snaps.append(int(m.group(1)))
-            elif m := _JOURNAL_RE.match(name):
-                journals.append(int(m.group(1)))
+            parsed = parse_name(name)
+            if parsed is not None:
+                (snaps if parsed[0] == "snapshot" else journals).append(parsed[1])
     return sorted(snaps), sorted(journals)
 
 
+def _is_own_temp(name: str) -> bool:
+    # ours: .openclaw-<name>.<random>.tmp; older versions wrote <name>.tmp next to a snapshot
+    return is_temp(name) or (name.endswith(".tmp") and parse_name(name[:-4]) is not None)
+
+
 def checkpoint_files(directory: Path) -> list[Path]:
-    """Every file this package writes in *directory* (for wiping and sizing)."""
+    """Every file this package writes in *directory* (for wiping and sizing); nobody else's."""
     if not directory.is_dir():
         return []
     return [
         directory / name
         for name in sorted(os.listdir(directory))
-        if _SNAPSHOT_RE.match(name) or _JOURNAL_RE.match(name) or name.endswith(".tmp")
+        if parse_name(name) is not None or _is_own_temp(name)
     ]
+
+
+def temp_files(directory: Path) -> list[Path]:
+    """Our temp files left in *directory* by a crash (safe to delete)."""
+    return [p for p in checkpoint_files(directory) if _is_own_temp(p.name)]
+
+
+def stray_files(directory: Path) -> list[str]:
+    """Names that look like checkpoint files but are not ours (never read or deleted)."""
+    if not directory.is_dir():
+        return []
+    return sorted(
+        name for name in os.listdir(directory)
+        if name.startswith(("snapshot-", "journal-")) and parse_name(name) is None and not _is_own_temp(name)
+    )
 
 
 @dataclass
@@ -119,6 +158,12 @@ def load(directory: Path) -> RecoveredState:
     """
     state = RecoveredState()
     snaps, journals = generations(directory)
+    strays = stray_files(directory)
+    if strays:
+        state.warnings.append(
+            f"ignoring {len(strays)} file(s) that are not checkpoint files of this format: "
+            f"{', '.join(strays[:5])}{' ...' if len(strays) > 5 else ''}"
+        )
     mtimes = [p.stat().st_mtime for p in checkpoint_files(directory) if p.exists()]
     state.last_write = max(mtimes, default=None)
     state.max_gen = max(snaps + journals, default=-1)

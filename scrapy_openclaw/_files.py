@@ -1,0 +1,98 @@
+"""Files holding crawl data (requests, headers, cookies, items): private, replaced atomically.
+
+Every file the package writes goes through here: created 0600 (directories we
+create 0700), temp files created exclusively (``mkstemp`` in the target
+directory, with a prefix no other program uses, so cleaning up never touches
+someone else's ``*.tmp``), then fsync, rename and a directory fsync.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Callable
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+FILE_MODE = 0o600
+DIR_MODE = 0o700
+#: Temp files are ``.openclaw-<final name>.<random>.tmp``: :func:`is_temp` recognises only these.
+TMP_PREFIX = ".openclaw-"
+TMP_SUFFIX = ".tmp"
+
+
+def private_dir(path: str | os.PathLike[str]) -> Path:
+    """Create *path* and any missing parents with mode 0700 (existing ones are left as they are)."""
+    path = Path(path)
+    missing = []
+    probe = path
+    while not probe.exists() and probe != probe.parent:
+        missing.append(probe)
+        probe = probe.parent
+    for directory in reversed(missing):
+        with contextlib.suppress(FileExistsError):  # created meanwhile by another process
+            directory.mkdir(mode=DIR_MODE)
+    return path
+
+
+def open_private(path: str | os.PathLike[str], flags: int) -> int:
+    """``os.open`` creating the file 0600 when it does not exist (never widening an existing one)."""
+    return os.open(path, flags | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), FILE_MODE)
+
+
+def fsync_dir(path: str | os.PathLike[str]) -> None:
+    """Make a rename or a new file in *path* durable (no-op where directories cannot be opened)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def is_temp(name: str) -> bool:
+    """Whether *name* is one of our temp files (safe to delete when found after a crash)."""
+    return name.startswith(TMP_PREFIX) and name.endswith(TMP_SUFFIX)
+
+
+@contextlib.contextmanager
+def atomic_writer(
+    path: str | os.PathLike[str], *, opener: Callable[[Path], IO[bytes]] | None = None,
+) -> Iterator[IO[bytes]]:
+    """Write *path* through an exclusive temp file in its directory; replace it only on success.
+
+    The temp file is removed when the block raises. *opener* (tests) opens the
+    temp file instead of the default, e.g. on a full disk.
+    """
+    path = Path(path)
+    fd, name = tempfile.mkstemp(dir=path.parent, prefix=f"{TMP_PREFIX}{path.name}.", suffix=TMP_SUFFIX)
+    tmp = Path(name)
+    try:
+        if opener is not None:
+            os.close(fd)
+            f = opener(tmp)
+        else:
+            f = os.fdopen(fd, "wb")
+        with f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
+    fsync_dir(path.parent)
+
+
+def atomic_write(path: str | os.PathLike[str], data: bytes) -> None:
+    """Replace *path* with *data*: private, exclusive temp file, fsync, rename, directory fsync."""
+    with atomic_writer(path) as f:
+        f.write(data)
