@@ -15,6 +15,7 @@ import pytest
 import pytest_twisted
 
 from scrapy_openclaw.testing.chaos import (
+    ROBOTS_PATH,
     ChaosConfig,
     ChaosSite,
     FailWindows,
@@ -24,7 +25,18 @@ from scrapy_openclaw.testing.chaos import (
     reachable_urls,
 )
 from scrapy_openclaw.testing.crawl import run_crawl
-from scrapy_openclaw.testing.presets import fault_free_site, flaky_site, hol_site, rate_limited_site
+from scrapy_openclaw.testing.presets import (
+    crawl_delay_site,
+    fast_site,
+    fault_free_site,
+    flaky_site,
+    hol_site,
+    limit_sweep_site,
+    mixed_failures_site,
+    page_urls,
+    rate_limited_site,
+)
+from scrapy_openclaw.testing.servers import refused_base_url
 
 A, B, C = "127.0.0.2", "127.0.0.3", "127.0.0.4"
 HREF = re.compile(r'href="([^"]+)"')
@@ -62,7 +74,8 @@ def wait_for(predicate: Any, timeout: float = 10.0) -> bool:
 
 
 def test_config_round_trips_through_json_and_validates() -> None:
-    for config in (flaky_site(), rate_limited_site(), fault_free_site(), hol_site()):
+    for config in (flaky_site(), rate_limited_site(), fault_free_site(), hol_site(), mixed_failures_site(),
+                   limit_sweep_site(), fast_site(), crawl_delay_site()):
         assert ChaosConfig.from_dict(json.loads(json.dumps(config.to_dict()))) == config
     built = HostConfig(address=A, fail_windows={"period": 2, "down": 1}, parse_fail={"3": 1},
                        status_script={"4": [503, 200]}, not_found=[5])
@@ -90,6 +103,26 @@ def test_presets_shape() -> None:
     hol = hol_site(fast_hosts=8, slow_hosts=2, slow_latency=1.5)
     assert [h.latency for h in hol.hosts] == [0.0] * 8 + [1.5] * 2
     assert len({h.address for h in hol.hosts}) == 10
+
+
+def test_issue_15_presets_shape() -> None:
+    mixed = mixed_failures_site(pages=200)
+    healthy, broken = mixed.hosts
+    assert not healthy.status_script and not healthy.not_found
+    assert sorted(broken.status_script) == list(range(5, 200, 5))
+    assert set(broken.status_script.values()) == {(503,)} and 0 not in broken.status_script
+    assert broken.not_found and not set(broken.not_found) & set(broken.status_script)
+    reach = reachable_urls(mixed, {A: "http://a/", B: "http://b/"})
+    assert len(reach.ok) > 300 and 30 < len(reach.failing) < 50
+    assert all(url.startswith("http://b/") for url in reach.failing)
+    sweep = limit_sweep_site(limits=(3, 12, 40, 60, 150), seconds=20)
+    assert [h.pages for h in sweep.hosts] == [60, 240, 800, 1200, 3000]
+    assert [(h.rate_limit.rate, h.rate_limit.burst, h.rate_limit.retry_after) for h in sweep.hosts if h.rate_limit] == [
+        (3, 2, "1"), (12, 3, "1"), (40, 10, "1"), (60, 15, "1"), (150, 15, "1")]
+    fast = fast_site(pages=5000)
+    assert len(fast.hosts) == 1 and fast.hosts[0].latency == 0 and fast.hosts[0].links_per_page == "all"
+    assert "Crawl-delay: 2\n" in (crawl_delay_site().hosts[0].robots_txt or "")
+    assert page_urls("http://dead.test/", 2) == ["http://dead.test/page/0", "http://dead.test/page/1"]
 
 
 def test_link_graph_is_deterministic() -> None:
@@ -264,6 +297,34 @@ def test_not_found_pages_and_unknown_paths(chaos_server: Any) -> None:
     host = server.truth()["hosts"][A]
     assert host["counts"] == {"/page/2": 1, "/page/5": 1, "/robots.txt": 1, "/page/1": 1, "/": 1}
     assert host["statuses"] == {"404": 3, "200": 2}
+
+
+def test_robots_txt_is_served_and_recorded_apart(chaos_server: Any) -> None:
+    robots = "User-agent: *\nCrawl-delay: 2\n"
+    server = chaos_server(ChaosConfig(hosts=(HostConfig(address=A, pages=3, robots_txt=robots),
+                                             HostConfig(address=B, pages=3))))
+    status, headers, body = fetch(server.urls[A] + "robots.txt")
+    assert (status, body) == (200, robots) and headers["Content-Type"].startswith("text/plain")
+    assert fetch(server.urls[B] + "robots.txt")[0] == 404  # not configured: an unknown path
+    assert fetch(server.urls[A] + "page/1")[0] == 200
+    assert [r["path"] for r in records(server)] == [ROBOTS_PATH, "/page/1"]
+    assert server.truth()["hosts"][A]["counts"] == {ROBOTS_PATH: 1, "/page/1": 1}
+
+
+def test_pages_broken_for_good(chaos_server: Any) -> None:
+    server = chaos_server(mixed_failures_site(pages=20, not_found=(7,)))
+    base = server.urls[B]
+    assert [fetch(base + "page/5")[0] for _ in range(4)] == [503] * 4
+    assert [fetch(base + "page/7")[0] for _ in range(2)] == [404] * 2
+    assert fetch(base)[0] == fetch(base + "page/0")[0] == fetch(base + "page/6")[0] == 200
+    assert fetch(server.urls[A] + "page/5")[0] == 200
+
+
+def test_refused_base_url_refuses_connections() -> None:
+    url = refused_base_url("127.0.0.254")
+    assert re.fullmatch(r"http://127\.0\.0\.254:\d+/", url)
+    with pytest.raises(ConnectionRefusedError):
+        fetch(url + "page/1", timeout=5)
 
 
 def test_parse_fail_pages_recover(chaos_server: Any) -> None:

@@ -3,9 +3,11 @@
 Every host is its own loopback address (127.0.0.2, 127.0.0.3, ...) so Scrapy
 sees distinct domains and download slots. Faults (latency, 503 windows, 429
 with Retry-After, dropped and hanging connections, 404s, parse failures,
-scripted statuses) come from configuration and a seeded RNG, and the site
-records what it really served (the *ground truth*), so tests assert on facts
-rather than on wall-clock guesses.
+scripted statuses; a status script's last status repeats, so ``{5: [503]}``
+is a page broken for good) come from configuration and a seeded RNG, and the
+site records what it really served (the *ground truth*, ``/robots.txt``
+fetches included under their own path), so tests assert on facts rather than
+on wall-clock guesses.
 
 In-process: ``ChaosSite(config).start()`` on the running reactor.
 Subprocess: ``python -m scrapy_openclaw.testing.chaos CONFIG.json``.
@@ -35,6 +37,7 @@ if TYPE_CHECKING:
     from twisted.web.server import Request
 
 CONTROL_PATHS = ("/__truth__", "/__reset__")
+ROBOTS_PATH = "/robots.txt"
 DROP = "drop"
 HANG = "hang"
 _PAGE_RE = re.compile(r"^/page/(\d+)$")
@@ -88,6 +91,7 @@ class HostConfig:
     not_found: tuple[int, ...] = ()
     parse_fail: dict[int, int] = field(default_factory=dict)
     status_script: dict[int, tuple[int, ...]] = field(default_factory=dict)
+    robots_txt: str | None = None  # served at /robots.txt with 200; None: 404 like any unknown path
 
     def __post_init__(self) -> None:
         # Accept plain JSON data (dicts, lists, string keys) and normalise it.
@@ -280,6 +284,9 @@ class _Host:
         windows = cfg.fail_windows
         if windows is not None and windows.is_down(now - (self.site.started_at or now)):
             return _Outcome(windows.status, _error_body(windows.status)), delay
+        if path == ROBOTS_PATH and cfg.robots_txt is not None:
+            headers = (("Content-Type", "text/plain; charset=utf-8"),)
+            return _Outcome(200, cfg.robots_txt.encode(), headers), delay
         match = _PAGE_RE.match(path)
         page = 0 if path == "/" else int(match.group(1)) if match else -1
         if not 0 <= page < cfg.pages:

@@ -38,11 +38,13 @@ def start_crawl(
     settings: Mapping[str, Any] | None = None,
     spider_args: Mapping[str, Any] | None = None,
     out_dir: str | Path | None = None,
+    profile: str | Path | None = None,
 ) -> subprocess.Popen[bytes]:
     """Start ``runcrawl`` and return the process at once; ``proc.out_dir`` is where results land
     (stdout/stderr in ``out_dir/stderr.log``). Read them with ``read_result(proc.out_dir)``.
 
-    List values in ``spider_args`` are joined with commas (``start_urls``).
+    List values in ``spider_args`` are joined with commas (``start_urls``). With ``profile``
+    the crawl runs under cProfile and its stats are dumped to that file.
     """
     out = Path(out_dir) if out_dir is not None else Path(tempfile.mkdtemp(prefix="openclaw-crawl-"))
     out.mkdir(parents=True, exist_ok=True)
@@ -50,6 +52,8 @@ def start_crawl(
     settings_path.write_text(json.dumps(dict(settings or {})), encoding="utf-8")
     cmd = [sys.executable, "-m", "scrapy_openclaw.testing.runcrawl", "--spider", spider,
            "--settings-json", str(settings_path), "--out", str(out)]
+    if profile is not None:
+        cmd += ["--profile", str(profile)]
     for key, value in (spider_args or {}).items():
         if isinstance(value, (list, tuple)):
             value = ",".join(map(str, value))

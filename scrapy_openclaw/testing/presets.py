@@ -73,3 +73,56 @@ def hol_site(
     fast = _hosts(fast_hosts, pages=pages)
     slow = _hosts(slow_hosts, first=2 + fast_hosts, pages=pages, latency=slow_latency)
     return ChaosConfig(hosts=tuple(fast + slow), seed=seed)
+
+
+def fast_site(pages: int = 5000, seed: int = 1) -> ChaosConfig:
+    """One fault-free host without latency whose root links every page: bounded by the crawler alone."""
+    return fault_free_site(n_hosts=1, pages=pages, links_per_page="all", seed=seed)
+
+
+def mixed_failures_site(
+    pages: int = 200, broken_every: int = 5, not_found: tuple[int, ...] = (7, 33, 77, 141), seed: int = 1
+) -> ChaosConfig:
+    """Two healthy hosts, except that on the second every ``broken_every``-th page (never page 0)
+    always answers 503 and the ``not_found`` pages answer 404: page trouble, not domain trouble."""
+    broken = {p: (503,) for p in range(broken_every, pages, broken_every)}
+    missing = [p for p in not_found if 0 < p < pages and p not in broken]
+    return ChaosConfig(hosts=(
+        HostConfig(address=address(0), pages=pages),
+        HostConfig(address=address(1), pages=pages, status_script=broken, not_found=missing),
+    ), seed=seed)
+
+
+def sweep_burst(limit: float) -> int:
+    """The limit sweep's burst for a host limited at ``limit`` req/s: a quarter second's worth, 2 to 15."""
+    return min(15, max(2, round(limit / 4)))
+
+
+def limit_sweep_site(
+    limits: tuple[float, ...] = (3, 12, 40, 60), seconds: float = 20.0, retry_after: str | None = "1",
+    seed: int = 1,
+) -> ChaosConfig:
+    """One host per limit (429 + ``Retry-After`` beyond it, burst :func:`sweep_burst`), each with
+    ``limit * seconds`` pages all linked from its root, so every host needs ``seconds`` at its limit."""
+    return ChaosConfig(hosts=tuple(
+        HostConfig(address=address(i), pages=max(2, round(limit * seconds)), links_per_page="all",
+                   rate_limit={"rate": limit, "burst": sweep_burst(limit), "retry_after": retry_after})
+        for i, limit in enumerate(limits)
+    ), seed=seed)
+
+
+def crawl_delay_site(pages: int = 10, crawl_delay: float = 2.0, n_hosts: int = 1, seed: int = 1) -> ChaosConfig:
+    """Hosts whose robots.txt asks for ``Crawl-delay: crawl_delay`` (root links every page)."""
+    robots = f"User-agent: *\nCrawl-delay: {crawl_delay:g}\n"
+    return ChaosConfig(
+        hosts=tuple(_hosts(n_hosts, pages=pages, links_per_page="all", robots_txt=robots)), seed=seed
+    )
+
+
+#: The name :class:`~scrapy_openclaw.testing.resolver.LoopbackResolver` never resolves (map it to None).
+UNRESOLVABLE_HOST = "dead.test"
+
+
+def page_urls(base_url: str, n: int, first: int = 0) -> list[str]:
+    """``n`` page URLs on ``base_url`` (``http://host[:port]/``): start URLs for a dead host."""
+    return [f"{base_url.rstrip('/')}/page/{p}" for p in range(first, first + n)]

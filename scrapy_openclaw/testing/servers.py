@@ -192,6 +192,12 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
+def refused_base_url(address: str = "127.0.0.254") -> str:
+    """``http://ADDRESS:PORT/`` where nothing listens: a port reserved and closed again, so a
+    connection attempt is refused at once (a dead host that never answers)."""
+    return f"http://{address}:{free_port(address)}/"
+
+
 class RedisServer:
     """A throw-away ``redis-server`` on 127.0.0.1 (no persistence), restartable on the same port."""
 
