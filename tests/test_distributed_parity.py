@@ -64,7 +64,10 @@ def _apply(reg: Any, event: tuple[Any, ...]) -> Any:
         return reg.try_acquire(domain, now, token=rest[0])
     if kind == "ok":
         return reg.record_success(domain, rest[0], now)
-    return reg.record_failure(domain, rest[0], now, retry_after=rest[1])
+    if kind == "crawl_delay":
+        return reg.set_crawl_delay(domain, rest[0])
+    failed_before = rest[2] if len(rest) > 2 else None
+    return reg.record_failure(domain, rest[0], now, retry_after=rest[1], failed_before=failed_before)
 
 
 def _drive(local: HealthRegistry, shared: RedisHealthRegistry, events: list[tuple[Any, ...]]) -> None:
@@ -80,7 +83,7 @@ def test_scripted_story_matches(redis_server: Any) -> None:
                                              "circuit_failures": 3, "circuit_cooldown": 5.0})
     t = 1_000_000.0
     events: list[tuple[Any, ...]] = [("acquire", "a", t, True)]
-    for i in range(12):  # slow start: doubling per second while there is no threshold
+    for i in range(12):  # slow start: +50% per success while nothing is learned
         events += [("acquire", "a", t + i * 0.25, True), ("ok", "a", t + i * 0.25 + 0.1, 0.1)]
     t += 4
     events += [("fail", "a", t, C429, None), ("acquire", "a", t + 0.01, True),
@@ -114,9 +117,31 @@ def test_random_event_sequences_match(redis_server: Any, seed: int) -> None:
         elif r < 0.8:
             events.append(("ok", domain, now, rng.choice([None, rng.uniform(0.01, 2.0)])))
         else:
-            c = rng.choice([C429, C503, C500, TIMEOUT, REFUSED, C404])
-            events.append(("fail", domain, now, c, rng.choice([None, None, rng.uniform(0, 5)])))
+            c = rng.choice([C429, C503, C503, C500, C500, TIMEOUT, REFUSED, C404])
+            failed_before = rng.choice([None, None, now - rng.uniform(0, 3)])  # a retry of a URL that failed
+            events.append(("fail", domain, now, c, rng.choice([None, None, rng.uniform(0, 5)]), failed_before))
     _drive(local, shared, events)
+
+
+def test_page_and_domain_verdicts_match(redis_server: Any) -> None:
+    """Broken pages among healthy ones (page verdicts, the 5xx share), a 503 window
+    (the share climbs: domain verdicts, the circuit), a dead host, Crawl-delay."""
+    local, shared = _pair(redis_server.url, {"circuit_jitter": 0.0})
+    t = 5_000_000.0
+    events: list[tuple[Any, ...]] = []
+    for i in range(40):  # every 5th page of m.test always answers 503; its retries come later
+        now = t + 0.05 * i
+        events.append(("fail", "m.test", now, C503, None) if i % 5 == 4 else ("ok", "m.test", now, 0.02))
+        if i % 5 == 0 and i:
+            events.append(("fail", "m.test", now + 0.01, C503, None, now - 0.2))  # a retry: the page's
+    for i in range(8):  # then the whole host goes down
+        events.append(("fail", "m.test", t + 3 + 0.01 * i, C503, None))
+    events += [("fail", "dead.test", t + 0.1 * i, REFUSED, None) for i in range(4)]
+    events += [("crawl_delay", "m.test", t + 9, 2.0), ("acquire", "m.test", t + 20, True),
+               ("acquire", "m.test", t + 20.5, True), ("acquire", "m.test", t + 22.1, True)]
+    _drive(local, shared, events)
+    for reg in (local, shared):
+        assert reg.given_up("dead.test", t + 10) and not reg.given_up("m.test", t + 10)
 
 
 def test_cache_serves_reads_without_round_trips(redis_server: Any) -> None:
@@ -156,7 +181,7 @@ def test_give_up_clock_matches(redis_server: Any) -> None:
     """down_since (the outage clock) is a shared field: both sides start it at the opening
     that began the outage, keep it through failed probes, stop it when a probe comes back."""
     health = {"circuit_failures": 2, "circuit_cooldown": 1.0, "circuit_cooldown_max": 2.0,
-              "circuit_jitter": 0.0, "give_up_after": 10.0}
+              "circuit_jitter": 0.0, "give_up_after": 10.0, "unreachable_give_up": None}
     local, shared = _pair(redis_server.url, health)
     t = 4_000_000.0
     events: list[tuple[Any, ...]] = [("fail", d, t + dt, TIMEOUT, None) for dt in (0, 0.5) for d in ("g", "h")]

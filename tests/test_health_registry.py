@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import math
+import time
 
 import pytest
 from scrapy.exceptions import NotConfigured
@@ -35,7 +37,9 @@ def test_new_domain_starts_healthy() -> None:
     state = registry().state(D, T0)
     assert isinstance(state, DomainState)
     assert (state.health, state.circuit, state.hold_until, state.requests) == (100.0, "closed", 0.0, 0)
-    assert (state.rate, state.tokens, state.burst, state.concurrency) == (4.0, 5.0, 5, 8)
+    # slow start from initial_rate; a quarter second's worth of tokens; Scrapy's per-domain concurrency
+    assert (state.rate, state.tokens, state.burst, state.concurrency) == (10.0, 2.0, 2, 8)
+    assert state.limit is None  # nothing learned yet
 
 
 @pytest.mark.parametrize(
@@ -44,10 +48,14 @@ def test_new_domain_starts_healthy() -> None:
 )
 def test_failures_cost_their_penalty(classification: Classification, expected: float) -> None:
     reg = registry(recovery_per_minute=0)
-    reg.record_failure(D, classification, now=T0)
+    before = 2 if classification is HTTP_500 else 0
+    for _ in range(before):  # two 500s could be two broken pages: they cost nothing ...
+        reg.record_failure(D, classification, now=T0)
+    assert reg.state(D, T0).health == 100.0
+    reg.record_failure(D, classification, now=T0)  # ... a third in a row is the domain's
     state = reg.state(D, T0)
     assert state.health == expected
-    assert (state.requests, state.failures) == (1, 1)
+    assert (state.requests, state.failures) == (before + 1, before + 1)
     assert state.consecutive_failures == (0 if expected == 100.0 else 1)
 
 
@@ -80,7 +88,8 @@ def test_health_scales_concurrency_and_caps_rate() -> None:
         reg.record_failure(D, HTTP_429, now=T0 + 10 * i)
     state = reg.state(D, T0 + 30)
     assert state.health == 40.0
-    assert state.concurrency == 4
+    assert state.concurrency == 3  # min(base_concurrency 10, Scrapy's 8) x 40%
+    assert reg.concurrency(D, 20) == 4  # a slot of its own concurrency (DOWNLOAD_SLOTS): capped at 10
     assert state.rate <= 4.0
     for i in range(2):
         reg.record_failure(D, HTTP_429, now=T0 + 40 + 10 * i)
@@ -91,26 +100,36 @@ def test_health_scales_concurrency_and_caps_rate() -> None:
 # --- AIMD ----------------------------------------------------------------------
 
 
-def test_slow_start_then_multiplicative_decrease_then_additive_increase() -> None:
-    reg = registry(initial_rate=2, base_rate=100, rate_increase=0.5, rate_decrease=0.5,
-                   throttle_penalty=0, circuit_floor=0)
+def test_slow_start_then_the_delivered_rate_is_the_limit_then_the_cubic() -> None:
+    reg = registry(initial_rate=2, rate_probe=0.004, rate_decrease=0.85, throttle_penalty=0, circuit_floor=0)
     assert reg.state(D, T0).rate == 2.0
-    for step in range(1, 4):  # slow start: doubles per second of success
-        reg.record_success(D, 0.01, now=T0 + step)
-    assert reg.state(D, T0 + 3).rate == pytest.approx(16.0)
-    reg.record_failure(D, HTTP_429, now=T0 + 3.5, retry_after=0)
-    assert reg.state(D, T0 + 3.5).rate == pytest.approx(8.0)
-    # Half of the cut comes back quickly (up to the threshold, 12) ...
-    reg.record_success(D, 0.01, now=T0 + 4.0)
-    assert reg.state(D, T0 + 4.0).rate == pytest.approx(12.0)
-    # ... the rest is probed for additively: +0.5 req/s per second of success.
-    for i in range(1, 5):
-        reg.record_success(D, 0.01, now=T0 + 4.0 + i)
-    assert reg.state(D, T0 + 8.0).rate == pytest.approx(14.0)
+    for i in range(1, 4):  # slow start: +50% per success, no ceiling
+        reg.record_success(D, 0.01, now=T0 + 0.1 * i)
+    assert reg.state(D, T0 + 0.3).rate == pytest.approx(2 * 1.5**3)
+    for i in range(200):  # nothing paces it now: the site delivers 40 pages/s for 5 s
+        reg.record_success(D, 0.01, now=T0 + 1 + 0.025 * i)
+    assert reg.state(D, T0 + 6).rate == math.inf  # unpaced: reported as unbounded
+    reg.record_failure(D, HTTP_429, now=T0 + 6, retry_after=0)
+    state = reg.state(D, T0 + 6)
+    # the first 429: the limit is what the site delivered, not the (unbounded) allowed rate
+    assert 35 <= state.limit <= 40  # (an EWMA over 1 s windows, the first of them still ramping up)
+    assert state.rate == pytest.approx(0.85 * state.limit)
+    limit = state.limit
+    # The cubic: back near the limit after K = cbrt(0.15 / 0.004) = 3.35 s, flat there ...
+    rates = []
+    for t in (1, 2, 3.35, 4.5, 8, 12):
+        reg.record_success(D, 0.01, now=T0 + 6 + t)
+        rates.append(reg.state(D, T0 + 6 + t).rate / limit)
+    assert rates == sorted(rates)  # never down without a signal
+    assert rates[2] == pytest.approx(1.0, abs=0.01)
+    assert rates[3] < 1.01  # the plateau: probing past the limit starts slowly ...
+    assert rates[4] == pytest.approx(1 + 0.004 * (8 - 3.347) ** 3, abs=0.01)
+    assert rates[5] > 2.0  # ... and speeds up: a low guess is left behind within seconds
 
 
 def test_burst_of_429s_decreases_once_per_second_and_stops_at_min_rate() -> None:
     reg = registry(initial_rate=8, rate_decrease=0.5, min_rate=0.5, throttle_penalty=0, circuit_floor=0)
+    # (no success yet: nothing delivered, so the allowed rate is the limit)
     for i in range(10):  # ten 429s within half a second: one decrease
         reg.record_failure(D, HTTP_429, now=T0 + 0.05 * i, retry_after=0)
     assert reg.state(D, T0 + 0.5).rate == pytest.approx(4.0)
@@ -138,19 +157,28 @@ def test_small_latency_jitter_is_not_congestion() -> None:
     for i in range(40):
         reg.record_success(D, 0.001 if i % 2 else 0.02, now=T0 + 0.25 * i)
     assert reg.state(D, T0 + 10).rate > 100 * 0.99
+    assert reg.state(D, T0 + 10).limit is None
 
 
 # --- token bucket --------------------------------------------------------------
 
 
 def test_token_bucket_allows_a_burst_then_the_rate() -> None:
-    reg = registry(initial_rate=2, burst=3)
+    reg = registry(initial_rate=12, burst=3)
     assert [reg.try_acquire(D, T0) for _ in range(4)] == [True, True, True, False]
-    assert reg.ready_at(D, T0) == pytest.approx(T0 + 0.5, abs=1e-6)
-    assert not reg.try_acquire(D, T0 + 0.4)
-    assert reg.try_acquire(D, T0 + 0.5)
-    assert reg.ready_at(D, T0 + 0.5) == pytest.approx(T0 + 1.0, abs=1e-6)
+    assert reg.ready_at(D, T0) == pytest.approx(T0 + 1 / 12, abs=1e-6)
+    assert not reg.try_acquire(D, T0 + 0.08)
+    assert reg.try_acquire(D, T0 + 1 / 12 + 1e-6)
+    assert reg.ready_at(D, T0 + 1 / 12 + 1e-6) == pytest.approx(T0 + 2 / 12, abs=1e-6)
     assert reg.state(D, T0 + 100).tokens == 3.0  # refills to the burst, no further
+
+
+def test_a_slow_domain_gets_no_burst_after_a_pause() -> None:
+    # burst 5, but at 2 req/s a quarter second holds less than one request:
+    # after a hold the domain resumes at its pace, not with five at once
+    reg = registry(initial_rate=2, burst=5)
+    assert [reg.try_acquire(D, T0 + 60) for _ in range(2)] == [True, False]
+    assert reg.state(D, T0 + 60).burst == 1
 
 
 def test_token_false_checks_only_hold_and_circuit() -> None:
@@ -209,6 +237,7 @@ def test_a_domain_down_past_give_up_after_is_given_up_for_good() -> None:
                    give_up_after=30)
     assert not reg.given_up(D, T0)  # never seen: no state made up
     assert D not in reg.domains()
+    reg.record_success(D, 0.1, now=T0 - 100)  # it answered once: give_up_after applies
     reg.record_failure(D, REFUSED, now=T0)
     for t in range(3, 30, 3):  # probes keep failing: the outage's clock runs from the first opening
         assert reg.try_acquire(D, T0 + t, token=False)
@@ -224,6 +253,7 @@ def test_a_domain_down_past_give_up_after_is_given_up_for_good() -> None:
 def test_a_closed_circuit_restarts_the_outage_clock_and_none_never_gives_up() -> None:
     reg = registry(circuit_failures=1, circuit_cooldown=5, circuit_cooldown_max=5, circuit_jitter=0,
                    give_up_after=8)
+    reg.record_success(D, 0.1, now=T0 - 100)
     reg.record_failure(D, REFUSED, now=T0)
     assert reg.down_for(D, T0 + 4) == pytest.approx(4)
     assert reg.try_acquire(D, T0 + 5, token=False)
@@ -232,7 +262,7 @@ def test_a_closed_circuit_restarts_the_outage_clock_and_none_never_gives_up() ->
     reg.record_failure(D, REFUSED, now=T0 + 7)  # a new outage
     assert not reg.given_up(D, T0 + 14)
     assert reg.given_up(D, T0 + 15.5)
-    never = registry(circuit_failures=1, circuit_jitter=0, give_up_after=None)
+    never = registry(circuit_failures=1, circuit_jitter=0, give_up_after=None, unreachable_give_up=None)
     never.record_failure(D, REFUSED, now=T0)
     assert not never.given_up(D, T0 + 86400 * 30)
 
@@ -315,18 +345,15 @@ def test_cooldown_jitter_stays_within_its_share() -> None:
     assert len(cooldowns) > 1  # domains failing together do not all probe together
 
 
-def test_cooldown_is_never_shorter_than_the_base_even_above_the_cap() -> None:
-    reg = registry(circuit_failures=1, circuit_cooldown=30, circuit_cooldown_max=5, circuit_jitter=0)
-    assert reopen_after(reg, T0) == pytest.approx(30)
-
-
 def test_a_burst_of_503s_is_one_congestion_event() -> None:
     reg = registry(circuit_failures=1000, circuit_floor=0, recovery_per_minute=0)
     for i in range(8):  # a 503 window begins: the requests in flight all fail together
         reg.record_failure(D, HTTP_503, now=T0 + 0.01 * i)
     state = reg.state(D, T0 + 0.1)
     assert state.health == 80.0  # one penalty ...
-    assert state.consecutive_failures == 8  # ... for eight failures in a row
+    # ... for the six failures in a row that the 5xx share marks as the domain's
+    # (the first two could still have been two broken pages)
+    assert state.consecutive_failures == 6
     reg.record_failure(D, HTTP_503, now=T0 + 1.5)  # a later one is a new event
     assert reg.state(D, T0 + 1.5).health == 60.0
     reg.record_failure(D, REFUSED, now=T0 + 1.6)  # not congestion: each costs its own penalty
@@ -336,17 +363,17 @@ def test_a_burst_of_503s_is_one_congestion_event() -> None:
 
 def test_failures_while_the_circuit_is_open_cost_no_health() -> None:
     reg = registry(circuit_failures=3, circuit_cooldown=1, circuit_jitter=0, recovery_per_minute=0)
-    for i in range(3):
+    for i in range(5):  # two that could be broken pages, then three the 5xx share blames on the domain
         reg.record_failure(D, HTTP_503, now=T0 + 0.01 * i)
     assert reg.state(D, T0 + 0.1).circuit == "open"
     reg.record_failure(D, HTTP_503, now=T0 + 0.5)  # still in flight when it opened
-    now = T0 + 0.02
+    now = T0 + 0.04
     for _ in range(4):  # four failed probes, seconds apart
         now = reg.blocked_until(D, now)
         assert reg.try_acquire(D, now)
         reg.record_failure(D, HTTP_503, now=now)
     state = reg.state(D, now)
-    assert (state.circuit, state.health, state.failures) == ("open", 80.0, 8)
+    assert (state.circuit, state.health, state.failures) == ("open", 80.0, 10)
     assert state.hold_until < now  # no hold of its own: the cool-down decides (16 s now)
     assert reg.blocked_until(D, now) == pytest.approx(now + 16, abs=1e-6)
 
@@ -417,9 +444,10 @@ def test_per_domain_policy_overrides_apply_to_that_domain_only() -> None:
     for domain in ("slow.example.com", "a.cdn.example.com", "other.example.com"):
         reg.record_failure(domain, HTTP_429, now=T0, retry_after=0)
     slow, cdn, other = (reg.state(d, T0) for d in reg.domains())
-    assert (slow.health, slow.burst, slow.rate) == (50.0, 2, 0.5)
-    assert (cdn.health, cdn.circuit, cdn.burst) == (80.0, "open", 5)
-    assert (other.health, other.circuit, other.rate, other.concurrency) == (80.0, "closed", 2.0, 3)
+    assert (slow.health, slow.rate) == (50.0, 0.85)
+    assert (cdn.health, cdn.circuit) == (80.0, "open")
+    assert (other.health, other.circuit, other.rate, other.concurrency) == (80.0, "closed", 8.5, 3)
+    assert reg.policy("slow.example.com").burst == 2 and reg.policy("other.example.com").burst == 5
 
 
 # --- persistence ---------------------------------------------------------------
@@ -492,3 +520,95 @@ def test_middleware_switched_off_is_not_configured() -> None:
     crawler = get_crawler(settings_dict={"OPENCLAW_HEALTH_ENABLED": False})
     with pytest.raises(NotConfigured):
         build_from_crawler(DomainHealthMiddleware, crawler)
+
+
+# --- page or domain ------------------------------------------------------------
+
+
+def test_a_page_that_keeps_failing_while_its_siblings_succeed_is_the_pages_trouble() -> None:
+    reg = registry()
+    now = T0
+    first_failure = None
+    for i in range(200):  # every 5th page is broken for good; each is retried twice
+        now += 0.01
+        if i % 5 == 4:
+            assert reg.judge(D, HTTP_503, now=now) == "page"  # one 503 among successes
+            reg.record_failure(D, HTTP_503, now=now)
+            first_failure = now
+        else:
+            reg.record_success(D, 0.01, now=now)
+        if i % 5 == 1 and first_failure is not None:  # a retry of the last broken page
+            assert reg.judge(D, HTTP_503, failed_before=first_failure, now=now) == "page"
+            reg.record_failure(D, HTTP_503, now=now, failed_before=first_failure)
+    state = reg.state(D, now)
+    assert (state.health, state.circuit, state.consecutive_failures, state.limit) == (100.0, "closed", 0, None)
+    assert state.rate == math.inf  # never slowed down
+
+
+def test_a_503_window_is_the_domains_trouble_and_opens_the_circuit() -> None:
+    reg = registry(circuit_jitter=0)
+    for i in range(100):
+        reg.record_success(D, 0.01, now=T0 + 0.01 * i)
+    verdicts = []
+    for i in range(8):  # the whole host answers 503: the requests in flight fail together
+        now = T0 + 1 + 0.001 * i
+        verdicts.append(reg.judge(D, HTTP_503, now=now))
+        reg.record_failure(D, HTTP_503, now=now)
+    assert verdicts[:2] == ["page", "page"] and set(verdicts[2:]) == {"domain"}
+    state = reg.state(D, T0 + 1.01)
+    assert state.circuit == "open" and state.health == pytest.approx(80.0, abs=0.01)
+    # A retry that fails while nothing has succeeded since is the domain's trouble too.
+    assert reg.judge(D, HTTP_503, failed_before=T0 + 1, now=T0 + 5) == "domain"
+
+
+def test_429_retry_after_and_connection_failures_are_always_domain_signals() -> None:
+    reg = registry()
+    for i in range(50):
+        reg.record_success(D, 0.01, now=T0 + 0.01 * i)
+    assert reg.judge(D, HTTP_429, now=T0 + 1) == "domain"
+    assert reg.judge(D, HTTP_503, retry_after=5.0, now=T0 + 1) == "domain"
+    assert reg.judge(D, TIMEOUT, now=T0 + 1) == "domain"
+    assert reg.judge(D, REFUSED, now=T0 + 1) == "domain"
+    assert reg.judge(D, HTTP_404, now=T0 + 1) is None
+    # ... except a URL that keeps timing out while the rest of its domain answers
+    assert reg.judge(D, TIMEOUT, failed_before=T0 + 0.2, now=T0 + 1) == "page"
+
+
+def test_a_host_that_never_answered_is_given_up_within_seconds() -> None:
+    reg = registry(circuit_jitter=0)  # unreachable_give_up: 5 s by default
+    for i in range(3):  # refused three times: the circuit opens
+        reg.record_failure(D, REFUSED, now=T0 + 0.01 * i)
+    assert reg.state(D, T0 + 0.1).circuit == "open"
+    assert not reg.given_up(D, T0 + 4.9)
+    assert reg.given_up(D, T0 + 5.1)
+    answered = registry(circuit_jitter=0)  # one that answered before keeps the give_up_after clock
+    answered.record_failure(D, HTTP_404, now=T0 - 1)
+    for i in range(3):
+        answered.record_failure(D, REFUSED, now=T0 + 0.01 * i)
+    assert answered.state(D, T0 + 0.1).circuit == "open"
+    assert not answered.given_up(D, T0 + 60)
+
+
+def test_crawl_delay_spaces_requests_and_caps_the_burst() -> None:
+    reg = registry()
+    reg.set_crawl_delay(D, 2.0)
+    state = reg.state(D)
+    assert (state.rate, state.burst, state.crawl_delay) == (0.5, 1, 2.0)
+    now = time.time() + 10
+    assert reg.try_acquire(D, now)
+    assert not reg.try_acquire(D, now + 1.9)
+    assert reg.ready_at(D, now + 1.9) == pytest.approx(now + 2.0, abs=1e-3)
+    assert reg.try_acquire(D, now + 2.0 + 1e-3)
+
+
+def test_after_a_hold_the_domain_resumes_at_its_learned_limit() -> None:
+    reg = registry()
+    for i in range(300):  # the site delivers 60 req/s, then says 429 + Retry-After 10
+        reg.record_success(D, 0.01, now=T0 + i / 60)
+    reg.record_failure(D, HTTP_429, now=T0 + 5, retry_after=10)
+    limit = reg.state(D, T0 + 5).limit
+    assert 55 <= limit <= 61
+    after = T0 + 15
+    sent = sum(reg.try_acquire(D, after) for _ in range(20))
+    assert sent <= limit * 0.25  # a quarter second's worth, not everything queued
+    assert reg.state(D, after).rate == pytest.approx(0.85 * limit)

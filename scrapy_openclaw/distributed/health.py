@@ -39,7 +39,7 @@ from scrapy.utils.misc import build_from_crawler
 from scrapy_openclaw.distributed import lua
 from scrapy_openclaw.distributed.link import RedisLink
 from scrapy_openclaw.health import registry as local
-from scrapy_openclaw.health.registry import HealthRegistry, _penalty, affects_health
+from scrapy_openclaw.health.registry import DOMAIN, HealthRegistry, _penalty, _verdict, scrapy_limits
 from scrapy_openclaw.policy import PolicySet
 from scrapy_openclaw.runtime import shared
 
@@ -50,8 +50,8 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-_OPTIONAL = ("threshold", "latency", "best_latency")
-_COUNTERS = ("consecutive_failures", "requests", "successes", "failures", "opens")
+_OPTIONAL = ("threshold", "latency", "best_latency", "delivered")
+_COUNTERS = ("consecutive_failures", "requests", "successes", "failures", "opens", "win_ok")
 
 
 def _typed(fields: dict[str, str]) -> dict[str, Any]:
@@ -91,7 +91,7 @@ class RedisHealthRegistry(HealthRegistry):
                  uniform: Callable[[float, float], float] | None = None):
         from scrapy_redis.connection import get_redis_from_settings
 
-        super().__init__(PolicySet.for_crawler(crawler), uniform=uniform)
+        super().__init__(PolicySet.for_crawler(crawler), uniform=uniform, **scrapy_limits(crawler.settings))
         self.crawler = crawler
         self.server = server if server is not None else get_redis_from_settings(crawler.settings)
         self.link = RedisLink.for_crawler(crawler)
@@ -105,6 +105,7 @@ class RedisHealthRegistry(HealthRegistry):
         self._acquire = self.server.register_script(lua.H_ACQUIRE)
         self._record = self.server.register_script(lua.H_RECORD)
         self._hold = self.server.register_script(lua.H_HOLD)
+        self._crawl_delay = self.server.register_script(lua.H_CRAWL_DELAY)
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> RedisHealthRegistry:
@@ -127,7 +128,13 @@ class RedisHealthRegistry(HealthRegistry):
                 k_baseline_drift=local._BASELINE_DRIFT,
                 k_latency_slack=local._LATENCY_SLACK,
                 k_min_decrease_gap=local._MIN_DECREASE_GAP,
-                k_max_increase_step=local._MAX_INCREASE_STEP,
+                k_slow_start_gain=local._SLOW_START_GAIN,
+                k_max_rate=local._MAX_RATE,
+                k_burst_seconds=local._BURST_SECONDS,
+                k_window=local._WINDOW,
+                k_stale_window=local._STALE_WINDOW,
+                k_share_fast=local._SHARE_FAST,
+                k_share_slow=local._SHARE_SLOW,
                 k_probe_recheck=local._PROBE_RECHECK,
                 k_probe_lost_after=local._PROBE_LOST_AFTER,
                 k_max_doublings=local._MAX_DOUBLINGS,
@@ -187,26 +194,30 @@ class RedisHealthRegistry(HealthRegistry):
     def record_success(self, domain: str, latency: float | None, now: float | None = None) -> str | None:
         now = time.time() if now is None else now
         sample = "" if latency is None or not math.isfinite(latency) or latency < 0 else repr(float(latency))
-        res = self._run(self._record, domain, [now, self.policy_json(domain), 1, sample, 0, 0, 0, 0, "", 1])
+        res = self._run(self._record, domain, [now, self.policy_json(domain), 1, sample, 0, 0, 0, 0, "", 1, 1, 0])
         if res is None:
             return super().record_success(domain, latency, now)
         return self._recorded(domain, res)
 
     def record_failure(
         self, domain: str, classification: Classification, now: float | None = None,
-        retry_after: float | None = None,
+        retry_after: float | None = None, failed_before: float | None = None,
     ) -> str | None:
+        """The verdict (page or domain) is judged here, on this worker's cached view;
+        Redis applies it (see the H_RECORD script)."""
         now = time.time() if now is None else now
-        affects = affects_health(classification)
-        penalty, congestion = _penalty(classification, self.policy(domain)) if affects else (0.0, False)
+        cached, policy = self._get(domain, now)
+        verdict, in_share = _verdict(cached, classification, retry_after, failed_before)
+        domain_signal = verdict == DOMAIN
+        penalty, congestion = _penalty(classification, policy) if domain_signal else (0.0, False)
         res = self._run(self._record, domain, [
-            now, self.policy_json(domain), 0, "", int(affects), penalty, int(congestion),
+            now, self.policy_json(domain), 0, "", int(domain_signal), penalty, int(congestion),
             int(bool(classification is not None and classification.is_throttle)),
             "" if retry_after is None else repr(float(retry_after)),
-            self._jitter(domain),
+            self._jitter(domain), int(classification.status is not None), int(in_share),
         ])
         if res is None:
-            return super().record_failure(domain, classification, now, retry_after)
+            return super().record_failure(domain, classification, now, retry_after, failed_before)
         return self._recorded(domain, res)
 
     def _recorded(self, domain: str, res: list[Any]) -> str | None:
@@ -220,6 +231,13 @@ class RedisHealthRegistry(HealthRegistry):
         Lua's random numbers are not random in Redis 6 scripts)."""
         j = self.policy(domain).circuit_jitter
         return self._uniform(1.0 - j, 1.0 + j) if j else 1.0
+
+    def set_crawl_delay(self, domain: str, seconds: float) -> None:
+        res = self._run(self._crawl_delay, domain, [time.time(), self.policy_json(domain), max(0.0, float(seconds))])
+        if res is None:
+            super().set_crawl_delay(domain, seconds)
+        else:
+            self.refresh(domain, res)
 
     def hold(self, domain: str, until: float) -> None:
         res = self._run(self._hold, domain, [time.time(), self.policy_json(domain), until])

@@ -43,46 +43,58 @@ from __future__ import annotations
 # The rate controller, a line-by-line port of scrapy_openclaw/health/registry.py
 # (HealthRegistry). The hash fields are the names of registry._Domain's slots
 # (None stored as ''), plus 'policy' (cjson of the domain's HealthPolicy and the
-# registry's module constants, written by RedisHealthRegistry). Where each rule
-# lives in the Python original:
+# registry's module constants, written by RedisHealthRegistry; a None in it
+# arrives as cjson.null, so optional knobs are tested with type() == 'number').
+# Where each rule lives in the Python original:
 #
 #   h_load          HealthRegistry._get (new domain = _Domain.__init__; health
 #                   recovery, token refill at the current rate, open -> half-open
 #                   after the cooldown, a lost half-open probe is forgotten)
-#   h_ceiling/h_rate  HealthRegistry._ceiling / _rate
+#   h_ceiling/h_rate/h_burst  HealthRegistry._ceiling / _rate / _burst
 #   h_blocked_until HealthRegistry.blocked_until
 #   h_ready_at      HealthRegistry.ready_at
-#   h_given_up      HealthRegistry.given_up (the pop hands such a domain's requests
-#                   out ungated: the worker's health middleware dead-letters them)
+#   h_given_up      HealthRegistry.given_up + _give_up_limit (the pop hands such a
+#                   domain's requests out ungated: the worker's health middleware
+#                   dead-letters them)
 #   h_acquire       HealthRegistry.try_acquire (token=false: hold/circuit only,
 #                   still takes the probe)
-#   h_success       HealthRegistry.record_success (+ _observe_latency: EWMA and
-#                   best-latency baseline; latency congestion -> _decrease,
-#                   else _increase: slow start below the threshold, additive above)
-#   h_failure       HealthRegistry.record_failure (penalty and congestion come
-#                   from registry._penalty in Python; a congestion penalty only
-#                   with a rate cut, none while the circuit is not closed; the
-#                   Retry-After hold, or a one-interval hold for a 429/503
-#                   without one while closed)
+#   h_success       HealthRegistry.record_success (+ _count_delivered, the 5xx
+#                   share's decay, _observe_latency; latency congestion ->
+#                   _decrease, else _increase: slow start, then the cubic)
+#   h_failure       HealthRegistry.record_failure. The verdict (registry._verdict:
+#                   domain or page, and whether it counts in the 5xx share) and
+#                   penalty/congestion (registry._penalty) come from Python, judged
+#                   on the worker's cached state
 #   h_open          HealthRegistry._open (cool-down doubling per unforgiven
 #                   opening, capped, with jitter drawn in Python)
 #   h_decrease      HealthRegistry._decrease (at most once per max(1 s, latency);
-#                   sets the slow-start threshold halfway)
+#                   the learned limit is min(allowed, delivered))
 #
 # tests/test_distributed_parity.py drives both with the same events and compares
 # every field: change one side and that test tells you to change the other.
 HEALTH = r"""
-local HF = {'health', 'rate', 'tokens', 'threshold', 'updated', 'last_increase', 'last_decrease',
+local HF = {'health', 'rate', 'tokens', 'threshold', 'updated', 'last_decrease',
   'circuit', 'opened_at', 'probe_at', 'latency', 'best_latency', 'hold_until',
-  'consecutive_failures', 'requests', 'successes', 'failures', 'cooldown', 'opens', 'down_since'}
+  'consecutive_failures', 'requests', 'successes', 'failures', 'cooldown', 'opens', 'down_since',
+  'answered_at', 'last_success', 'share_fast', 'share_slow', 'win_start', 'win_ok', 'delivered',
+  'crawl_delay'}
 
 local function f17(x)
   if x == nil then return '' end
   return string.format('%.17g', x)
 end
 
-local function h_ceiling(d, p) return math.max(p.min_rate, p.base_rate * d.health / 100) end
+local function h_ceiling(d, p)
+  local ceiling = p.k_max_rate
+  if type(p.base_rate) == 'number' then ceiling = math.max(p.min_rate, p.base_rate * d.health / 100) end
+  if d.crawl_delay > 0 then ceiling = math.min(ceiling, 1 / d.crawl_delay) end
+  return ceiling
+end
 local function h_rate(d, p) return math.min(math.max(d.rate, p.min_rate), h_ceiling(d, p)) end
+local function h_burst(d, p)
+  if d.crawl_delay > 0 then return 1 end
+  return math.max(1, math.min(p.burst, math.floor(h_rate(d, p) * p.k_burst_seconds)))
+end
 
 -- The domain's record brought up to now; nil when it has no state and no policy.
 local function h_load(hkey, now, pjson)
@@ -93,20 +105,27 @@ local function h_load(hkey, now, pjson)
   local p = cjson.decode(pj)
   local d = {}
   if not raw[2] then
-    d.health, d.rate, d.tokens, d.threshold = 100, math.min(p.initial_rate, p.base_rate), p.burst, nil
-    d.updated, d.last_increase, d.last_decrease = now, now, 0
+    d.health, d.rate, d.threshold = 100, p.initial_rate, nil
+    d.tokens = math.max(1, math.min(p.burst, math.floor(p.initial_rate * p.k_burst_seconds)))
+    d.updated, d.last_decrease = now, 0
     d.circuit, d.opened_at, d.probe_at, d.latency, d.best_latency, d.hold_until = 'closed', 0, 0, nil, nil, 0
     d.consecutive_failures, d.requests, d.successes, d.failures = 0, 0, 0, 0
     d.cooldown, d.opens, d.down_since = p.circuit_cooldown, 0, 0
+    d.answered_at, d.last_success, d.share_fast, d.share_slow = 0, 0, 0, 0
+    d.win_start, d.win_ok, d.delivered, d.crawl_delay = now, 0, nil, 0
     return d, p
   end
-  for i, name in ipairs(HF) do d[name] = tonumber(raw[i + 1]) end
-  d.circuit = raw[9] or 'closed'
-  d.down_since = d.down_since or 0  -- (a record from before the field existed)
+  for i, name in ipairs(HF) do
+    if name == 'circuit' then d.circuit = raw[i + 1] or 'closed' else d[name] = tonumber(raw[i + 1]) end
+  end
+  -- (a record from before a field existed)
+  d.down_since, d.answered_at, d.last_success = d.down_since or 0, d.answered_at or 0, d.last_success or 0
+  d.share_fast, d.share_slow, d.crawl_delay = d.share_fast or 0, d.share_slow or 0, d.crawl_delay or 0
+  d.win_start, d.win_ok, d.last_decrease = d.win_start or now, d.win_ok or 0, d.last_decrease or 0
   local elapsed = now - d.updated
   if elapsed > 0 then
     d.health = math.min(100, d.health + p.recovery_per_minute * elapsed / 60)
-    d.tokens = math.min(p.burst, d.tokens + elapsed * h_rate(d, p))
+    d.tokens = math.min(h_burst(d, p), d.tokens + elapsed * h_rate(d, p))
     d.updated = now
   end
   if d.circuit == 'open' and now >= d.opened_at + d.cooldown then
@@ -135,9 +154,11 @@ local function h_blocked_until(d, p)
   return math.max(d.hold_until, circuit_end)
 end
 
--- HealthRegistry.given_up: down (circuit not closed) for give_up_after seconds.
+-- HealthRegistry.given_up: down (circuit not closed) for give_up_after seconds,
+-- or unreachable_give_up when the domain never answered.
 local function h_given_up(d, p, now)
   local limit = p.give_up_after
+  if d.answered_at == 0 and type(p.unreachable_give_up) == 'number' then limit = p.unreachable_give_up end
   return type(limit) == 'number' and d.circuit ~= 'closed' and d.down_since ~= 0
     and now - d.down_since >= limit
 end
@@ -158,26 +179,45 @@ local function h_acquire(d, p, now, token)
 end
 
 local function h_increase(d, p, now)
-  local step = math.min(math.max(now - d.last_increase, 0), p.k_max_increase_step)
-  d.last_increase = now
   local grown
   if d.threshold == nil then
-    grown = d.rate * (1 + step)
-  elseif d.rate < d.threshold then
-    grown = math.min(d.rate * (1 + step), d.threshold)
+    grown = d.rate * (1 + p.k_slow_start_gain)
   else
-    grown = d.rate + p.rate_increase * step
+    local since = math.max(0, now - d.last_decrease)
+    local flat_at = ((1 - p.rate_decrease) / p.rate_probe) ^ (1 / 3)
+    grown = math.max(d.rate, d.threshold * (1 + p.rate_probe * (since - flat_at) ^ 3))
   end
-  d.rate = math.min(grown, h_ceiling(d, p))
+  d.rate = math.min(grown, h_ceiling(d, p), p.k_max_rate)
 end
 
 local function h_decrease(d, p, now)
   if now - d.last_decrease < math.max(p.k_min_decrease_gap, d.latency or 0) then return false end
-  local before = math.min(d.rate, h_ceiling(d, p))
+  local before = h_rate(d, p)
+  local delivered
+  if d.delivered ~= nil then
+    delivered = d.delivered
+  elseif now - d.win_start >= 0 then
+    delivered = d.win_ok / math.max(now - d.win_start, p.k_window)
+  else
+    delivered = 0
+  end
+  if delivered > 0 then before = math.min(before, delivered) end
+  d.threshold = before
   d.rate = math.max(p.min_rate, before * p.rate_decrease)
-  d.threshold = (before + d.rate) / 2
-  d.last_decrease, d.last_increase = now, now
+  d.tokens = math.min(d.tokens, h_burst(d, p))
+  d.last_decrease = now
   return true
+end
+
+local function h_count_delivered(d, p, now)
+  d.win_ok = d.win_ok + 1
+  local span = now - d.win_start
+  if span < p.k_window then return end
+  if span <= p.k_stale_window then
+    local sample = d.win_ok / span
+    if d.delivered == nil then d.delivered = sample else d.delivered = d.delivered + 0.5 * (sample - d.delivered) end
+  end
+  d.win_start, d.win_ok = now, 0
 end
 
 -- jitter: the factor drawn in Python (registry._uniform(1 - j, 1 + j)), used only when opening.
@@ -210,29 +250,38 @@ local function h_success(d, p, now, latency)
   d.requests = d.requests + 1
   d.successes = d.successes + 1
   d.consecutive_failures = 0
+  d.answered_at, d.last_success = now, now
   d.health = math.min(100, d.health + p.success_reward)
+  d.share_fast = d.share_fast - p.k_share_fast * d.share_fast
+  d.share_slow = d.share_slow - p.k_share_slow * d.share_slow
+  h_count_delivered(d, p, now)
   local congested = h_observe_latency(d, p, latency)
-  if d.circuit == 'half_open' then d.circuit, d.probe_at, d.threshold, d.down_since = 'closed', 0, nil, 0 end
+  if d.circuit == 'half_open' then d.circuit, d.probe_at, d.down_since = 'closed', 0, 0 end
   if congested then h_decrease(d, p, now) else h_increase(d, p, now) end
 end
 
--- affects/congestion/throttle: booleans; retry_after: seconds or nil.
-local function h_failure(d, p, now, affects, penalty, congestion, throttle, retry_after, jitter)
+-- answered/in_share/domain/congestion/throttle: booleans; retry_after: seconds or nil.
+local function h_failure(d, p, now, answered, in_share, domain, penalty, congestion, throttle, retry_after, jitter)
   d.requests = d.requests + 1
   d.failures = d.failures + 1
-  if not affects then return end
+  if answered then d.answered_at = now end
+  if in_share then
+    d.share_fast = d.share_fast + p.k_share_fast * (1 - d.share_fast)
+    d.share_slow = d.share_slow + p.k_share_slow * (1 - d.share_slow)
+  end
+  if not domain then return end
   d.consecutive_failures = d.consecutive_failures + 1
   -- a congestion signal costs its penalty once per event (when it also cuts the
   -- rate); while the circuit is not closed a failure costs no health and no hold
   local fresh = congestion and h_decrease(d, p, now)
   local closed = d.circuit == 'closed'
   if closed and (fresh or not congestion) then d.health = math.max(0, d.health - penalty) end
-  d.rate = math.min(d.rate, h_ceiling(d, p))
   if retry_after ~= nil then
     d.hold_until = math.max(d.hold_until, now + math.min(math.max(retry_after, 0), p.retry_after_cap))
   elseif throttle and closed then
     d.hold_until = math.max(d.hold_until, now + 1 / h_rate(d, p))
   end
+  if fresh then d.win_start, d.win_ok = math.max(now, d.hold_until), 0 end
   if d.circuit == 'half_open' or (d.circuit == 'closed' and
       (d.health < p.circuit_floor or d.consecutive_failures >= p.circuit_failures)) then
     h_open(d, p, now, jitter)
@@ -542,8 +591,9 @@ if ok then return {1, flat} end
 return {0, flat}
 """
 
-# ARGV: now, policy_json, success(1/0), latency ('' none), affects(1/0), penalty,
-#       congestion(1/0), throttle(1/0), retry_after ('' none), jitter factor
+# ARGV: now, policy_json, success(1/0), latency ('' none), domain signal(1/0), penalty,
+#       congestion(1/0), throttle(1/0), retry_after ('' none), jitter factor,
+#       answered(1/0), in the 5xx share(1/0)
 #       -> {{fields}, the circuit transition this record caused: 'open' | 'closed' | ''}
 H_RECORD = HEALTH + r"""
 redis.call('SADD', KEYS[2], ARGV[#ARGV])  -- the domain index (last ARGV: the domain)
@@ -553,8 +603,8 @@ local before = d.circuit
 if ARGV[3] == '1' then
   h_success(d, p, now, tonumber(ARGV[4]))
 else
-  h_failure(d, p, now, ARGV[5] == '1', tonumber(ARGV[6]), ARGV[7] == '1', ARGV[8] == '1', tonumber(ARGV[9]),
-    tonumber(ARGV[10]))
+  h_failure(d, p, now, ARGV[11] == '1', ARGV[12] == '1', ARGV[5] == '1', tonumber(ARGV[6]), ARGV[7] == '1',
+    ARGV[8] == '1', tonumber(ARGV[9]), tonumber(ARGV[10]))
 end
 -- the transition this record caused (a worker reports only its own)
 local changed = ''
@@ -567,5 +617,14 @@ H_HOLD = HEALTH + r"""
 redis.call('SADD', KEYS[2], ARGV[#ARGV])  -- the domain index (last ARGV: the domain)
 local d, p = h_load(KEYS[1], tonumber(ARGV[1]), ARGV[2])
 d.hold_until = math.max(d.hold_until, tonumber(ARGV[3]))
+return h_save(KEYS[1], d, ARGV[2])
+"""
+
+# robots.txt Crawl-delay (0: none). ARGV: now, policy_json, seconds -> {fields}
+H_CRAWL_DELAY = HEALTH + r"""
+redis.call('SADD', KEYS[2], ARGV[#ARGV])  -- the domain index (last ARGV: the domain)
+local d, p = h_load(KEYS[1], tonumber(ARGV[1]), ARGV[2])
+d.crawl_delay = math.max(0, tonumber(ARGV[3]))
+d.tokens = math.min(d.tokens, h_burst(d, p))
 return h_save(KEYS[1], d, ARGV[2])
 """

@@ -1,55 +1,38 @@
 """The HealthRegistry: the one owner of per-domain state.
 
 Each domain (a Scrapy download-slot key, normally the hostname) has a health
-score, an AIMD-controlled request rate with a token bucket, a circuit breaker,
-a latency average and a Retry-After hold. The DomainHealthMiddleware writes it
+score, a request rate with a token bucket, a circuit breaker, a latency
+average and a Retry-After hold. The DomainHealthMiddleware writes it
 (``record_success`` / ``record_failure``), the queue asks it whether a domain
 may send (``ready_at`` / ``try_acquire``), metrics read ``state()`` and the
 checkpoint saves ``snapshot()``. Nobody else keeps a copy of domain state.
 
-How the numbers move (knobs in :class:`scrapy_openclaw.policy.HealthPolicy`):
+A domain is judged by domain signals only (:meth:`HealthRegistry.judge`):
+429, Retry-After, connection failures and timeouts, and 5xx answers whose
+share of the domain's recent answers rises clearly above its own baseline
+(a 503 window). A URL that fails again while its siblings succeeded since
+is the page's trouble: it is retried briefly and dead-lettered, and the
+domain keeps its pace. The README's health section is the manual; here:
 
-- **Health** (0..100, starts at 100) rises by ``success_reward`` per success,
-  falls by a penalty per failure (throttle, timeout, connection, server
-  error) and recovers by ``recovery_per_minute`` as time passes. Congestion
-  failures (429/503, timeouts) cost their penalty once per congestion
-  event, like the rate cut below: when a 503 window begins, the eight
-  requests in flight all fail within a round trip, and that is one signal,
-  not eight (counted eight times it would leave a flapping site at zero
-  health, crawled at the floor rate, after every window).
-- **Rate** (AIMD, as TCP does it): on congestion (429/503, a timeout,
-  latency above ``latency_factor`` x the best latency seen) it is
-  multiplied by ``rate_decrease``, at most once per second (or per round
-  trip), so one burst of 429s counts once. On success it grows by
-  ``rate_increase`` req/s per second elapsed; below the slow-start
-  threshold it doubles per second instead. The threshold is unset until the
-  first congestion (so a crawl finds its pace quickly), then sits halfway
-  between the rate before and after the last decrease: half of a cut is
-  regained at once, the rest is probed for additively. The rate always
-  stays within ``[min_rate, max(min_rate, base_rate x health/100)]``.
+- **Pace.** No fixed ceiling by default: slow start grows the rate by half
+  per success, so a healthy domain is soon bounded only by concurrency, as in
+  plain Scrapy. The first congestion signal (429/503, a timeout, latency
+  rising above its baseline) sets the learned limit from the rate the site
+  actually delivered; later ones cut by ``rate_decrease``. Between them the
+  rate follows a cubic (TCP CUBIC): back to the limit quickly, flat near it,
+  then probing past it ever faster, which finds limits from 2 to 200 req/s
+  without the burst a doubling causes. ``base_rate``, robots.txt Crawl-delay
+  and ``min_rate`` bound it.
 - **Circuit** (outlier ejection, as Envoy does it): opens below
-  ``circuit_floor`` health or after ``circuit_failures`` failures in a row;
-  after a cool-down, half-open lets a single probe through, whose outcome
-  closes it or opens it again. The cool-down starts short
-  (``circuit_cooldown``), doubles with every opening that follows another
-  one without a healthy spell in between (a failed probe, or a relapse right
-  after closing), up to ``circuit_cooldown_max``, with ``circuit_jitter``
-  (+-) so probes of many domains do not line up. Each ``circuit_cooldown``
-  spent closed forgives one doubling. So a site that flaps for a few seconds
-  (a 503 window is not a ban) is probed again within seconds and found as
-  soon as it is back, while one that stays down is probed ever more rarely,
-  never less than once per ``circuit_cooldown_max``. Requests meanwhile wait
-  in the scheduler; they are not sent, so they spend no retry attempts.
-- **Hold**: ``Retry-After`` (capped at ``retry_after_cap``) holds the whole
-  domain; a 429/503 without one holds it for one request interval.
+  ``circuit_floor`` health or after ``circuit_failures`` domain failures in
+  a row; a half-open probe closes it. Cool-downs double per opening in a row
+  (with jitter), up to ``circuit_cooldown_max``; time spent healthy forgives.
+  Holds and cool-downs keep the learned limit, so the domain resumes at it.
 - **Give up**: a domain whose circuit has not closed for ``give_up_after``
-  seconds (counted from the opening that began the outage) is given up for
-  the rest of the crawl (:meth:`HealthRegistry.given_up`): its requests are
-  turned into dead letters instead of waiting for probes once a minute,
-  which could keep a crawl open for days.
+  seconds (``unreachable_give_up`` if it never answered at all) is given up
+  for the crawl: its requests become dead letters.
 
-All times are UNIX seconds (``time.time()``), so a snapshot stays meaningful
-when a crawl resumes in another process.
+All times are UNIX seconds, so a snapshot stays meaningful in another process.
 """
 
 from __future__ import annotations
@@ -75,13 +58,27 @@ if TYPE_CHECKING:
 CLOSED = "closed"
 OPEN = "open"
 HALF_OPEN = "half_open"
+#: Verdicts of :meth:`HealthRegistry.judge`.
+DOMAIN = "domain"
+PAGE = "page"
 
 SNAPSHOT_VERSION = 1
 _LATENCY_ALPHA = 0.2  # weight of a new sample in the latency EWMA
 _BASELINE_DRIFT = 0.01  # how fast the best-latency baseline follows a lasting change
 _LATENCY_SLACK = 0.05  # seconds; latency noise below this is never congestion
 _MIN_DECREASE_GAP = 1.0  # seconds between two multiplicative decreases (or one RTT if longer)
-_MAX_INCREASE_STEP = 1.0  # seconds of success credited to one additive increase at most
+_SLOW_START_GAIN = 0.5  # slow start: the rate grows by this share with every success
+_MAX_RATE = 100000.0  # req/s; at this rate pacing has stopped mattering ("unpaced")
+_BURST_SECONDS = 0.25  # the token bucket holds at most this much time's worth of requests
+_WINDOW = 1.0  # seconds; the delivered-rate estimate folds in one window at a time
+_STALE_WINDOW = 5.0  # a window longer than this (an idle domain) says nothing about its rate
+# 5xx share of recent answers: a fast and a slow EWMA (about the last 4 and 50 answers);
+# a 5xx is a domain signal when the fast share reaches the trigger and exceeds the
+# slow baseline by the margin (failures clustering while successes stop).
+_SHARE_FAST = 0.25
+_SHARE_SLOW = 0.02
+_SHARE_TRIGGER = 0.5
+_SHARE_MARGIN = 0.25
 _PROBE_RECHECK = 1.0  # seconds; how soon to ask again while a half-open probe is out
 # A half-open probe that has not reported back after this long (and after the
 # cool-down) was lost on the way (e.g. dropped by another middleware): allow another.
@@ -95,7 +92,7 @@ class DomainState:
 
     domain: str
     health: float  # 0..100
-    rate: float  # req/s allowed now
+    rate: float  # req/s allowed now; math.inf while nothing paces the domain
     tokens: float
     burst: int
     concurrency: int
@@ -106,25 +103,27 @@ class DomainState:
     requests: int
     successes: int
     failures: int
+    limit: float | None = None  # the learned limit (req/s); None: no congestion seen
+    crawl_delay: float = 0.0  # robots.txt Crawl-delay in force (seconds; 0: none)
 
 
 class _Domain:
     """Mutable per-domain record; only the registry touches it."""
 
     __slots__ = (
-        "health", "rate", "tokens", "threshold", "updated", "last_increase", "last_decrease",
+        "health", "rate", "tokens", "threshold", "updated", "last_decrease",
         "circuit", "opened_at", "probe_at", "latency", "best_latency", "hold_until",
         "consecutive_failures", "requests", "successes", "failures", "cooldown", "opens",
-        "down_since",
+        "down_since", "answered_at", "last_success", "share_fast", "share_slow",
+        "win_start", "win_ok", "delivered", "crawl_delay",
     )
 
     def __init__(self, policy: HealthPolicy, now: float):
         self.health = 100.0
-        self.rate = min(policy.initial_rate, policy.base_rate)
-        self.tokens = float(policy.burst)
-        self.threshold: float | None = None  # slow-start threshold, req/s; None: no congestion yet
+        self.rate = policy.initial_rate
+        self.tokens = float(max(1, min(policy.burst, int(policy.initial_rate * _BURST_SECONDS))))
+        self.threshold: float | None = None  # the learned limit (cubic's W_max); None: slow start
         self.updated = now
-        self.last_increase = now
         self.last_decrease = 0.0
         self.circuit = CLOSED
         self.opened_at = 0.0
@@ -132,13 +131,21 @@ class _Domain:
         self.latency: float | None = None
         self.best_latency: float | None = None
         self.hold_until = 0.0
-        self.consecutive_failures = 0
+        self.consecutive_failures = 0  # domain failures in a row
         self.requests = 0
         self.successes = 0
         self.failures = 0
         self.cooldown = policy.circuit_cooldown  # of the current (or last) opening, jitter included
         self.opens = 0  # openings in a row not yet forgiven: the cool-down is doubled this often
         self.down_since = 0.0  # when the opening that began the current outage happened; 0: closed
+        self.answered_at = 0.0  # last HTTP answer of any status; 0: the domain never answered
+        self.last_success = 0.0
+        self.share_fast = 0.0  # 5xx share of recent answers (see _SHARE_*)
+        self.share_slow = 0.0
+        self.win_start = now  # the open window of the delivered-rate estimate ...
+        self.win_ok = 0  # ... and the successes in it
+        self.delivered: float | None = None  # successes/s the domain delivered (EWMA of windows)
+        self.crawl_delay = 0.0
 
 
 # Field types in a snapshot: how restore() validates what it reads.
@@ -146,15 +153,18 @@ _FIELD_TYPES: dict[str, tuple[type, ...]] = {
     name: (int, float) for name in _Domain.__slots__ if name != "circuit"
 }
 _OPTIONAL = (int, float, type(None))
-_FIELD_TYPES.update(circuit=(str,), threshold=_OPTIONAL, latency=_OPTIONAL, best_latency=_OPTIONAL)
-_COUNTERS = ("consecutive_failures", "requests", "successes", "failures", "opens")
+_FIELD_TYPES.update(circuit=(str,), threshold=_OPTIONAL, latency=_OPTIONAL, best_latency=_OPTIONAL,
+                    delivered=_OPTIONAL)
+_COUNTERS = ("consecutive_failures", "requests", "successes", "failures", "opens", "win_ok")
+_OBSOLETE = frozenset({"last_increase"})  # written by 0.1 snapshots; ignored on restore
 
 
 def affects_health(classification: Classification | None) -> bool:
-    """Whether an outcome says something about the domain's health.
+    """Whether an outcome can say something about the domain's health.
 
     A 404 or 403 is the server answering normally about one page; only
-    network failures, retryable statuses and 5xx count against a domain.
+    network failures, retryable statuses and 5xx may count against a domain
+    (and :meth:`HealthRegistry.judge` decides whether they do).
     """
     if classification is None:
         return False
@@ -166,15 +176,26 @@ def affects_health(classification: Classification | None) -> bool:
 class HealthRegistry:
     """Per-domain health, rate, circuit and holds for one crawl (see the module doc)."""
 
-    def __init__(self, policies: PolicySet | None = None, *, uniform: Callable[[float, float], float] | None = None):
+    def __init__(
+        self,
+        policies: PolicySet | None = None,
+        *,
+        uniform: Callable[[float, float], float] | None = None,
+        default_concurrency: int = 8,
+        reported_rate_cap: float = math.inf,
+    ):
         self._policies = policies or PolicySet({}, [])
         self._domains: dict[str, _Domain] = {}
         self._uniform = uniform or random.uniform  # the cool-down jitter's random source (tests pin it)
         self._given_up: set[str] = set()  # domains past give_up_after: given up for good
+        #: a domain's concurrency when neither its policy nor its slot says otherwise
+        self.default_concurrency = max(1, int(default_concurrency))
+        #: the rate DOWNLOAD_DELAY allows: what state() reports at most (Scrapy's slot paces it)
+        self.reported_rate_cap = reported_rate_cap
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> HealthRegistry:
-        return cls(PolicySet.for_crawler(crawler))
+        return cls(PolicySet.for_crawler(crawler), **scrapy_limits(crawler.settings))
 
     @classmethod
     def for_crawler(cls, crawler: Crawler) -> HealthRegistry:
@@ -198,13 +219,14 @@ class HealthRegistry:
 
     def state(self, domain: str, now: float | None = None) -> DomainState:
         d, p = self._get(domain, now)
+        rate = min(self._rate(d, p), self.reported_rate_cap)
         return DomainState(
             domain=domain,
             health=d.health,
-            rate=self._rate(d, p),
+            rate=math.inf if rate >= _MAX_RATE else rate,
             tokens=d.tokens,
-            burst=p.burst,
-            concurrency=self._concurrency(d, p),
+            burst=self._burst(d, p),
+            concurrency=self._concurrency(d, p, None),
             circuit=d.circuit,
             latency=d.latency,
             hold_until=d.hold_until,
@@ -212,11 +234,15 @@ class HealthRegistry:
             requests=d.requests,
             successes=d.successes,
             failures=d.failures,
+            limit=d.threshold,
+            crawl_delay=d.crawl_delay,
         )
 
-    def concurrency(self, domain: str) -> int:
+    def concurrency(self, domain: str, slot_concurrency: int | None = None) -> int:
+        """Concurrent downloads the domain may have: its cap (the policy's
+        ``base_concurrency``, the slot's own concurrency) scaled by health."""
         d, p = self._get(domain)
-        return self._concurrency(d, p)
+        return self._concurrency(d, p, slot_concurrency)
 
     def blocked_until(self, domain: str, now: float | None = None) -> float:
         """When the domain's hold or open circuit ends (``<= now``: not blocked).
@@ -236,13 +262,14 @@ class HealthRegistry:
         return max(0.0, now - d.down_since)
 
     def given_up(self, domain: str, now: float | None = None) -> bool:
-        """Whether *domain* has been down for ``give_up_after`` seconds (then for good)."""
+        """Whether *domain* has been down too long (then for good): ``give_up_after``
+        seconds, or ``unreachable_give_up`` for a domain that never answered."""
         if domain in self._given_up:
             return True
         d = self._domains.get(domain)
         if d is None or d.circuit == CLOSED:
             return False  # the common case, without bringing the record up to date
-        limit = self.policy(domain).give_up_after
+        limit = _give_up_limit(d, self.policy(domain))
         if limit is None or self.down_for(domain, now) < limit:
             return False
         self._given_up.add(domain)
@@ -258,6 +285,24 @@ class HealthRegistry:
         if d.tokens < 1.0:
             ready = max(ready, now + (1.0 - d.tokens) / self._rate(d, p))
         return ready
+
+    def judge(
+        self,
+        domain: str,
+        classification: Classification | None,
+        *,
+        retry_after: float | None = None,
+        failed_before: float | None = None,
+        now: float | None = None,
+    ) -> str | None:
+        """Whose trouble a failure is: ``"domain"``, ``"page"``, or None (says nothing).
+
+        *failed_before* is when this URL last failed (a retry's previous
+        attempt), if it did: a URL failing again after its domain answered
+        successfully since is the page's trouble.
+        """
+        d, _ = self._get(domain, now)
+        return _verdict(d, classification, retry_after, failed_before)[0]
 
     # --- admitting ------------------------------------------------------------
 
@@ -284,6 +329,12 @@ class HealthRegistry:
         d, _ = self._get(domain)
         d.hold_until = max(d.hold_until, until)
 
+    def set_crawl_delay(self, domain: str, seconds: float) -> None:
+        """Space requests to *domain* at least *seconds* apart (robots.txt Crawl-delay; 0: none)."""
+        d, p = self._get(domain)
+        d.crawl_delay = max(0.0, float(seconds))
+        d.tokens = min(d.tokens, float(self._burst(d, p)))
+
     # --- recording ------------------------------------------------------------
 
     def record_success(self, domain: str, latency: float | None, now: float | None = None) -> str | None:
@@ -298,11 +349,15 @@ class HealthRegistry:
         d.requests += 1
         d.successes += 1
         d.consecutive_failures = 0
+        d.answered_at = d.last_success = now
         d.health = min(100.0, d.health + p.success_reward)
+        d.share_fast -= _SHARE_FAST * d.share_fast
+        d.share_slow -= _SHARE_SLOW * d.share_slow
+        _count_delivered(d, now)
         congested = self._observe_latency(d, p, latency)
         closed = d.circuit == HALF_OPEN
-        if closed:
-            d.circuit, d.probe_at, d.threshold, d.down_since = CLOSED, 0.0, None, 0.0  # find the pace again
+        if closed:  # the learned limit stays: the domain resumes at it
+            d.circuit, d.probe_at, d.down_since = CLOSED, 0.0, 0.0
         if congested:
             self._decrease(d, p, now)
         else:
@@ -315,16 +370,25 @@ class HealthRegistry:
         classification: Classification,
         now: float | None = None,
         retry_after: float | None = None,
+        failed_before: float | None = None,
     ) -> str | None:
         """Count a failed request; *retry_after* is the server's wait in seconds, if it sent one.
 
-        Returns ``"open"`` if this failure opened the circuit (or reopened it after a failed probe).
+        Only a domain signal (see :meth:`judge`) costs health, pace or the
+        circuit. Returns ``"open"`` if this failure opened the circuit (or
+        reopened it after a failed probe).
         """
         now = time.time() if now is None else now
         d, p = self._get(domain, now)
         d.requests += 1
         d.failures += 1
-        if not affects_health(classification):
+        if classification.status is not None:
+            d.answered_at = now
+        verdict, in_share = _verdict(d, classification, retry_after, failed_before)
+        if in_share:
+            d.share_fast += _SHARE_FAST * (1.0 - d.share_fast)
+            d.share_slow += _SHARE_SLOW * (1.0 - d.share_slow)
+        if verdict != DOMAIN:
             return None
         d.consecutive_failures += 1
         penalty, congestion = _penalty(classification, p)
@@ -336,11 +400,12 @@ class HealthRegistry:
         closed = d.circuit == CLOSED
         if closed and (fresh or not congestion):
             d.health = max(0.0, d.health - penalty)
-        d.rate = min(d.rate, self._ceiling(d, p))
         if retry_after is not None:
             d.hold_until = max(d.hold_until, now + min(max(retry_after, 0.0), p.retry_after_cap))
         elif classification.is_throttle and closed:
             d.hold_until = max(d.hold_until, now + 1.0 / self._rate(d, p))
+        if fresh:  # the held time says nothing about the rate the domain can deliver
+            d.win_start, d.win_ok = max(now, d.hold_until), 0
         if d.circuit == HALF_OPEN or (
             d.circuit == CLOSED
             and (d.health < p.circuit_floor or d.consecutive_failures >= p.circuit_failures)
@@ -384,6 +449,8 @@ class HealthRegistry:
             raise ValueError(f"{where}: expected a string domain mapped to a dict of fields")
         d = _Domain(self.policy(name), time.time())
         for field, value in fields.items():
+            if field in _OBSOLETE:
+                continue
             types = _FIELD_TYPES.get(field)
             if types is None:
                 raise ValueError(f"{where}: unknown field {field!r}")
@@ -396,6 +463,7 @@ class HealthRegistry:
         d.health = min(100.0, max(0.0, float(d.health)))
         d.opens = min(max(0, d.opens), _MAX_DOUBLINGS)
         d.cooldown = max(0.0, float(d.cooldown))
+        d.rate = min(max(float(d.rate), 0.0), _MAX_RATE)
         return d
 
     # --- internals ------------------------------------------------------------
@@ -411,7 +479,7 @@ class HealthRegistry:
         elapsed = now - d.updated
         if elapsed > 0:
             d.health = min(100.0, d.health + p.recovery_per_minute * elapsed / 60.0)
-            d.tokens = min(float(p.burst), d.tokens + elapsed * self._rate(d, p))
+            d.tokens = min(float(self._burst(d, p)), d.tokens + elapsed * self._rate(d, p))
             d.updated = now
         if d.circuit == OPEN and now >= d.opened_at + d.cooldown:
             d.circuit, d.probe_at = HALF_OPEN, 0.0
@@ -440,36 +508,56 @@ class HealthRegistry:
 
     @staticmethod
     def _ceiling(d: _Domain, p: HealthPolicy) -> float:
-        return max(p.min_rate, p.base_rate * d.health / 100.0)
+        """The opt-in ceilings: ``base_rate`` (scaled by health) and Crawl-delay."""
+        ceiling = _MAX_RATE if p.base_rate is None else max(p.min_rate, p.base_rate * d.health / 100.0)
+        return min(ceiling, 1.0 / d.crawl_delay) if d.crawl_delay > 0 else ceiling
 
     def _rate(self, d: _Domain, p: HealthPolicy) -> float:
         return min(max(d.rate, p.min_rate), self._ceiling(d, p))
 
-    @staticmethod
-    def _concurrency(d: _Domain, p: HealthPolicy) -> int:
+    def _burst(self, d: _Domain, p: HealthPolicy) -> int:
+        """Tokens the bucket holds: ``burst``, but no more than a quarter second's
+        worth (a paused domain resumes at its pace, not with a burst), and one
+        under a Crawl-delay."""
+        if d.crawl_delay > 0:
+            return 1
+        return max(1, min(p.burst, int(self._rate(d, p) * _BURST_SECONDS)))
+
+    def _concurrency(self, d: _Domain, p: HealthPolicy, slot_concurrency: int | None) -> int:
         if d.circuit != CLOSED:
             return 1
-        return max(1, round(p.base_concurrency * d.health / 100.0))
+        cap = slot_concurrency if slot_concurrency is not None else self.default_concurrency
+        if p.base_concurrency is not None:
+            cap = min(cap, p.base_concurrency)
+        return max(1, round(cap * d.health / 100.0))
 
     def _increase(self, d: _Domain, p: HealthPolicy, now: float) -> None:
-        step = min(max(now - d.last_increase, 0.0), _MAX_INCREASE_STEP)
-        d.last_increase = now
+        """Slow start (by half per success) until the first congestion; then the cubic."""
         if d.threshold is None:
-            grown = d.rate * (1.0 + step)
-        elif d.rate < d.threshold:
-            grown = min(d.rate * (1.0 + step), d.threshold)
+            grown = d.rate * (1.0 + _SLOW_START_GAIN)
         else:
-            grown = d.rate + p.rate_increase * step
-        d.rate = min(grown, self._ceiling(d, p))
+            since = max(0.0, now - d.last_decrease)
+            flat_at = ((1.0 - p.rate_decrease) / p.rate_probe) ** (1.0 / 3.0)
+            grown = max(d.rate, d.threshold * (1.0 + p.rate_probe * (since - flat_at) ** 3))
+        d.rate = min(grown, self._ceiling(d, p), _MAX_RATE)
 
     def _decrease(self, d: _Domain, p: HealthPolicy, now: float) -> bool:
-        """Cut the rate for a congestion event; False (nothing done) within one of the last."""
+        """Cut the rate for a congestion event; False (nothing done) within one of the last.
+
+        The limit learned is the lower of the rate allowed and the rate the
+        domain delivered: while nothing paced it, only the latter says
+        where its limit is.
+        """
         if now - d.last_decrease < max(_MIN_DECREASE_GAP, d.latency or 0.0):
             return False
-        before = min(d.rate, self._ceiling(d, p))
+        before = self._rate(d, p)
+        delivered = _delivered(d, now)
+        if delivered > 0:
+            before = min(before, delivered)
+        d.threshold = before
         d.rate = max(p.min_rate, before * p.rate_decrease)
-        d.threshold = (before + d.rate) / 2.0
-        d.last_decrease = d.last_increase = now
+        d.tokens = min(d.tokens, float(self._burst(d, p)))
+        d.last_decrease = now
         return True
 
     @staticmethod
@@ -485,8 +573,64 @@ class HealthRegistry:
         return d.latency > p.latency_factor * d.best_latency + _LATENCY_SLACK
 
 
+def scrapy_limits(settings: Any) -> dict[str, Any]:
+    """The registry's defaults from the project's Scrapy settings: the per-domain
+    (or per-IP) concurrency, and the rate ``DOWNLOAD_DELAY`` allows."""
+    per_ip = settings.getint("CONCURRENT_REQUESTS_PER_IP")
+    delay = settings.getfloat("DOWNLOAD_DELAY")
+    return {
+        "default_concurrency": per_ip or settings.getint("CONCURRENT_REQUESTS_PER_DOMAIN"),
+        "reported_rate_cap": 1.0 / delay if delay > 0 else math.inf,
+    }
+
+
+def _verdict(
+    d: _Domain, c: Classification | None, retry_after: float | None, failed_before: float | None
+) -> tuple[str | None, bool]:
+    """(whose trouble the failure is, whether it counts in the domain's 5xx share)."""
+    if not affects_health(c):
+        return None, False
+    assert c is not None
+    if c.status == 429 or retry_after is not None:
+        return DOMAIN, False  # the server itself asks us to slow down
+    if failed_before is not None and d.last_success > failed_before:
+        return PAGE, False  # failing again while its siblings succeed: the page's own trouble
+    if c.status is None:
+        return DOMAIN, False  # a connection failure or timeout
+    fast = d.share_fast + _SHARE_FAST * (1.0 - d.share_fast)
+    slow = d.share_slow + _SHARE_SLOW * (1.0 - d.share_slow)
+    clustering = fast >= _SHARE_TRIGGER and fast - slow >= _SHARE_MARGIN
+    return (DOMAIN if clustering else PAGE), True
+
+
+def _give_up_limit(d: _Domain, p: HealthPolicy) -> float | None:
+    if not d.answered_at and p.unreachable_give_up is not None:
+        return p.unreachable_give_up
+    return p.give_up_after
+
+
+def _count_delivered(d: _Domain, now: float) -> None:
+    """Count a success in the delivered-rate window; fold the window in once it is long enough."""
+    d.win_ok += 1
+    span = now - d.win_start
+    if span < _WINDOW:
+        return
+    if span <= _STALE_WINDOW:
+        sample = d.win_ok / span
+        d.delivered = sample if d.delivered is None else d.delivered + 0.5 * (sample - d.delivered)
+    d.win_start, d.win_ok = now, 0
+
+
+def _delivered(d: _Domain, now: float) -> float:
+    """Successes per second the domain delivered lately (0.0: nothing to go by)."""
+    if d.delivered is not None:
+        return d.delivered
+    span = now - d.win_start
+    return d.win_ok / max(span, _WINDOW) if span >= 0 else 0.0
+
+
 def _penalty(c: Classification, p: HealthPolicy) -> tuple[float, bool]:
-    """(health penalty, whether it is a congestion signal) for a harmful outcome."""
+    """(health penalty, whether it is a congestion signal) for a domain failure."""
     if c.is_throttle:
         return p.throttle_penalty, True
     if c.is_timeout:
