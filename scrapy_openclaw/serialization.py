@@ -4,14 +4,19 @@ Everything we store or send between processes (checkpoint journal, dead
 letters, the Redis queue) goes through :func:`request_to_data` and
 :func:`request_from_data`. Bytes become ``{"__bytes__": "<base64>"}``;
 callbacks are stored by name and resolve only to methods of the spider;
-loading never imports a module or runs code.
+loading never imports a module or runs code. What is read back is untrusted
+(Redis, DLQ and checkpoint files): :func:`request_from_data` refuses schemes,
+callbacks and meta keys a stored request must not have (see :func:`check_stored`).
 """
 
 from __future__ import annotations
 
 import base64
+import functools
+import inspect
 import json
 import sys
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from scrapy import Request
@@ -27,6 +32,18 @@ _TUPLE = "__tuple__"
 
 class SerializationError(ValueError):
     """A request holds something that cannot be stored as data."""
+
+
+class RefusedRequest(SerializationError):
+    """A stored request that must not be sent (scheme, callback or meta key not allowed).
+
+    ``kind`` is ``"scheme"``, ``"callback"`` or ``"meta"`` (stats and messages);
+    ``url`` is the stored URL, for a dead letter.
+    """
+
+    def __init__(self, message: str, *, kind: str, url: str = ""):
+        super().__init__(message)
+        self.kind, self.url = kind, url
 
 
 def encode_value(value: Any, where: str) -> Any:
@@ -86,6 +103,7 @@ def _locate(value: Any, where: str) -> None:
 
 
 def decode_value(value: Any) -> Any:
+    """The inverse of :func:`encode_value` (may raise TypeError/ValueError on foreign data)."""
     if isinstance(value, list):
         return [decode_value(v) for v in value]
     if isinstance(value, dict):
@@ -146,6 +164,8 @@ def request_to_data(request: Request, spider: Spider | None = None, *, compact: 
     }
     for attr in request.attributes:
         raw.setdefault(attr, getattr(request, attr))
+    if request.meta.get("_scheme_proxy"):
+        _drop_environment_proxy(raw)
     if type(request) is not Request:
         raw["_class"] = f"{type(request).__module__}.{type(request).__name__}"
     elif compact:
@@ -155,21 +175,145 @@ def request_to_data(request: Request, spider: Spider | None = None, *, compact: 
     return data
 
 
-def request_from_data(data: dict[str, Any], spider: Spider | None = None) -> Request:
-    """Rebuild a request; only Request subclasses already imported are accepted."""
-    raw = decode_value({k: v for k, v in data.items() if k != "_v"})
-    cls_path = raw.get("_class")
-    if cls_path is not None:
-        module, _, name = str(cls_path).rpartition(".")
-        cls = getattr(sys.modules.get(module), name, None)
-        if not (isinstance(cls, type) and issubclass(cls, Request)):
-            raise SerializationError(
-                f"request class {cls_path!r} is not a loaded scrapy.Request subclass"
-            )
+def _drop_environment_proxy(raw: dict[str, Any]) -> None:
+    """Leave out what HttpProxyMiddleware derived from ``http_proxy``-style variables.
+
+    It sets them again on the restored request, and a stored ``proxy`` is refused.
+    """
+    raw["meta"] = {k: v for k, v in raw["meta"].items() if k not in ("proxy", "_auth_proxy", "_scheme_proxy")}
+    raw["headers"] = {k: v for k, v in raw["headers"].items() if k.lower() != b"proxy-authorization"}
+
+
+def request_from_data(data: Any, spider: Spider | None = None) -> Request:
+    """Rebuild a stored request; :class:`SerializationError` (or :class:`RefusedRequest`) if not.
+
+    Only Request subclasses already imported are accepted, and the request must
+    pass :func:`check_stored` (a refusal is counted in ``openclaw/stored/refused/<kind>``).
+    Any malformed input gives a SerializationError, never another exception.
+    """
+    if not isinstance(data, dict):
+        raise SerializationError(f"a stored request must be an object, not {type(data).__name__}")
     try:
-        return request_from_dict(raw, spider=spider)
-    except (TypeError, ValueError, KeyError) as exc:
-        raise SerializationError(f"cannot rebuild request: {exc}") from None
+        raw = decode_value({k: v for k, v in data.items() if k != "_v"})
+        cls_path = raw.get("_class")
+        if cls_path is not None:
+            module, _, name = str(cls_path).rpartition(".")
+            cls = getattr(sys.modules.get(module), name, None)
+            if not (isinstance(cls, type) and issubclass(cls, Request)):
+                raise SerializationError(
+                    f"request class {cls_path!r} is not a loaded scrapy.Request subclass"
+                )
+        rules = StoredRequestRules.for_spider(spider)
+        url = raw.get("url")
+        if not isinstance(url, str):
+            raise SerializationError("a stored request needs a 'url' string")
+        for which in ("callback", "errback"):
+            if raw.get(which) is not None:
+                _check_callback(raw[which], spider, which, url)
+        request = request_from_dict(raw, spider=spider)
+        rules.check(request)
+        return request
+    except RefusedRequest as exc:
+        stats = getattr(getattr(spider, "crawler", None), "stats", None)
+        if stats is not None:
+            stats.inc_value(f"openclaw/stored/refused/{exc.kind}")
+        raise
+    except SerializationError:
+        raise
+    except (TypeError, ValueError, KeyError, LookupError, AttributeError, RecursionError) as exc:
+        raise SerializationError(f"cannot rebuild request: {type(exc).__name__}: {exc}") from None
+
+
+# --------------------------------------------------------------------------- stored-request rules
+
+#: Callbacks Scrapy's own spider classes give their requests (CrawlSpider rules,
+#: SitemapSpider); every other name a Scrapy or scrapy-redis base class defines
+#: is Spider API (``start``, ``close``, ``from_crawler``, ...), never a callback.
+FRAMEWORK_CALLBACKS = frozenset({"parse", "parse_start_url", "_callback", "_errback", "_parse_sitemap"})
+#: Hooks Scrapy calls by name that a spider may define itself.
+SPIDER_HOOKS = frozenset({"start", "start_requests", "closed", "close", "from_crawler", "update_settings",
+                          "handles_request", "set_crawler", "make_requests_from_url", "log", "logger"})
+_FRAMEWORK_PACKAGES = ("scrapy", "scrapy_redis")
+
+
+@functools.lru_cache(maxsize=256)
+def _framework_names(cls: type) -> frozenset[str]:
+    names: set[str] = set()
+    for base in cls.__mro__:
+        if base.__module__.partition(".")[0] in _FRAMEWORK_PACKAGES:
+            names.update(vars(base))
+    return frozenset(names)
+
+
+def _check_callback(name: Any, spider: Spider | None, which: str, url: str) -> None:
+    """A stored callback must name one of the spider's own public methods (or a Scrapy rule callback)."""
+    def refuse(why: str) -> RefusedRequest:
+        return RefusedRequest(f"request {url}: {which} {name!r} refused: {why}", kind="callback", url=url)
+
+    if not isinstance(name, str) or not name.isidentifier():
+        raise refuse("not a method name")
+    if name not in FRAMEWORK_CALLBACKS:
+        if name.startswith("_"):
+            raise refuse("private and special methods are never callbacks")
+        if name in SPIDER_HOOKS or (spider is not None and name in _framework_names(type(spider))):
+            raise refuse("a Spider API method, not a callback")
+    if spider is None:
+        return
+    # looked up without running any code (a property, a descriptor)
+    static = inspect.getattr_static(spider, name, None)
+    if not inspect.isfunction(static) or name in vars(spider):
+        raise refuse("not a method of the spider")
+
+
+@dataclass(frozen=True)
+class StoredRequestRules:
+    """What a request read back from storage may be: settings ``OPENCLAW_STORED_*``."""
+
+    schemes: frozenset[str]
+    meta_deny: frozenset[str]
+
+    @classmethod
+    def from_settings(cls, settings: Any = None) -> StoredRequestRules:
+        """From crawl settings; without them (a bare spider), from the defaults."""
+        from scrapy.settings import BaseSettings
+
+        from scrapy_openclaw.settings import DEFAULTS
+
+        names = ("OPENCLAW_STORED_SCHEMES", "OPENCLAW_STORED_META_DENY")
+        values = BaseSettings({name: DEFAULTS[name] for name in names})
+        if settings is not None:
+            values.update({name: settings[name] for name in names if settings.get(name) is not None})
+        schemes, deny = (values.getlist(name) for name in names)
+        return cls(frozenset(str(s).lower() for s in schemes), frozenset(str(k) for k in deny))
+
+    @classmethod
+    def for_spider(cls, spider: Spider | None) -> StoredRequestRules:
+        crawler = getattr(spider, "crawler", None)
+        if crawler is None:
+            return _default_rules()
+        from scrapy_openclaw.runtime import shared
+
+        return shared(crawler, "stored_request_rules", lambda: cls.from_settings(crawler.settings))
+
+    def check(self, request: Request) -> None:
+        """Raise :class:`RefusedRequest` if *request* must not be sent."""
+        scheme = request.url.partition(":")[0].lower()
+        if scheme not in self.schemes:
+            raise RefusedRequest(
+                f"request {request.url}: scheme {scheme!r} refused (OPENCLAW_STORED_SCHEMES: "
+                f"{', '.join(sorted(self.schemes))})", kind="scheme", url=request.url,
+            )
+        denied = sorted(k for k in request.meta if k in self.meta_deny)
+        if denied:
+            raise RefusedRequest(
+                f"request {request.url}: meta key(s) {', '.join(denied)} refused (OPENCLAW_STORED_META_DENY)",
+                kind="meta", url=request.url,
+            )
+
+
+@functools.lru_cache(maxsize=1)
+def _default_rules() -> StoredRequestRules:
+    return StoredRequestRules.from_settings()
 
 
 def dumps(data: Any) -> str:

@@ -64,6 +64,10 @@ DEFAULTS: dict[str, Any] = {
     "OPENCLAW_METRICS_PORT": 0,  # 0: no HTTP endpoint
     "OPENCLAW_METRICS_HOST": "127.0.0.1",  # interface the /metrics endpoint listens on
     # domains labelled individually in metrics; the rest aggregate as domain="other"
+    # --- stored requests (Redis queue, dead-letter replay, checkpoint): untrusted data ---
+    "OPENCLAW_STORED_SCHEMES": ["http", "https"],  # URL schemes a stored request may have
+    # meta keys a stored request may not carry (they choose where and how it is sent)
+    "OPENCLAW_STORED_META_DENY": ["proxy", "_auth_proxy", "_scheme_proxy", "bindaddress", "download_slot"],
     "OPENCLAW_METRICS_MAX_DOMAINS": 50,
     "OPENCLAW_METRICS_PUSHGATEWAY": None,  # "host:port" of a Pushgateway: push once at close
     "OPENCLAW_LOG_DOMAINS": 10,  # rows of the per-domain table logged every LOGSTATS_INTERVAL; 0: off

@@ -27,6 +27,7 @@ from scrapy_openclaw.dlq.stores import (
     expand_uri,
     open_store,
 )
+from scrapy_openclaw.redact import mask_uri
 
 if TYPE_CHECKING:
     import argparse
@@ -172,7 +173,7 @@ class Command(ScrapyCommand):
                 if isinstance(store, JsonlStore) and not store.path.exists():
                     continue
                 stores.append(store)
-            return _Stores(stores, uri)
+            return _Stores(stores, mask_uri(uri))
         except ValueError as exc:
             raise UsageError(str(exc), print_help=False) from None
 

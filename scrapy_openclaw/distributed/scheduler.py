@@ -15,7 +15,6 @@ first, as before, and queues unchecked when Redis is down.
 from __future__ import annotations
 
 import logging
-import re
 from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import RedisError
@@ -23,6 +22,7 @@ from scrapy_redis.dupefilter import RFPDupeFilter
 from scrapy_redis.scheduler import Scheduler
 
 from scrapy_openclaw.distributed.queue import LeasedDeadlineQueue
+from scrapy_openclaw.redact import mask_uri
 
 if TYPE_CHECKING:
     from scrapy import Request
@@ -39,7 +39,7 @@ def redis_location(settings: Any) -> str:
     """REDIS_URL (or host:port) with any password masked, for messages."""
     url = settings.get("REDIS_URL")
     if url:
-        return re.sub(r"//([^:@/]*):[^@/]*@", r"//\1:***@", str(url))
+        return mask_uri(url)
     return f"redis://{settings.get('REDIS_HOST') or 'localhost'}:{settings.get('REDIS_PORT') or 6379}"
 
 

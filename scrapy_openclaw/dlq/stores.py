@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from urllib.parse import parse_qs, urlencode, urlparse, urlunparse
 
 from scrapy_openclaw.deadletter import DeadLetter
+from scrapy_openclaw.redact import mask_uri
 from scrapy_openclaw.serialization import dumps
 
 if TYPE_CHECKING:
@@ -351,7 +352,7 @@ class RedisStore(DeadLetterStore):
         from redis.backoff import NoBackoff
         from redis.retry import Retry
 
-        self.uri = url
+        self.uri = mask_uri(url)  # for messages; the password stays in the client only
         self.prefix = prefix.rstrip(":")
         self._schedule = schedule
         self.retry_base, self.retry_max = retry_base, retry_max
@@ -525,11 +526,13 @@ def expand_uri(uri: str, spider: str | None) -> str:
     if "%(" not in uri:
         return uri
     if spider is None:
-        raise ValueError(f"dead-letter URI {uri!r} contains %(name)s but no spider name is known")
+        raise ValueError(f"dead-letter URI {mask_uri(uri)!r} contains %(name)s but no spider name is known")
     try:
         return uri % {"name": spider}
     except (KeyError, ValueError, TypeError) as exc:
-        raise ValueError(f"dead-letter URI {uri!r}: only %(name)s may be substituted ({exc})") from None
+        raise ValueError(
+            f"dead-letter URI {mask_uri(uri)!r}: only %(name)s may be substituted ({exc})"
+        ) from None
 
 
 def default_uri(settings: Any) -> str:
@@ -567,7 +570,7 @@ def open_store(
         path = uri[len("file://") :] if scheme == "file" else uri
     else:
         raise ValueError(
-            f"dead-letter URI {uri!r}: unsupported scheme {scheme!r} (use a path, jsonl:// or redis://)"
+            f"dead-letter URI {mask_uri(uri)!r}: unsupported scheme {scheme!r} (use a path, jsonl:// or redis://)"
         )
     if not path:
         raise ValueError(f"dead-letter URI {uri!r} has no path")
