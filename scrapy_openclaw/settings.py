@@ -60,14 +60,14 @@ DEFAULTS: dict[str, Any] = {
     "OPENCLAW_DLQ_ALERT_RATIO": 0.0,  # alert when dead letters / downloaded requests exceeds this (0: off)
     "OPENCLAW_DLQ_ALERT_MIN_REQUESTS": 20,  # the ratio alert waits for this many requests
     "OPENCLAW_DLQ_ALERT_CLOSE": False,  # on alert also close the spider ("openclaw_dlq_threshold")
-    # --- metrics (MetricsExtension) ---
-    "OPENCLAW_METRICS_PORT": 0,  # 0: no HTTP endpoint
-    "OPENCLAW_METRICS_HOST": "127.0.0.1",  # interface the /metrics endpoint listens on
-    # domains labelled individually in metrics; the rest aggregate as domain="other"
     # --- stored requests (Redis queue, dead-letter replay, checkpoint): untrusted data ---
     "OPENCLAW_STORED_SCHEMES": ["http", "https"],  # URL schemes a stored request may have
     # meta keys a stored request may not carry (they choose where and how it is sent)
     "OPENCLAW_STORED_META_DENY": ["proxy", "_auth_proxy", "_scheme_proxy", "bindaddress", "download_slot"],
+    # --- metrics (MetricsExtension) ---
+    "OPENCLAW_METRICS_PORT": 0,  # 0: no HTTP endpoint
+    "OPENCLAW_METRICS_HOST": "127.0.0.1",  # interface the /metrics endpoint listens on
+    # domains labelled individually in metrics; the rest aggregate as domain="other"
     "OPENCLAW_METRICS_MAX_DOMAINS": 50,
     "OPENCLAW_METRICS_PUSHGATEWAY": None,  # "host:port" of a Pushgateway: push once at close
     "OPENCLAW_LOG_DOMAINS": 10,  # rows of the per-domain table logged every LOGSTATS_INTERVAL; 0: off
