@@ -67,7 +67,13 @@ def _when(ts: float | None) -> str:
     return datetime.fromtimestamp(ts, timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
 
 
+def _printable(text: str) -> str:
+    """Stored text is untrusted: no control characters (terminal escapes) reach the terminal."""
+    return "".join(ch if ch.isprintable() else "?" for ch in text)
+
+
 def format_table(rows: list[list[str]], headers: list[str]) -> str:
+    rows = [[_printable(cell) for cell in row] for row in rows]
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
     lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths)).rstrip()]
     lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
@@ -79,6 +85,10 @@ class _Stores(DeadLetterStore):
 
     def __init__(self, stores: list[DeadLetterStore], uri: str):
         self.stores, self.uri = stores, uri
+
+    @property
+    def skipped(self) -> dict[str, str]:
+        return {where: why for store in self.stores for where, why in store.skipped.items()}
 
     def append(self, record: DeadLetter) -> None:  # pragma: no cover - read-only view
         raise NotImplementedError
@@ -177,6 +187,14 @@ class Command(ScrapyCommand):
         except ValueError as exc:
             raise UsageError(str(exc), print_help=False) from None
 
+    def _report_skipped(self, store: DeadLetterStore) -> int:
+        """Say how many unreadable records were skipped (each was logged); returns the count."""
+        n = len(store.skipped)
+        if n:
+            print(f"warning: skipped {n} unreadable dead-letter record(s) in {store.uri} "
+                  "(each is named in a warning above)", file=sys.stderr)
+        return n
+
     def run(self, args: list[str], opts: argparse.Namespace) -> None:
         unknown = [a for a in args if a.startswith("-")]
         if unknown:
@@ -213,6 +231,7 @@ class Command(ScrapyCommand):
         ]
         print(format_table(rows, ["ID", "CREATED (UTC)", "SPIDER", "CLASS", "REASON", "STATUS", "ATTEMPTS", "REPLAYED", "URL"]))
         print(f"{len(rows)} dead letter(s) in {store.uri}")
+        self._report_skipped(store)
         store.close()
 
     def _run_show(self, opts: argparse.Namespace, id_: str) -> None:
@@ -224,7 +243,8 @@ class Command(ScrapyCommand):
                 raise UsageError(f"id prefix {id_!r} is ambiguous ({len(found)} dead letters)", print_help=False)
             record = found[0] if found else None
         if record is None:
-            print(f"no dead letter {id_!r} in {store.uri}", file=sys.stderr)
+            self._report_skipped(store)
+            print(f"no dead letter {_printable(repr(id_))} in {store.uri}", file=sys.stderr)
             self.exitcode = 1
             return
         data = record.to_dict()
@@ -239,6 +259,7 @@ class Command(ScrapyCommand):
         for title, counts in (("CLASS", stats["by_class"]), ("DOMAIN", stats["by_domain"])):
             print()
             print(format_table([[k, str(v)] for k, v in counts.items()], [title, "COUNT"]))
+        self._report_skipped(store)
         store.close()
 
     def _run_purge(self, opts: argparse.Namespace) -> None:
@@ -247,6 +268,7 @@ class Command(ScrapyCommand):
         n = sum(1 for _ in store.iter(filters))
         if n == 0:
             print(f"nothing to purge in {store.uri}")
+            self._report_skipped(store)
             return
         if not opts.yes:
             try:
@@ -259,6 +281,7 @@ class Command(ScrapyCommand):
                 return
         purged = store.purge(filters)
         print(f"purged {purged} dead letter(s) from {store.uri}")
+        self._report_skipped(store)
         store.close()
 
     def _run_replay(self, opts: argparse.Namespace, spider: str) -> None:
@@ -273,6 +296,9 @@ class Command(ScrapyCommand):
         records = [r for r in selected if r.request]
         if len(records) < len(selected):
             print(f"{len(selected) - len(records)} selected dead letter(s) hold no request (items) and are not replayed")
+        unreadable = self._report_skipped(store)
+        if unreadable:
+            self.exitcode = 1
         if not records:
             print(f"nothing to replay for {spider} in {store.uri}")
             return
@@ -292,6 +318,10 @@ class Command(ScrapyCommand):
             self.exitcode = 1
         print(
             f"replayed {len(plan.injected)} dead letter(s) of {spider} from {expand_uri(store.uri, spider)}"
-            + (f"; {len(plan.skipped)} could not be rebuilt" if plan.skipped else "")
+            + (f"; skipped {len(plan.skipped)} that could not be rebuilt or were refused" if plan.skipped else "")
         )
+        for id_, why in plan.skipped.items():
+            print(f"  skipped {id_}: {_printable(why)}", file=sys.stderr)
+        if plan.skipped or len(plan.injected) < len(records):
+            self.exitcode = 1
         store.close()

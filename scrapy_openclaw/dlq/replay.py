@@ -4,7 +4,11 @@
 crawler (through :mod:`scrapy_openclaw.runtime`) and enables
 :class:`ReplayStartMiddleware`, which replaces the spider's own start
 requests with the dead letters' requests. Links the callbacks follow are
-crawled as usual, so a recovered page's subtree is scraped too.
+crawled as usual, so a recovered page's subtree is scraped too. A record
+whose request cannot be rebuilt, or is refused as stored data (scheme,
+callback, meta: see :func:`~scrapy_openclaw.serialization.request_from_data`),
+is skipped, logged and counted (``openclaw/dlq/replay_skipped``); the others
+are still replayed.
 """
 
 from __future__ import annotations
@@ -80,6 +84,7 @@ class ReplayStartMiddleware:
                 requests.append(replay_request(record, spider))
             except SerializationError as exc:
                 self.plan.skipped[record.id] = str(exc)
+                self.crawler.stats.inc_value("openclaw/dlq/replay_skipped")
                 logger.warning(
                     "Not replaying dead letter %(id)s: %(error)s",
                     {"id": record.id, "error": exc},
@@ -92,8 +97,8 @@ class ReplayStartMiddleware:
         self.plan.store.mark_replayed(self.plan.injected)
         self.crawler.stats.set_value("openclaw/dlq/replayed", len(self.plan.injected))
         logger.info(
-            "Replaying %(n)d dead letter(s) from %(uri)s",
-            {"n": len(requests), "uri": self.plan.store.uri},
+            "Replaying %(n)d dead letter(s) from %(uri)s (%(skipped)d skipped)",
+            {"n": len(requests), "uri": self.plan.store.uri, "skipped": len(self.plan.skipped)},
             extra={"spider": spider},
         )
         for request in requests:

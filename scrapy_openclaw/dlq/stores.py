@@ -15,7 +15,6 @@ import json
 import logging
 import os
 import time
-import zlib
 from abc import ABC, abstractmethod
 from collections import Counter, deque
 from dataclasses import dataclass
@@ -24,8 +23,8 @@ from typing import TYPE_CHECKING, Any, Callable
 from urllib.parse import parse_qs, urlencode, urlparse, urlunparse
 
 from scrapy_openclaw.deadletter import DeadLetter
+from scrapy_openclaw.dlq.records import InvalidRecord, check_crc, read_mark, read_record, safe_id, with_crc
 from scrapy_openclaw.redact import mask_uri
-from scrapy_openclaw.serialization import dumps
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator
@@ -34,7 +33,6 @@ logger = logging.getLogger(__name__)
 
 #: Key of the replayed-mark lines in a JSON-lines store.
 MARK = "openclaw_mark"
-_CRC = "_crc"
 
 
 @dataclass(frozen=True)
@@ -72,6 +70,18 @@ class DeadLetterStore(ABC):
     """The interface every store implements; ``uri`` says where it writes."""
 
     uri: str
+
+    @property
+    def skipped(self) -> dict[str, str]:
+        """Unreadable records met so far: where (file and line, or stream entry) -> why."""
+        return self.__dict__.setdefault("_skipped", {})
+
+    def _skip(self, where: str, why: Any) -> None:
+        """Count an unreadable record and warn about it once per store."""
+        if where in self.skipped:
+            return
+        self.skipped[where] = str(why)
+        logger.warning("Skipping dead letter %(where)s: %(why)s", {"where": where, "why": why})
 
     @abstractmethod
     def append(self, record: DeadLetter) -> None:
@@ -130,21 +140,12 @@ class DeadLetterStore(ABC):
 # --------------------------------------------------------------------------- jsonl
 
 
-def _with_crc(data: dict[str, Any]) -> str:
-    body = dumps(data)
-    return dumps({**data, _CRC: zlib.crc32(body.encode("utf-8"))})
-
-
-def _check_crc(data: dict[str, Any]) -> bool:
-    crc = data.pop(_CRC, None)
-    return crc is None or crc == zlib.crc32(dumps(data).encode("utf-8"))
-
-
 class JsonlStore(DeadLetterStore):
     """One JSON object per line, appended and flushed per record.
 
     Safe against partial lines: every line carries a CRC; the reader skips a
-    torn or corrupt line with a warning (naming file and line), and the writer
+    torn, corrupt, unchecked or badly typed line with a warning (naming file,
+    line and record id; counted in :attr:`skipped`), and the writer
     starts a fresh line if the file ends mid-line. ``fsync`` is batched: at most
     every ``fsync_interval`` seconds on append, and on :meth:`sync`/:meth:`close`.
     Writers hold a shared ``flock`` on ``<file>.lock`` per append and ``purge``
@@ -200,14 +201,14 @@ class JsonlStore(DeadLetterStore):
             self.sync()
 
     def append(self, record: DeadLetter) -> None:
-        self._write_line(_with_crc(record.to_dict()))
+        self._write_line(with_crc(record.to_dict()))
 
     def mark_replayed(self, ids: Iterable[str]) -> int:
         already = self.replayed()
         new = [i for i in dict.fromkeys(ids) if i not in already]
         now = time.time()
         for id_ in new:
-            self._write_line(_with_crc({MARK: "replayed", "id": id_, "at": now}))
+            self._write_line(with_crc({MARK: "replayed", "id": id_, "at": now}))
         self.sync()
         return len(new)
 
@@ -231,8 +232,8 @@ class JsonlStore(DeadLetterStore):
 
     # reading ---------------------------------------------------------------
 
-    def _lines(self) -> Iterator[tuple[int, dict[str, Any]]]:
-        """Valid JSON objects with their line numbers; torn/corrupt lines skipped with a warning."""
+    def _lines(self) -> Iterator[tuple[str, dict[str, Any]]]:
+        """(where, checked JSON object) per line; torn/corrupt/unchecked lines skipped with a warning."""
         try:
             f = open(self.path, "rb")  # noqa: SIM115
         except FileNotFoundError:
@@ -241,36 +242,37 @@ class JsonlStore(DeadLetterStore):
             for number, raw in enumerate(f, 1):
                 if not raw.strip():
                     continue
-                where = {"path": self.path, "line": number}
+                where = f"in {self.path}, line {number}"
                 try:
                     data = json.loads(raw)
-                    ok = isinstance(data, dict) and _check_crc(data)
-                except (ValueError, UnicodeDecodeError):
-                    ok = False
-                if not ok:
-                    what = "torn last line" if not raw.endswith(b"\n") else "corrupt line"
-                    logger.warning(
-                        "Skipping a %(what)s in dead-letter file %(path)s, line %(line)d",
-                        {"what": what, **where},
-                    )
+                except (ValueError, UnicodeDecodeError, RecursionError):
+                    self._skip(where, "torn last line" if not raw.endswith(b"\n") else "corrupt line (not JSON)")
                     continue
-                yield number, data
+                if isinstance(data, dict):
+                    where += f" (id {safe_id(data.get('id'))})"
+                try:
+                    if not isinstance(data, dict):
+                        raise InvalidRecord(f"not a JSON object but {type(data).__name__}")
+                    check_crc(data)
+                except InvalidRecord as exc:
+                    self._skip(where, exc)
+                    continue
+                yield where, data
 
     def _scan(self) -> tuple[list[DeadLetter], dict[str, float]]:
         records: list[DeadLetter] = []
         marks: dict[str, float] = {}
-        for number, data in self._lines():
-            if MARK in data:
-                if data.get(MARK) == "replayed" and isinstance(data.get("id"), str):
-                    marks.setdefault(data["id"], float(data.get("at") or 0))
-                continue
+        for where, data in self._lines():
             try:
-                records.append(DeadLetter.from_dict(data))
-            except TypeError as exc:
-                logger.warning(
-                    "Skipping an invalid dead letter in %(path)s, line %(line)d: %(error)s",
-                    {"path": self.path, "line": number, "error": exc},
-                )
+                if MARK in data:
+                    if data.get(MARK) != "replayed":
+                        raise InvalidRecord(f"unknown mark {repr(data.get(MARK))[:40]}")
+                    id_, at = read_mark(data)
+                    marks.setdefault(id_, at)
+                else:
+                    records.append(read_record(data, checksum=False))  # checked by _lines
+            except InvalidRecord as exc:
+                self._skip(where, exc)
         return records, marks
 
     def iter(self, filters: Filters = ANY) -> Iterator[DeadLetter]:
@@ -299,10 +301,10 @@ class JsonlStore(DeadLetterStore):
             with open(tmp, "wb") as out:
                 for record in records:
                     if record.id not in gone:
-                        out.write(_with_crc(record.to_dict()).encode("utf-8") + b"\n")
+                        out.write(with_crc(record.to_dict()).encode("utf-8") + b"\n")
                 for id_, at in marks.items():
                     if id_ not in gone:
-                        line = _with_crc({MARK: "replayed", "id": id_, "at": at})
+                        line = with_crc({MARK: "replayed", "id": id_, "at": at})
                         out.write(line.encode("utf-8") + b"\n")
                 out.flush()
                 os.fsync(out.fileno())
@@ -397,7 +399,7 @@ class RedisStore(DeadLetterStore):
             record = self._buffer[0]
             key = self.stream_key(record.spider)
             try:
-                self._add(keys=[key, f"{key}:ids"], args=[record.id, dumps(record.to_dict())])
+                self._add(keys=[key, f"{key}:ids"], args=[record.id, with_crc(record.to_dict())])
             except self._errors as exc:
                 self.failures += 1
                 self._retry_later(exc)
@@ -447,20 +449,28 @@ class RedisStore(DeadLetterStore):
             while True:  # bounded: each page advances past the last entry
                 page = self.redis.xrange(key, min=last, max="+", count=500)
                 for sid, fields_ in page:
-                    raw = fields_.get(b"data")
-                    try:
-                        record = DeadLetter.from_dict(json.loads(raw))
-                    except (TypeError, ValueError) as exc:
-                        logger.warning(
-                            "Skipping an invalid dead letter in Redis stream %(key)s entry %(sid)s: %(error)s",
-                            {"key": key, "sid": sid, "error": exc},
-                        )
-                        continue
-                    if filters.matches(record, record.id in replayed):
+                    record = self._read_entry(key, sid, fields_)
+                    if record is not None and filters.matches(record, record.id in replayed):
                         yield key, sid, record
                 if len(page) < 500:
                     break
                 last = "(" + page[-1][0].decode()
+
+    def _read_entry(self, key: str, sid: Any, fields_: dict[bytes, bytes]) -> DeadLetter | None:
+        """The validated record of one stream entry, or None (skipped with a counted warning)."""
+        where = f"in Redis stream {key} entry {sid.decode() if isinstance(sid, bytes) else sid}"
+        try:
+            data = json.loads(fields_.get(b"data") or b"null")
+        except (ValueError, UnicodeDecodeError, RecursionError):
+            self._skip(where, "not JSON")
+            return None
+        if isinstance(data, dict):
+            where += f" (id {safe_id(data.get('id'))})"
+        try:
+            return read_record(data)
+        except InvalidRecord as exc:
+            self._skip(where, exc)
+            return None
 
     def iter(self, filters: Filters = ANY) -> Iterator[DeadLetter]:
         for _key, _sid, record in self._entries(filters):
@@ -473,11 +483,20 @@ class RedisStore(DeadLetterStore):
                 continue
             entries = self.redis.xrange(key, min=sid, max=sid)
             if entries:
-                return DeadLetter.from_dict(json.loads(entries[0][1][b"data"]))
+                record = self._read_entry(key, entries[0][0], entries[0][1])
+                if record is not None and record.id == id:
+                    return record
         return None
 
     def _replayed_of(self, key: str) -> dict[str, float]:
-        return {k.decode(): float(v) for k, v in self.redis.hgetall(f"{key}:replayed").items()}
+        marks: dict[str, float] = {}
+        for raw_id, raw_at in self.redis.hgetall(f"{key}:replayed").items():
+            id_, at = raw_id.decode("utf-8", "replace"), raw_at.decode("utf-8", "replace")
+            try:
+                marks[id_] = float(at)
+            except ValueError:
+                self._skip(f"in Redis hash {key}:replayed (id {safe_id(id_)})", f"bad replay time {at[:40]!r}")
+        return marks
 
     def replayed(self) -> dict[str, float]:
         out: dict[str, float] = {}

@@ -1,0 +1,112 @@
+"""Reading dead letters back: the one validating reader every store and command uses.
+
+A store is untrusted input (a hand-edited file, a Redis stream other tools
+write to), so a record is checked before anything uses it: checksum, known
+format version and the type of every field. A bad record raises
+:class:`InvalidRecord` naming the field; the stores skip it with a counted
+warning, so one bad record never breaks the tooling for everybody.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import zlib
+from dataclasses import fields
+from typing import Any
+
+from scrapy_openclaw.deadletter import FORMAT_VERSION, DeadLetter
+from scrapy_openclaw.serialization import dumps
+
+__all__ = ["CRC", "InvalidRecord", "check_crc", "read_mark", "read_record", "safe_id", "with_crc"]
+
+CRC = "_crc"
+#: What our ids look like (uuid4 hex); anything else might be a terminal escape or a path.
+_ID = re.compile(r"[0-9A-Za-z_.:-]{1,128}")
+
+_STR, _NUM, _INT, _OBJ, _ANY = (str,), "number", "int", (dict,), None
+_FIELD_TYPES: dict[str, Any] = {
+    "url": _STR, "domain": _STR, "error_class": _STR, "reason": _STR, "spider": _STR, "crawl_id": _STR,
+    "method": _STR, "status": _INT, "attempts": _INT, "exception_type": _STR, "exception_message": _STR,
+    "traceback": _STR, "first_attempt_at": _NUM, "last_attempt_at": _NUM, "request": _OBJ, "item": _ANY,
+    "validation_error": _STR, "id": _STR, "created_at": _NUM, "version": _INT,
+}
+#: Fields a record must have; the others fall back to DeadLetter's defaults.
+_REQUIRED = ("id", "version", "created_at", "url", "domain", "error_class", "reason", "spider", "crawl_id")
+_NULLABLE = {f.name for f in fields(DeadLetter) if f.default is None}
+
+
+class InvalidRecord(ValueError):
+    """A stored dead letter that cannot be used; the message says which field and why."""
+
+
+def with_crc(data: dict[str, Any]) -> str:
+    """The JSON line of *data* with its checksum."""
+    body = dumps(data)
+    return dumps({**data, CRC: zlib.crc32(body.encode("utf-8"))})
+
+
+def check_crc(data: dict[str, Any]) -> None:
+    """Remove and verify the checksum; :class:`InvalidRecord` if missing or wrong."""
+    crc = data.pop(CRC, None)
+    if crc is None:
+        raise InvalidRecord("no checksum (not written by scrapy-openclaw, or edited by hand)")
+    if crc != zlib.crc32(dumps(data).encode("utf-8")):
+        raise InvalidRecord("checksum mismatch (corrupt or edited)")
+
+
+def safe_id(value: Any) -> str:
+    """*value* as an id fit for a log line: ours as is, anything else as a short repr."""
+    if isinstance(value, str) and _ID.fullmatch(value):
+        return value
+    return repr(value)[:40]
+
+
+def _type_error(name: str, value: Any, expected: str) -> InvalidRecord:
+    return InvalidRecord(f"field {name!r} is {type(value).__name__} {repr(value)[:40]}, expected {expected}")
+
+
+def _check_field(name: str, value: Any) -> None:
+    kind = _FIELD_TYPES[name]
+    if kind is _ANY or (value is None and name in _NULLABLE):
+        return
+    if kind == _NUM:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise _type_error(name, value, "a finite number")
+    elif kind == _INT:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise _type_error(name, value, "a whole number")
+    elif not isinstance(value, kind):
+        raise _type_error(name, value, "a string" if kind is _STR else "an object")
+
+
+def read_record(data: Any, *, checksum: bool = True) -> DeadLetter:
+    """A validated :class:`DeadLetter` from stored *data*; :class:`InvalidRecord` says what is wrong."""
+    if not isinstance(data, dict):
+        raise InvalidRecord(f"not a JSON object but {type(data).__name__}")
+    data = dict(data)
+    if checksum:
+        check_crc(data)
+    missing = [name for name in _REQUIRED if name not in data]
+    if missing:
+        raise InvalidRecord(f"missing field(s) {', '.join(missing)}")
+    if data["version"] != FORMAT_VERSION or isinstance(data["version"], bool):
+        raise InvalidRecord(
+            f"unknown format version {repr(data['version'])[:20]} (this scrapy-openclaw reads {FORMAT_VERSION})"
+        )
+    for name in _FIELD_TYPES:
+        if name in data:
+            _check_field(name, data[name])
+    if not _ID.fullmatch(data["id"]):
+        raise InvalidRecord(f"field 'id' {data['id'][:40]!r} is not a record id")
+    return DeadLetter(**{name: data[name] for name in _FIELD_TYPES if name in data})
+
+
+def read_mark(data: dict[str, Any]) -> tuple[str, float]:
+    """(id, time) of a "replayed" mark line (checksum already verified)."""
+    id_, at = data.get("id"), data.get("at")
+    if not isinstance(id_, str) or not _ID.fullmatch(id_):
+        raise InvalidRecord(f"replayed mark with a bad id {repr(id_)[:40]}")
+    if isinstance(at, bool) or not isinstance(at, (int, float)) or not math.isfinite(at):
+        raise InvalidRecord(f"replayed mark of {id_} with a bad time {repr(at)[:40]}")
+    return id_, float(at)
