@@ -160,21 +160,33 @@ class ErrorTaxonomy:
         retry_http_codes: frozenset[int],
         parse_exceptions: tuple[type[BaseException], ...],
         validation_exceptions: tuple[type[BaseException], ...],
+        network_exceptions: tuple[type[BaseException], ...] = (),
     ):
         self.retry_http_codes = retry_http_codes
         self.parse_exceptions = parse_exceptions
         self.validation_exceptions = validation_exceptions
+        # beyond the built-in table: the project's RETRY_EXCEPTIONS
+        self.network_exceptions = network_exceptions
 
     @classmethod
     def from_settings(cls, settings: BaseSettings) -> ErrorTaxonomy:
+        """Statuses: ``OPENCLAW_RETRY_HTTP_CODES`` when set, else Scrapy's
+        ``RETRY_HTTP_CODES``; a project's ``RETRY_EXCEPTIONS`` extend the network class."""
+        from scrapy_openclaw.retry.compat import is_set
+
+        codes = settings.get("OPENCLAW_RETRY_HTTP_CODES")
+        if codes is None:
+            codes = settings.getlist("RETRY_HTTP_CODES", _scrapy_default("RETRY_HTTP_CODES"))
+        network: tuple[type[BaseException], ...] = ()
+        if is_set(settings, "RETRY_EXCEPTIONS"):
+            network = _load_types(settings, "RETRY_EXCEPTIONS", settings.getlist("RETRY_EXCEPTIONS"))
         return cls(
-            retry_http_codes=frozenset(
-                int(x) for x in _getlist(settings, "OPENCLAW_RETRY_HTTP_CODES")
-            ),
+            retry_http_codes=_status_codes(codes),
             parse_exceptions=_load_types(settings, "OPENCLAW_PARSE_EXCEPTIONS"),
             validation_exceptions=_load_types(
                 settings, "OPENCLAW_VALIDATION_EXCEPTIONS"
             ),
+            network_exceptions=network,
         )
 
     @classmethod
@@ -202,7 +214,9 @@ class ErrorTaxonomy:
             exc = exc.value
         reason = _network_reason(exc)
         if reason is None:
-            return None
+            if not isinstance(exc, self.network_exceptions):
+                return None
+            reason = type(exc).__name__
         return Classification(ErrorClass.NETWORK, reason)
 
     def classify_callback_error(
@@ -232,9 +246,26 @@ def _getlist(settings: BaseSettings, name: str) -> list[Any]:
     return settings.getlist(name, DEFAULTS[name])
 
 
-def _load_types(settings: BaseSettings, name: str) -> tuple[type[BaseException], ...]:
+def _scrapy_default(name: str) -> Any:
+    from scrapy.settings import default_settings
+
+    return getattr(default_settings, name)
+
+
+def _status_codes(codes: Any) -> frozenset[int]:
+    if isinstance(codes, (str, int)):
+        codes = str(codes).split(",")
+    try:
+        return frozenset(int(x) for x in codes)
+    except (TypeError, ValueError):
+        raise OpenClawConfigError(f"retryable HTTP codes: expected a list of status codes, got {codes!r}") from None
+
+
+def _load_types(
+    settings: BaseSettings, name: str, values: list[Any] | None = None
+) -> tuple[type[BaseException], ...]:
     types: list[type[BaseException]] = []
-    for path in _getlist(settings, name):
+    for path in _getlist(settings, name) if values is None else values:
         obj: Any = path if isinstance(path, type) else _load_builtin_or_object(path)
         if not (isinstance(obj, type) and issubclass(obj, BaseException)):
             raise OpenClawConfigError(

@@ -168,6 +168,19 @@ class PolicySet:
                 matched = True
         return _build(DomainPolicy, merged) if matched else self.defaults
 
+    def names(self, domain: str, *path: str) -> bool:
+        """Whether a policy layer (defaults or a rule matching *domain*) names *path*,
+        e.g. ``("retry", "network", "max_attempts")``, rather than leaving the built-in default."""
+        layers = [self._defaults_raw, *(r.overrides for r in self.rules if r.matches(domain.lower()))]
+        for node in layers:
+            for key in path:
+                if not isinstance(node, dict) or key not in node:
+                    break
+                node = node[key]
+            else:
+                return True
+        return False
+
     @classmethod
     def from_settings(cls, settings: BaseSettings) -> PolicySet:
         """Validate the flat OPENCLAW_* settings and the policy layers, once."""

@@ -18,8 +18,9 @@ DEFAULTS: dict[str, Any] = {
     "OPENCLAW_POLICY_FILE": None,  # path to a YAML policy file
     "OPENCLAW_POLICY": {},  # the same schema as the YAML file, as a dict
     # --- error taxonomy ---
-    # statuses that are worth retrying; every other 4xx/5xx is permanent
-    "OPENCLAW_RETRY_HTTP_CODES": [408, 429, 500, 502, 503, 504, 522, 524],
+    # statuses that are worth retrying, every other 4xx/5xx is permanent; None:
+    # Scrapy's RETRY_HTTP_CODES (the project's, or Scrapy's default list)
+    "OPENCLAW_RETRY_HTTP_CODES": None,
     # exception types (dotted paths) that a callback raises when a page did
     # not parse; they are retried with the parse budget
     "OPENCLAW_PARSE_EXCEPTIONS": [
@@ -111,6 +112,8 @@ _RANGES: dict[str, tuple[float, float]] = {
 }
 
 _GETTERS = {bool: "getbool", int: "getint", float: "getfloat", list: "getlist", dict: "getdict"}
+# The type of a setting whose default (None: unset) does not tell it.
+_TYPES: dict[str, type] = {"OPENCLAW_RETRY_HTTP_CODES": list}
 
 
 def validate_settings(settings: Any) -> None:
@@ -126,7 +129,7 @@ def validate_settings(settings: Any) -> None:
     for name, default in DEFAULTS.items():
         if name not in settings or settings.get(name) is None:
             continue
-        getter = _GETTERS.get(type(default))
+        getter = _GETTERS.get(_TYPES.get(name, type(default)))
         if getter is None:  # str or path settings: any string is fine
             if not isinstance(settings.get(name), (str, bytes)) and default is None and not hasattr(settings.get(name), "__fspath__"):
                 raise OpenClawConfigError(f"setting {name}: expected a string, got {settings.get(name)!r}")

@@ -14,6 +14,11 @@ becomes exactly one dead letter (``signals.dead_letter``) and the failure
 continues as in plain Scrapy: the response reaches the spider (and
 HttpErrorMiddleware), the exception reaches the errback.
 
+Scrapy's retry settings keep their meaning (``retry/compat.py``, README):
+a project's ``RETRY_TIMES`` caps retries per request, ``RETRY_HTTP_CODES`` and
+``RETRY_EXCEPTIONS`` feed the taxonomy, give-ups log at
+``RETRY_GIVE_UP_LOG_LEVEL`` and Scrapy's ``retry/*`` stats are kept.
+
 The work is done by :func:`get_classified_retry_request`, a public helper a
 callback can use too, like Scrapy's ``get_retry_request``.
 """
@@ -27,6 +32,7 @@ from urllib.parse import urlparse
 
 from scrapy.core.downloader import Downloader
 from scrapy.exceptions import NotConfigured
+from twisted.python.failure import Failure
 
 from scrapy_openclaw import deadletter
 from scrapy_openclaw import meta as M
@@ -36,6 +42,7 @@ from scrapy_openclaw.errors import Classification, ErrorClass, ErrorTaxonomy
 from scrapy_openclaw.policy import PolicySet
 from scrapy_openclaw.retry.backoff import Uniform, for_policy
 from scrapy_openclaw.retry.budget import RetryBudgets
+from scrapy_openclaw.retry.compat import SCRAPY_STATS_PREFIX, ScrapyRetrySettings, log_level, scrapy_reason
 from scrapy_openclaw.retry_after import parse_retry_after
 from scrapy_openclaw.runtime import crawl_id, peek
 from scrapy_openclaw.settings import DEFAULTS
@@ -44,7 +51,6 @@ if TYPE_CHECKING:
     from scrapy import Request, Spider
     from scrapy.crawler import Crawler
     from scrapy.http import Response
-    from twisted.python.failure import Failure
 
     from scrapy_openclaw.policy import RetryClassPolicy
 
@@ -76,16 +82,46 @@ def _bucket_label(bound: float) -> str:
     return f"{bound:g}"
 
 
-def _class_policy(policy: Any, classification: Classification) -> RetryClassPolicy | None:
-    return getattr(policy, classification.error_class.value, None)
+#: The classes a "page" verdict moves to the page schedule (parse failures have their own).
+PAGE_SCOPED = frozenset({ErrorClass.NETWORK, ErrorClass.PROTOCOL_RETRYABLE})
+PAGE = "page"
+
+
+def on_page_schedule(request: Request, classification: Classification) -> bool:
+    """Whether the health middleware judged this failure the page's own (its domain is healthy)."""
+    return request.meta.get(M.FAILURE_SCOPE) == PAGE and classification.error_class in PAGE_SCOPED
+
+
+def schedule_name(request: Request, classification: Classification) -> str:
+    """The retry policy a failure is retried with: ``page`` or its class's."""
+    return PAGE if on_page_schedule(request, classification) else classification.error_class.value
+
+
+def retry_cap(crawler: Crawler, request: Request, classification: Classification) -> int | None:
+    """Retries the request may have in all (every class), or None: the policy's ``max_attempts``.
+
+    ``meta["max_retry_times"]``, else a project's ``RETRY_TIMES``, unless the
+    domain's policy names ``max_attempts`` for the schedule in use (which wins).
+    """
+    cap = request.meta.get("max_retry_times")
+    if cap is not None:
+        return int(cap)
+    retry_times = ScrapyRetrySettings.for_crawler(crawler).retry_times
+    if retry_times is None:
+        return None
+    schedule = schedule_name(request, classification)
+    if PolicySet.for_crawler(crawler).names(request_domain(request), "retry", schedule, "max_attempts"):
+        return None
+    return retry_times
 
 
 def retries_left(request: Request, classification: Classification, policy: RetryClassPolicy, max_retry_times: int | None = None) -> bool:
     """Whether one more failure of this class would still be retried (budget aside).
 
-    ``max_retry_times`` (argument, else ``meta["max_retry_times"]``) is
-    Scrapy's knob: when set it caps the request's total retries (all classes)
-    and replaces the per-class ``max_attempts``.
+    ``max_retry_times`` (argument, else ``meta["max_retry_times"]``; see
+    :func:`retry_cap`) caps the request's total retries (all classes) and
+    replaces *policy*'s ``max_attempts``; otherwise attempts are counted per
+    class against it.
     """
     if max_retry_times is None:
         max_retry_times = request.meta.get("max_retry_times")
@@ -105,6 +141,7 @@ def get_classified_retry_request(
     exception: BaseException | Failure | None = None,
     max_retry_times: int | None = None,
     priority_adjust: int | None = None,
+    give_up_log_level: int | str | None = None,
     now: float | None = None,
     uniform: Uniform | None = None,
     use_budget: bool = True,
@@ -114,15 +151,22 @@ def get_classified_retry_request(
     """A delayed copy of *request* to retry it, or None when giving up.
 
     The copy has ``dont_filter=True``, ``meta["openclaw_not_before"]`` (now
-    plus the backoff of the domain's policy for this error class, or the
-    response's ``Retry-After`` when present, which wins), the updated
-    ``meta["openclaw_retry"]`` and Scrapy's ``retry_times``, and its priority
-    moved by ``RETRY_PRIORITY_ADJUST`` (or ``meta["priority_adjust"]``).
+    plus the backoff of the domain's policy for this error class, or for the
+    page schedule when the health middleware judged the failure the page's
+    own, or the response's ``Retry-After`` when present, which wins), the
+    updated ``meta["openclaw_retry"]`` and Scrapy's ``retry_times``, and its
+    priority moved by ``RETRY_PRIORITY_ADJUST`` (or ``meta["priority_adjust"]``).
+    Attempts are limited by *max_retry_times* or :func:`retry_cap`, else by
+    the policy's ``max_attempts`` (counted per class).
 
-    On giving up (attempts or the domain's retry budget spent) one dead letter
-    is sent through ``signals.dead_letter`` unless *dead_letter* is False.
+    On giving up (attempts or the domain's retry budget spent) it logs at
+    *give_up_log_level* (else ``meta["give_up_log_level"]``, else
+    ``RETRY_GIVE_UP_LOG_LEVEL``, ERROR by default) and sends one dead letter
+    through ``signals.dead_letter`` unless *dead_letter* is False.
     Permanent classes are never retried (returns None, no dead letter: the
-    caller decides). *uniform* replaces the random source (tests).
+    caller decides). *uniform* replaces the random source (tests). Scrapy's
+    ``retry/count``, ``retry/reason_count/<reason>`` and ``retry/max_reached``
+    are kept beside ours.
     """
     crawler = spider.crawler
     stats = crawler.stats
@@ -132,27 +176,24 @@ def get_classified_retry_request(
         return None
     domain = request_domain(request)
     domain_policy = PolicySet.for_crawler(crawler).for_domain(domain)
-    policy = _class_policy(domain_policy.retry, classification)
+    schedule = schedule_name(request, classification)
+    policy: RetryClassPolicy | None = getattr(domain_policy.retry, schedule, None)
     if policy is None:  # pragma: no cover - every retryable class has a policy
         return None
+    if max_retry_times is None:
+        max_retry_times = retry_cap(crawler, request, classification)
     state = _next_state(request, response, now)
     if not retries_left(request, classification, policy, max_retry_times):
         stats.inc_value(f"{STATS_PREFIX}/{klass}/max_reached")
-        logger.info(
-            "Gave up retrying %(request)s after %(attempts)d attempts: %(reason)s",
-            {"request": request, "attempts": _attempts(request), "reason": classification.reason},
-            extra={"spider": spider},
-        )
+        _give_up(request, classification, spider=spider, response=response, exception=exception,
+                 level=give_up_log_level, logger=logger)
         if dead_letter:
             send_dead_letter(request, classification, spider=spider, exception=exception, now=now, first=state["first"])
         return None
     if use_budget and not RetryBudgets.for_crawler(crawler).try_spend(domain, now):
         stats.inc_value(f"{STATS_PREFIX}/budget_exhausted")
-        logger.info(
-            "Not retrying %(request)s (%(reason)s): the retry budget of %(domain)s is spent",
-            {"request": request, "reason": classification.reason, "domain": domain},
-            extra={"spider": spider},
-        )
+        _give_up(request, classification, spider=spider, response=response, exception=exception,
+                 level=give_up_log_level, logger=logger, why=f"the retry budget of {domain} is spent")
         if dead_letter:
             send_dead_letter(
                 request, classification, spider=spider, exception=exception, now=now,
@@ -179,22 +220,56 @@ def get_classified_retry_request(
     new.meta[M.RETRY_STATE] = state
     new.meta["retry_times"] = retry_times
     new.meta[M.NOT_BEFORE] = due
+    new.meta.pop(M.FAILURE_SCOPE, None)  # a verdict is about one failure, not the next attempt
     new.dont_filter = True
     if priority_adjust is None:
         priority_adjust = request.meta.get("priority_adjust")
     if priority_adjust is None:
-        priority_adjust = crawler.settings.getint("RETRY_PRIORITY_ADJUST")
+        priority_adjust = ScrapyRetrySettings.for_crawler(crawler).priority_adjust
     new.priority = request.priority + int(priority_adjust)
 
     stats.inc_value(f"{STATS_PREFIX}/{klass}/count")
     stats.inc_value(f"{STATS_PREFIX}/reason_count/{classification.reason}")
+    if schedule == PAGE:
+        stats.inc_value(f"{STATS_PREFIX}/page_scheduled")
+    stats.inc_value(f"{SCRAPY_STATS_PREFIX}/count")
+    reason = scrapy_reason(classification, response=response, exception=exception)
+    stats.inc_value(f"{SCRAPY_STATS_PREFIX}/reason_count/{reason}")
     _record_delay(stats, delay)
     logger.debug(
-        "Retrying %(request)s in %(delay).2fs (%(klass)s attempt %(n)d): %(reason)s",
-        {"request": request, "delay": delay, "klass": klass, "n": done + 2, "reason": classification.reason},
+        "Retrying %(request)s in %(delay).2fs (%(schedule)s attempt %(n)d): %(reason)s",
+        {"request": request, "delay": delay, "schedule": schedule, "n": done + 2, "reason": classification.reason},
         extra={"spider": spider},
     )
     return new
+
+
+def _give_up(
+    request: Request,
+    classification: Classification,
+    *,
+    spider: Spider,
+    response: Response | None,
+    exception: BaseException | Failure | None,
+    level: int | str | None,
+    logger: logging.Logger,
+    why: str | None = None,
+) -> None:
+    """Count and log a give-up as Scrapy's ``get_retry_request`` does (``retry/max_reached``)."""
+    crawler = spider.crawler
+    if level is None:
+        level = request.meta.get("give_up_log_level")
+    level = ScrapyRetrySettings.for_crawler(crawler).give_up_log_level if level is None else log_level(level)
+    crawler.stats.inc_value(f"{SCRAPY_STATS_PREFIX}/max_reached")
+    reason: object = exception.value if isinstance(exception, Failure) else exception
+    if reason is None:
+        reason = scrapy_reason(classification, response=response)
+    logger.log(
+        level,
+        "Gave up retrying %(request)s (failed %(failed)d times): %(reason)s" + ("; %(why)s" if why else ""),
+        {"request": request, "failed": _attempts(request), "reason": reason, "why": why},
+        extra={"spider": spider},
+    )
 
 
 def send_dead_letter(
@@ -295,6 +370,7 @@ class ClassifiedRetryMiddleware:
             "OPENCLAW_DLQ_PERMANENT", DEFAULTS["OPENCLAW_DLQ_PERMANENT"]
         )
         PolicySet.for_crawler(crawler)  # validate policies at start, not at the first failure
+        ScrapyRetrySettings.for_crawler(crawler)  # and RETRY_GIVE_UP_LOG_LEVEL
         RetryBudgets.for_crawler(crawler)  # starts counting requests
         # Without the deadline queue, this keeps delayed retries out of the scheduler until due.
         self.delayed = DelayedRequests.for_crawler(crawler)

@@ -40,6 +40,7 @@ from scrapy_openclaw.retry.middleware import (
     get_classified_retry_request,
     request_domain,
     retries_left,
+    retry_cap,
     retry_enabled,
     taxonomy_for,
 )
@@ -86,7 +87,7 @@ class ParseRetryMiddleware:
         if request is None or request.meta.get("dont_retry", False):
             return False
         policy = self.policies.for_domain(request_domain(request)).retry.parse
-        return retries_left(request, _PARSE, policy)
+        return retries_left(request, _PARSE, policy, retry_cap(self.crawler, request, _PARSE))
 
     async def process_spider_output(
         self, response: Response, result: AsyncIterator[Any], spider: Spider | None = None
