@@ -18,9 +18,10 @@ Contract with the spider (tasks with ``incremental: true``):
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from scrapy_openclaw._files import atomic_write, private_dir
 
 if TYPE_CHECKING:
     import redis
@@ -45,13 +46,8 @@ class FileCursors:
 
     def set(self, task_id: str, value: Any) -> None:
         path = self.path(task_id)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".json.tmp")
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump({"value": value}, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        private_dir(path.parent)
+        atomic_write(path, json.dumps({"value": value}).encode("utf-8"))
 
 
 class RedisCursors:

@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from scrapy_openclaw._files import open_private, private_dir
 from scrapy_openclaw.schedule.tasks import window_id
 
 if TYPE_CHECKING:
@@ -115,9 +116,9 @@ class JsonlHistory(History):
         return str(self.path)
 
     def append(self, record: RunRecord) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        private_dir(self.path.parent)
         line = (json.dumps(record.to_dict(), sort_keys=True) + "\n").encode("utf-8")
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        fd = open_private(self.path, os.O_WRONLY | os.O_APPEND)
         try:
             os.write(fd, line)
         finally:

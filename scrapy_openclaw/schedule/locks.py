@@ -24,6 +24,8 @@ import secrets
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
+from scrapy_openclaw._files import atomic_write, open_private, private_dir
+
 if TYPE_CHECKING:
     import redis
 
@@ -126,11 +128,11 @@ class FileWindowLock:
     def acquire(self) -> bool:
         if self._fd is not None:
             raise RuntimeError(f"{self.path}: already acquired")
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        private_dir(self.path.parent)
         for _ in range(3):  # the holder may unlink the file between our open and flock
             if self.done_path.exists():
                 return False
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            fd = open_private(self.path, os.O_RDWR)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
@@ -161,9 +163,7 @@ class FileWindowLock:
             return False
         try:
             if finished:
-                tmp = self.done_path.with_suffix(".done.tmp")
-                tmp.write_text(self.token + "\n", encoding="utf-8")
-                os.replace(tmp, self.done_path)
+                atomic_write(self.done_path, (self.token + "\n").encode())
             self.path.unlink(missing_ok=True)  # while still locked: a late opener sees another inode
         finally:
             os.close(fd)

@@ -15,6 +15,13 @@ Stopping (SIGTERM/SIGINT): no new windows or attempts; running crawls get
 SIGTERM (Scrapy's graceful stop, a final checkpoint) and
 ``OPENCLAW_SCHEDULE_STOP_TIMEOUT`` seconds before SIGKILL; their windows are
 recorded ``interrupted`` and their locks released so they can be resumed.
+
+Failure modes: history/locks unreachable at start (Redis down) is retried
+with a bounded backoff; a scheduler killed outright takes its crawls with it
+(see ``RunStatsExtension``) and the window it left ``running`` is marked
+``interrupted`` once its lock is free again; a window whose lock is lost
+(taken over, or not extended within its TTL) has its crawl stopped, so no
+window runs twice.
 """
 
 from __future__ import annotations
@@ -36,7 +43,9 @@ from twisted.internet import protocol
 from twisted.internet.defer import Deferred, DeferredList
 from twisted.internet.threads import deferToThread
 
+from scrapy_openclaw._files import open_private, private_dir
 from scrapy_openclaw.schedule.cursor import FileCursors, RedisCursors
+from scrapy_openclaw.schedule.extension import PARENT_ENV
 from scrapy_openclaw.schedule.history import UNFINISHED, JsonlHistory, RedisHistory, RunRecord, missed_windows
 from scrapy_openclaw.schedule.locks import FileLocks, RedisLocks, redis_client
 from scrapy_openclaw.schedule.metrics import ScheduleMetrics
@@ -58,13 +67,16 @@ MISSED_GRACE = 5.0
 #: A node still busy with a task's previous window waits this long (s) before recording the new
 #: window as skipped, so that a free node takes it first.
 SKIP_GRACE = 1.0
+#: Retries of the history at start (Redis unreachable): first wait and cap, seconds.
+START_RETRY_FIRST = 1.0
+START_RETRY_MAX = 30.0
 
 
 class _CrawlProtocol(protocol.ProcessProtocol):
     """Copies the crawl's output to its log file; fires ``ended`` with the exit status."""
 
     def __init__(self, log_path: Path):
-        self.log = open(log_path, "ab")  # noqa: SIM115 - closed in processEnded
+        self.log = os.fdopen(open_private(log_path, os.O_WRONLY | os.O_APPEND), "ab")  # closed in processEnded
         self.ended: Deferred[str] = Deferred()
 
     def outReceived(self, data: bytes) -> None:
@@ -95,6 +107,8 @@ class _Run:
     timed_out: bool = False
     timers: list[Any] = field(default_factory=list)
     sleeping: Deferred[None] | None = None
+    extended_at: float = field(default_factory=time.monotonic)
+    lost: str | None = None  # why the window lock was lost (the crawl is being stopped)
 
 
 class Scheduler:
@@ -120,6 +134,7 @@ class Scheduler:
         self._timers: dict[str, Any] = {}
         self.stopping = False
         self._stopped: Deferred[None] | None = None
+        self._reaper: Any = None
 
     # ------------------------------------------------------------------ start / stop
 
@@ -132,9 +147,69 @@ class Scheduler:
         if port:
             host = self.settings.get("OPENCLAW_METRICS_HOST") or DEFAULTS["OPENCLAW_METRICS_HOST"]
             self.metrics.listen(self.reactor, port, host)
-        d = deferToThread(self.history.runs)
-        d.addCallback(self._catch_up)
-        d.addErrback(self._log_failure, "reading the run history")
+        d = Deferred.fromCoroutine(self._start())
+        d.addErrback(self._log_failure, "starting")
+        return d
+
+    async def _start(self) -> None:
+        delay = START_RETRY_FIRST
+        while True:
+            try:
+                runs = await deferToThread(self.history.runs)
+                break
+            except Exception as exc:  # Redis unreachable, say: keep trying, never give up silently
+                if self.stopping:
+                    return
+                logger.error("Cannot read the run history from %(where)s (%(error)s); retrying in %(delay).0fs",
+                             {"where": self.history.describe(), "error": exc, "delay": delay})
+                await self._sleep_plain(delay)
+                delay = min(START_RETRY_MAX, delay * 2)
+            if self.stopping:
+                return
+        if delay > START_RETRY_FIRST:
+            logger.info("Run history %(where)s is reachable again; scheduling", {"where": self.history.describe()})
+        await self._reap_stale(runs)
+        if self.stopping:
+            return
+        self._catch_up(runs)
+        self._reaper = create_looping_call(self._reap_periodically)
+        self._reaper.start(max(1.0, self.lock_ttl), now=False)
+
+    async def _reap_stale(self, runs: list[RunRecord]) -> None:
+        """Windows left ``running`` by a scheduler that died: once their lock is free, ``interrupted``."""
+        ours = {t.id for t in self.tasks}
+        mine = {(run.task.id, run.record.window) for run in self.running.values()}
+        for r in runs:
+            if r.outcome != "running" or r.task not in ours or (r.task, r.window) in mine:
+                continue
+            lock = self.locks.lock(r.task, r.window)
+            try:
+                if not await deferToThread(lock.acquire):
+                    continue  # its scheduler still holds it (alive, or its lock has not expired yet)
+            except Exception as exc:
+                logger.warning("Cannot check window %(run)s (%(error)s)", {"run": r.run_id, "error": exc})
+                return
+            try:
+                latest = [x for x in await deferToThread(self.history.runs, r.task) if x.window == r.window]
+                if latest and latest[-1].outcome == "running":
+                    r.outcome, r.pid, r.end = "interrupted", None, time.time()
+                    r.reason = f"its scheduler ({r.node}) ended without finishing it (lock expired)"
+                    logger.warning("Task %(task)s: window %(window)s was left running by %(node)s, which is gone; "
+                                   "recorded as interrupted", {"task": r.task, "window": r.window, "node": r.node})
+                    await self._record_async(r)
+            finally:
+                await deferToThread(lock.release, False)
+
+    def _reap_periodically(self) -> Deferred[None]:
+        async def reap() -> None:
+            try:
+                runs = await deferToThread(self.history.runs)
+            except Exception:  # reported by the runs themselves; try again next time
+                return
+            await self._reap_stale(runs)
+
+        d = Deferred.fromCoroutine(reap())
+        d.addErrback(self._log_failure, "checking for stale windows")
         return d
 
     def _catch_up(self, runs: list[RunRecord]) -> None:
@@ -167,6 +242,8 @@ class Scheduler:
         if self._stopped is not None:
             return self._stopped
         self.stopping = True
+        if self._reaper is not None and self._reaper.running:
+            self._reaper.stop()
         for timer in self._timers.values():
             timer.cancel()
         self._timers.clear()
@@ -253,12 +330,17 @@ class Scheduler:
         extender.start(max(0.5, self.lock_ttl / 3), now=False)
         try:
             await self._attempts(run)
+        except Exception as exc:  # a bug or a bad value: the window fails, it never stays "running"
+            record.outcome, record.reason = "failed", f"scheduler error: {type(exc).__name__}: {exc}"
+            logger.error("Task %(task)s: window %(window)s FAILED: %(reason)s",
+                         {"task": task.id, "window": wid, "reason": record.reason}, exc_info=True)
         finally:
             if extender.running:
                 extender.stop()
             del self.running[task.id]
             record.end, record.pid = time.time(), None
-            await self._record_async(record)
+            if run.lost is None:  # else another node may own the window now: its record, not ours
+                await self._record_async(record)
             self.metrics.outcome(task.id, record.outcome, record.end)
             try:
                 await deferToThread(lock.release, record.outcome in ("success", "failed"))
@@ -272,8 +354,14 @@ class Scheduler:
             if self.stopping:
                 record.outcome, record.reason = "interrupted", "the scheduler stopped"
                 return
+            if run.lost is not None:
+                record.outcome, record.reason = "interrupted", f"lost the window lock: {run.lost}"
+                return
             record.attempts = attempt
             ok, status, reason, report = await self._attempt(run, attempt)
+            if run.lost is not None:
+                record.outcome, record.reason = "interrupted", f"lost the window lock: {run.lost}"
+                return
             record.exit_status, record.reason = status, reason
             stats = report.get("stats") or {}
             record.finish_reason = report.get("finish_reason")
@@ -307,7 +395,7 @@ class Scheduler:
     async def _attempt(self, run: _Run, attempt: int) -> tuple[bool, str, str | None, dict[str, Any]]:
         """One ``scrapy crawl``; (succeeded, exit status, why not, the RunStatsExtension report)."""
         task = run.task
-        run.window_dir.mkdir(parents=True, exist_ok=True)
+        private_dir(run.window_dir)
         run.run_file.unlink(missing_ok=True)
         cursor = None
         if task.incremental:
@@ -317,7 +405,8 @@ class Scheduler:
         proto = _CrawlProtocol(log_path)
         proto.log.write(f"\n=== attempt {attempt}: {' '.join(argv)}\n".encode())
         run.timed_out = False
-        run.process = self.reactor.spawnProcess(proto, argv[0], argv, env=dict(os.environ), path=self.cwd)
+        env = {**os.environ, PARENT_ENV: str(os.getpid())}  # the crawl stops if we die (RunStatsExtension)
+        run.process = self.reactor.spawnProcess(proto, argv[0], argv, env=env, path=self.cwd)
         run.record.pid = run.process.pid
         await self._record_async(run.record)
         logger.info("Task %(task)s: window %(window)s attempt %(n)d started (pid %(pid)s, checkpoint %(dir)s)",
@@ -371,12 +460,33 @@ class Scheduler:
         d = deferToThread(run.lock.extend)
 
         def check(held: bool) -> None:
-            if not held:
-                logger.error("Task %(task)s: lost the lock of window %(window)s (%(key)s) while running; "
-                             "another node may run it too", {"task": run.task.id, "window": run.record.window,
-                                                             "key": run.lock.key})
+            if held:
+                run.extended_at = time.monotonic()
+            else:
+                self._lose_lock(run, "another node took it over or it expired")
 
-        d.addCallbacks(check, self._log_failure, errbackArgs=(f"extending the lock {run.lock.key}",))
+        def failed(failure: Any) -> None:
+            unheld = time.monotonic() - run.extended_at
+            if unheld > self.lock_ttl:  # it has expired by now: another node may take the window
+                self._lose_lock(run, f"not extended for {unheld:.0f}s ({failure.getErrorMessage()})")
+            else:
+                logger.warning("Task %(task)s: cannot extend the lock of window %(window)s (%(error)s); "
+                               "retrying", {"task": run.task.id, "window": run.record.window,
+                                            "error": failure.getErrorMessage()})
+
+        d.addCallbacks(check, failed)
+
+    def _lose_lock(self, run: _Run, why: str) -> None:
+        """The window may run elsewhere now: stop our crawl rather than run it twice."""
+        if run.lost is not None:
+            return
+        run.lost = why
+        logger.error("Task %(task)s: lost the lock of window %(window)s (%(key)s): %(why)s; stopping its crawl "
+                     "so that the window does not run twice", {"task": run.task.id, "window": run.record.window,
+                                                               "key": run.lock.key, "why": why})
+        if run.sleeping is not None and not run.sleeping.called:
+            run.sleeping.callback(None)
+        self._terminate(run, kill_after=self.stop_timeout)
 
     async def _sleep(self, run: _Run, delay: float) -> None:
         wake: Deferred[None] = Deferred()

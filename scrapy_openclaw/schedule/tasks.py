@@ -27,6 +27,7 @@ the policy file; the YAML reading and line tracking are the policy module's.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from dataclasses import dataclass, field
@@ -197,7 +198,7 @@ def _check_keys(raw: dict[str, Any], path: tuple, where: Where) -> None:
         elif key == "timezone":
             try:
                 ZoneInfo(value if isinstance(value, str) else "")
-            except (ZoneInfoNotFoundError, ValueError):
+            except (ZoneInfoNotFoundError, ValueError, OSError):  # OSError: "America" is a directory
                 where.fail(kpath, f"unknown time zone {value!r} (use an IANA name like Europe/Paris)")
         elif key in ("settings", "args"):
             if not isinstance(value, dict):
@@ -210,9 +211,58 @@ def _check_keys(raw: dict[str, Any], path: tuple, where: Where) -> None:
                     where.fail((*kpath, name), "reserved for the incremental cursor (use 'incremental')")
                 if key == "settings" and name == "OPENCLAW_CHECKPOINT_DIR":
                     where.fail((*kpath, name), "set by the scheduler per window (use 'checkpoint_dir')")
+                _check_json(value[name], (*kpath, name), where)
+                if key == "settings":
+                    _check_setting(name, value[name], (*kpath, name), where)
+        elif key == "initial_cursor":
+            _check_json(value, kpath, where)
         elif key == "checkpoint_dir":
             if value is not None and (not isinstance(value, str) or not value):
                 where.fail(kpath, f"must be a directory path, got {value!r}")
+
+
+def _check_json(value: Any, path: tuple, where: Where) -> None:
+    """Values passed to the crawl as JSON (args, settings, the cursor) must be JSON data.
+
+    A YAML date (``2024-01-01`` unquoted), a ``!!binary`` value or ``.inf``
+    would pass the schema and then fail every window when the command line is
+    built; refused here instead, with the place to quote it.
+    """
+    stack = [(value, path)]
+    while stack:
+        item, at = stack.pop()
+        if isinstance(item, dict):
+            for k, v in item.items():
+                if not isinstance(k, str):
+                    where.fail((*at, k), f"keys must be text, got {type(k).__name__} {k!r} (quote it)")
+                stack.append((v, (*at, k)))
+        elif isinstance(item, list):
+            stack.extend((v, (*at, i)) for i, v in enumerate(item))
+        elif isinstance(item, float) and not math.isfinite(item):
+            where.fail(at, f"must be a finite number, got {item!r}")
+        elif not (item is None or isinstance(item, (str, int, float, bool))):
+            where.fail(at, f"a {type(item).__name__} cannot be passed to the crawl (quote it to pass text): {item!r}")
+
+
+def _check_setting(name: str, value: Any, path: tuple, where: Where) -> None:
+    """What the crawl would refuse at start (every window) is refused now."""
+    from scrapy.settings import Settings, default_settings
+
+    from scrapy_openclaw.policy import PolicySet
+
+    if isinstance(getattr(default_settings, name, None), dict) or name == "OPENCLAW_POLICY":
+        if isinstance(value, str):
+            try:
+                value = json.loads(value) if value.strip() else {}
+            except ValueError as exc:
+                where.fail(path, f"must be a mapping or a JSON object, got {value[:80]!r} ({exc})")
+        if not isinstance(value, dict):
+            where.fail(path, f"must be a mapping, got {type(value).__name__}")
+    if name.startswith("OPENCLAW_"):
+        try:
+            PolicySet.from_settings(Settings({name: value}))  # validates every OPENCLAW_* setting too
+        except OpenClawConfigError as exc:
+            where.fail(path, str(exc))
 
 
 def task_by_id(tasks: list[Task], task_id: str) -> Task:
