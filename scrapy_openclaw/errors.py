@@ -266,7 +266,10 @@ def _load_types(
 ) -> tuple[type[BaseException], ...]:
     types: list[type[BaseException]] = []
     for path in _getlist(settings, name) if values is None else values:
-        obj: Any = path if isinstance(path, type) else _load_builtin_or_object(path)
+        try:
+            obj: Any = path if isinstance(path, type) else _load_builtin_or_object(path)
+        except OpenClawConfigError as exc:
+            raise OpenClawConfigError(f"setting {name}: {exc}") from None
         if not (isinstance(obj, type) and issubclass(obj, BaseException)):
             raise OpenClawConfigError(
                 f"setting {name}: {path!r} is not an exception type"

@@ -105,3 +105,48 @@ def test_user_parse_exception_from_settings():
 def test_item_errors(taxonomy):
     assert taxonomy.classify_item_error(ItemValidationError("price")).error_class is ErrorClass.BUSINESS
     assert not taxonomy.classify_item_error(DropItem("duplicate"))  # a plain drop is not a failure
+
+
+def _statuses(taxonomy):
+    return {s for s in range(400, 600) if taxonomy.classify_status(s).retryable}
+
+
+def test_retryable_statuses_follow_scrapy_retry_http_codes():
+    from scrapy.settings import default_settings
+
+    assert _statuses(ErrorTaxonomy.from_settings(Settings())) == set(default_settings.RETRY_HTTP_CODES)
+    project = ErrorTaxonomy.from_settings(Settings({"RETRY_HTTP_CODES": [403]}))
+    assert _statuses(project) == {403}
+    # throttling stays a domain signal for the health middleware, retried or not
+    assert project.classify_status(503).is_throttle and not project.classify_status(503).retryable
+    ours = ErrorTaxonomy.from_settings(Settings({"RETRY_HTTP_CODES": [403], "OPENCLAW_RETRY_HTTP_CODES": [500, 429]}))
+    assert _statuses(ours) == {500, 429}  # ours, when set, wins
+
+
+class CustomDownloadError(Exception):
+    pass
+
+
+def test_a_projects_retry_exceptions_extend_the_network_class():
+    from scrapy.settings import default_settings
+
+    # Scrapy's default list is covered by our table and adds nothing
+    assert ErrorTaxonomy.from_settings(Settings()).network_exceptions == ()
+    assert ErrorTaxonomy.from_settings(Settings()).classify_download_error(CustomDownloadError()) is None
+    settings = Settings({"RETRY_EXCEPTIONS": [f"{__name__}.CustomDownloadError", ZeroDivisionError]})
+    taxonomy = ErrorTaxonomy.from_settings(settings)
+    result = taxonomy.classify_download_error(Failure(CustomDownloadError("x")))
+    assert (result.error_class, result.reason) == (ErrorClass.NETWORK, "CustomDownloadError")
+    assert taxonomy.classify_download_error(ZeroDivisionError()).error_class is ErrorClass.NETWORK
+    # ... extend, never narrow: the built-in reasons stay
+    assert taxonomy.classify_download_error(txerror.DNSLookupError()).reason == "dns"
+    assert len(default_settings.RETRY_EXCEPTIONS) > 2
+
+
+def test_bad_retry_exceptions_name_the_setting():
+    from scrapy_openclaw.errors import OpenClawConfigError
+
+    with pytest.raises(OpenClawConfigError, match="setting RETRY_EXCEPTIONS: cannot import 'no.such.Error'"):
+        ErrorTaxonomy.from_settings(Settings({"RETRY_EXCEPTIONS": ["no.such.Error"]}))
+    with pytest.raises(OpenClawConfigError, match="setting RETRY_EXCEPTIONS: 'json.loads' is not an exception type"):
+        ErrorTaxonomy.from_settings(Settings({"RETRY_EXCEPTIONS": ["json.loads"]}))
