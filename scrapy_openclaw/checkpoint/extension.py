@@ -62,6 +62,8 @@ from scrapy.utils.httpobj import urlparse_cached
 from scrapy.utils.misc import load_object
 
 from scrapy_openclaw import runtime
+from scrapy_openclaw import signals as openclaw_signals
+from scrapy_openclaw._files import open_private, private_dir
 from scrapy_openclaw.checkpoint.journal import JournalWriter
 from scrapy_openclaw.checkpoint.snapshot import write_snapshot
 from scrapy_openclaw.checkpoint.state import (
@@ -72,6 +74,7 @@ from scrapy_openclaw.checkpoint.state import (
     journal_path,
     load,
     snapshot_path,
+    temp_files,
 )
 from scrapy_openclaw.errors import OpenClawConfigError
 from scrapy_openclaw.lifecycle import RequestLifecycle
@@ -139,11 +142,10 @@ class CheckpointExtension:
         # Messages from construction are logged at spider_opened: the crawl's log
         # handlers (LOG_FILE) may not be installed yet while extensions are built.
         self._notes: list[tuple[int, str, dict[str, Any]]] = []
-        self.dir.mkdir(parents=True, exist_ok=True)
+        private_dir(self.dir)
         self._lock_fd = self._lock()
-        for path in checkpoint_files(self.dir):
-            if path.name.endswith(".tmp"):  # a snapshot cut short by a crash
-                path.unlink(missing_ok=True)
+        for path in temp_files(self.dir):  # a snapshot cut short by a crash (ours only)
+            path.unlink(missing_ok=True)
         if restart and checkpoint_files(self.dir):
             self._notes.append((logging.INFO, "OPENCLAW_CHECKPOINT_RESTART: discarding the checkpoint in %(dir)s",
                                 {"dir": self.dir}))
@@ -189,6 +191,7 @@ class CheckpointExtension:
         self._done: list[int] = []
         self._start_new: list[str] = []
         self._restore_queue: list[int] = []
+        self._unrestorable: set[int] = set()  # kept live (not finished): a resume with the callback back restores them
         self._restoring = False
         self._restore_started = 0.0
         self._records_since_snapshot = 0
@@ -227,7 +230,7 @@ class CheckpointExtension:
     # --------------------------------------------------------------- setup
 
     def _lock(self) -> int:
-        fd = os.open(self.dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = open_private(self.dir / LOCK_FILE, os.O_RDWR)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
@@ -396,7 +399,15 @@ class CheckpointExtension:
             if loop is not None and loop.running:
                 loop.stop()
         finished = reason == "finished"
-        if finished and self._live:
+        unrestorable = len(self._unrestorable.intersection(self._live))
+        if finished and unrestorable:
+            logger.error(
+                "Crawl finished but %(n)d request(s) from the checkpoint could not be restored (dead letters); "
+                "the checkpoint stays resumable so that a later run with their callbacks restores them",
+                {"n": unrestorable}, extra={"spider": spider},
+            )
+            finished = False
+        elif finished and self._live:
             logger.warning(
                 "Crawl finished with %(n)d requests still recorded as live (held back by another "
                 "component); the checkpoint is marked finished anyway",
@@ -410,6 +421,11 @@ class CheckpointExtension:
                  "n": len(self._live)}, extra={"spider": spider},
             )
         else:
+            logger.error(
+                "Checkpoint %(dir)s: the final snapshot could not be written; the next run resumes "
+                "from the previous snapshot and the journals (it may re-fetch some pages)",
+                {"dir": self.dir}, extra={"spider": spider},
+            )
             self.journal.close()
         os.close(self._lock_fd)
 
@@ -430,13 +446,8 @@ class CheckpointExtension:
                     continue
                 try:
                     request = request_from_data(json.loads(entry.data), spider)
-                except (SerializationError, ValueError) as exc:
-                    self.stats.inc_value("openclaw/checkpoint/unrestorable")
-                    logger.error(
-                        "Checkpoint: cannot restore request #%(rid)d (%(error)s); it is dropped",
-                        {"rid": rid, "error": exc}, extra={"spider": spider},
-                    )
-                    self._finish(rid)
+                except (SerializationError, ValueError, TypeError) as exc:
+                    self._unrestorable_request(rid, entry, exc)
                     continue
                 entry.request = request
                 self._by_request[request] = rid
@@ -454,6 +465,43 @@ class CheckpointExtension:
                 {"n": self.stats.get_value("openclaw/checkpoint/restored", 0), "s": seconds},
                 extra={"spider": spider},
             )
+
+    def _unrestorable_request(self, rid: int, entry: _Entry, exc: Exception) -> None:
+        """A request that cannot be rebuilt (its callback was removed, say): a dead letter, kept live.
+
+        It stays in the checkpoint (so the crawl is not marked finished and a
+        later resume, with the callback back, restores it) and becomes a dead
+        letter now (replayable); the dead letter's id is stable across resumes.
+        """
+        from scrapy_openclaw.deadletter import DeadLetter  # noqa: PLC0415
+
+        spider = self.crawler.spider
+        self._unrestorable.add(rid)
+        self.stats.inc_value("openclaw/checkpoint/unrestorable")
+        try:
+            data = json.loads(entry.data)
+        except ValueError:
+            data = None
+        url = str(data.get("url", "")) if isinstance(data, dict) else ""
+        logger.error(
+            "Checkpoint: cannot restore request #%(rid)d %(url)s (%(error)s); it is kept in the checkpoint "
+            "and recorded as a dead letter (replay it with scrapy openclaw-dlq replay)",
+            {"rid": rid, "url": url[:200], "error": exc}, extra={"spider": spider},
+        )
+        letter = DeadLetter(
+            url=url,
+            domain=urlparse(url).hostname or "",
+            error_class="parse",
+            reason="checkpoint_unrestorable",
+            spider=getattr(spider, "name", ""),
+            crawl_id=self.crawl_id,
+            method=str(data.get("method", "GET")) if isinstance(data, dict) else "GET",
+            exception_type=type(exc).__name__,
+            exception_message=str(exc)[:2000],
+            request=data if isinstance(data, dict) else None,
+            id=f"checkpoint-{self.crawl_id}-{rid}",
+        )
+        self.crawler.signals.send_catch_log(signal=openclaw_signals.dead_letter, dead_letter=letter, spider=spider)
 
     def _health_registry(self) -> Any:
         try:
@@ -556,6 +604,8 @@ class CheckpointExtension:
         self.commit(may_snapshot=False)
         if not self.journal.flush():  # the disk refuses even the journal: keep its records, skip
             self.stats.inc_value("openclaw/checkpoint/snapshot_errors")
+            logger.error("Checkpoint %(dir)s: snapshot skipped, the journal cannot be written either",
+                         {"dir": self.dir})
             return False
         gen = self.gen + 1
         header = {
