@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
+import json
 import math
 import re
 from dataclasses import dataclass, field
@@ -188,14 +189,12 @@ class PolicySet:
 
         validate_settings(settings)
         loader = _Loader()
-        inline = settings.get("OPENCLAW_POLICY") or {}
-        if hasattr(inline, "copy_to_dict"):
-            inline = inline.copy_to_dict()
-        loader.add(inline, source="setting OPENCLAW_POLICY", lines={})
+        loader.add(inline_policy(settings.get("OPENCLAW_POLICY")), source="setting OPENCLAW_POLICY", lines={})
         path = settings.get("OPENCLAW_POLICY_FILE")
         if path:
             data, lines = read_yaml(Path(path), kind="policy file")
             loader.add(data, source=str(path), lines=lines)
+        loader.check()
         return cls(loader.defaults, loader.rules())
 
     @classmethod
@@ -208,12 +207,40 @@ class PolicySet:
 # --- loading and validation -------------------------------------------------
 
 
+def inline_policy(value: Any) -> Any:
+    """``OPENCLAW_POLICY`` as data: a dict, or a JSON object given as text (``-s OPENCLAW_POLICY='{...}'``)."""
+    if hasattr(value, "copy_to_dict"):
+        return value.copy_to_dict()
+    if isinstance(value, (str, bytes)):
+        if not value.strip():
+            return {}
+        try:
+            value = json.loads(value)
+        except (ValueError, RecursionError) as exc:
+            raise OpenClawConfigError(f"setting OPENCLAW_POLICY: not a JSON object: {exc}") from None
+        if not isinstance(value, dict):
+            raise OpenClawConfigError(
+                f"setting OPENCLAW_POLICY: the policy must be a mapping with 'defaults' and/or 'domains', "
+                f"got JSON {type(value).__name__}"
+            )
+    return value or {}
+
+
+#: Pairs (section, lower, upper) where the lower key may not exceed the upper one.
+_ORDERED = (
+    ("health", "min_rate", "base_rate"),
+    ("health", "initial_rate", "base_rate"),
+    ("health", "circuit_cooldown", "circuit_cooldown_max"),
+)
+
+
 class _Loader:
     """Collects layers (settings dict, YAML file), validating each as it comes."""
 
     def __init__(self) -> None:
         self.defaults: dict[str, Any] = {}
         self._domains: dict[str, dict[str, Any]] = {}
+        self._origin: dict[tuple, tuple[Where, tuple]] = {}  # normalised key path -> where it was set
 
     def add(self, data: Any, source: str, lines: dict[tuple, int]) -> None:
         where = Where(source, lines)
@@ -227,6 +254,7 @@ class _Loader:
         defaults = data.get("defaults") or {}
         _validate(DomainPolicy, defaults, ("defaults",), where)
         self.defaults = _deep_merge(self.defaults, defaults)
+        self._note(defaults, ("defaults",), ("defaults",), where)
         domains = data.get("domains") or {}
         if not isinstance(domains, dict):
             where.fail(("domains",), "must be a mapping of host pattern to policy")
@@ -237,6 +265,47 @@ class _Loader:
             _validate(DomainPolicy, overrides or {}, path, where)
             key = pattern.lower()
             self._domains[key] = _deep_merge(self._domains.get(key, {}), overrides or {})
+            self._note(overrides or {}, ("domains", key), path, where)
+
+    def _note(self, data: dict[str, Any], key: tuple, path: tuple, where: Where) -> None:
+        for name, value in data.items():
+            if isinstance(value, dict):
+                self._note(value, (*key, name), (*path, name), where)
+            else:
+                self._origin[(*key, name)] = (where, (*path, name))
+
+    def check(self) -> None:
+        """Refuse contradictions between keys (``min_rate`` above ``base_rate``), naming both.
+
+        Only a lower bound the user set is checked: a built-in default above a
+        user's ceiling is simply capped by it.
+        """
+        scopes = [(("defaults",), self.defaults)]
+        scopes += [(("domains", p), _deep_merge(self.defaults, o)) for p, o in self._domains.items()]
+        for scope, merged in scopes:
+            policy = _build(DomainPolicy, merged)
+            for section, lower, upper in _ORDERED:
+                low, high = getattr(getattr(policy, section), lower), getattr(getattr(policy, section), upper)
+                if high is None or low <= high:
+                    continue
+                low_at = self._set_at(scope, section, lower)
+                if low_at is None:
+                    continue
+                high_at = self._set_at(scope, section, upper)
+                if high_at is None:
+                    other = "the built-in default"
+                else:
+                    line = high_at[0].line(high_at[1])
+                    other = f"{high_at[0].source}{f', line {line}' if line else ''}, key {'.'.join(map(str, high_at[1]))}"
+                low_at[0].fail(low_at[1], f"{lower} ({low}) is greater than {upper} ({high}, set by {other}); "
+                                          f"{lower} must be <= {upper}")
+
+    def _set_at(self, scope: tuple, section: str, name: str) -> tuple[Where, tuple] | None:
+        """Where the key in effect for *scope* was set: the domain's own layer first, then defaults."""
+        found = self._origin.get((*scope, section, name))
+        if found is None and scope[0] == "domains":
+            found = self._origin.get(("defaults", section, name))
+        return found
 
     def rules(self) -> list[_Rule]:
         return [_Rule(p, o) for p, o in self._domains.items()]
@@ -280,6 +349,8 @@ def _validate_value(hint: Any, f: dataclasses.Field, value: Any, path: tuple, wh
 def _check_number(base: type, value: Any, path: tuple, where: Where, bounds: tuple) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         where.fail(path, f"must be a number, got {value!r}")
+    if isinstance(value, int) and abs(value) >= 2**63:
+        where.fail(path, "number too large")
     if base is int and not float(value).is_integer():
         where.fail(path, f"must be a whole number, got {value!r}")
     if isinstance(value, float) and not math.isfinite(value):

@@ -132,16 +132,63 @@ def validate_settings(settings: Any) -> None:
         getter = _GETTERS.get(_TYPES.get(name, type(default)))
         if getter is None:  # str or path settings: any string is fine
             if not isinstance(settings.get(name), (str, bytes)) and default is None and not hasattr(settings.get(name), "__fspath__"):
-                raise OpenClawConfigError(f"setting {name}: expected a string, got {settings.get(name)!r}")
+                raise OpenClawConfigError(f"setting {name}: expected a string, got {_short(settings.get(name))}")
             continue
         try:
             value = getattr(settings, getter)(name)
         except (TypeError, ValueError):
             raise OpenClawConfigError(
-                f"setting {name}: expected {type(default).__name__}, got {settings.get(name)!r}"
+                f"setting {name}: expected {type(default).__name__}, got {_short(settings.get(name))}"
             ) from None
         bounds = _RANGES.get(name)
         if bounds and not bounds[0] <= value <= bounds[1]:
             raise OpenClawConfigError(
                 f"setting {name}: {value!r} is out of range [{bounds[0]}, {bounds[1]}]"
             )
+        if name in _HTTP_STATUS_LISTS:
+            _check_statuses(name, value)
+    if settings.get("OPENCLAW_POLICY") is not None:
+        from scrapy_openclaw.policy import inline_policy
+
+        inline_policy(settings.get("OPENCLAW_POLICY"))  # a JSON text must hold an object
+    if settings.get("OPENCLAW_HEALTH_REGISTRY_CLASS") is not None:
+        health_registry_class(settings.get("OPENCLAW_HEALTH_REGISTRY_CLASS"))
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else f"{text[:60]}... ({len(text)} characters)"
+
+
+#: List settings whose elements are HTTP statuses.
+_HTTP_STATUS_LISTS = ("OPENCLAW_RETRY_HTTP_CODES",)
+
+
+def _check_statuses(name: str, values: list[Any]) -> None:
+    from scrapy_openclaw.errors import OpenClawConfigError
+
+    for value in values:
+        text = str(value).strip()
+        if isinstance(value, bool) or not text.isdigit() or not 100 <= int(text[:4]) <= 599 or len(text) != 3:
+            raise OpenClawConfigError(
+                f"setting {name}: {value!r} is not an HTTP status (a whole number from 100 to 599)"
+            )
+
+
+def health_registry_class(path: Any) -> type:
+    """The class ``OPENCLAW_HEALTH_REGISTRY_CLASS`` names; a config error unless it is a HealthRegistry."""
+    from scrapy.utils.misc import load_object
+
+    from scrapy_openclaw.errors import OpenClawConfigError
+    from scrapy_openclaw.health.registry import HealthRegistry
+
+    try:
+        cls = load_object(path)
+    except (ImportError, NameError, ValueError, AttributeError, TypeError) as exc:
+        raise OpenClawConfigError(f"setting OPENCLAW_HEALTH_REGISTRY_CLASS={path!r}: cannot load it: {exc}") from None
+    if not (isinstance(cls, type) and issubclass(cls, HealthRegistry)):
+        raise OpenClawConfigError(
+            f"setting OPENCLAW_HEALTH_REGISTRY_CLASS={path!r}: must name a subclass of "
+            "scrapy_openclaw.health.HealthRegistry"
+        )
+    return cls

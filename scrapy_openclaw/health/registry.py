@@ -43,12 +43,12 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
-from scrapy.utils.misc import build_from_crawler, load_object
+from scrapy.utils.misc import build_from_crawler
 
 from scrapy_openclaw.errors import ErrorClass
 from scrapy_openclaw.policy import HealthPolicy, PolicySet
 from scrapy_openclaw.runtime import shared
-from scrapy_openclaw.settings import DEFAULTS
+from scrapy_openclaw.settings import DEFAULTS, health_registry_class
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -205,7 +205,7 @@ class HealthRegistry:
             path = crawler.settings.get(
                 "OPENCLAW_HEALTH_REGISTRY_CLASS", DEFAULTS["OPENCLAW_HEALTH_REGISTRY_CLASS"]
             )
-            return build_from_crawler(load_object(path), crawler)
+            return build_from_crawler(health_registry_class(path), crawler)  # never any other callable
 
         return shared(crawler, "health", build)
 
