@@ -16,6 +16,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import logging
+import math
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -34,11 +35,58 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+#: The longest a request may be held (seconds): the largest Retry-After cap a
+#: policy allows. A later not-before time (``1e308``, a typo, hostile stored
+#: data) is clamped to it with a warning, so it never hangs a crawl silently.
+MAX_WAIT = 86400.0
 
-def not_before(request: Request) -> float:
-    """The request's not-before time, 0.0 when it may go now."""
+
+def not_before(request: Request, stats: Any = None, *, now: float | None = None) -> float:
+    """The request's not-before time, 0.0 when it may go now.
+
+    An unusable value (not a number, NaN, infinite) is ignored and one more
+    than :data:`MAX_WAIT` ahead is clamped; either is logged, counted in
+    *stats* (``openclaw/delay/invalid``, ``openclaw/delay/clamped``) and
+    written back to meta so it is reported once.
+    """
     value = request.meta.get(M.NOT_BEFORE)
-    return float(value) if isinstance(value, (int, float)) else 0.0
+    if value is None:
+        return 0.0
+    now = time.time() if now is None else now
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value) or value == -math.inf:
+        request.meta.pop(M.NOT_BEFORE, None)
+        _bad_not_before(request, value, "ignored: expected a UNIX time", "invalid", stats)
+        return 0.0
+    if value > now + MAX_WAIT:
+        request.meta[M.NOT_BEFORE] = now + MAX_WAIT
+        _bad_not_before(request, value, f"more than {MAX_WAIT:.0f}s ahead: clamped", "clamped", stats)
+        return now + MAX_WAIT
+    return float(value)
+
+
+def _bad_not_before(request: Request, value: Any, what: str, stat: str, stats: Any) -> None:
+    logger.warning(
+        "meta[%(key)r]=%(value)s of %(request)s %(what)s",
+        {"key": M.NOT_BEFORE, "value": repr(value)[:40], "request": request, "what": what},
+    )
+    if stats is not None:
+        stats.inc_value(f"openclaw/delay/{stat}")
+
+
+def request_class(request: Request, stats: Any = None) -> str | None:
+    """``meta["openclaw_request_class"]`` if it is a string; anything else is removed,
+    logged and counted (``openclaw/queue/request_class/invalid``), never a crash."""
+    value = request.meta.get(M.REQUEST_CLASS)
+    if value is None or isinstance(value, str):
+        return value
+    request.meta.pop(M.REQUEST_CLASS, None)
+    logger.warning(
+        "Ignoring meta[%(key)r]=%(value)s of %(request)s: expected a string (a deadline.classes name)",
+        {"key": M.REQUEST_CLASS, "value": repr(value)[:40], "request": request},
+    )
+    if stats is not None:
+        stats.inc_value("openclaw/queue/request_class/invalid")
+    return None
 
 
 def wake_engine(crawler: Crawler) -> None:
@@ -99,7 +147,7 @@ class DelayedRequests:
         return [entry[2] for entry in sorted(self._heap)]
 
     def _request_scheduled(self, request: Request, spider: Any = None) -> None:
-        due = not_before(request)
+        due = not_before(request, self.crawler.stats)
         if due <= time.time():
             return
         heapq.heappush(self._heap, (due, next(self._counter), request))

@@ -51,7 +51,7 @@ from scrapy_openclaw import meta as M
 from scrapy_openclaw import signals as openclaw_signals
 from scrapy_openclaw._heaps import DomainQueue, Timed
 from scrapy_openclaw.deadletter import for_request
-from scrapy_openclaw.delay import not_before, wake_engine
+from scrapy_openclaw.delay import not_before, request_class, wake_engine
 from scrapy_openclaw.policy import PolicySet
 from scrapy_openclaw.runtime import crawl_id, shared
 from scrapy_openclaw.serialization import SerializationError, request_from_data, request_to_data
@@ -173,7 +173,7 @@ class DeadlinePriorityQueue:
         self._apply_default_deadline(request, domain, now)
         if self.key:  # disk queue: only what can be stored as data (ValueError -> memory)
             request_to_data(request, spider=self.crawler.spider, compact=True)
-        due = not_before(request)
+        due = not_before(request, self.stats, now=now)
         if due > now:
             heapq.heappush(self._delayed, (due, next(self._seq), request))
             self.stats.inc_value("openclaw/queue/delayed")
@@ -254,7 +254,7 @@ class DeadlinePriorityQueue:
         if M.DEADLINE in request.meta:
             return
         policy = self.policies.for_domain(domain).deadline
-        seconds = policy.classes.get(request.meta.get(M.REQUEST_CLASS) or "", policy.default)
+        seconds = policy.classes.get(request_class(request, self.stats) or "", policy.default)
         if seconds is not None:
             request.meta[M.DEADLINE] = now + seconds
             self.stats.inc_value("openclaw/queue/deadline/defaulted")

@@ -80,6 +80,15 @@ def format_table(rows: list[list[str]], headers: list[str]) -> str:
     return "\n".join(lines)
 
 
+def _store_errors() -> tuple[type[BaseException], ...]:
+    """What an unreachable or unreadable store raises: a message, not a traceback."""
+    try:
+        from redis.exceptions import RedisError
+    except ImportError:
+        return (OSError,)
+    return (OSError, RedisError)
+
+
 class _Stores(DeadLetterStore):
     """Several stores read as one (one file per spider under a ``%(name)s`` URI)."""
 
@@ -205,7 +214,12 @@ class Command(ScrapyCommand):
         expected = 1 if sub in ("show", "replay") else 0
         if len(rest) != expected:
             raise UsageError(f"{sub}: expected {expected} argument(s), got {len(rest)}")
-        getattr(self, f"_run_{sub}")(opts, *rest)
+        try:
+            getattr(self, f"_run_{sub}")(opts, *rest)
+        except _store_errors() as exc:
+            uri = mask_uri(opts.uri or default_uri(self.settings))
+            print(f"cannot read the dead-letter store {uri}: {mask_uri(exc)}", file=sys.stderr)
+            self.exitcode = 1
 
     # ------------------------------------------------------------------ subcommands
 
@@ -250,6 +264,7 @@ class Command(ScrapyCommand):
         data = record.to_dict()
         data["replayed_at"] = store.replayed().get(record.id)
         print(json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False))
+        self._report_skipped(store)
         store.close()
 
     def _run_stats(self, opts: argparse.Namespace) -> None:

@@ -51,12 +51,12 @@ from scrapy.utils.asyncio import call_later, create_looping_call
 from scrapy.utils.misc import load_object
 
 from scrapy_openclaw import meta as M
-from scrapy_openclaw.delay import not_before, wake_engine
+from scrapy_openclaw.delay import not_before, request_class, wake_engine
 from scrapy_openclaw.distributed import lua
 from scrapy_openclaw.distributed import serializer as json_serializer
 from scrapy_openclaw.distributed.link import RedisLink
 from scrapy_openclaw.runtime import crawl_id, shared
-from scrapy_openclaw.serialization import SerializationError, request_from_data, request_to_data
+from scrapy_openclaw.serialization import RefusedRequest, SerializationError, request_from_data, request_to_data
 from scrapy_openclaw.settings import DEFAULTS
 
 if TYPE_CHECKING:
@@ -171,7 +171,7 @@ class LeasedDeadlineQueue:
         policy = self._policy(domain).deadline
         deadline = request.meta.get(M.DEADLINE)
         if deadline is None:
-            seconds = policy.classes.get(request.meta.get(M.REQUEST_CLASS), policy.default)
+            seconds = policy.classes.get(request_class(request, self.stats), policy.default)
             if seconds is not None:
                 deadline = request.meta[M.DEADLINE] = now + float(seconds)
         try:
@@ -194,7 +194,7 @@ class LeasedDeadlineQueue:
                 self.registry.ensure(domain)
             except RedisError:
                 pass  # retried with the next push; the pop just does not gate meanwhile
-        nb = not_before(request)
+        nb = not_before(request, self.stats, now=now)
         args = (self.key, self.boost, self._next_id(), payload, info, nb, now, ack_id, self.worker,
                 *(dupe or ()))
         queued = self._call_push(args)
@@ -237,9 +237,9 @@ class LeasedDeadlineQueue:
                 return None
             entry_id = _text(extra)
             try:
-                request = request_from_data(self.serializer.loads(payload), self.spider)
-            except (SerializationError, ValueError, TypeError) as exc:
-                self._refuse(entry_id, exc)
+                request = self._decode(payload)
+            except SerializationError as exc:
+                self._refuse(entry_id, exc)  # at once: a refused entry must not keep its lease
                 continue
             request.meta[LEASE] = entry_id
             self.held[entry_id] = now
@@ -355,16 +355,47 @@ class LeasedDeadlineQueue:
 
     # --- refused and expired entries -------------------------------------------
 
+    def _decode(self, payload: Any) -> Request:
+        """The request of a queue entry; :class:`SerializationError` for anything else.
+
+        Entries are untrusted (anyone who can write to Redis): whatever the
+        serializer or the rebuild raises is a refusal, never an exception that
+        would leave the entry leased until its lease expires.
+        """
+        try:
+            return request_from_data(self.serializer.loads(payload), self.spider)
+        except SerializationError:
+            raise
+        except Exception as exc:  # a custom SCHEDULER_SERIALIZER may raise anything
+            raise SerializationError(f"undecodable queue entry: {type(exc).__name__}: {exc}") from None
+
     def _refuse(self, entry_id: str, exc: Exception) -> None:
+        """Move a refused entry aside at once; a refused request (scheme, callback, meta) is a dead letter too."""
         logger.error(
             "Refused a Redis queue entry of %(key)s (moved to %(key)s:rejected, not executed): %(error)s",
             {"key": self.key, "error": exc}, extra={"spider": self.spider},
         )
         self.stats.inc_value(f"{STATS}/rejected")
         try:
-            self.link.call(self._reject, args=[self.key, self.boost, entry_id, self.worker, str(exc)])
+            self.link.call(self._reject, args=[self.key, self.boost, entry_id, self.worker, str(exc)[:500]])
         except RedisError:
-            pass
+            pass  # the lease expires and the next pop refuses it again
+        if isinstance(exc, RefusedRequest):
+            self._refused_dead_letter(exc)
+
+    def _refused_dead_letter(self, exc: RefusedRequest) -> None:
+        """A record of the refused request for the operator; it holds no request, so it is never replayed."""
+        from scrapy_openclaw import signals as openclaw_signals
+        from scrapy_openclaw.deadletter import DeadLetter
+
+        letter = DeadLetter(
+            url=exc.url, domain=urlparse(exc.url).hostname or "", error_class="refused",
+            reason=f"stored_{exc.kind}", spider=self.spider.name, crawl_id=crawl_id(self.crawler),
+            exception_type=type(exc).__name__, exception_message=str(exc)[:2000],
+        )
+        self.crawler.signals.send_catch_log(
+            signal=openclaw_signals.dead_letter, dead_letter=letter, spider=self.spider
+        )
 
     def _dead_letter(self, payload: Any, *, reason: str, error_class: str) -> None:
         """A request removed from the queue for good (deadline passed, items kept failing)."""
@@ -372,8 +403,8 @@ class LeasedDeadlineQueue:
         from scrapy_openclaw.deadletter import for_request
 
         try:
-            request = request_from_data(self.serializer.loads(payload), self.spider)
-        except (SerializationError, ValueError, TypeError) as exc:
+            request = self._decode(payload)
+        except SerializationError as exc:
             logger.error("Dropped a Redis queue entry (%(reason)s) that does not decode: %(error)s",
                          {"reason": reason, "error": exc}, extra={"spider": self.spider})
             return

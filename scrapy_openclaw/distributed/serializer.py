@@ -19,6 +19,8 @@ from scrapy_openclaw.serialization import dumps as _json_dumps
 __all__ = ["RefusedPayload", "dumps", "loads"]
 
 _PICKLE_PROTO = 0x80  # protocol 2+ pickles start with PROTO (0x80)
+#: A request body beyond this is not something a crawl queues (Redis's own limit is 512 MB).
+MAX_ENTRY_BYTES = 64 * 1024 * 1024
 
 
 class RefusedPayload(SerializationError):
@@ -41,10 +43,14 @@ def loads(raw: bytes | str) -> dict[str, Any]:
     data = raw.encode("utf-8", "surrogateescape") if isinstance(raw, str) else bytes(raw)
     if not data.lstrip().startswith(b"{"):
         raise RefusedPayload(f"queue entry is {_describe(data)}")
+    if len(data) > MAX_ENTRY_BYTES:
+        raise RefusedPayload(f"queue entry of {len(data)} bytes is larger than {MAX_ENTRY_BYTES}")
     try:
         obj = json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as exc:
         raise RefusedPayload(f"queue entry is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise RefusedPayload("queue entry is JSON nested too deeply") from None
     if not isinstance(obj, dict) or not isinstance(obj.get("url"), str):
         raise RefusedPayload("queue entry is JSON but not a serialised request (no 'url')")
     return obj
