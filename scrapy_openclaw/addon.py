@@ -47,9 +47,7 @@ class Addon:
                 settings.setdefault_in_component_priority_dict(setting, load_object(path), order)
         # Ours replaces Scrapy's retry, unless the user switched ours off.
         if _order_of(settings, "DOWNLOADER_MIDDLEWARES", load_object(RETRY_MIDDLEWARE)) is not None:
-            settings.setdefault_in_component_priority_dict(
-                "DOWNLOADER_MIDDLEWARES", RetryMiddleware, None
-            )
+            _switch_off(settings, "DOWNLOADER_MIDDLEWARES", RetryMiddleware)
         settings.set("SCHEDULER_PRIORITY_QUEUE", PRIORITY_QUEUE, "addon")
         if settings.getbool("OPENCLAW_DISTRIBUTED"):
             from scrapy_openclaw.distributed import configure
@@ -57,6 +55,19 @@ class Addon:
             configure(settings)
         # Fail at start, before any request, on a bad setting or policy file.
         PolicySet.from_settings(settings)
+
+
+def _switch_off(settings: BaseSettings, name: str, cls: type) -> None:
+    """Set *cls* to None in the component dict unless the user names it.
+
+    Keyed by import path, as Scrapy's ``*_BASE`` dicts are: Scrapy 2.14 merges
+    them by key (``getwithbase``), so a class key would leave the base entry on.
+    """
+    components = settings.getdict(name)
+    if any(load_object(key) is cls for key in components):
+        return
+    components[f"{cls.__module__}.{cls.__qualname__}"] = None
+    settings.set(name, components, settings.getpriority(name) or 0)
 
 
 def _order_of(settings: BaseSettings, name: str, cls: type) -> int | None:
