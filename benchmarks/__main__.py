@@ -3,13 +3,16 @@
 ``run`` with no scenario runs them all, in registry order. It prints progress
 to stderr and the markdown report to stdout, and writes ``DIR/results.json``
 (every raw number, the date, the command, the machine), ``DIR/results.md``
-and, when matplotlib is installed, ``DIR/health.png``.
+and, when matplotlib is installed, ``DIR/health.png``. ``--profile`` adds,
+in every ``overhead`` run, one unmeasured add-on crawl under cProfile:
+``DIR/profile-overhead.txt`` (use ``--repeat 1``).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -54,6 +57,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.repeat is not None and args.repeat < 1:
         raise SystemExit("--repeat must be >= 1")
     out = Path(args.out)
+    if args.profile:  # read by benchmarks.overhead in its child process
+        os.environ["BENCH_PROFILE"] = "1"
     meta = {"date": report.now_iso(), "command": report.command_line(), "quick": args.quick,
             "machine": report.machine_info(), "scenarios": names, "repeat": args.repeat}
     result = suite.run_suite(names, quick=args.quick, repeat=args.repeat, out=out, progress=_progress)
@@ -92,6 +97,8 @@ def main(argv: list[str] | None = None) -> int:
                      help="runs per scenario (default: each scenario's own, 3 for the fast ones)")
     run.add_argument("--quick", action="store_true", help="small sizes, for the CI smoke run")
     run.add_argument("--out", default=str(DEFAULT_OUT), help=f"output directory (default {DEFAULT_OUT})")
+    run.add_argument("--profile", action="store_true",
+                     help="overhead: also profile one add-on crawl, top functions in DIR/profile-overhead.txt")
     run.set_defaults(func=cmd_run)
     rep = sub.add_parser("report", help="re-render DIR/results.json (after changing the report code)")
     rep.add_argument("dir", nargs="?", default=str(DEFAULT_OUT))

@@ -43,7 +43,8 @@ CONFIGS: dict[str, dict[str, Any]] = {
 }
 
 
-def _host_numbers(requests: list[dict[str, Any]]) -> dict[str, Any]:
+def host_numbers(requests: list[dict[str, Any]], rate: float = RATE) -> dict[str, Any]:
+    """One host's 429s and 2xx rate / ``rate``, over its active span and after its first ``LEARNING`` s."""
     if not requests:
         return {"requests": 0}
     first = requests[0]["t"]
@@ -56,8 +57,8 @@ def _host_numbers(requests: list[dict[str, Any]]) -> dict[str, Any]:
         "429": sum(1 for r in requests if r["status"] == 429),
         "late_requests": len(late),
         "late_429": sum(1 for r in late if r["status"] == 429),
-        "rate_2xx_fraction": ok / span / RATE,
-        "rate_2xx_fraction_after_5s": ok_late / (span - LEARNING) / RATE if span > LEARNING + 1 else None,
+        "rate_2xx_fraction": ok / span / rate,
+        "rate_2xx_fraction_after_5s": ok_late / (span - LEARNING) / rate if span > LEARNING + 1 else None,
     }
 
 
@@ -68,7 +69,7 @@ def _one(name: str, settings: dict[str, Any], quick: bool, out: Path) -> dict[st
     except CrawlTimeout as exc:
         return {"error": str(exc)[:300]}
     result, ok, truth, elapsed = crawl.result, crawl.reachable, crawl.truth, crawl.seconds
-    hosts = [_host_numbers(h["requests"]) for h in truth["hosts"].values()]
+    hosts = [host_numbers(h["requests"]) for h in truth["hosts"].values()]
     total = sum(h["requests"] for h in hosts)
     late = sum(h.get("late_requests", 0) for h in hosts)
     after = [h["rate_2xx_fraction_after_5s"] for h in hosts if h.get("rate_2xx_fraction_after_5s") is not None]

@@ -26,7 +26,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from collections import Counter
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -51,7 +52,8 @@ class Scenario:
 
 SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
     Scenario("overhead", "benchmarks.overhead",
-             "pages/s and peak memory on a fault-free fast site vs plain Scrapy", repeat=3, limit=300,
+             "pages/s and peak memory on a fault-free fast site (one host, 5,000 pages), add-on on defaults",
+             repeat=3, limit=300,
              quick_limit=120),
     Scenario("flaky", "benchmarks.flaky", "success rate on a flaky 4-host site (503 windows, drops, hangs)",
              limit=900, quick_limit=300, record=True),
@@ -63,6 +65,13 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
              limit=600, quick_limit=240),
     Scenario("killresume", "benchmarks.killresume", "lost/duplicated requests after up to 3 kill -9, vs JOBDIR",
              limit=900, quick_limit=300),
+    Scenario("mixed", "benchmarks.mixed",
+             "pages broken for good (every 5th page 503, a few 404) on a healthy 2-host site",
+             limit=600, quick_limit=180),
+    Scenario("sweep", "benchmarks.sweep", "hosts limited at 3-150 req/s: 2xx rate / limit and 429 share per host",
+             limit=600, quick_limit=180),
+    Scenario("deadhosts", "benchmarks.deadhosts",
+             "2 healthy hosts + 40 URLs on a refused and 40 on an unresolvable host", limit=600, quick_limit=180),
     Scenario("distributed", "benchmarks.distributed",
              "1-3 workers scaling, worker kill (3 rounds), combined per-domain rate, vs scrapy-redis",
              limit=900, quick_limit=300),
@@ -92,34 +101,48 @@ class SiteCrawl:
     reachable: set[str]
     truth: dict[str, Any]
     seconds: float
+    failing: set[str] = field(default_factory=set)  # reachable URLs that fail for good (ground truth)
 
 
 def crawl_site(
-    site: Any, name: str, settings: dict[str, Any], out: Path, *, limit: float, requests: bool = False
+    site: Any, name: str, settings: dict[str, Any], out: Path, *, limit: float, requests: bool = False,
+    extra_start_urls: list[str] | tuple[str, ...] = (),
 ) -> SiteCrawl:
     """Serve *site*, crawl it with ChaosSpider under *settings* (recorded, bounded by
     *limit* seconds) and stop the server; raises ``CrawlTimeout`` if the crawl hangs.
 
-    Dead letters of add-on runs go to *out*, not the working directory.
+    The start URLs are every host's root plus *extra_start_urls* (dead hosts).
+    Dead letters of add-on runs go to *out* (read them with :func:`dead_letters`).
     """
     from scrapy_openclaw.testing.crawl import run_crawl
     from scrapy_openclaw.testing.servers import ChaosServer
 
     server = ChaosServer(site).start()
     try:
-        reachable = set(server.reachable().ok)
+        reach = server.reachable()
         started = time.monotonic()
         dlq = {"OPENCLAW_DLQ_URI": str(out / name / "deadletters.jsonl")} if "ADDONS" in settings else {}
         merged = with_recorder({"CLOSESPIDER_TIMEOUT": limit, **dlq, **settings}, name)
         result = run_crawl(
             "scrapy_openclaw.testing.spiders.ChaosSpider", settings=merged,
-            spider_args={"start_urls": server.start_urls}, timeout=limit + 60, out_dir=out / name,
+            spider_args={"start_urls": [*server.start_urls, *extra_start_urls]}, timeout=limit + 60,
+            out_dir=out / name,
         )
         seconds = time.monotonic() - started
         truth = server.truth(include_requests=requests)
     finally:
         server.stop()
-    return SiteCrawl(result, reachable, truth, seconds)
+    return SiteCrawl(result, set(reach.ok), truth, seconds, set(reach.failing))
+
+
+def dead_letters(crawl: SiteCrawl) -> Counter[str] | None:
+    """URL -> number of dead-letter records of an add-on crawl; None when it kept none (plain Scrapy)."""
+    from scrapy_openclaw.dlq.stores import JsonlStore
+
+    path = crawl.result.out_dir / "deadletters.jsonl"
+    if not path.exists():
+        return Counter() if any(k.startswith("openclaw/") for k in crawl.result.stats) else None
+    return Counter(record.url for record in JsonlStore(path).iter())
 
 
 def with_recorder(settings: dict[str, Any], config: str) -> dict[str, Any]:

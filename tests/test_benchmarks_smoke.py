@@ -4,7 +4,8 @@ The full suite takes minutes; CI runs ``python -m benchmarks run --quick`` on
 the fast ``overhead`` scenario (override the set with
 ``BENCH_SMOKE_SCENARIOS="overhead hol"``), checks every configuration got
 numbers from a real crawl, and imports every scenario module so none of them
-can silently break.
+can silently break. Issue 15's scenarios (mixed, sweep, deadhosts) also
+measure one tiny plain-Scrapy crawl each, through the report's adapters.
 """
 
 from __future__ import annotations
@@ -110,3 +111,84 @@ def test_recorder_samples_health_and_the_plot_draws_it(tmp_path, monkeypatch, ch
         assert png is None and "matplotlib" in message
     else:
         assert png is not None and png.stat().st_size > 10_000, message
+
+
+# --------------------------------------------------------------------------- issue 15's scenarios, tiny and plain
+
+
+def _adapted(name: str, row: dict) -> list:
+    """The report's tables for one configuration's row: every metric the spec names is read."""
+    tables = suite.summarise(name, [{"baseline": "scrapy", "configs": {"scrapy": row}}])
+    assert tables and all(table["rows"]["scrapy"] for table in tables), name
+    return tables
+
+
+def test_mixed_measures_pages_and_failed_urls_from_the_ground_truth(tmp_path):
+    from benchmarks import mixed
+
+    row = mixed.one("scrapy", {}, pages=15, out=tmp_path, limit=30)
+    assert row["finished"] == 1 and row["scraped_fraction"] == 1.0, row
+    # pages 5 and 10 answer 503 for good, page 7 404: failed URLs, all requested by Scrapy
+    assert row["failed_urls"] == row["failed_requested"] >= 2
+    assert "dead_letter_urls" not in row and row["broken_host_health"] is None  # plain Scrapy keeps none
+    configs = mixed.with_differences({"scrapy": dict(row), "other": {"seconds": row["seconds"] + 2.5}})
+    assert configs["scrapy"]["seconds_over_scrapy"] == 0 and configs["other"]["seconds_over_scrapy"] == 2.5
+    _adapted("mixed", row)
+
+
+def test_sweep_measures_each_host_against_its_own_limit(tmp_path):
+    from benchmarks import sweep
+
+    row = sweep.one("scrapy", {}, limits=(3, 12), seconds=2.0, out=tmp_path, limit=30)
+    assert row["finished"] == 1, row
+    assert row["lower_bound_s"] == 2.0 and row["span_s"] is not None
+    # plain Scrapy bursts far beyond 3 and 12 req/s: the servers answer 429
+    assert row["share_429_3"] > 0.1 and row["share_429_12"] > 0.1 and row["share_429"] > 0.1
+    assert row["share_429_max_host"] == max(row["share_429_3"], row["share_429_12"])
+    assert "rate_after_5s_3" in row and "rate_after_5s_150" not in row
+    _adapted("sweep", row)
+
+
+def test_deadhosts_counts_failed_attempts_without_any_dns_query(tmp_path):
+    from benchmarks import deadhosts
+
+    row = deadhosts.one("scrapy", {"RETRY_TIMES": 1}, pages=5, out=tmp_path, limit=30, dead_per_host=2)
+    assert row["finished"] == 1 and row["scraped_fraction"] == 1.0, row
+    assert row["dead_urls"] == 4 and row["dead_attempts"] == 4 * 2  # refused or unresolved, twice each
+    _adapted("deadhosts", row)
+
+
+def test_dead_letters_are_counted_per_url(tmp_path):
+    from scrapy_openclaw.deadletter import DeadLetter
+    from scrapy_openclaw.dlq.stores import JsonlStore
+    from scrapy_openclaw.testing.crawl import CrawlResult
+
+    out = tmp_path / "crawl"
+    out.mkdir()
+    plain = suite.SiteCrawl(CrawlResult(0, [], {"finish_reason": "finished"}, "", out), set(), {}, 1.0)
+    assert suite.dead_letters(plain) is None
+    ours = suite.SiteCrawl(CrawlResult(0, [], {"openclaw/retry/count": 1}, "", out), set(), {}, 1.0)
+    assert suite.dead_letters(ours) == {}
+    store = JsonlStore(out / "deadletters.jsonl")
+    for url in ("http://a/page/1", "http://a/page/2", "http://a/page/1"):
+        store.append(DeadLetter(url=url, domain="a", error_class="network", reason="r", spider="s", crawl_id="c"))
+    store.close()
+    assert suite.dead_letters(ours) == {"http://a/page/1": 2, "http://a/page/2": 1}
+
+
+def test_overhead_profile_lists_the_add_on_functions(tmp_path):
+    import cProfile
+
+    from benchmarks import overhead
+    from scrapy_openclaw.retry_after import parse_retry_after
+    from scrapy_openclaw.testing.presets import limit_sweep_site
+
+    profiler = cProfile.Profile()
+    profiler.runcall(lambda: [(limit_sweep_site(), parse_retry_after("5", cap=60)) for _ in range(3)])
+    dump = tmp_path / "crawl.pstats"
+    profiler.dump_stats(str(dump))
+    text = overhead.write_profile(dump, tmp_path / "results" / overhead.PROFILE_FILE, "about").read_text()
+    assert text.startswith("about") and "by cumulative time" in text and "by own time" in text
+    assert "retry_after.py" in text and "(parse_retry_after)" in text
+    assert "presets.py" not in text  # testing/ is the chaos side, not the add-on's cost
+    assert (tmp_path / "results" / "profile-overhead.pstats").exists()
