@@ -291,6 +291,36 @@ def test_requests_vetoed_before_the_queue_are_not_kept(chaos_server: Any, tmp_pa
     assert state.finished and not state.requests
 
 
+def test_resume_without_a_callback_dead_letters_and_stays_resumable(chaos_server: Any, tmp_path: Path) -> None:
+    server = chaos_server(site(pages=60, latency=0.2, hosts=1))
+    ckpt, items, dead = tmp_path / "ckpt", tmp_path / "items.jsonl", tmp_path / "dead.jsonl"
+    cfg = settings(ckpt, items, CONCURRENT_REQUESTS=2, OPENCLAW_DLQ_URI=str(dead), ITEM_PIPELINES={
+        "scrapy_openclaw.testing.pipelines.FlushedItemsPipeline": 100,
+        "scrapy_openclaw.dlq.DeadLetterPipeline": 200})
+    proc = start_crawl(spider="test_checkpoint_crawl.CallbackSpider", settings=cfg,
+                       spider_args={"start_urls": server.start_urls}, out_dir=tmp_path / "r1")
+    assert wait_for(lambda: len(items_of(items)) >= 4, 60)
+    time.sleep(0.5)  # a journal batch or two
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(10)
+    assert any(json.loads(data).get("callback") == "parse_page" for _st, data, _fp in load(ckpt).requests.values())
+
+    proc = start_crawl(spider="test_checkpoint_crawl.CallbackGoneSpider", settings=cfg,
+                       spider_args={"start_urls": server.start_urls}, out_dir=tmp_path / "r2")
+    proc.wait(90)
+    result = read_result(tmp_path / "r2", proc.returncode)
+    assert result.returncode == 0, result.log[-3000:]
+    lost = result.stats["openclaw/checkpoint/unrestorable"]
+    assert lost >= 1
+    letters = [json.loads(line) for line in dead.read_text(encoding="utf-8").splitlines()]
+    mine = [d for d in letters if d.get("reason") == "checkpoint_unrestorable"]
+    assert len(mine) == lost and all(d["request"]["callback"] == "parse_page" for d in mine)
+    assert "ERROR: Checkpoint: cannot restore request" in result.log
+    assert "the checkpoint stays resumable" in result.log
+    state = load(ckpt)
+    assert not state.finished and len(state.requests) == lost  # kept: a run with the callback restores them
+
+
 def test_jobdir_is_refused(tmp_path: Path) -> None:
     proc = start_crawl(settings={"OPENCLAW_CHECKPOINT_DIR": str(tmp_path / "c"), "JOBDIR": str(tmp_path / "c"),
                                  "EXTENSIONS": {"scrapy_openclaw.checkpoint.CheckpointExtension": 10}},
@@ -316,6 +346,23 @@ if ChaosSpider is not None:
 
             for url in self.start_urls:
                 yield scrapy.Request(url, meta={"handle": object()}, callback=self.parse)
+
+    class CallbackSpider(ChaosSpider):
+        """Follows links with ``parse_page``; :class:`CallbackGoneSpider` is the same spider without it."""
+
+        name = "callback"
+
+        def parse(self, response):  # type: ignore[no-untyped-def]
+            for request in super().parse(response):
+                if hasattr(request, "callback"):
+                    request = request.replace(callback=self.parse_page)
+                yield request
+
+        def parse_page(self, response):  # type: ignore[no-untyped-def]
+            yield from self.parse(response)
+
+    class CallbackGoneSpider(ChaosSpider):
+        name = "callback"
 
     class OffsiteLinkSpider(ChaosSpider):
         name = "offsitelink"
