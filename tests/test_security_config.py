@@ -302,3 +302,24 @@ def test_yaml_errors_do_not_log_a_traceback(tmp_path: Path, caplog: Any) -> None
     with caplog.at_level(logging.DEBUG):
         policy_error(tmp_path, LIST_BOMB)
     assert "Traceback" not in caplog.text
+
+
+def test_dead_letter_files_are_private(tmp_path: Path) -> None:
+    from scrapy_openclaw.deadletter import DeadLetter
+    from scrapy_openclaw.dlq.stores import JsonlStore
+
+    old = os.umask(0o022)
+    try:
+        store = JsonlStore(tmp_path / "dlq" / "dead.jsonl")
+        for n in range(2):
+            store.append(DeadLetter(url=f"https://a.example/{n}", domain="a.example", error_class="network",
+                                    reason="timeout", spider="s", crawl_id="c",
+                                    request={"url": "https://a.example/", "headers": {"Cookie": ["secret"]}}))
+        store.close()
+        before = _mode(tmp_path / "dlq" / "dead.jsonl")
+        JsonlStore(tmp_path / "dlq" / "dead.jsonl").purge()
+    finally:
+        os.umask(old)
+    assert before == 0o600 and _mode(tmp_path / "dlq") == 0o700
+    for path in (tmp_path / "dlq").iterdir():
+        assert _mode(path) == 0o600, path

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 from urllib.parse import parse_qs, urlencode, urlparse, urlunparse
 
+from scrapy_openclaw._files import atomic_writer, open_private, private_dir
 from scrapy_openclaw.deadletter import DeadLetter
 from scrapy_openclaw.dlq.records import InvalidRecord, check_crc, read_mark, read_record, safe_id, with_crc
 from scrapy_openclaw.redact import mask_uri
@@ -164,8 +165,8 @@ class JsonlStore(DeadLetterStore):
 
     @contextlib.contextmanager
     def _locked(self, mode: int) -> Iterator[None]:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(f"{self.path}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        private_dir(self.path.parent)
+        fd = open_private(f"{self.path}.lock", os.O_RDWR)
         try:
             fcntl.flock(fd, mode)
             yield
@@ -182,7 +183,7 @@ class JsonlStore(DeadLetterStore):
             if current == os.fstat(self._file.fileno()).st_ino:
                 return self._file
             self._close_file()
-        f = open(self.path, "a+b")  # noqa: SIM115 - kept open for appends
+        f = os.fdopen(open_private(self.path, os.O_RDWR | os.O_APPEND), "a+b")  # kept open for appends; 0600
         end = f.seek(0, os.SEEK_END)
         if end:
             f.seek(end - 1)
@@ -297,8 +298,7 @@ class JsonlStore(DeadLetterStore):
             gone = {r.id for r in records if filters.matches(r, r.id in marks)}
             if not gone:
                 return 0
-            tmp = self.path.with_name(self.path.name + ".tmp")
-            with open(tmp, "wb") as out:
+            with atomic_writer(self.path) as out:
                 for record in records:
                     if record.id not in gone:
                         out.write(with_crc(record.to_dict()).encode("utf-8") + b"\n")
@@ -306,14 +306,6 @@ class JsonlStore(DeadLetterStore):
                     if id_ not in gone:
                         line = with_crc({MARK: "replayed", "id": id_, "at": at})
                         out.write(line.encode("utf-8") + b"\n")
-                out.flush()
-                os.fsync(out.fileno())
-            os.replace(tmp, self.path)
-            dir_fd = os.open(self.path.parent, os.O_RDONLY)
-            try:
-                os.fsync(dir_fd)
-            finally:
-                os.close(dir_fd)
         return len(gone)
 
 
