@@ -64,7 +64,8 @@ DEFAULTS: dict[str, Any] = {
     # --- stored requests (Redis queue, dead-letter replay, checkpoint): untrusted data ---
     "OPENCLAW_STORED_SCHEMES": ["http", "https"],  # URL schemes a stored request may have
     # meta keys a stored request may not carry (they choose where and how it is sent)
-    "OPENCLAW_STORED_META_DENY": ["proxy", "_auth_proxy", "_scheme_proxy", "bindaddress", "download_slot"],
+    # (not download_slot: Scrapy's downloader writes it into every request's meta)
+    "OPENCLAW_STORED_META_DENY": ["proxy", "_auth_proxy", "_scheme_proxy", "bindaddress"],
     # --- metrics (MetricsExtension) ---
     "OPENCLAW_METRICS_PORT": 0,  # 0: no HTTP endpoint
     "OPENCLAW_METRICS_HOST": "127.0.0.1",  # interface the /metrics endpoint listens on

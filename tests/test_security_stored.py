@@ -136,7 +136,7 @@ def test_stored_schemes_and_meta_can_be_widened_by_the_operator() -> None:
     assert request_from_data({"url": "http://a.test/", "meta": {"proxy": "http://p:1"}}, spider).meta["proxy"]
 
 
-@pytest.mark.parametrize("key", ["proxy", "_auth_proxy", "bindaddress", "download_slot"])
+@pytest.mark.parametrize("key", ["proxy", "_auth_proxy", "_scheme_proxy", "bindaddress"])
 def test_stored_meta_deny_list(key: str) -> None:
     spider = crawler_spider()
     with pytest.raises(RefusedRequest) as info:
