@@ -270,7 +270,7 @@ def test_unset_retry_times_leaves_our_policy_in_charge(site, tmp_path):
 
 
 def test_page_verdict_gets_the_short_schedule_in_a_crawl(site, tmp_path):
-    page = {"base_delay": 0.3, "max_delay": 0.3, "jitter": "none"}  # 3 attempts (built in)
+    page = {"max_attempts": 3, "base_delay": 0.3, "max_delay": 0.3, "jitter": "none"}
     klass = {"base_delay": 0.01, "max_delay": 0.01, "jitter": "none"}  # 6 attempts
     retry = {"protocol_retryable": klass, "page": page, "budget_min_retries": 100000}
     settings = {
@@ -285,7 +285,8 @@ def test_page_verdict_gets_the_short_schedule_in_a_crawl(site, tmp_path):
     assert result.stats["openclaw/retry/page_scheduled"] == 2
     assert result.stats["openclaw/retry/protocol_retryable/count"] == 2 + CLASS_ATTEMPTS - 1
 
-    # RETRY_TIMES still caps a page's retries
+    # RETRY_TIMES still caps a page's retries (unless the policy names the page's max_attempts)
+    retry["page"] = {"base_delay": 0.01, "max_delay": 0.01}
     result, served = run(site, tmp_path, "pagecap", addon=True, starts=[url(site, 1)],
                          settings={**settings, "RETRY_TIMES": 1}, policy={"defaults": {"retry": retry}})
     assert served == {url(site, 1): 2}
@@ -307,7 +308,7 @@ def _fail(crawler: Any, request: Any, scope: str | None, klass: ErrorClass = Err
                                         uniform=lambda a, b: b)
 
 
-PAGE = {"page": {"base_delay": 2.0, "max_delay": 3.0, "jitter": "none"},  # 3 attempts (built in)
+PAGE = {"page": {"max_attempts": 3, "base_delay": 2.0, "max_delay": 3.0, "jitter": "none"},
         "protocol_retryable": {"max_attempts": 5, "base_delay": 10.0, "max_delay": 100.0, "jitter": "none"},
         "network": {"max_attempts": 4, "base_delay": 20.0, "max_delay": 100.0, "jitter": "none"}}
 
@@ -354,10 +355,15 @@ def test_no_verdict_or_parse_class_keep_their_schedule():
 
 
 def test_caps_apply_to_the_page_schedule():
-    crawler = _crawler({"defaults": {"retry": PAGE}}, RETRY_TIMES=1)
+    unnamed = {**PAGE, "page": {"base_delay": 2.0, "max_delay": 3.0}}
+    crawler = _crawler({"defaults": {"retry": unnamed}}, RETRY_TIMES=1)
     retry = _fail(crawler, scrapy.Request("http://a.test/x"), "page")
     assert retry is not None and _fail(crawler, retry, "page") is None
-    crawler = _crawler({"defaults": {"retry": PAGE}}, RETRY_TIMES=10)  # replaces max_attempts ...
+    # ... a policy that names the page's max_attempts wins over RETRY_TIMES
+    crawler = _crawler({"defaults": {"retry": PAGE}}, RETRY_TIMES=1)
+    retry = _fail(crawler, _fail(crawler, scrapy.Request("http://a.test/x"), "page"), "page")
+    assert retry is not None and _fail(crawler, retry, "page") is None
+    crawler = _crawler({"defaults": {"retry": unnamed}}, RETRY_TIMES=10)  # replaces max_attempts ...
     request = scrapy.Request("http://a.test/x")
     for _ in range(10):
         request = _fail(crawler, request, "page")
