@@ -161,7 +161,7 @@ SPECS: dict[str, list[Spec]] = {
         M("dead_letter_urls", "dead URLs dead-lettered (of 80)", ratio=False),
         M("dead_letter_duplicates", "duplicate dead letters", "lower", ratio=False),
         M("scraped_fraction", "healthy pages scraped", "higher"), M("dead_attempts", "failed attempts", "lower"),
-        M("finished", "ended by itself", ratio=False),
+        M("finished", "ended by itself", ratio=False), M("killed_after_s", "killed after s", ratio=False),
     ], [Headline("seconds_over_scrapy", "openclaw", "<= 20 s", at_most(20.0)),
         Headline("finished", "openclaw", "== 1", at_least(1)),
         Headline("dead_letter_urls", "openclaw", "== 80", at_least(80)),

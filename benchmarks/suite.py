@@ -106,10 +106,11 @@ class SiteCrawl:
 
 def crawl_site(
     site: Any, name: str, settings: dict[str, Any], out: Path, *, limit: float, requests: bool = False,
-    extra_start_urls: list[str] | tuple[str, ...] = (),
+    extra_start_urls: list[str] | tuple[str, ...] = (), grace: float = 60.0,
 ) -> SiteCrawl:
     """Serve *site*, crawl it with ChaosSpider under *settings* (recorded, bounded by
-    *limit* seconds) and stop the server; raises ``CrawlTimeout`` if the crawl hangs.
+    *limit* seconds) and stop the server; raises ``CrawlTimeout`` if the crawl is still
+    running *grace* seconds after that (closing waits for the requests in the download slots).
 
     The start URLs are every host's root plus *extra_start_urls* (dead hosts).
     Dead letters of add-on runs go to *out* (read them with :func:`dead_letters`).
@@ -125,7 +126,7 @@ def crawl_site(
         merged = with_recorder({"CLOSESPIDER_TIMEOUT": limit, **dlq, **settings}, name)
         result = run_crawl(
             "scrapy_openclaw.testing.spiders.ChaosSpider", settings=merged,
-            spider_args={"start_urls": [*server.start_urls, *extra_start_urls]}, timeout=limit + 60,
+            spider_args={"start_urls": [*server.start_urls, *extra_start_urls]}, timeout=limit + grace,
             out_dir=out / name,
         )
         seconds = time.monotonic() - started

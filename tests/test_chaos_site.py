@@ -468,3 +468,15 @@ def test_real_crawl_scrapes_every_reachable_page(chaos_server: Any, tmp_out: Any
     assert {item["host"] for item in result.items} == {A, B}
     counts = {a: h["counts"] for a, h in server.truth()["hosts"].items()}
     assert sum(sum(c.values()) for c in counts.values()) == len(urls)
+
+
+def test_crawl_obeying_robots_txt_fetches_it_once_per_host(chaos_server: Any, tmp_out: Any) -> None:
+    server = chaos_server(crawl_delay_site(pages=4, crawl_delay=0.2))
+    result = run_crawl(settings={"ROBOTSTXT_OBEY": True}, spider_args={"start_urls": server.start_urls},
+                       out_dir=tmp_out, timeout=90)
+    assert result.stats.get("finish_reason") == "finished", result.log[-3000:]
+    assert {item["url"] for item in result.items} == set(server.reachable().ok)
+    reqs = records(server)
+    assert [r["path"] for r in reqs].count(ROBOTS_PATH) == 1 and reqs[0]["path"] == ROBOTS_PATH
+    assert result.stats["robotstxt/response_status_count/200"] == 1
+    assert len([r for r in reqs if r["path"] != ROBOTS_PATH]) == len(result.items)
