@@ -433,3 +433,31 @@ def test_password_in_redis_url_reaches_no_log_or_cli_output(chaos_server: Any, p
     assert "redis://:***@" in outputs[0].stdout and outputs[-1].returncode == 0
     unreachable = cli(project, "list", "--uri", f"redis://:{PASSWORD}@127.0.0.1:1/0")
     assert_no_password("an unreachable store's error", unreachable.stdout + unreachable.stderr)
+
+
+def test_password_in_redis_url_not_in_the_scheduler_log(chaos_server: Any, password_redis: str,
+                                                       tmp_path: Path) -> None:
+    from test_schedule_run import SchedulerProcess, make_project, site, successes, wait_for, write_tasks
+
+    from scrapy_openclaw.schedule.history import RedisHistory
+    from scrapy_openclaw.schedule.locks import redis_client
+
+    server = chaos_server(site(pages=1))
+    project = make_project(tmp_path / "sched")
+    tasks = write_tasks(project / "tasks.yaml", f"""
+        tasks:
+          shared:
+            spider: chaos
+            interval: 2
+            args: {{start_urls: "{server.start_urls[0]}"}}
+    """)
+    node = SchedulerProcess(project, tasks, f"REDIS_URL={password_redis}")
+    try:
+        history = RedisHistory(redis_client(password_redis), "openclaw:schedule:history")
+        wait_for(lambda: successes(history.runs(), "shared"), 120, "a successful window", lambda: node.log)
+    finally:
+        assert node.stop() == 0
+    assert "Scheduler started" in node.log
+    for file in project.rglob("*"):
+        if file.is_file():
+            assert_no_password(str(file), file.read_text(errors="replace"))
