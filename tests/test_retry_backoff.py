@@ -215,14 +215,13 @@ def test_retry_waits_until_its_domain_reopens():
 
     from scrapy_openclaw.health import HealthRegistry
 
-    crawler = _spider_crawler({"OPENCLAW_POLICY": {"defaults": {"health": {"circuit_cooldown": 30}}}})
+    crawler = _spider_crawler()
     registry = HealthRegistry.for_crawler(crawler)  # as the health middleware creates it
     c = Classification(ErrorClass.PROTOCOL_RETRYABLE, "http_503", 503)
     now = time.time()
-    for _ in range(3):
-        registry.record_failure("127.0.0.2", c, now=now)
+    registry.record_failure("127.0.0.2", c, now=now, retry_after=30.0)
     reopens = registry.blocked_until("127.0.0.2")
-    assert reopens > now + 20  # the circuit is open
+    assert reopens > now + 20  # held (a Retry-After: 30)
     request = Request("http://127.0.0.2:1/page/1")
     retry = get_classified_retry_request(request, classification=c, spider=crawler.spider, now=now, uniform=lowest)
     assert retry.meta[M.NOT_BEFORE] == reopens  # not handed out only to be deferred again
