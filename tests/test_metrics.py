@@ -127,13 +127,18 @@ def scrape(port: int) -> str | None:
 
 def test_metrics_live_and_final_match_stats(chaos_server, pushgateway, tmp_out):
     healthy, faulty = address(0), address(1)
+    # The 503 windows run on the server's clock, and the crawl starts after a
+    # Python start-up whose length varies, so the faulty host must be crawled
+    # for longer than one up window (0.6 s): 24 pages at 0.1 s, two at a time,
+    # take >= 1.1 s. With 12 pages at 0.05 s it could fall between two windows
+    # (no 503 at all, health never lowered): red about one run in five.
     site = chaos_server(
         ChaosConfig(
             hosts=(
                 HostConfig(address=healthy, pages=30, links_per_page=4, latency=0.05),
                 HostConfig(
-                    address=faulty, pages=12, links_per_page=4, latency=0.05, drop_rate=0.05,
-                    fail_windows={"period": 2.0, "down": 0.8, "status": 503},
+                    address=faulty, pages=24, links_per_page=4, latency=0.1, drop_rate=0.05,
+                    fail_windows={"period": 1.0, "down": 0.4, "status": 503},
                 ),
             ),
             seed=3,
@@ -204,10 +209,9 @@ def test_metrics_live_and_final_match_stats(chaos_server, pushgateway, tmp_out):
         assert total(final, "scrapy_openclaw_dlq_dead_letters_total") == stats["openclaw/retry/dead_letters"]
     if "openclaw/dlq/count" in stats:  # the DeadLetterPipeline counted the same signals
         assert total(final, "scrapy_openclaw_dlq_dead_letters_total") == stats["openclaw/dlq/count"]
-    retried = total(final, "scrapy_openclaw_retry_requests_total")
-    assert retried == stats.get("retry/count", 0) + sum(
-        v for k, v in stats.items() if k.startswith("openclaw/retry/") and k.endswith("/count") and k.count("/") == 3
-    )
+    # retry/count counts every retry, whether Scrapy's RetryMiddleware or ours
+    # scheduled it (ours also counts it again under openclaw/retry/<class>/count).
+    assert total(final, "scrapy_openclaw_retry_requests_total") == stats.get("retry/count", 0)
 
     if _health_available():
         # The host with 503 windows lost health; the healthy one kept more.
