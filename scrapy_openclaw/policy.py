@@ -48,7 +48,11 @@ def _range(lo: float | None = None, hi: float | None = None) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class HealthPolicy:
-    """How a domain's score moves and how the score and AIMD drive its pace."""
+    """How a domain's score moves and how the score and its signals drive its pace.
+
+    Out of the box nothing caps a healthy domain but concurrency, as in plain
+    Scrapy; ``base_rate`` and ``base_concurrency`` are opt-in ceilings.
+    """
 
     success_reward: float = field(default=1.0, metadata=_range(0, 100))
     throttle_penalty: float = field(default=20.0, metadata=_range(0, 100))  # 429/503
@@ -56,16 +60,22 @@ class HealthPolicy:
     connection_penalty: float = field(default=10.0, metadata=_range(0, 100))
     server_error_penalty: float = field(default=5.0, metadata=_range(0, 100))
     recovery_per_minute: float = field(default=10.0, metadata=_range(0, 100))
-    base_concurrency: int = field(default=8, metadata=_range(1, 1000))
-    base_rate: float = field(default=20.0, metadata=_range(0.01, 10000))  # req/s ceiling
-    initial_rate: float = field(default=4.0, metadata=_range(0.01, 10000))
+    # concurrency ceiling per domain; None: the slot's own (CONCURRENT_REQUESTS_PER_DOMAIN,
+    # _PER_IP, DOWNLOAD_SLOTS), scaled by health either way
+    base_concurrency: int | None = field(default=None, metadata=_range(1, 1000))
+    # req/s ceiling per domain; None: no fixed ceiling (the site's own signals set the pace)
+    base_rate: float | None = field(default=None, metadata=_range(0.01, 100000))
+    # where slow start begins (req/s); it grows by half with every success until a congestion signal
+    initial_rate: float = field(default=10.0, metadata=_range(0.01, 100000))
     min_rate: float = field(default=0.2, metadata=_range(0.001, 10000))
     burst: int = field(default=5, metadata=_range(1, 10000))
-    rate_increase: float = field(default=0.5, metadata=_range(0, 10000))  # req/s per second of success
-    rate_decrease: float = field(default=0.5, metadata=_range(0.01, 0.99))  # multiplier on congestion
+    # after a slowdown, how fast the rate probes past the learned limit: the cubic's
+    # constant, as a share of that limit per second cubed (CUBIC's C, scale-free)
+    rate_probe: float = field(default=0.004, metadata=_range(0.0001, 10))
+    rate_decrease: float = field(default=0.85, metadata=_range(0.01, 0.99))  # multiplier on congestion
     latency_factor: float = field(default=3.0, metadata=_range(1.0, 100))
     circuit_floor: float = field(default=20.0, metadata=_range(0, 100))
-    # failures in a row that open the circuit: few, because opening is cheap (a
+    # domain failures in a row that open the circuit: few, because opening is cheap (a
     # short first cool-down) and at low concurrency every failure in the run
     # is a separate congestion event that costs health
     circuit_failures: int = field(default=3, metadata=_range(1, 100000))
@@ -79,6 +89,9 @@ class HealthPolicy:
     # seconds a circuit may stay open (no probe getting through) before the domain is given
     # up: its requests become dead letters (replayable) so the crawl can end; None: never
     give_up_after: float | None = field(default=600.0, metadata=_range(1, None))
+    # the same for a domain that has never answered (DNS errors, refused connections):
+    # such a host is most likely dead, so it is given up within seconds; None: give_up_after
+    unreachable_give_up: float | None = field(default=5.0, metadata=_range(0, None))
     retry_after_cap: float = field(default=600.0, metadata=_range(0, 86400))
 
 
@@ -102,9 +115,11 @@ class RetryPolicy:
     parse: RetryClassPolicy = RetryClassPolicy(max_attempts=3, base_delay=0.5, max_delay=10.0)
     # a network or protocol_retryable failure the health middleware judged the page's
     # own (meta["openclaw_failure_scope"] == "page": its domain is healthy) is retried
-    # on this short schedule, then dead-lettered; the congestion schedules above are
-    # for domain trouble
-    page: RetryClassPolicy = RetryClassPolicy(max_attempts=3, base_delay=0.5, max_delay=5.0, jitter="equal")
+    # on this short schedule (0.25-0.5, 0.5-1, then 1-2 s), then dead-lettered; the
+    # congestion schedules above are for domain trouble. As many attempts as they
+    # have: the first failures of a 503 window still look like a page's own, and a
+    # URL unlucky enough to meet several windows must not be given up early.
+    page: RetryClassPolicy = RetryClassPolicy(max_attempts=6, base_delay=0.5, max_delay=2.0, jitter="equal")
     # retries may be at most this share of the domain's recent requests ...
     # (higher than Finagle's 20%: our retries are spread out by backoff, not
     # immediate, so a flapping site needs more of them to be ridden out)
@@ -371,7 +386,7 @@ def _build(cls: type, data: dict[str, Any], base: Any = None) -> Any:
         hint = hints[key]
         if dataclasses.is_dataclass(hint):
             changes[key] = _build(hint, value, getattr(base, key))
-        elif hint is int:
+        elif value is not None and (hint is int or int in get_args(hint)):
             changes[key] = int(value)
         elif value is not None and (hint is float or (get_origin(hint) is not dict and float in get_args(hint))):
             changes[key] = float(value)

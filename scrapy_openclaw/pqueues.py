@@ -389,10 +389,9 @@ class DeadlinePriorityQueue:
             return True, math.inf  # out it goes, to become a dead letter in the health middleware
         downloader = self._downloader()
         slot = downloader.slots.get(domain) if downloader is not None else None
-        if slot is not None:
-            limit = registry.concurrency(domain) if registry is not None else slot.concurrency
-            if len(slot.active) >= limit:
-                return False, math.inf
+        # (the health middleware keeps slot.concurrency scaled by the domain's health)
+        if slot is not None and len(slot.active) >= slot.concurrency:
+            return False, math.inf
         if registry is None:
             return True, math.inf
         at = registry.ready_at(domain, now)

@@ -39,6 +39,9 @@ DEFAULTS: dict[str, Any] = {
     "OPENCLAW_HEALTH_ENABLED": True,  # False: no DomainHealthMiddleware
     # class of the per-domain state owner (distributed mode selects a Redis one)
     "OPENCLAW_HEALTH_REGISTRY_CLASS": "scrapy_openclaw.health.HealthRegistry",
+    # cap (seconds) on a robots.txt Crawl-delay the health middleware honours (with
+    # ROBOTSTXT_OBEY, Scrapy >= 2.18); 0: ignore Crawl-delay
+    "OPENCLAW_CRAWL_DELAY_MAX": 30.0,
     # --- retry (ClassifiedRetryMiddleware, ParseRetryMiddleware) ---
     "OPENCLAW_RETRY_ENABLED": True,  # Scrapy's RETRY_ENABLED=False also disables it
     # record permanent failures (404, 410, other non-retryable 4xx/5xx) as dead
@@ -101,6 +104,7 @@ _RANGES: dict[str, tuple[float, float]] = {
     "OPENCLAW_CHECKPOINT_SNAPSHOT_INTERVAL": (0.01, 86400.0),
     "OPENCLAW_CHECKPOINT_SNAPSHOT_RECORDS": (0, 10**12),
     "OPENCLAW_QUEUE_AGING_BOOST": (0.001, 1e9),
+    "OPENCLAW_CRAWL_DELAY_MAX": (0.0, 86400.0),
     "OPENCLAW_DLQ_ALERT_COUNT": (0, 10**12),
     "OPENCLAW_DLQ_ALERT_RATIO": (0.0, 1.0),
     "OPENCLAW_DLQ_ALERT_MIN_REQUESTS": (0, 10**12),

@@ -128,4 +128,4 @@ def test_per_domain_policy_applies_to_the_right_host_only(tmp_path):
     crawler = get_crawler(settings_dict={**ADDON, "OPENCLAW_POLICY_FILE": str(policy)})
     policies = PolicySet.for_crawler(crawler)
     assert policies.for_domain("127.0.0.3").health.base_concurrency == 1
-    assert policies.for_domain("127.0.0.2").health.base_concurrency == 8
+    assert policies.for_domain("127.0.0.2").health.base_concurrency is None

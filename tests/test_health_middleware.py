@@ -144,7 +144,8 @@ def test_policy_file_overrides_apply_to_the_right_host_only(chaos_server: Any, t
 def test_flapping_hosts_are_ridden_out_with_the_addon_defaults(chaos_server: Any, tmp_path: Path) -> None:
     # 503 windows 30% of the time (staggered), no Retry-After: nothing but the defaults.
     hosts = tuple(
-        HostConfig(host, pages=20, links_per_page=5, latency=0.01,
+        # (slow pages, so that a crawl as fast as plain Scrapy's still spans a few windows)
+        HostConfig(host, pages=80, links_per_page=5, latency=0.25,
                    fail_windows={"period": 4.0, "down": 1.2, "status": 503, "offset": 2.0 * i})
         for i, host in enumerate((A, B))
     )
@@ -160,8 +161,9 @@ def test_flapping_hosts_are_ridden_out_with_the_addon_defaults(chaos_server: Any
     stats = result.stats
 
     assert stats["finish_reason"] == "finished"
-    for host in (A, B):
-        assert scraped(result, host) == reachable(server, host), host  # every page, none lost
+    trouble = [line for line in result.log.splitlines() if "ERROR" in line or "WARNING" in line]
+    for host in (A, B):  # every page, none lost
+        assert scraped(result, host) == reachable(server, host), (host, trouble[-20:])
     served_503 = sum(1 for host in (A, B) for _, status in statuses(truth, host) if status == 503)
     assert served_503 >= 3, "the crawl never met a 503 window; the test proves nothing"
     # The circuit opens after 3 failures in a row (the default): whether a 1.2 s window holds
@@ -177,9 +179,11 @@ def test_flapping_hosts_are_ridden_out_with_the_addon_defaults(chaos_server: Any
         assert stats["openclaw/health/circuit_opened"] >= 1
         assert stats["openclaw/health/circuit_closed"] >= 1
     assert stats.get("openclaw/retry/dead_letters", 0) == 0  # no page ran out of attempts or budget
-    # Waiting out an open circuit spends no attempts: no page needed anywhere near its six.
+    # Waiting out an open circuit spends no attempts: no page ran out of its six (the first
+    # failures of a window look like a page's own and are retried on the short page
+    # schedule, so a page may meet a window or two more than it would on the long one).
     per_url = Counter((host, r["path"]) for host in (A, B) for r in truth["hosts"][host]["requests"])
-    assert max(per_url.values()) <= 4, per_url.most_common(3)
+    assert max(per_url.values()) <= 5, per_url.most_common(3)
     # Each window was waited out in seconds, not by pausing the host for minutes: the
     # longest silence at a host is well under two periods (a generous margin for a
     # 1.2 s window and a cool-down of 1-2 s; a fixed 30 s cool-down fails this).

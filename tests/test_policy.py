@@ -25,7 +25,7 @@ def error_of(tmp_path, text: str, **settings) -> str:
 
 def test_builtin_defaults_without_any_policy():
     policy = PolicySet.from_settings(Settings()).for_domain("example.com")
-    assert policy.health.base_concurrency == 8
+    assert policy.health.base_concurrency is None  # Scrapy's own per-domain concurrency
     assert policy.retry.parse.max_attempts == 3
     assert policy.deadline.expired == "boost"
 

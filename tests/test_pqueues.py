@@ -205,14 +205,14 @@ def test_a_held_domain_is_skipped_while_others_are_served():
 
 
 def test_a_domain_without_tokens_waits_and_pop_takes_tokens():
-    policy = {"defaults": {"health": {"initial_rate": 1, "base_rate": 1, "burst": 2}}}
+    policy = {"defaults": {"health": {"initial_rate": 8, "base_rate": 8, "burst": 2}}}
     q = make_queue({"DOWNLOADER_MIDDLEWARES": HEALTH, "OPENCLAW_POLICY": policy})
     now = q._clock.now
     for i in range(4):
         q.push(Request(f"http://a.example/{i}"))
-    assert len(urls(q)) == 2  # the burst
-    assert q.pop() is None and now < q._timer_due <= now + 1.01
-    q._clock.now = now + 1.0
+    assert len(urls(q)) == 2  # the burst (two tokens: a quarter second's worth at 8 req/s)
+    assert q.pop() is None and now < q._timer_due <= now + 0.126
+    q._clock.now = now + 0.125
     assert len(urls(q)) == 1
     q.close()
 

@@ -77,7 +77,7 @@ local HF = {'health', 'rate', 'tokens', 'threshold', 'updated', 'last_decrease',
   'circuit', 'opened_at', 'probe_at', 'latency', 'best_latency', 'hold_until',
   'consecutive_failures', 'requests', 'successes', 'failures', 'cooldown', 'opens', 'down_since',
   'answered_at', 'last_success', 'share_fast', 'share_slow', 'win_start', 'win_ok', 'delivered',
-  'crawl_delay'}
+  'crawl_delay', 'troubled_at'}
 
 local function f17(x)
   if x == nil then return '' end
@@ -112,7 +112,7 @@ local function h_load(hkey, now, pjson)
     d.consecutive_failures, d.requests, d.successes, d.failures = 0, 0, 0, 0
     d.cooldown, d.opens, d.down_since = p.circuit_cooldown, 0, 0
     d.answered_at, d.last_success, d.share_fast, d.share_slow = 0, 0, 0, 0
-    d.win_start, d.win_ok, d.delivered, d.crawl_delay = now, 0, nil, 0
+    d.win_start, d.win_ok, d.delivered, d.crawl_delay, d.troubled_at = now, 0, nil, 0, 0
     return d, p
   end
   for i, name in ipairs(HF) do
@@ -122,6 +122,7 @@ local function h_load(hkey, now, pjson)
   d.down_since, d.answered_at, d.last_success = d.down_since or 0, d.answered_at or 0, d.last_success or 0
   d.share_fast, d.share_slow, d.crawl_delay = d.share_fast or 0, d.share_slow or 0, d.crawl_delay or 0
   d.win_start, d.win_ok, d.last_decrease = d.win_start or now, d.win_ok or 0, d.last_decrease or 0
+  d.troubled_at = d.troubled_at or 0
   local elapsed = now - d.updated
   if elapsed > 0 then
     d.health = math.min(100, d.health + p.recovery_per_minute * elapsed / 60)
@@ -210,6 +211,7 @@ local function h_decrease(d, p, now)
 end
 
 local function h_count_delivered(d, p, now)
+  if d.last_success ~= 0 and now - d.last_success > p.k_window then d.win_start, d.win_ok = now, 0 end
   d.win_ok = d.win_ok + 1
   local span = now - d.win_start
   if span < p.k_window then return end
@@ -250,11 +252,11 @@ local function h_success(d, p, now, latency)
   d.requests = d.requests + 1
   d.successes = d.successes + 1
   d.consecutive_failures = 0
+  h_count_delivered(d, p, now)
   d.answered_at, d.last_success = now, now
   d.health = math.min(100, d.health + p.success_reward)
   d.share_fast = d.share_fast - p.k_share_fast * d.share_fast
   d.share_slow = d.share_slow - p.k_share_slow * d.share_slow
-  h_count_delivered(d, p, now)
   local congested = h_observe_latency(d, p, latency)
   if d.circuit == 'half_open' then d.circuit, d.probe_at, d.down_since = 'closed', 0, 0 end
   if congested then h_decrease(d, p, now) else h_increase(d, p, now) end
@@ -270,6 +272,7 @@ local function h_failure(d, p, now, answered, in_share, domain, penalty, congest
     d.share_slow = d.share_slow + p.k_share_slow * (1 - d.share_slow)
   end
   if not domain then return end
+  d.troubled_at = now
   d.consecutive_failures = d.consecutive_failures + 1
   -- a congestion signal costs its penalty once per event (when it also cuts the
   -- rate); while the circuit is not closed a failure costs no health and no hold

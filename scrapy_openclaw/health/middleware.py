@@ -1,10 +1,12 @@
 """DomainHealthMiddleware: feeds the HealthRegistry and applies it to Scrapy's download slots.
 
 It sits next to the downloader (order 560, inside the retry middleware), so it
-sees every raw response and download failure and records it in the registry.
-From the registry it sets each download slot's ``concurrency`` (scaled by
-health) and, when the scheduler queue does not gate domains itself, the
-slot's ``delay`` (one request per 1/rate seconds).
+sees every raw response and download failure, asks the registry whose trouble
+a failure is (``meta["openclaw_failure_scope"]``: page or domain, read by the
+retry middleware) and records it. From the registry it sets each download
+slot's ``concurrency`` (its own concurrency scaled by health) and, when the
+scheduler queue does not gate domains itself, the slot's ``delay``. With
+``ROBOTSTXT_OBEY`` it passes robots.txt ``Crawl-delay`` to the registry.
 
 A request for a domain that is held (Retry-After) or whose circuit is open is
 not sent and not waited for here (waiting in a middleware would hold one of
@@ -62,9 +64,16 @@ class DomainHealthMiddleware:
         # request out; with any other queue the slot delay does the pacing.
         self.paces_slots = not queue_handles_not_before(crawler.settings)
         self.min_delay = crawler.settings.getfloat("DOWNLOAD_DELAY")
+        self.crawl_delay_max = crawler.settings.getfloat(
+            "OPENCLAW_CRAWL_DELAY_MAX", DEFAULTS["OPENCLAW_CRAWL_DELAY_MAX"]
+        )
         self._given_up_logged: set[str] = set()
+        self._slot_concurrency: dict[str, int] = {}  # each slot's own concurrency, before we scaled it
         DelayedRequests.for_crawler(crawler)  # keeps deferred requests when the queue cannot
         crawler.signals.connect(self._request_reached_downloader, signal=signals.request_reached_downloader)
+        robots_parsed = getattr(signals, "robots_parsed", None)  # Scrapy >= 2.18
+        if robots_parsed is not None and self.crawl_delay_max > 0:
+            crawler.signals.connect(self._robots_parsed, signal=robots_parsed)
         crawler.signals.connect(self._spider_closed, signal=signals.spider_closed)
         if self.paces_slots and crawler.settings.getbool("AUTOTHROTTLE_ENABLED"):
             logger.warning(
@@ -155,7 +164,15 @@ class DomainHealthMiddleware:
     ) -> None:
         if affects_health(classification):
             assert classification is not None
-            changed = self.registry.record_failure(domain, classification, retry_after=retry_after)
+            failed_before = _last_failure(request)
+            scope = self.registry.judge(
+                domain, classification, retry_after=retry_after, failed_before=failed_before
+            )
+            request.meta[M.FAILURE_SCOPE] = scope
+            changed = self.registry.record_failure(
+                domain, classification, retry_after=retry_after, failed_before=failed_before
+            )
+            self.stats.inc_value(f"openclaw/health/{scope}_failures")
             self.stats.inc_value(f"openclaw/health/failures/{classification.reason}")
             if classification.is_throttle:
                 self.stats.inc_value("openclaw/health/throttled")
@@ -209,9 +226,31 @@ class DomainHealthMiddleware:
         if slot is not None:
             self._apply(domain, slot)
 
+    def _robots_parsed(self, robotparser: Any, request: Request, **kwargs: Any) -> None:
+        """Honour robots.txt ``Crawl-delay`` (capped by ``OPENCLAW_CRAWL_DELAY_MAX``)."""
+        agent = self.crawler.settings.get("ROBOTSTXT_USER_AGENT") or request.headers.get(
+            b"User-Agent", self.crawler.settings.get("USER_AGENT")
+        )
+        try:
+            delay = robotparser.crawl_delay(agent)
+        except Exception as exc:  # a third-party parser; robots.txt is untrusted input
+            logger.warning("Ignoring the Crawl-delay of %(url)s: %(error)r", {"url": request.url, "error": exc})
+            return
+        domain = self._domain(request)
+        if not domain or not isinstance(delay, (int, float)) or not delay > 0:
+            return
+        seconds = min(float(delay), self.crawl_delay_max)
+        self.registry.set_crawl_delay(domain, seconds)
+        self.stats.set_value(f"openclaw/health/crawl_delay/{domain}", seconds)
+        logger.info(
+            "robots.txt of %(domain)s asks for Crawl-delay %(delay)ss: spacing its requests %(used)ss apart",
+            {"domain": domain, "delay": delay, "used": seconds}, extra={"spider": self.crawler.spider},
+        )
+
     def _apply(self, domain: str, slot: Slot) -> None:
+        own = self._slot_concurrency.setdefault(domain, slot.concurrency)
+        slot.concurrency = self.registry.concurrency(domain, own)
         state = self.registry.state(domain)
-        slot.concurrency = state.concurrency
         slot.delay = max(self.min_delay, 1.0 / state.rate) if self.paces_slots else self.min_delay
         paused_until = self.registry.blocked_until(domain)
         if paused_until > time.time():
@@ -226,6 +265,13 @@ class DomainHealthMiddleware:
     def _domain(self, request: Request) -> str:
         engine = self.crawler.engine
         return engine.downloader.get_slot_key(request) if engine is not None else ""
+
+
+def _last_failure(request: Request) -> float | None:
+    """When this URL last failed (its retry state's last attempt), None on a first attempt."""
+    state = request.meta.get(M.RETRY_STATE)
+    last = state.get("last") if isinstance(state, dict) else None
+    return float(last) if isinstance(last, (int, float)) and not isinstance(last, bool) else None
 
 
 def _pause_slot(slot: Slot, until: float) -> None:

@@ -115,7 +115,7 @@ class _Domain:
         "circuit", "opened_at", "probe_at", "latency", "best_latency", "hold_until",
         "consecutive_failures", "requests", "successes", "failures", "cooldown", "opens",
         "down_since", "answered_at", "last_success", "share_fast", "share_slow",
-        "win_start", "win_ok", "delivered", "crawl_delay",
+        "win_start", "win_ok", "delivered", "crawl_delay", "troubled_at",
     )
 
     def __init__(self, policy: HealthPolicy, now: float):
@@ -146,6 +146,7 @@ class _Domain:
         self.win_ok = 0  # ... and the successes in it
         self.delivered: float | None = None  # successes/s the domain delivered (EWMA of windows)
         self.crawl_delay = 0.0
+        self.troubled_at = 0.0  # the last domain failure; 0: none
 
 
 # Field types in a snapshot: how restore() validates what it reads.
@@ -349,11 +350,11 @@ class HealthRegistry:
         d.requests += 1
         d.successes += 1
         d.consecutive_failures = 0
+        _count_delivered(d, now)
         d.answered_at = d.last_success = now
         d.health = min(100.0, d.health + p.success_reward)
         d.share_fast -= _SHARE_FAST * d.share_fast
         d.share_slow -= _SHARE_SLOW * d.share_slow
-        _count_delivered(d, now)
         congested = self._observe_latency(d, p, latency)
         closed = d.circuit == HALF_OPEN
         if closed:  # the learned limit stays: the domain resumes at it
@@ -390,6 +391,7 @@ class HealthRegistry:
             d.share_slow += _SHARE_SLOW * (1.0 - d.share_slow)
         if verdict != DOMAIN:
             return None
+        d.troubled_at = now
         d.consecutive_failures += 1
         penalty, congestion = _penalty(classification, p)
         # A congestion signal costs its penalty once per event (when it also cuts
@@ -593,14 +595,21 @@ def _verdict(
     assert c is not None
     if c.status == 429 or retry_after is not None:
         return DOMAIN, False  # the server itself asks us to slow down
-    if failed_before is not None and d.last_success > failed_before:
-        return PAGE, False  # failing again while its siblings succeed: the page's own trouble
+    if failed_before is not None:
+        if d.troubled_at > failed_before:  # the domain itself was in trouble since: not a page's own
+            return DOMAIN, c.status is not None
+        if d.last_success > failed_before and not _clustering(d.share_fast, d.share_slow):
+            return PAGE, False  # failing again while its siblings succeed: the page's own trouble
     if c.status is None:
         return DOMAIN, False  # a connection failure or timeout
     fast = d.share_fast + _SHARE_FAST * (1.0 - d.share_fast)
     slow = d.share_slow + _SHARE_SLOW * (1.0 - d.share_slow)
-    clustering = fast >= _SHARE_TRIGGER and fast - slow >= _SHARE_MARGIN
-    return (DOMAIN if clustering else PAGE), True
+    return (DOMAIN if _clustering(fast, slow) else PAGE), True
+
+
+def _clustering(fast: float, slow: float) -> bool:
+    """Whether 5xx answers cluster: their recent share is high and clearly above the baseline."""
+    return fast >= _SHARE_TRIGGER and fast - slow >= _SHARE_MARGIN
 
 
 def _give_up_limit(d: _Domain, p: HealthPolicy) -> float | None:
@@ -610,7 +619,13 @@ def _give_up_limit(d: _Domain, p: HealthPolicy) -> float | None:
 
 
 def _count_delivered(d: _Domain, now: float) -> None:
-    """Count a success in the delivered-rate window; fold the window in once it is long enough."""
+    """Count a success in the delivered-rate window; fold the window in once it is long enough.
+
+    A window measures a domain that was sending: after a silence longer than
+    a window (an open circuit, a hold) a new one starts with this success.
+    """
+    if d.last_success and now - d.last_success > _WINDOW:
+        d.win_start, d.win_ok = now, 0
     d.win_ok += 1
     span = now - d.win_start
     if span < _WINDOW:
