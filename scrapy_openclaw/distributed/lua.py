@@ -77,7 +77,7 @@ local HF = {'health', 'rate', 'tokens', 'threshold', 'updated', 'last_decrease',
   'circuit', 'opened_at', 'probe_at', 'latency', 'best_latency', 'hold_until',
   'consecutive_failures', 'requests', 'successes', 'failures', 'cooldown', 'opens', 'down_since',
   'answered_at', 'last_success', 'share_fast', 'share_slow', 'win_start', 'win_ok', 'delivered',
-  'crawl_delay', 'troubled_at'}
+  'crawl_delay', 'troubled_at', 'cuts'}
 
 local function f17(x)
   if x == nil then return '' end
@@ -112,7 +112,7 @@ local function h_load(hkey, now, pjson)
     d.consecutive_failures, d.requests, d.successes, d.failures = 0, 0, 0, 0
     d.cooldown, d.opens, d.down_since = p.circuit_cooldown, 0, 0
     d.answered_at, d.last_success, d.share_fast, d.share_slow = 0, 0, 0, 0
-    d.win_start, d.win_ok, d.delivered, d.crawl_delay, d.troubled_at = now, 0, nil, 0, 0
+    d.win_start, d.win_ok, d.delivered, d.crawl_delay, d.troubled_at, d.cuts = now, 0, nil, 0, 0, 0
     return d, p
   end
   for i, name in ipairs(HF) do
@@ -122,7 +122,7 @@ local function h_load(hkey, now, pjson)
   d.down_since, d.answered_at, d.last_success = d.down_since or 0, d.answered_at or 0, d.last_success or 0
   d.share_fast, d.share_slow, d.crawl_delay = d.share_fast or 0, d.share_slow or 0, d.crawl_delay or 0
   d.win_start, d.win_ok, d.last_decrease = d.win_start or now, d.win_ok or 0, d.last_decrease or 0
-  d.troubled_at = d.troubled_at or 0
+  d.troubled_at, d.cuts = d.troubled_at or 0, d.cuts or 0
   local elapsed = now - d.updated
   if elapsed > 0 then
     d.health = math.min(100, d.health + p.recovery_per_minute * elapsed / 60)
@@ -181,10 +181,12 @@ end
 
 local function h_increase(d, p, now)
   local grown
-  if d.threshold == nil then
+  local since = math.max(0, now - d.last_decrease)
+  if d.cuts == 0 then
     grown = d.rate * (1 + p.k_slow_start_gain)
+  elseif d.cuts == 1 and d.threshold ~= nil then
+    grown = math.max(d.rate, d.threshold * p.rate_decrease * 2 ^ math.min(since, p.k_max_doubling_seconds))
   else
-    local since = math.max(0, now - d.last_decrease)
     local flat_at = ((1 - p.rate_decrease) / p.rate_probe) ^ (1 / 3)
     grown = math.max(d.rate, d.threshold * (1 + p.rate_probe * (since - flat_at) ^ 3))
   end
@@ -202,7 +204,11 @@ local function h_decrease(d, p, now)
   else
     delivered = 0
   end
-  if delivered > 0 then before = math.min(before, delivered) end
+  if delivered > 0 then
+    if d.cuts == 0 then before = math.min(before, delivered)
+    else before = math.min(before, math.max(delivered, before * p.rate_decrease)) end
+  end
+  d.cuts = math.min(d.cuts + 1, 2)
   d.threshold = before
   d.rate = math.max(p.min_rate, before * p.rate_decrease)
   d.tokens = math.min(d.tokens, h_burst(d, p))
@@ -211,7 +217,6 @@ local function h_decrease(d, p, now)
 end
 
 local function h_count_delivered(d, p, now)
-  if d.last_success ~= 0 and now - d.last_success > p.k_window then d.win_start, d.win_ok = now, 0 end
   d.win_ok = d.win_ok + 1
   local span = now - d.win_start
   if span < p.k_window then return end
@@ -271,7 +276,10 @@ local function h_failure(d, p, now, answered, in_share, domain, penalty, congest
     d.share_fast = d.share_fast + p.k_share_fast * (1 - d.share_fast)
     d.share_slow = d.share_slow + p.k_share_slow * (1 - d.share_slow)
   end
-  if not domain then return end
+  if not domain then
+    if d.circuit == 'half_open' then d.probe_at = 0 end
+    return
+  end
   d.troubled_at = now
   d.consecutive_failures = d.consecutive_failures + 1
   -- a congestion signal costs its penalty once per event (when it also cuts the
@@ -284,7 +292,6 @@ local function h_failure(d, p, now, answered, in_share, domain, penalty, congest
   elseif throttle and closed then
     d.hold_until = math.max(d.hold_until, now + 1 / h_rate(d, p))
   end
-  if fresh then d.win_start, d.win_ok = math.max(now, d.hold_until), 0 end
   if d.circuit == 'half_open' or (d.circuit == 'closed' and
       (d.health < p.circuit_floor or d.consecutive_failures >= p.circuit_failures)) then
     h_open(d, p, now, jitter)
@@ -628,6 +635,6 @@ H_CRAWL_DELAY = HEALTH + r"""
 redis.call('SADD', KEYS[2], ARGV[#ARGV])  -- the domain index (last ARGV: the domain)
 local d, p = h_load(KEYS[1], tonumber(ARGV[1]), ARGV[2])
 d.crawl_delay = math.max(0, tonumber(ARGV[3]))
-d.tokens = math.min(d.tokens, h_burst(d, p))
+if d.crawl_delay > 0 then d.tokens = math.min(d.tokens, 0) end
 return h_save(KEYS[1], d, ARGV[2])
 """

@@ -68,16 +68,19 @@ _BASELINE_DRIFT = 0.01  # how fast the best-latency baseline follows a lasting c
 _LATENCY_SLACK = 0.05  # seconds; latency noise below this is never congestion
 _MIN_DECREASE_GAP = 1.0  # seconds between two multiplicative decreases (or one RTT if longer)
 _SLOW_START_GAIN = 0.5  # slow start: the rate grows by this share with every success
+_MAX_DOUBLING_SECONDS = 30.0  # after the first cut the rate doubles per second (a bound for 2**t)
 _MAX_RATE = 100000.0  # req/s; at this rate pacing has stopped mattering ("unpaced")
 _BURST_SECONDS = 0.25  # the token bucket holds at most this much time's worth of requests
 _WINDOW = 1.0  # seconds; the delivered-rate estimate folds in one window at a time
 _STALE_WINDOW = 5.0  # a window longer than this (an idle domain) says nothing about its rate
-# 5xx share of recent answers: a fast and a slow EWMA (about the last 4 and 50 answers);
+# 5xx share of recent fresh answers: a fast and a slow EWMA (about the last 5 and 50);
 # a 5xx is a domain signal when the fast share reaches the trigger and exceeds the
-# slow baseline by the margin (failures clustering while successes stop).
-_SHARE_FAST = 0.25
+# slow baseline by the margin (failures clustering while successes stop). A 503
+# window trips it at its 6th failure; one broken page in five, on about 4% of
+# 100-page crawls (a run of bad luck), and then for one failure.
+_SHARE_FAST = 0.2
 _SHARE_SLOW = 0.02
-_SHARE_TRIGGER = 0.5
+_SHARE_TRIGGER = 0.7
 _SHARE_MARGIN = 0.25
 _PROBE_RECHECK = 1.0  # seconds; how soon to ask again while a half-open probe is out
 # A half-open probe that has not reported back after this long (and after the
@@ -115,7 +118,7 @@ class _Domain:
         "circuit", "opened_at", "probe_at", "latency", "best_latency", "hold_until",
         "consecutive_failures", "requests", "successes", "failures", "cooldown", "opens",
         "down_since", "answered_at", "last_success", "share_fast", "share_slow",
-        "win_start", "win_ok", "delivered", "crawl_delay", "troubled_at",
+        "win_start", "win_ok", "delivered", "crawl_delay", "troubled_at", "cuts",
     )
 
     def __init__(self, policy: HealthPolicy, now: float):
@@ -147,6 +150,7 @@ class _Domain:
         self.delivered: float | None = None  # successes/s the domain delivered (EWMA of windows)
         self.crawl_delay = 0.0
         self.troubled_at = 0.0  # the last domain failure; 0: none
+        self.cuts = 0  # congestion cuts so far (the first one's limit is a guess)
 
 
 # Field types in a snapshot: how restore() validates what it reads.
@@ -156,7 +160,7 @@ _FIELD_TYPES: dict[str, tuple[type, ...]] = {
 _OPTIONAL = (int, float, type(None))
 _FIELD_TYPES.update(circuit=(str,), threshold=_OPTIONAL, latency=_OPTIONAL, best_latency=_OPTIONAL,
                     delivered=_OPTIONAL)
-_COUNTERS = ("consecutive_failures", "requests", "successes", "failures", "opens", "win_ok")
+_COUNTERS = ("consecutive_failures", "requests", "successes", "failures", "opens", "win_ok", "cuts")
 _OBSOLETE = frozenset({"last_increase"})  # written by 0.1 snapshots; ignored on restore
 
 
@@ -299,8 +303,8 @@ class HealthRegistry:
         """Whose trouble a failure is: ``"domain"``, ``"page"``, or None (says nothing).
 
         *failed_before* is when this URL last failed (a retry's previous
-        attempt), if it did: a URL failing again after its domain answered
-        successfully since is the page's trouble.
+        attempt), if it did: a retry failing is the page's trouble unless its
+        domain had trouble of its own (a domain verdict) since.
         """
         d, _ = self._get(domain, now)
         return _verdict(d, classification, retry_after, failed_before)[0]
@@ -331,10 +335,14 @@ class HealthRegistry:
         d.hold_until = max(d.hold_until, until)
 
     def set_crawl_delay(self, domain: str, seconds: float) -> None:
-        """Space requests to *domain* at least *seconds* apart (robots.txt Crawl-delay; 0: none)."""
-        d, p = self._get(domain)
+        """Space requests to *domain* at least *seconds* apart (robots.txt Crawl-delay; 0: none).
+
+        It is learned from the robots.txt request just sent: the next request waits a full delay.
+        """
+        d, _ = self._get(domain)
         d.crawl_delay = max(0.0, float(seconds))
-        d.tokens = min(d.tokens, float(self._burst(d, p)))
+        if d.crawl_delay > 0:
+            d.tokens = min(d.tokens, 0.0)
 
     # --- recording ------------------------------------------------------------
 
@@ -390,6 +398,8 @@ class HealthRegistry:
             d.share_fast += _SHARE_FAST * (1.0 - d.share_fast)
             d.share_slow += _SHARE_SLOW * (1.0 - d.share_slow)
         if verdict != DOMAIN:
+            if d.circuit == HALF_OPEN:
+                d.probe_at = 0.0  # a page's own failure proves nothing: let another request probe
             return None
         d.troubled_at = now
         d.consecutive_failures += 1
@@ -406,8 +416,6 @@ class HealthRegistry:
             d.hold_until = max(d.hold_until, now + min(max(retry_after, 0.0), p.retry_after_cap))
         elif classification.is_throttle and closed:
             d.hold_until = max(d.hold_until, now + 1.0 / self._rate(d, p))
-        if fresh:  # the held time says nothing about the rate the domain can deliver
-            d.win_start, d.win_ok = max(now, d.hold_until), 0
         if d.circuit == HALF_OPEN or (
             d.circuit == CLOSED
             and (d.health < p.circuit_floor or d.consecutive_failures >= p.circuit_failures)
@@ -534,11 +542,15 @@ class HealthRegistry:
         return max(1, round(cap * d.health / 100.0))
 
     def _increase(self, d: _Domain, p: HealthPolicy, now: float) -> None:
-        """Slow start (by half per success) until the first congestion; then the cubic."""
-        if d.threshold is None:
+        """Slow start (by half per success) until the first congestion; after it, doubling
+        per second (its limit was a guess: what the first second delivered) until a
+        second one confirms the limit; then the cubic."""
+        since = max(0.0, now - d.last_decrease)
+        if d.cuts == 0:
             grown = d.rate * (1.0 + _SLOW_START_GAIN)
+        elif d.cuts == 1 and d.threshold is not None:
+            grown = max(d.rate, d.threshold * p.rate_decrease * 2.0 ** min(since, _MAX_DOUBLING_SECONDS))
         else:
-            since = max(0.0, now - d.last_decrease)
             flat_at = ((1.0 - p.rate_decrease) / p.rate_probe) ** (1.0 / 3.0)
             grown = max(d.rate, d.threshold * (1.0 + p.rate_probe * (since - flat_at) ** 3))
         d.rate = min(grown, self._ceiling(d, p), _MAX_RATE)
@@ -546,16 +558,19 @@ class HealthRegistry:
     def _decrease(self, d: _Domain, p: HealthPolicy, now: float) -> bool:
         """Cut the rate for a congestion event; False (nothing done) within one of the last.
 
-        The limit learned is the lower of the rate allowed and the rate the
-        domain delivered: while nothing paced it, only the latter says
-        where its limit is.
+        The limit learned is the rate the domain delivered, when that is
+        lower: while nothing paced it (slow start) only that says where its
+        limit is, and a rate that overshot is cut back to what the site
+        accepted. It is never below ``rate_decrease`` x the rate, so a
+        lagging estimate cannot ratchet the pace down.
         """
         if now - d.last_decrease < max(_MIN_DECREASE_GAP, d.latency or 0.0):
             return False
         before = self._rate(d, p)
         delivered = _delivered(d, now)
         if delivered > 0:
-            before = min(before, delivered)
+            before = min(before, delivered if d.cuts == 0 else max(delivered, before * p.rate_decrease))
+        d.cuts = min(d.cuts + 1, 2)
         d.threshold = before
         d.rate = max(p.min_rate, before * p.rate_decrease)
         d.tokens = min(d.tokens, float(self._burst(d, p)))
@@ -595,11 +610,8 @@ def _verdict(
     assert c is not None
     if c.status == 429 or retry_after is not None:
         return DOMAIN, False  # the server itself asks us to slow down
-    if failed_before is not None:
-        if d.troubled_at > failed_before:  # the domain itself was in trouble since: not a page's own
-            return DOMAIN, c.status is not None
-        if d.last_success > failed_before and not _clustering(d.share_fast, d.share_slow):
-            return PAGE, False  # failing again while its siblings succeed: the page's own trouble
+    if failed_before is not None:  # a retry: whatever its domain went through since says it
+        return (DOMAIN if d.troubled_at > failed_before else PAGE), False
     if c.status is None:
         return DOMAIN, False  # a connection failure or timeout
     fast = d.share_fast + _SHARE_FAST * (1.0 - d.share_fast)
@@ -621,11 +633,10 @@ def _give_up_limit(d: _Domain, p: HealthPolicy) -> float | None:
 def _count_delivered(d: _Domain, now: float) -> None:
     """Count a success in the delivered-rate window; fold the window in once it is long enough.
 
-    A window measures a domain that was sending: after a silence longer than
-    a window (an open circuit, a hold) a new one starts with this success.
+    Holds stay in the windows: what a site delivers over time, its pauses
+    included, is what its limit allows (measured right after a pause, the
+    server's refilled burst would make it look larger).
     """
-    if d.last_success and now - d.last_success > _WINDOW:
-        d.win_start, d.win_ok = now, 0
     d.win_ok += 1
     span = now - d.win_start
     if span < _WINDOW:

@@ -1,0 +1,127 @@
+"""Adaptive control on the add-on's defaults, against sites it was not tuned for (issue 15).
+
+Every crawl runs with nothing but ``ADDONS`` (plus a dead-letter file) and is
+judged from the chaos site's record of what it served: a sick page is not a
+sick domain, dead hosts end as dead letters within seconds, robots.txt
+Crawl-delay spaces the requests.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from typing import TYPE_CHECKING, Any
+
+import pytest
+import scrapy
+
+from scrapy_openclaw.testing.crawl import run_crawl
+from scrapy_openclaw.testing.presets import (
+    UNRESOLVABLE_HOST,
+    crawl_delay_site,
+    fault_free_site,
+    mixed_failures_site,
+    page_urls,
+)
+from scrapy_openclaw.testing.resolver import resolver_settings
+from scrapy_openclaw.testing.servers import refused_base_url
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+ADDON = {"ADDONS": {"scrapy_openclaw.Addon": 100}, "LOG_LEVEL": "INFO"}
+
+
+def _crawl(server: Any, tmp_path: Path, starts: list[str] | None = None, **settings: Any) -> Any:
+    settings = {**ADDON, "OPENCLAW_DLQ_URI": str(tmp_path / "dead.jsonl"), **settings}
+    result = run_crawl(settings=settings, spider_args={"start_urls": starts or server.start_urls}, timeout=120)
+    assert result.returncode == 0, result.log[-3000:]
+    assert "Traceback" not in result.log, result.log[-3000:]
+    return result
+
+
+def _dead_letters(tmp_path: Path) -> Counter[str]:
+    path = tmp_path / "dead.jsonl"
+    if not path.exists():
+        return Counter()
+    records = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return Counter(r["url"] for r in records)
+
+
+def _served(truth: dict[str, Any], host: str) -> list[dict[str, Any]]:
+    return [r for r in truth["hosts"][host]["requests"] if r["path"] != "/robots.txt"]
+
+
+def test_broken_pages_on_a_healthy_host_are_the_pages_trouble(chaos_server: Any, tmp_path: Path) -> None:
+    """Every 5th page of one host always answers 503 (and a few 404): the host keeps its pace
+    and health, every reachable page is scraped, every failing URL is one dead letter."""
+    server = chaos_server(mixed_failures_site(pages=120))
+    result = _crawl(server, tmp_path)
+    truth = server.truth()
+    def url(host: str, record: dict[str, Any]) -> str:
+        return server.urls[host].rstrip("/") + record["path"]
+
+    ok = {url(h, r) for h in truth["hosts"] for r in _served(truth, h) if r["status"] == 200}
+    failed = {url(h, r) for h in truth["hosts"] for r in _served(truth, h) if r["status"] != 200} - ok
+    scraped = {item["url"] for item in result.items}
+    assert scraped == ok
+    assert len(failed) >= 20
+    letters = _dead_letters(tmp_path)
+    assert set(letters) == failed  # every failing URL, none of the good ones ...
+    assert max(letters.values()) == 1  # ... exactly once
+    stats = result.stats
+    assert stats["finish_reason"] == "finished"
+    for host in truth["hosts"]:
+        assert stats[f"openclaw/health/final_health/{host}"] >= 80, host
+    assert stats.get("openclaw/health/circuit_opened", 0) == 0
+    assert stats["openclaw/health/page_failures"] > stats.get("openclaw/health/domain_failures", 0)
+    # a page's retries come on the short page schedule: about 5 s for six attempts, not minutes
+    per_url = Counter(r["path"] for h in truth["hosts"] for r in _served(truth, h) if r["status"] == 503)
+    assert max(per_url.values()) == 6
+
+
+def test_dead_hosts_end_as_dead_letters_within_seconds(chaos_server: Any, tmp_path: Path) -> None:
+    """A host that refuses connections and a name that does not resolve, 10 start URLs each,
+    beside a healthy host: all 20 dead URLs become one dead letter each and the crawl ends."""
+    server = chaos_server(fault_free_site(n_hosts=1, pages=30))
+    dead = page_urls(refused_base_url("127.0.0.254"), 10) + page_urls(f"http://{UNRESOLVABLE_HOST}/", 10)
+    result = _crawl(server, tmp_path, starts=server.start_urls + dead,
+                    **resolver_settings({UNRESOLVABLE_HOST: None}))
+    stats = result.stats
+    assert stats["finish_reason"] == "finished"
+    assert stats["elapsed_time_seconds"] < 25  # unreachable_give_up (5 s) after the circuit opened
+    assert len(result.items) == 31  # the healthy host in full
+    letters = _dead_letters(tmp_path)
+    assert set(letters) == set(dead)
+    assert max(letters.values()) == 1
+    assert stats["openclaw/health/given_up_domains"] == 2
+    assert "Giving up on" in result.log
+    # each dead host was tried a few times, not 6 attempts x 10 URLs (IgnoreRequest: the dead letters)
+    attempts = sum(v for k, v in stats.items()
+                   if k.startswith("downloader/exception_type_count/") and not k.endswith("IgnoreRequest"))
+    assert attempts <= 2 * 8
+
+
+@pytest.mark.skipif(scrapy.version_info < (2, 18), reason="RobotParser.crawl_delay() came in Scrapy 2.18")
+def test_robots_crawl_delay_spaces_requests(chaos_server: Any, tmp_path: Path) -> None:
+    server = chaos_server(crawl_delay_site(pages=5, crawl_delay=2.0))
+    result = _crawl(server, tmp_path, ROBOTSTXT_OBEY=True)
+    truth = server.truth()
+    (host,) = truth["hosts"]
+    times = sorted(r["t"] for r in _served(truth, host))
+    assert len(times) == 5 and len(result.items) == 5
+    gaps = [b - a for a, b in zip(times, times[1:])]
+    assert min(gaps) >= 1.95, gaps  # (the server's clock vs ours: a few ms of slack)
+    assert result.stats[f"openclaw/health/crawl_delay/{host}"] == 2.0
+    assert "asks for Crawl-delay 2" in result.log
+
+
+def test_a_healthy_site_is_not_paced(chaos_server: Any, tmp_path: Path) -> None:
+    """No fixed ceiling: a fault-free host gets Scrapy's concurrency at once, not 20 req/s."""
+    server = chaos_server(fault_free_site(n_hosts=1, pages=400, links_per_page="all"))
+    result = _crawl(server, tmp_path)
+    truth = server.truth()
+    (host,) = truth["hosts"]
+    assert len(result.items) == 400
+    assert truth["hosts"][host]["max_1s_window"] > 60  # the old default ceiling was 20 req/s
+    assert result.stats.get("openclaw/health/domain_failures", 0) == 0
