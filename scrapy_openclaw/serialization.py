@@ -2,8 +2,9 @@
 
 Everything we store or send between processes (checkpoint journal, dead
 letters, the Redis queue) goes through :func:`request_to_data` and
-:func:`request_from_data`. Bytes become ``{"__bytes__": "<base64>"}``;
-callbacks are stored by name and resolve only to methods of the spider;
+:func:`request_from_data`. Values JSON lacks (bytes, tuples, sets, dates,
+Decimals, Items, dataclasses, non-str keys) become tagged objects (see
+:func:`encode_value`); callbacks are stored by name and resolve only to methods of the spider;
 loading never imports a module or runs code. What is read back is untrusted
 (Redis, DLQ and checkpoint files): :func:`request_from_data` refuses schemes,
 callbacks and meta keys a stored request must not have (see :func:`check_stored`).
@@ -12,22 +13,24 @@ callbacks and meta keys a stored request must not have (see :func:`check_stored`
 from __future__ import annotations
 
 import base64
+import dataclasses
+import datetime
+import decimal
 import functools
 import inspect
 import json
 import sys
+import zoneinfo
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from scrapy import Request
+from scrapy import Item, Request
 from scrapy.utils.request import request_from_dict
 
 if TYPE_CHECKING:
     from scrapy import Spider
 
 FORMAT_VERSION = 1
-_BYTES = "__bytes__"
-_TUPLE = "__tuple__"
 
 
 class SerializationError(ValueError):
@@ -46,12 +49,25 @@ class RefusedRequest(SerializationError):
         self.kind, self.url = kind, url
 
 
+# --------------------------------------------------------------------------- values as JSON data
+#
+# A value JSON has no type for is a one-key object ``{"__<tag>__": data}``. A
+# user dict that could be read as one (a single ``__dunder__`` key), or whose
+# keys are not all strings, is stored as ``{"__dict__": [[key, value], ...]}``,
+# so every dict comes back as it was. Classes are looked up, never imported,
+# and only Item subclasses and dataclasses are ever built.
+
+_BYTES, _TUPLE, _DICT, _SET, _FROZENSET = "__bytes__", "__tuple__", "__dict__", "__set__", "__frozenset__"
+_DATETIME, _DATE, _TIME, _TIMEDELTA, _DECIMAL = "__datetime__", "__date__", "__time__", "__timedelta__", "__decimal__"
+_ITEM, _DATACLASS = "__item__", "__dataclass__"
+
+
 def encode_value(value: Any, where: str) -> Any:
     """Turn *value* into JSON-safe data; raise naming *where* (and the key inside) it failed."""
     try:
         return _encode(value)
-    except _Unencodable:
-        _locate(value, where)  # the slow walk that names the bad key; raises
+    except (_Unencodable, RecursionError):
+        _locate(value, where, set())  # the slow walk that names the bad key; raises
         raise SerializationError(f"{where} cannot be stored as data") from None
 
 
@@ -59,17 +75,21 @@ class _Unencodable(Exception):
     pass
 
 
+def _is_tag_like(key: Any) -> bool:
+    return type(key) is str and key.startswith("__") and key.endswith("__")
+
+
 def _encode(value: Any) -> Any:
     """The fast walk (every request we store goes through it): no key paths, no messages."""
     if value is None or isinstance(value, (str, bool, int, float)):
         return value
     if isinstance(value, dict):
+        if len(value) == 1 and _is_tag_like(next(iter(value))):
+            return {_DICT: [[_encode(k), _encode(v)] for k, v in value.items()]}
         out = {}
         for key, item in value.items():
             if not isinstance(key, str):
-                if not isinstance(key, bytes):
-                    raise _Unencodable
-                key = key.decode("latin-1")
+                return {_DICT: [[_encode(k), _encode(v)] for k, v in value.items()]}
             out[key] = _encode(item)
         return out
     if isinstance(value, list):
@@ -78,28 +98,104 @@ def _encode(value: Any) -> Any:
         return {_BYTES: base64.b64encode(bytes(value)).decode("ascii")}
     if isinstance(value, tuple):
         return {_TUPLE: [_encode(v) for v in value]}
+    return _encode_other(value)
+
+
+def _encode_other(value: Any) -> Any:
+    """Values JSON has no type for; :class:`_Unencodable` for anything we would not rebuild."""
+    if isinstance(value, frozenset):
+        return {_FROZENSET: [_encode(v) for v in value]}
+    if isinstance(value, set):
+        return {_SET: [_encode(v) for v in value]}
+    if isinstance(value, datetime.datetime):  # before date: a datetime is a date
+        zone = getattr(value.tzinfo, "key", None)
+        return {_DATETIME: [value.isoformat(), zone if isinstance(zone, str) else None, value.fold]}
+    if isinstance(value, datetime.date):
+        return {_DATE: value.isoformat()}
+    if isinstance(value, datetime.time):
+        return {_TIME: [value.isoformat(), value.fold]}
+    if isinstance(value, datetime.timedelta):
+        return {_TIMEDELTA: [value.days, value.seconds, value.microseconds]}
+    if isinstance(value, decimal.Decimal):
+        return {_DECIMAL: str(value)}
+    if isinstance(value, Item):
+        return {_ITEM: [_class_path(type(value)), _encode(dict(value))]}
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        fields = {f.name: getattr(value, f.name) for f in dataclasses.fields(value) if hasattr(value, f.name)}
+        return {_DATACLASS: [_class_path(type(value)), _encode(fields)]}
     raise _Unencodable
 
 
-def _locate(value: Any, where: str) -> None:
-    """Raise :class:`SerializationError` naming the first part of *value* that is not data."""
-    if value is None or isinstance(value, (str, bool, int, float, bytes, bytearray)):
-        return
-    if isinstance(value, (list, tuple)):
-        for i, item in enumerate(value):
-            _locate(item, f"{where}[{i}]")
-        return
+def _class_path(cls: type) -> str:
+    """``module.QualName`` of a class that :func:`_find_class` finds again (else not storable)."""
+    path = f"{cls.__module__}.{cls.__qualname__}"
+    if _find_class(path) is not cls:
+        raise _Unencodable  # defined inside a function, or shadowed: cannot be found on load
+    return path
+
+
+def _find_class(path: Any) -> Any:
+    """The object at *path* in an already imported module (never imports: that would run code)."""
+    if not isinstance(path, str):
+        return None
+    module, obj = None, None
+    parts = path.split(".")
+    for i in range(len(parts) - 1, 0, -1):  # the longest loaded module prefix
+        module = sys.modules.get(".".join(parts[:i]))
+        if module is not None:
+            obj = module
+            for name in parts[i:]:
+                obj = inspect.getattr_static(obj, name, None)  # no properties or __getattr__ run
+            return obj
+    return None
+
+
+def _children(value: Any) -> list[tuple[str, Any]] | None:
+    """``(path suffix, child)`` of a container :func:`_encode` walks into; None for a leaf."""
     if isinstance(value, dict):
-        for key, item in value.items():
-            if isinstance(key, bytes):
-                key = key.decode("latin-1")
-            if not isinstance(key, str):
-                raise SerializationError(f"{where}: key {key!r} is not a string")
-            _locate(item, f"{where}[{key!r}]")
+        return [(f"[{k!r}]", v) for k, v in value.items()]
+    if isinstance(value, (list, tuple)):
+        return [(f"[{i}]", v) for i, v in enumerate(value)]
+    if isinstance(value, (set, frozenset)):
+        return [(f"{{{v!r}}}", v) for v in value]
+    if isinstance(value, Item):
+        return [(f"[{k!r}]", v) for k, v in value.items()]
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return [(f".{f.name}", getattr(value, f.name)) for f in dataclasses.fields(value) if hasattr(value, f.name)]
+    return None
+
+
+def _locate(value: Any, where: str, active: set[int]) -> None:
+    """Raise :class:`SerializationError` naming the first part of *value* that is not data."""
+    children = _children(value)
+    if children is None:
+        try:
+            _encode(value)
+        except _Unencodable:
+            raise SerializationError(
+                f"{where} holds a {type(value).__name__}, which cannot be stored as data"
+            ) from None
         return
-    raise SerializationError(
-        f"{where} holds a {type(value).__name__}, which cannot be stored as data"
-    )
+    if id(value) in active:
+        raise SerializationError(f"{where} holds itself (a reference cycle cannot be stored as data)")
+    active.add(id(value))
+    if isinstance(value, Item) or dataclasses.is_dataclass(value):
+        try:
+            _class_path(type(value))
+        except _Unencodable:
+            raise SerializationError(
+                f"{where} holds a {type(value).__qualname__} whose class cannot be found by "
+                "import path (defined inside a function?), so it cannot be stored as data"
+            ) from None
+    if isinstance(value, dict):
+        for key in value:
+            try:
+                _encode(key)
+            except _Unencodable:
+                raise SerializationError(f"{where}: key {key!r} cannot be stored as data") from None
+    for suffix, child in children:
+        _locate(child, where + suffix, active)
+    active.discard(id(value))
 
 
 def decode_value(value: Any) -> Any:
@@ -107,12 +203,81 @@ def decode_value(value: Any) -> Any:
     if isinstance(value, list):
         return [decode_value(v) for v in value]
     if isinstance(value, dict):
-        if len(value) == 1 and _BYTES in value:
-            return base64.b64decode(value[_BYTES])
-        if len(value) == 1 and _TUPLE in value:
-            return tuple(decode_value(v) for v in value[_TUPLE])
+        if len(value) == 1:
+            tag, data = next(iter(value.items()))
+            decode = _DECODERS.get(tag)
+            if decode is not None:
+                return decode(data)
         return {k: decode_value(v) for k, v in value.items()}
     return value
+
+
+def _decode_item(data: Any) -> Any:
+    path, fields = data
+    cls = _find_class(path)
+    if not (isinstance(cls, type) and issubclass(cls, Item)):
+        raise ValueError(f"{path!r} is not a loaded scrapy.Item subclass")
+    item = cls()
+    for name, value in _decode_fields(fields).items():
+        item[name] = value  # an undeclared field raises KeyError
+    return item
+
+
+def _decode_dataclass(data: Any) -> Any:
+    """Built without calling ``__init__``/``__post_init__``: the fields come back exactly as stored."""
+    path, fields = data
+    cls = _find_class(path)
+    if not (isinstance(cls, type) and dataclasses.is_dataclass(cls)):
+        raise ValueError(f"{path!r} is not a loaded dataclass")
+    known = {f.name for f in dataclasses.fields(cls)}
+    obj = object.__new__(cls)
+    for name, value in _decode_fields(fields).items():
+        if name not in known:
+            raise ValueError(f"{path!r} has no field {name!r}")
+        object.__setattr__(obj, name, value)  # works for frozen and slotted dataclasses too
+    return obj
+
+
+def _decode_fields(fields: Any) -> dict[str, Any]:
+    values = decode_value(fields)
+    if not isinstance(values, dict) or not all(isinstance(k, str) for k in values):
+        raise ValueError("stored fields must be an object")
+    return values
+
+
+def _decode_datetime(data: Any) -> datetime.datetime:
+    iso, zone, fold = data
+    value = datetime.datetime.fromisoformat(iso)
+    if zone is not None:
+        value = value.replace(tzinfo=zoneinfo.ZoneInfo(zone))
+    return value.replace(fold=int(fold))
+
+
+def _decode_time(data: Any) -> datetime.time:
+    iso, fold = data
+    return datetime.time.fromisoformat(iso).replace(fold=int(fold))
+
+
+def _decode_decimal(data: Any) -> decimal.Decimal:
+    if not isinstance(data, str):
+        raise ValueError("a stored Decimal is a string")
+    return decimal.Decimal(data)
+
+
+_DECODERS = {
+    _BYTES: lambda data: base64.b64decode(data),
+    _TUPLE: lambda data: tuple(decode_value(v) for v in data),
+    _DICT: lambda data: {decode_value(k): decode_value(v) for k, v in data},
+    _SET: lambda data: {decode_value(v) for v in data},
+    _FROZENSET: lambda data: frozenset(decode_value(v) for v in data),
+    _DATETIME: _decode_datetime,
+    _DATE: lambda data: datetime.date.fromisoformat(data),
+    _TIME: _decode_time,
+    _TIMEDELTA: lambda data: datetime.timedelta(*(int(x) for x in data)),
+    _DECIMAL: _decode_decimal,
+    _ITEM: _decode_item,
+    _DATACLASS: _decode_dataclass,
+}
 
 
 def _method_name(request: Request, spider: Spider | None, name: str) -> str | None:
@@ -160,7 +325,8 @@ def request_to_data(request: Request, spider: Spider | None = None, *, compact: 
         "url": request.url,
         "callback": _method_name(request, spider, "callback"),
         "errback": _method_name(request, spider, "errback"),
-        "headers": dict(request.headers),
+        # str names (Headers takes them back as they were); bytes keys would need the pair form
+        "headers": {name.decode("latin-1"): values for name, values in request.headers.items()},
     }
     for attr in request.attributes:
         raw.setdefault(attr, getattr(request, attr))
@@ -181,7 +347,7 @@ def _drop_environment_proxy(raw: dict[str, Any]) -> None:
     It sets them again on the restored request, and a stored ``proxy`` is refused.
     """
     raw["meta"] = {k: v for k, v in raw["meta"].items() if k not in ("proxy", "_auth_proxy", "_scheme_proxy")}
-    raw["headers"] = {k: v for k, v in raw["headers"].items() if k.lower() != b"proxy-authorization"}
+    raw["headers"] = {k: v for k, v in raw["headers"].items() if k.lower() != "proxy-authorization"}
 
 
 def request_from_data(data: Any, spider: Spider | None = None) -> Request:
