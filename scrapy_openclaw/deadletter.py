@@ -46,9 +46,17 @@ class DeadLetter:
     request: dict[str, Any] | None = None  # serialisation.request_to_data, for replay
     item: Any = None
     validation_error: str | None = None
+    replayed_at: float | None = None  # when a replay last sent it (or skipped it as a duplicate)
+    replay_outcome: str | None = None  # sent / recovered / failed / duplicate
+    replays: int = 0  # how many replays sent it
     id: str = field(default_factory=lambda: uuid.uuid4().hex)
     created_at: float = field(default_factory=time.time)
     version: int = FORMAT_VERSION
+
+    #: Not stored: the id of the dead letter this request replays (``meta[openclaw_replay_of]``),
+    #: and whether the request is Scrapy's own work (robots.txt, ``NO_CALLBACK``), never stored.
+    replay_of = None  # str | None (unannotated: not a dataclass field)
+    internal = False
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -57,6 +65,24 @@ class DeadLetter:
     def from_dict(cls, data: dict[str, Any]) -> DeadLetter:
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in known})
+
+
+#: Meta keys the engine and our own components set on every request: bookkeeping of
+#: one attempt, never stored in a dead letter and never carried by a replay.
+ENGINE_META = frozenset({
+    "download_slot", "download_latency", "download_timeout", "depth", "retry_times",
+    "redirect_times", "redirect_ttl", "redirect_urls", "redirect_reasons", "_slot",
+    M.RETRY_STATE, M.NOT_BEFORE, M.FAILURE_SCOPE, M.LEASE, M.REPLAY_OF,
+})
+
+
+def is_internal(request: Request) -> bool:
+    """Scrapy's own request (robots.txt, an ``engine.download`` with ``NO_CALLBACK``), not the spider's work."""
+    from scrapy.http.request import NO_CALLBACK
+
+    if request.callback is NO_CALLBACK:
+        return True
+    return bool(request.meta.get("dont_obey_robotstxt")) and urlparse(request.url).path == "/robots.txt"
 
 
 def _exception_fields(exc: BaseException | Failure | None) -> dict[str, Any]:
@@ -90,11 +116,13 @@ def for_request(
     state = request.meta.get(M.RETRY_STATE) or {}
     if attempts is None:
         attempts = 1 + sum((state.get("attempts") or {}).values())
+    internal = is_internal(request)
     try:
-        data = request_to_data(request, spider=spider)
+        stored = request.replace(meta={k: v for k, v in request.meta.items() if k not in ENGINE_META})
+        data = None if internal else request_to_data(stored, spider=spider)
     except SerializationError:
         data = None  # still recorded, but not replayable
-    return DeadLetter(
+    letter = DeadLetter(
         url=request.url,
         domain=urlparse(request.url).hostname or "",
         error_class=str(error_class),
@@ -109,6 +137,10 @@ def for_request(
         request=data,
         **_exception_fields(exception),
     )
+    letter.internal = internal
+    replay_of = request.meta.get(M.REPLAY_OF)
+    letter.replay_of = replay_of if isinstance(replay_of, str) else None
+    return letter
 
 
 def for_classified(

@@ -239,7 +239,7 @@ def test_replay_after_recovery_and_cli(chaos_server, tmp_path):
     assert len(list(JsonlStore(path).iter())) == 3  # the replay succeeded: no new dead letters
     again = cli(project, "replay", "chaos", "--class", "protocol_retryable")
     assert "nothing to replay" in again.stdout
-    assert "yes" in cli(project, "list", "--class", "protocol_retryable").stdout
+    assert cli(project, "list", "--class", "protocol_retryable").stdout.count("recovered") == 2
 
     # purge: asks first, then deletes
     declined = cli(project, "purge", "--class", "protocol_retryable", input="n\n")

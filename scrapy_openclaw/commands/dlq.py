@@ -12,6 +12,7 @@ import json
 import re
 import sys
 import time
+from collections import Counter
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
@@ -24,7 +25,6 @@ from scrapy_openclaw.dlq.stores import (
     Filters,
     JsonlStore,
     default_uri,
-    expand_uri,
     open_store,
 )
 from scrapy_openclaw.redact import mask_uri
@@ -116,6 +116,10 @@ class _Stores(DeadLetterStore):
         ids = list(ids)
         return sum(store.mark_replayed(ids) for store in self.stores)
 
+    def update(self, records: Any) -> int:
+        records = list(records)
+        return sum(store.update(records) for store in self.stores)
+
     def purge(self, filters: Filters = Filters()) -> int:
         return sum(store.purge(filters) for store in self.stores)
 
@@ -124,8 +128,23 @@ class _Stores(DeadLetterStore):
             store.close()
 
 
+def _crawler_process(settings: Any) -> Any:
+    """The crawler process ``scrapy`` itself would make for a crawl command."""
+    from scrapy.crawler import AsyncCrawlerProcess, CrawlerProcess
+
+    asyncio_reactor = "twisted.internet.asyncioreactor.AsyncioSelectorReactor"
+    if (
+        settings["TWISTED_REACTOR"] == asyncio_reactor and not settings.getbool("FORCE_CRAWLER_PROCESS")
+    ) or not settings.getbool("TWISTED_REACTOR_ENABLED", True):
+        return AsyncCrawlerProcess(settings)
+    return CrawlerProcess(settings)
+
+
 class Command(ScrapyCommand):
     requires_project = True
+    # Only replay runs a crawl (and makes its own process): the other
+    # subcommands print their own output, no Scrapy start banner.
+    requires_crawler_process = False
 
     def syntax(self) -> str:
         return "[options] list|show ID|stats|replay SPIDER|purge"
@@ -138,8 +157,10 @@ class Command(ScrapyCommand):
             "Inspect, replay and purge dead letters (requests and items a crawl gave up on). "
             "list: a table of dead letters; show ID: one record as JSON (an id prefix is enough); "
             "stats: counts by domain and error class; replay SPIDER: a new crawl of SPIDER that "
-            "starts from the selected dead letters (marked replayed; --include-replayed to send "
-            "them again); purge: delete the selected dead letters (asks unless --yes). "
+            "starts from the selected dead letters, one request per URL (the newest record), "
+            "protocol_permanent and domain_down only with --class or --all; records are marked "
+            "in place (replayed at, outcome) and a page that fails again updates its record "
+            "(--include-replayed to send replayed ones again, --dry-run to list what would be sent); purge: delete the selected dead letters (asks unless --yes). "
             "Filters: --domain, --class, --since/--until, --spider."
         )
 
@@ -153,6 +174,9 @@ class Command(ScrapyCommand):
         group.add_argument("--since", help="created at or after: UNIX time, ISO date/time, or age (30m, 2h, 1d)")
         group.add_argument("--until", help="created at or before (same forms as --since)")
         group.add_argument("--include-replayed", action="store_true", help="replay: also send dead letters replayed before")
+        group.add_argument("--all", dest="replay_all", action="store_true",
+                           help="replay: also protocol_permanent and domain_down dead letters")
+        group.add_argument("--dry-run", action="store_true", help="replay: list what would be sent, send nothing")
         group.add_argument("--limit", type=int, default=0, help="list: show at most this many (newest)")
         group.add_argument("-y", "--yes", action="store_true", help="purge: do not ask for confirmation")
         group.add_argument("-a", dest="spargs", action="append", default=[], metavar="NAME=VALUE",
@@ -238,7 +262,7 @@ class Command(ScrapyCommand):
                 r.reason,
                 str(r.status) if r.status is not None else "-",
                 str(r.attempts),
-                "yes" if r.id in replayed else "",
+                (r.replay_outcome or "yes") if r.id in replayed else "",
                 r.url or "-",
             ]
             for r in records
@@ -300,10 +324,9 @@ class Command(ScrapyCommand):
         store.close()
 
     def _run_replay(self, opts: argparse.Namespace, spider: str) -> None:
-        from scrapy_openclaw.dlq.replay import PLAN_KEY, ReplayPlan, ReplayStartMiddleware
+        from scrapy_openclaw.dlq.replay import PLAN_KEY, ReplayPlan, ReplayStartMiddleware, select
         from scrapy_openclaw.runtime import shared
 
-        assert self.crawler_process is not None
         if opts.spider and opts.spider != spider:
             raise UsageError(f"replay {spider}: --spider {opts.spider} names another spider", print_help=False)
         store = self._open(opts, spider=spider)
@@ -314,9 +337,24 @@ class Command(ScrapyCommand):
         unreadable = self._report_skipped(store)
         if unreadable:
             self.exitcode = 1
+        records, duplicates, held = select(records, everything=opts.replay_all or bool(opts.error_class))
+        if held:
+            counts = Counter(r.error_class for r in held)
+            print(f"held back {len(held)} dead letter(s) ("
+                  + ", ".join(f"{n} {c}" for c, n in sorted(counts.items()))
+                  + "); replay them with --class CLASS or --all")
+        if duplicates:
+            print(f"{len(duplicates)} older dead letter(s) of the same URL(s) are not sent again")
         if not records:
             print(f"nothing to replay for {spider} in {store.uri}")
             return
+        if opts.dry_run:
+            rows = [[r.id[:12], r.error_class, r.reason, r.method, r.url] for r in records]
+            print(format_table(rows, ["ID", "CLASS", "REASON", "METHOD", "URL"]))
+            print(f"would replay {len(records)} dead letter(s) of {spider} from {store.uri} (dry run: nothing sent)")
+            store.close()
+            return
+        self.crawler_process = _crawler_process(self.settings)
         # Set on the process's settings before the crawler copies them (the
         # process merges its settings into the crawler again when it starts it).
         self.crawler_process.settings.set_in_component_priority_dict(
@@ -326,13 +364,15 @@ class Command(ScrapyCommand):
             crawler = self.crawler_process.create_crawler(spider)
         except KeyError as exc:
             raise UsageError(str(exc), print_help=False) from None
-        plan = shared(crawler, PLAN_KEY, lambda: ReplayPlan(store, records))
+        plan = shared(crawler, PLAN_KEY, lambda: ReplayPlan(store, records, duplicates))
         self.crawler_process.crawl(crawler, **opts.spargs)
         self.crawler_process.start()
         if getattr(self.crawler_process, "bootstrap_failed", False):
             self.exitcode = 1
+        recovered = plan.finish()
         print(
-            f"replayed {len(plan.injected)} dead letter(s) of {spider} from {expand_uri(store.uri, spider)}"
+            f"replayed {len(plan.injected)} dead letter(s) of {spider} from {store.uri}: "
+            f"{recovered} recovered, {len(plan.failed)} failed again"
             + (f"; skipped {len(plan.skipped)} that could not be rebuilt or were refused" if plan.skipped else "")
         )
         for id_, why in plan.skipped.items():

@@ -22,7 +22,7 @@ from scrapy_openclaw import deadletter
 from scrapy_openclaw import signals as openclaw_signals
 from scrapy_openclaw.dlq.stores import JsonlStore, RedisStore, default_uri, expand_uri, open_store
 from scrapy_openclaw.errors import ErrorTaxonomy, OpenClawConfigError
-from scrapy_openclaw.runtime import crawl_id, shared
+from scrapy_openclaw.runtime import crawl_id, peek, shared
 from scrapy_openclaw.serialization import dumps
 from scrapy_openclaw.settings import DEFAULTS
 
@@ -107,6 +107,16 @@ class DeadLetterPipeline:
     # signals ----------------------------------------------------------------
 
     def on_dead_letter(self, dead_letter: DeadLetter, **kwargs: Any) -> None:
+        if dead_letter.internal:  # robots.txt and other Scrapy-internal downloads
+            self.crawler.stats.inc_value("openclaw/dlq/internal_ignored")
+            return
+        if dead_letter.replay_of is not None:
+            from scrapy_openclaw.dlq.replay import PLAN_KEY
+
+            plan = peek(self.crawler, PLAN_KEY)
+            if plan is not None and plan.failed_again(dead_letter):
+                self.crawler.stats.inc_value("openclaw/dlq/replay_failed")
+                return
         if self.store is None:
             self._early.append(dead_letter)
             return

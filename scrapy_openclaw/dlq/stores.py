@@ -2,9 +2,10 @@
 
 Both stores share one small interface (:class:`DeadLetterStore`) so that the
 pipeline and the ``scrapy openclaw-dlq`` command work on either. Records are
-:meth:`DeadLetter.to_dict` data, never pickle. History is append-only: a
-replay is remembered by a separate small "replayed" mark, and only ``purge``
-removes records (atomically: temp file, fsync, rename).
+:meth:`DeadLetter.to_dict` data, never pickle. A replay marks its
+records in place (``replayed_at``, ``replay_outcome``: :meth:`~DeadLetterStore.update`,
+for a file an atomic rewrite: temp file, fsync, rename); older stores' separate
+"replayed" mark lines are still read. Only ``purge`` removes records.
 """
 
 from __future__ import annotations
@@ -99,6 +100,10 @@ class DeadLetterStore(ABC):
     @abstractmethod
     def mark_replayed(self, ids: Iterable[str]) -> int:
         """Remember that these records were replayed; returns how many were new marks."""
+
+    def update(self, records: Iterable[DeadLetter]) -> int:
+        """Replace stored records by id, in place (replay marks); returns how many were found."""
+        raise NotImplementedError
 
     @abstractmethod
     def purge(self, filters: Filters = ANY) -> int:
@@ -283,11 +288,32 @@ class JsonlStore(DeadLetterStore):
             if record.id in seen:
                 continue
             seen.add(record.id)
-            if filters.matches(record, record.id in marks):
+            if filters.matches(record, record.id in marks or record.replayed_at is not None):
                 yield record
 
     def replayed(self) -> dict[str, float]:
-        return self._scan()[1]
+        records, marks = self._scan()
+        done = {r.id: r.replayed_at for r in records if r.replayed_at is not None}
+        return {**marks, **done}
+
+    def update(self, records: Iterable[DeadLetter]) -> int:
+        new = {r.id: r for r in records}
+        if not new or not self.path.exists():
+            return 0
+        with self._locked(fcntl.LOCK_EX):
+            self._close_file()
+            stored, marks = self._scan()
+            found = {r.id for r in stored} & new.keys()
+            if found:
+                self._rewrite([new.get(r.id, r) for r in stored], marks)
+        return len(found)
+
+    def _rewrite(self, records: list[DeadLetter], marks: dict[str, float]) -> None:
+        with atomic_writer(self.path) as out:
+            for record in records:
+                out.write(with_crc(record.to_dict()).encode("utf-8") + b"\n")
+            for id_, at in marks.items():
+                out.write(with_crc({MARK: "replayed", "id": id_, "at": at}).encode("utf-8") + b"\n")
 
     def purge(self, filters: Filters = ANY) -> int:
         if not self.path.exists():
@@ -295,17 +321,12 @@ class JsonlStore(DeadLetterStore):
         with self._locked(fcntl.LOCK_EX):
             self._close_file()
             records, marks = self._scan()
-            gone = {r.id for r in records if filters.matches(r, r.id in marks)}
+            gone = {r.id for r in records if filters.matches(r, r.id in marks or r.replayed_at is not None)}
             if not gone:
                 return 0
-            with atomic_writer(self.path) as out:
-                for record in records:
-                    if record.id not in gone:
-                        out.write(with_crc(record.to_dict()).encode("utf-8") + b"\n")
-                for id_, at in marks.items():
-                    if id_ not in gone:
-                        line = with_crc({MARK: "replayed", "id": id_, "at": at})
-                        out.write(line.encode("utf-8") + b"\n")
+            self._rewrite(
+                [r for r in records if r.id not in gone], {i: at for i, at in marks.items() if i not in gone}
+            )
         return len(gone)
 
 
@@ -314,6 +335,15 @@ class JsonlStore(DeadLetterStore):
 # Adds a record once: a retried XADD after a lost reply must not duplicate it.
 _ADD_ONCE = """
 if redis.call('HEXISTS', KEYS[2], ARGV[1]) == 1 then return 0 end
+local sid = redis.call('XADD', KEYS[1], '*', 'id', ARGV[1], 'data', ARGV[2])
+redis.call('HSET', KEYS[2], ARGV[1], sid)
+return 1
+"""
+# Replaces a record in place (same record id; the entry moves to the stream's end).
+_UPDATE = """
+local old = redis.call('HGET', KEYS[2], ARGV[1])
+if not old then return 0 end
+redis.call('XDEL', KEYS[1], old)
 local sid = redis.call('XADD', KEYS[1], '*', 'id', ARGV[1], 'data', ARGV[2])
 redis.call('HSET', KEYS[2], ARGV[1], sid)
 return 1
@@ -361,6 +391,7 @@ class RedisStore(DeadLetterStore):
             retry=Retry(NoBackoff(), 1),
         )
         self._add = self.redis.register_script(_ADD_ONCE)
+        self._update = self.redis.register_script(_UPDATE)
         self._buffer: deque[DeadLetter] = deque()
         self._delay = retry_base
         self._timer: Any = None
@@ -442,7 +473,8 @@ class RedisStore(DeadLetterStore):
                 page = self.redis.xrange(key, min=last, max="+", count=500)
                 for sid, fields_ in page:
                     record = self._read_entry(key, sid, fields_)
-                    if record is not None and filters.matches(record, record.id in replayed):
+                    done = record is not None and (record.id in replayed or record.replayed_at is not None)
+                    if record is not None and filters.matches(record, done):
                         yield key, sid, record
                 if len(page) < 500:
                     break
@@ -494,7 +526,17 @@ class RedisStore(DeadLetterStore):
         out: dict[str, float] = {}
         for key in self._streams(None):
             out.update(self._replayed_of(key))
+        for record in self.iter():
+            if record.replayed_at is not None:
+                out[record.id] = record.replayed_at
         return out
+
+    def update(self, records: Iterable[DeadLetter]) -> int:
+        n = 0
+        for record in records:
+            key = self.stream_key(record.spider)
+            n += self._update(keys=[key, f"{key}:ids"], args=[record.id, with_crc(record.to_dict())])
+        return n
 
     def mark_replayed(self, ids: Iterable[str]) -> int:
         wanted = set(ids)
