@@ -156,35 +156,54 @@ class LeasedDeadlineQueue:
         self._seq += 1
         return f"{time.time():017.6f}-{self.worker[-6:]}-{self._seq:x}"
 
-    def push(self, request: Request, dupe: tuple[str, str] | None = None) -> bool:
+    def encode(self, request: Request) -> str:
+        """The queue entry for *request*; :class:`SerializationError` (URL and key) if it cannot be stored.
+
+        The scheduler calls it before the duplicate filter, so a request that
+        cannot be stored is refused without being marked as seen. It writes the
+        policy's default deadline into meta (the entry carries it), nothing else.
+        """
+        domain = urlparse(request.url).hostname or ""
+        if request.meta.get(M.DEADLINE) is None:
+            policy = self._policy(domain).deadline
+            seconds = policy.classes.get(request_class(request, self.stats), policy.default)
+            if seconds is not None:
+                request.meta[M.DEADLINE] = time.time() + float(seconds)
+        lease = request.meta.pop(LEASE, None)  # the entry never carries a lease
+        try:
+            return self.serializer.dumps(request_to_data(request, self.spider, compact=True))
+        except (TypeError, ValueError) as exc:  # a custom SCHEDULER_SERIALIZER's own refusal
+            if isinstance(exc, SerializationError):
+                raise
+            raise SerializationError(f"request {request.url}: {type(exc).__name__}: {exc}") from None
+        finally:
+            if lease is not None:
+                request.meta[LEASE] = lease
+
+    def drop_lease(self, request: Request) -> None:
+        """A refused retry or redirect copy: acknowledge the page it was leased as (it is finished)."""
+        lease = request.meta.pop(LEASE, None)
+        if lease is not None and self.held.pop(lease, None) is not None:
+            self._send_ack(lease)
+
+    def push(self, request: Request, dupe: tuple[str, str] | None = None, *, payload: str | None = None) -> bool:
         """Queue *request*; False only when *dupe* (dupefilter key, fingerprint) was already seen.
 
         With *dupe* the fingerprint is marked in the same Lua step as the push
         (see ``lua.PUSH``), so a worker killed in between cannot leave a page
         marked as seen but never queued. While Redis is down the push is kept in
-        memory and the check happens when it is flushed.
+        memory and the check happens when it is flushed. *payload* is
+        :meth:`encode`'s (computed here if not given); a request that cannot be
+        stored raises :class:`SerializationError` before anything is marked.
         """
+        if payload is None:
+            payload = self.encode(request)
         now = time.time()
         lease = request.meta.pop(LEASE, None)
         ack_id = lease if lease is not None and self.held.pop(lease, None) is not None else ""
         domain = urlparse(request.url).hostname or ""
         policy = self._policy(domain).deadline
         deadline = request.meta.get(M.DEADLINE)
-        if deadline is None:
-            seconds = policy.classes.get(request_class(request, self.stats), policy.default)
-            if seconds is not None:
-                deadline = request.meta[M.DEADLINE] = now + float(seconds)
-        try:
-            payload = self.serializer.dumps(request_to_data(request, self.spider, compact=True))
-        except SerializationError as exc:
-            logger.error(
-                "Cannot store %(request)s in the Redis queue, dropped: %(error)s",
-                {"request": request, "error": exc}, extra={"spider": self.spider},
-            )
-            self.stats.inc_value(f"{STATS}/unserializable")
-            if ack_id:
-                self._send_ack(ack_id)
-            return True  # not a duplicate: dropped with its own error and stat, as before
         info = json_serializer.dumps({
             "p": request.priority, "d": float(deadline or 0), "w": float(policy.aging_window),
             "x": policy.expired, "dom": domain,

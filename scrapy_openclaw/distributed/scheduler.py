@@ -23,6 +23,8 @@ from scrapy_redis.scheduler import Scheduler
 
 from scrapy_openclaw.distributed.queue import LeasedDeadlineQueue
 from scrapy_openclaw.redact import mask_uri
+from scrapy_openclaw.serialization import SerializationError
+from scrapy_openclaw.unstorable import refuse_unstorable
 
 if TYPE_CHECKING:
     from scrapy import Request
@@ -80,13 +82,21 @@ class OpenClawRedisScheduler(Scheduler):
         return df.key, df.request_fingerprint(request)
 
     def enqueue_request(self, request: Request) -> bool:
+        payload = None
+        if isinstance(self.queue, LeasedDeadlineQueue):
+            try:  # before the duplicate filter: a refused request is never marked as seen
+                payload = self.queue.encode(request)
+            except SerializationError as exc:
+                self.queue.drop_lease(request)
+                refuse_unstorable(self.queue.crawler, request, exc, store="redis")
+                return False  # the engine sends request_dropped
         dupe = self._atomic_dupe(request)
         if dupe is not None:
-            if not self.queue.push(request, dupe=dupe):
+            if not self.queue.push(request, dupe=dupe, payload=payload):
                 self.df.log(request, self.spider)
                 return False
             if self.stats:
-                self.stats.inc_value("scheduler/enqueued/redis", spider=self.spider)
+                self.stats.inc_value("scheduler/enqueued/redis")
             return True
         if not request.dont_filter:
             try:
@@ -99,8 +109,11 @@ class OpenClawRedisScheduler(Scheduler):
                 self.df.log(request, self.spider)
                 return False
         if self.stats:
-            self.stats.inc_value("scheduler/enqueued/redis", spider=self.spider)
-        self.queue.push(request)
+            self.stats.inc_value("scheduler/enqueued/redis")
+        if payload is None:
+            self.queue.push(request)
+        else:
+            self.queue.push(request, payload=payload)
         return True
 
     def has_pending_requests(self) -> bool:
