@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import time
 
 import pytest
@@ -159,10 +160,16 @@ def test_open_store_uris(tmp_path):
     assert isinstance(open_store("redis://127.0.0.1:1/0"), RedisStore)
 
 
-def test_default_uri():
+def test_default_uri(tmp_path, monkeypatch):
     assert default_uri(Settings({"OPENCLAW_DLQ_URI": "redis://h/0"})) == "redis://h/0"
-    assert default_uri(Settings({"OPENCLAW_CHECKPOINT_DIR": "/cp"})) == "/cp/deadletters.jsonl"
-    assert default_uri(Settings()) == "openclaw-data/%(name)s/deadletters.jsonl"
+    # one store per spider, whether the crawl is checkpointed (or scheduled) or not,
+    # in the project's directory whatever the working directory
+    (tmp_path / "scrapy.cfg").write_text("[settings]\ndefault = x\n", encoding="utf-8")
+    (tmp_path / "sub").mkdir()
+    monkeypatch.chdir(tmp_path / "sub")
+    expected = os.path.join(str(tmp_path), "openclaw-data", "%(name)s", "deadletters.jsonl")
+    assert default_uri(Settings({"OPENCLAW_CHECKPOINT_DIR": "/cp"})) == expected
+    assert default_uri(Settings()) == expected
 
 
 # --------------------------------------------------------------------------- records

@@ -207,7 +207,7 @@ class CheckpointExtension:
         self.gen = recovered.next_generation
         self.journal = JournalWriter(
             journal_path(self.dir, self.gen),
-            {"gen": self.gen, "crawl_id": self.crawl_id, "created": time.time()},
+            {"gen": self.gen, "crawl_id": self.crawl_id, "spider": getattr(crawler.spidercls, "name", None), "created": time.time()},
         )
 
         self.lifecycle = RequestLifecycle.for_crawler(crawler)
@@ -627,7 +627,8 @@ class CheckpointExtension:
         self._records_since_snapshot = 0
         if not final:
             self.journal = JournalWriter(
-                journal_path(self.dir, gen), {"gen": gen, "crawl_id": self.crawl_id, "created": time.time()}
+                journal_path(self.dir, gen),
+                {"gen": gen, "crawl_id": self.crawl_id, "spider": getattr(self.crawler.spidercls, "name", None), "created": time.time()},
             )
         if not background:
             return self._snapshot_written(gen, self._write(gen, header, requests, fingerprints))

@@ -24,6 +24,18 @@ from scrapy_openclaw.checkpoint.snapshot import read_snapshot
 from scrapy_openclaw.checkpoint.state import age, checkpoint_files, generations, journal_path, load, snapshot_path
 
 
+def _journal_spider(directory: Path, gens: list[int]) -> str | None:
+    """The spider named by a journal header: a crawl that died before its first snapshot has no other."""
+    for gen in reversed(gens):
+        try:
+            header = read_journal(journal_path(directory, gen)).header or {}
+        except CheckpointError:
+            continue
+        if isinstance(header.get("spider"), str):
+            return header["spider"]
+    return None
+
+
 def inspect_dir(directory: Path) -> dict[str, Any]:
     """A JSON-safe summary of what resuming from *directory* would restore."""
     state = load(directory)
@@ -40,7 +52,7 @@ def inspect_dir(directory: Path) -> dict[str, Any]:
         "directory": str(directory),
         "format_version": state.header.get("v", FORMAT_VERSION if not state.empty else None),
         "crawl_id": state.crawl_id,
-        "spider": state.header.get("spider"),
+        "spider": state.header.get("spider") or _journal_spider(directory, state.journal_gens),
         "finished": state.finished,
         "finish_reason": state.header.get("reason"),
         "snapshot_generation": state.snapshot_gen,

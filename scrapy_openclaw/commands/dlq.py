@@ -72,6 +72,59 @@ def _printable(text: str) -> str:
     return "".join(ch if ch.isprintable() else "?" for ch in text)
 
 
+#: How much of a request body ``show`` prints.
+BODY_PREVIEW = 500
+
+
+def _text(value: Any) -> Any:
+    """Stored bytes (``{"__bytes__": base64}``) as text, lists of one value as the value."""
+    from scrapy_openclaw.serialization import decode_value
+
+    try:
+        value = decode_value(value)
+    except Exception:  # noqa: BLE001 - a display helper: show what is stored
+        return value
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    if isinstance(value, list):
+        values = [_text(v) for v in value]
+        return values[0] if len(values) == 1 else values
+    return value
+
+
+def readable(data: dict[str, Any]) -> dict[str, Any]:
+    """A stored record for a person: headers and body decoded, engine meta and defaults left out,
+    the traceback as lines."""
+    from scrapy_openclaw.deadletter import ENGINE_META
+
+    out = dict(data)
+    request = data.get("request")
+    if isinstance(request, dict):
+        shown: dict[str, Any] = {"method": request.get("method"), "url": request.get("url")}
+        headers = request.get("headers")
+        if isinstance(headers, dict) and headers:
+            shown["headers"] = {str(k): _text(v) for k, v in headers.items()}
+        body = _text(request.get("body"))
+        if body:
+            text = str(body)
+            shown["body"] = text[:BODY_PREVIEW] + (f"... ({len(text)} characters)" if len(text) > BODY_PREVIEW else "")
+        meta = request.get("meta")
+        if isinstance(meta, dict):
+            meta = {k: v for k, v in meta.items() if k not in ENGINE_META}
+            if meta:
+                shown["meta"] = meta
+        for name in ("callback", "errback", "cb_kwargs", "cookies", "priority", "flags", "_class"):
+            if request.get(name) not in (None, {}, [], 0):
+                shown[name] = request[name]
+        out["request"] = shown
+    if isinstance(data.get("traceback"), str):
+        out["traceback"] = data["traceback"].rstrip("\n").splitlines()
+    for name in ("first_attempt_at", "last_attempt_at", "created_at", "replayed_at"):
+        if isinstance(data.get(name), (int, float)):
+            out[name] = _when(data[name]) + " UTC"
+    return out
+
+
 def format_table(rows: list[list[str]], headers: list[str]) -> str:
     rows = [[_printable(cell) for cell in row] for row in rows]
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
@@ -87,6 +140,13 @@ def _store_errors() -> tuple[type[BaseException], ...]:
     except ImportError:
         return (OSError,)
     return (OSError, RedisError)
+
+
+def _where(stores: list[DeadLetterStore], uri: str) -> str:
+    """The real places several stores read as one are, for messages (never a ``%(name)s`` template)."""
+    if not stores:
+        return mask_uri(uri.replace("%(name)s", "*"))
+    return ", ".join(store.uri for store in stores)
 
 
 class _Stores(DeadLetterStore):
@@ -147,7 +207,7 @@ class Command(ScrapyCommand):
     requires_crawler_process = False
 
     def syntax(self) -> str:
-        return "[options] list|show ID|stats|replay SPIDER|purge"
+        return "[options] list [SPIDER]|show ID|stats [SPIDER]|replay SPIDER|purge [SPIDER]"
 
     def short_desc(self) -> str:
         return "Inspect, replay and purge scrapy-openclaw dead letters"
@@ -177,6 +237,8 @@ class Command(ScrapyCommand):
         group.add_argument("--all", dest="replay_all", action="store_true",
                            help="replay: also protocol_permanent and domain_down dead letters")
         group.add_argument("--dry-run", action="store_true", help="replay: list what would be sent, send nothing")
+        group.add_argument("--raw", action="store_true",
+                           help="show: the record as stored (base64 bytes, engine meta, traceback in one string)")
         group.add_argument("--limit", type=int, default=0, help="list: show at most this many (newest)")
         group.add_argument("-y", "--yes", action="store_true", help="purge: do not ask for confirmation")
         group.add_argument("-a", dest="spargs", action="append", default=[], metavar="NAME=VALUE",
@@ -216,7 +278,7 @@ class Command(ScrapyCommand):
                 if isinstance(store, JsonlStore) and not store.path.exists():
                     continue
                 stores.append(store)
-            return _Stores(stores, mask_uri(uri))
+            return _Stores(stores, _where(stores, uri))
         except ValueError as exc:
             raise UsageError(str(exc), print_help=False) from None
 
@@ -235,13 +297,19 @@ class Command(ScrapyCommand):
         if not args or args[0] not in SUBCOMMANDS:
             raise UsageError(f"expected one of: {', '.join(SUBCOMMANDS)}")
         sub, rest = args[0], args[1:]
+        if sub in ("list", "stats", "purge") and len(rest) == 1:  # list SPIDER = list --spider SPIDER
+            if opts.spider and opts.spider != rest[0]:
+                raise UsageError(f"{sub} {rest[0]}: --spider {opts.spider} names another spider", print_help=False)
+            opts.spider, rest = rest[0], []
         expected = 1 if sub in ("show", "replay") else 0
         if len(rest) != expected:
             raise UsageError(f"{sub}: expected {expected} argument(s), got {len(rest)}")
         try:
             getattr(self, f"_run_{sub}")(opts, *rest)
         except _store_errors() as exc:
-            uri = mask_uri(opts.uri or default_uri(self.settings))
+            uri = opts.uri or default_uri(self.settings)
+            spider = opts.spider or (rest[0] if sub == "replay" else None)
+            uri = mask_uri(uri % {"name": spider} if spider and "%(name)s" in uri else uri.replace("%(name)s", "*"))
             print(f"cannot read the dead-letter store {uri}: {mask_uri(exc)}", file=sys.stderr)
             self.exitcode = 1
 
@@ -287,6 +355,8 @@ class Command(ScrapyCommand):
             return
         data = record.to_dict()
         data["replayed_at"] = store.replayed().get(record.id)
+        if not opts.raw:
+            data = readable(data)
         print(json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False))
         self._report_skipped(store)
         store.close()

@@ -10,6 +10,7 @@ become records here. The pipeline only writes; it never changes items.
 from __future__ import annotations
 
 import logging
+import os
 from typing import TYPE_CHECKING, Any
 
 from scrapy import signals
@@ -264,8 +265,10 @@ class DeadLetterPipeline:
             delay = min(delay * 2, 2.0)
             store.close()
         if store.pending():
+            checkpoint_dir = self.crawler.settings.get("OPENCLAW_CHECKPOINT_DIR")
             fallback = JsonlStore(
-                expand_uri(default_uri(_NoUri(self.crawler.settings)), self.crawler.spider.name)
+                os.path.join(str(checkpoint_dir), "deadletters.jsonl") if checkpoint_dir
+                else expand_uri(default_uri(_NoUri(self.crawler.settings)), self.crawler.spider.name)
             )
             n = store.drain_to(fallback)
             fallback.close()

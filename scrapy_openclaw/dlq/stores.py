@@ -589,15 +589,24 @@ def expand_uri(uri: str, spider: str | None) -> str:
 
 
 def default_uri(settings: Any) -> str:
-    """``OPENCLAW_DLQ_URI``, else ``<OPENCLAW_CHECKPOINT_DIR>/deadletters.jsonl``,
-    else ``openclaw-data/%(name)s/deadletters.jsonl`` (relative to the cwd)."""
+    """``OPENCLAW_DLQ_URI``, else ``<project>/openclaw-data/%(name)s/deadletters.jsonl``.
+
+    One store per spider for plain, checkpointed and scheduled crawls alike, so
+    that ``scrapy openclaw-dlq list SPIDER`` finds all of them. ``<project>``
+    is the directory of the Scrapy project's ``scrapy.cfg`` (the working
+    directory outside a project), so the path is the same from any directory.
+    """
     uri = settings.get("OPENCLAW_DLQ_URI")
     if uri:
         return str(uri)
-    checkpoint_dir = settings.get("OPENCLAW_CHECKPOINT_DIR")
-    if checkpoint_dir:
-        return os.path.join(str(checkpoint_dir), "deadletters.jsonl")
-    return os.path.join("openclaw-data", "%(name)s", "deadletters.jsonl")
+    return os.path.join(_project_dir(), "openclaw-data", "%(name)s", "deadletters.jsonl")
+
+
+def _project_dir() -> str:
+    from scrapy.utils.conf import closest_scrapy_cfg
+
+    cfg = closest_scrapy_cfg()
+    return os.path.dirname(os.path.abspath(cfg)) if cfg else os.getcwd()
 
 
 def open_store(
