@@ -9,7 +9,9 @@ from uuid import uuid4
 
 import pytest
 
-from scrapy_openclaw.dlq import JsonlStore
+from scrapy_openclaw.deadletter import DeadLetter
+from scrapy_openclaw.dlq import Filters, JsonlStore, open_store
+from scrapy_openclaw.dlq.replay import ReplayPlan, select
 from scrapy_openclaw.testing.crawl import run_crawl
 from tests.test_dlq_crawl import assert_clean, cli, dlq_settings, make_project, require_cli, served
 
@@ -76,6 +78,12 @@ def test_replay_is_idempotent_and_quick(chaos_server, tmp_path, addon):
     assert records[by_url[f"{base}page/5"].id].replayed_at is None
     assert "download_slot" not in records[newest7.id].request["meta"]
 
+    shown = cli(project, "show", newest7.id[:12])
+    assert shown.returncode == 0, shown.stderr[-3000:]
+    assert '"User-Agent": "Scrapy/' in shown.stdout and '"replay_outcome": "failed"' in shown.stdout
+    assert "__bytes__" not in shown.stdout and "download_slot" not in shown.stdout
+    assert "Scrapy 2." not in shown.stderr  # no start banner
+    assert '"__bytes__"' in cli(project, "show", newest7.id, "--raw").stdout
     again = cli(project, "replay", "chaos")
     assert "nothing to replay" in again.stdout
     assert served(server.truth())[f"{base}page/3"] == [503] * attempts + [200]
@@ -97,3 +105,67 @@ def test_robots_txt_404_is_no_dead_letter(chaos_server, tmp_path):
     assert list(JsonlStore(path).iter()) == []
     assert not result.stats.get("openclaw/dlq/count")
     assert_clean(result.log)
+
+
+def _letter(url: str, created_at: float, error_class: str = "network") -> DeadLetter:
+    return DeadLetter(url=url, domain="a.example", error_class=error_class, reason="r", spider="s",
+                      crawl_id="c", created_at=created_at, request={"url": url, "method": "GET"})
+
+
+@pytest.mark.parametrize("kind", ["jsonl", "redis"])
+def test_plan_marks_records_in_place(kind, tmp_path, request):
+    uri = str(tmp_path / "dl.jsonl") if kind == "jsonl" else request.getfixturevalue("redis_server").url
+    store = open_store(uri, spider="s")
+    old, new = _letter("http://a.example/1", 100.0), _letter("http://a.example/1", 200.0)
+    other, gone = _letter("http://a.example/2", 150.0), _letter("http://a.example/3", 50.0, "protocol_permanent")
+    for record in (old, new, other, gone):
+        store.append(record)
+    store.sync()
+    send, duplicates, held = select(list(store.iter()))
+    assert [r.id for r in send] == [new.id, other.id]
+    assert [r.id for r in duplicates] == [old.id] and [r.id for r in held] == [gone.id]
+    plan = ReplayPlan(store, send, duplicates)
+    plan.injected = [r.id for r in send]
+    plan.mark_sent()
+    again = replace(other, attempts=3, status=503, error_class="protocol_retryable", id=uuid4().hex)
+    again.replay_of = other.id
+    assert plan.failed_again(again)
+    unrelated = replace(other, id=uuid4().hex)
+    assert not plan.failed_again(unrelated)  # not a replay of ours: the pipeline appends it
+    assert plan.finish() == 1
+    records = {r.id: r for r in open_store(uri, spider="s").iter()}
+    assert len(records) == 4
+    assert records[new.id].replay_outcome == "recovered" and records[new.id].replays == 1
+    assert records[old.id].replay_outcome == f"duplicate of {new.id[:12]}"
+    assert records[other.id].replay_outcome == "failed" and records[other.id].attempts == 4
+    assert records[other.id].status == 503 and records[other.id].error_class == "protocol_retryable"
+    assert records[gone.id].replayed_at is None
+    assert set(store.replayed()) == {new.id, old.id, other.id}
+    assert [r.id for r in store.iter(Filters(include_replayed=False))] == [gone.id]
+    store.close()
+
+
+def test_internal_requests_and_engine_meta():
+    from scrapy import Request, Spider
+    from scrapy.http.request import NO_CALLBACK
+
+    from scrapy_openclaw import deadletter
+    from scrapy_openclaw.dlq.replay import replay_request
+
+    spider = Spider("s")
+    kwargs = {"spider": spider, "crawl_id": "c", "error_class": "network", "reason": "r"}
+    robots = Request("http://a.example/robots.txt", meta={"dont_obey_robotstxt": True}, callback=NO_CALLBACK)
+    assert deadletter.for_request(robots, **kwargs).internal
+    download = Request("http://a.example/x", callback=NO_CALLBACK)  # engine.download
+    assert deadletter.for_request(download, **kwargs).internal
+    # the spider's own request with dont_obey_robotstxt is its work
+    own = Request("http://a.example/x", meta={"dont_obey_robotstxt": True, "download_slot": "a.example",
+                                              "download_latency": 0.1, "download_timeout": 180, "depth": 2,
+                                              "retry_times": 1, "mine": 1})
+    letter = deadletter.for_request(own, **kwargs)
+    assert not letter.internal
+    assert letter.request["meta"] == {"dont_obey_robotstxt": True, "mine": 1}
+    # an older record that still holds engine meta: the replay never carries it
+    letter.request["meta"].update({"download_slot": "a.example", "depth": 3})
+    assert replay_request(letter, spider).meta == {"dont_obey_robotstxt": True, "mine": 1,
+                                                   "openclaw_replay_of": letter.id}
