@@ -58,7 +58,7 @@ DEFAULTS: dict[str, Any] = {
     "OPENCLAW_CHECKPOINT_SNAPSHOT_RECORDS": 200000,  # also snapshot after this many journal records (0: off)
     "OPENCLAW_CHECKPOINT_RESTART": False,  # True: discard the checkpoint found in the dir and start over
     # --- dead letters (DeadLetterPipeline) ---
-    "OPENCLAW_DLQ_URI": None,  # unset: jsonl file under the checkpoint dir or ./openclaw-data
+    "OPENCLAW_DLQ_URI": None,  # unset: <project>/openclaw-data/<spider>/deadletters.jsonl
     "OPENCLAW_DLQ_ENABLED": True,  # False: no DeadLetterPipeline (dead letters are only counted by others)
     "OPENCLAW_DLQ_ALERT_COUNT": 0,  # alert when this many dead letters were written (0: off)
     "OPENCLAW_DLQ_ALERT_RATIO": 0.0,  # alert when dead letters / downloaded requests exceeds this (0: off)

@@ -93,11 +93,11 @@ def _text(value: Any) -> Any:
 
 
 def readable(data: dict[str, Any]) -> dict[str, Any]:
-    """A stored record for a person: headers and body decoded, engine meta and defaults left out,
-    the traceback as lines."""
+    """A stored record for a person: headers and body decoded, engine meta, defaults and empty
+    fields left out, times in UTC, the traceback as lines."""
     from scrapy_openclaw.deadletter import ENGINE_META
 
-    out = dict(data)
+    out = {k: v for k, v in data.items() if v is not None}
     request = data.get("request")
     if isinstance(request, dict):
         shown: dict[str, Any] = {"method": request.get("method"), "url": request.get("url")}
