@@ -13,13 +13,16 @@ callbacks and meta keys a stored request must not have (see :func:`check_stored`
 from __future__ import annotations
 
 import base64
+import collections
 import dataclasses
 import datetime
 import decimal
 import functools
 import inspect
 import json
+import pathlib
 import sys
+import uuid
 import zoneinfo
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -60,6 +63,10 @@ class RefusedRequest(SerializationError):
 _BYTES, _TUPLE, _DICT, _SET, _FROZENSET = "__bytes__", "__tuple__", "__dict__", "__set__", "__frozenset__"
 _DATETIME, _DATE, _TIME, _TIMEDELTA, _DECIMAL = "__datetime__", "__date__", "__time__", "__timedelta__", "__decimal__"
 _ITEM, _DATACLASS = "__item__", "__dataclass__"
+_ODICT, _UUID, _PATH = "__odict__", "__uuid__", "__path__"
+#: pathlib classes by name (a fixed table: no class is looked up from stored data)
+_PATHS = {cls.__name__: cls for cls in (pathlib.PurePosixPath, pathlib.PureWindowsPath,
+                                          pathlib.PosixPath, pathlib.WindowsPath)}
 
 
 def encode_value(value: Any, where: str) -> Any:
@@ -84,6 +91,8 @@ def _encode(value: Any) -> Any:
     if value is None or isinstance(value, (str, bool, int, float)):
         return value
     if isinstance(value, dict):
+        if type(value) is not dict and isinstance(value, collections.OrderedDict):
+            return {_ODICT: [[_encode(k), _encode(v)] for k, v in value.items()]}
         if len(value) == 1 and _is_tag_like(next(iter(value))):
             return {_DICT: [[_encode(k), _encode(v)] for k, v in value.items()]}
         out = {}
@@ -118,6 +127,10 @@ def _encode_other(value: Any) -> Any:
         return {_TIMEDELTA: [value.days, value.seconds, value.microseconds]}
     if isinstance(value, decimal.Decimal):
         return {_DECIMAL: str(value)}
+    if isinstance(value, uuid.UUID):
+        return {_UUID: str(value)}
+    if isinstance(value, pathlib.PurePath) and _PATHS.get(type(value).__name__) is type(value):
+        return {_PATH: [type(value).__name__, str(value)]}
     if isinstance(value, Item):
         return {_ITEM: [_class_path(type(value)), _encode(dict(value))]}
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
@@ -268,6 +281,9 @@ _DECODERS = {
     _BYTES: lambda data: base64.b64decode(data),
     _TUPLE: lambda data: tuple(decode_value(v) for v in data),
     _DICT: lambda data: {decode_value(k): decode_value(v) for k, v in data},
+    _ODICT: lambda data: collections.OrderedDict((decode_value(k), decode_value(v)) for k, v in data),
+    _UUID: lambda data: uuid.UUID(str(data)),
+    _PATH: lambda data: _PATHS[data[0]](str(data[1])),
     _SET: lambda data: {decode_value(v) for v in data},
     _FROZENSET: lambda data: frozenset(decode_value(v) for v in data),
     _DATETIME: _decode_datetime,
