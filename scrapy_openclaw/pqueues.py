@@ -172,7 +172,7 @@ class DeadlinePriorityQueue:
         now = self._clock()
         self._apply_default_deadline(request, domain, now)
         if self.key:  # disk queue: only what can be stored as data (ValueError -> memory)
-            request_to_data(request, spider=self.crawler.spider, compact=True)
+            self._check_storable(request)
         due = not_before(request, self.stats, now=now)
         if due > now:
             heapq.heappush(self._delayed, (due, next(self._seq), request))
@@ -181,6 +181,25 @@ class DeadlinePriorityQueue:
         else:
             self._enqueue(request, domain)
         self.stats.inc_value("openclaw/queue/pushed")
+
+    def _check_storable(self, request: Request) -> None:
+        """Raise :class:`SerializationError` (a ValueError) for a request the JOBDIR file cannot hold.
+
+        Scrapy's scheduler then keeps it in its memory queue, as for a request
+        its own disk queues cannot pickle: crawled in this run, but lost if the
+        crawl is paused. Scrapy says so only with ``SCHEDULER_DEBUG``; we say it
+        always, with the URL and the key.
+        """
+        try:
+            request_to_data(request, spider=self.crawler.spider, compact=True)
+        except SerializationError as exc:
+            logger.error(
+                "%(request)s cannot be stored in the JOBDIR queue; Scrapy keeps it in memory, so it is "
+                "lost if this crawl is paused: %(error)s",
+                {"request": request, "error": exc}, extra={"spider": self.crawler.spider},
+            )
+            self.stats.inc_value("openclaw/unstorable/jobdir")
+            raise
 
     def pop(self) -> Request | None:
         choice = self._choose(self._clock(), acquire=True)
@@ -350,31 +369,39 @@ class DeadlinePriorityQueue:
         )
 
     def _choose(self, now: float, *, acquire: bool) -> tuple[DomainQueue, str] | None:
-        """The domain and index to take from: best effective priority among ready domains."""
+        """The domain and index to take from: best effective priority among ready domains.
+
+        Ties go to the domain with the fewest active downloads (as Scrapy's
+        default ``DownloaderAwarePriorityQueue`` orders slots), then round-robin.
+        """
         self._release_due(now)
         self._sweep_expired(now)
         if not self._domains:
             return None
+        downloader = self._downloader()
+        slots = downloader.slots if downloader is not None else {}
         scored = []
         for name, dq in self._domains.items():
             best = dq.best(now)
             if best is not None:
-                scored.append((best[0], -self._served.get(name, 0), best[1], dq))
+                slot = slots.get(name)
+                busy = len(slot.active) if slot is not None else 0
+                scored.append((best[0], -busy, -self._served.get(name, 0), best[1], dq))
         if not scored:
             return None
-        first = max(scored, key=lambda s: s[:2])
+        first = max(scored, key=lambda s: s[:3])
         wake_at = math.inf
-        ok, at = self._ready(first[3].domain, now, acquire)
+        ok, at = self._ready(first[4].domain, now, acquire)
         if ok:
-            return first[3], first[2]
+            return first[4], first[3]
         wake_at = min(wake_at, at)
-        scored.sort(key=lambda s: s[:2], reverse=True)
+        scored.sort(key=lambda s: s[:3], reverse=True)
         for candidate in scored[1:]:
-            ok, at = self._ready(candidate[3].domain, now, acquire)
+            ok, at = self._ready(candidate[4].domain, now, acquire)
             if ok:
                 if acquire:
                     self.stats.inc_value("openclaw/queue/skipped_not_ready")
-                return candidate[3], candidate[2]
+                return candidate[4], candidate[3]
             wake_at = min(wake_at, at)
         if acquire:
             self.stats.inc_value("openclaw/queue/none_ready")

@@ -245,6 +245,43 @@ def test_equal_priorities_are_served_round_robin():
     assert sorted(hosts[3:6]) == ["a", "b", "c"]
 
 
+def test_ties_go_to_the_domain_with_fewest_active_downloads_then_round_robin():
+    """As Scrapy's DownloaderAwarePriorityQueue: among equal effective priorities the least busy
+    slot first; a higher priority or an expired deadline still comes first."""
+    crawler = get_crawler(QueueSpider, {"CONCURRENT_REQUESTS_PER_DOMAIN": 8})
+    crawler.spider = crawler._create_spider()
+    crawler.engine = crawler._create_engine()
+    downloader = crawler.engine.downloader
+    q = make_queue(deadline_policy(expired="boost"), crawler=crawler)
+    for host, busy in (("a", 3), ("b", 1), ("c", 2)):
+        slot = downloader.slots[f"{host}.example"] = Slot(8, 0, 0)
+        slot.active.update(Request(f"http://{host}.example/active/{i}") for i in range(busy))
+        for i in range(3):
+            q.push(Request(f"http://{host}.example/{i}"))
+
+    def download() -> str:  # what the engine does with a popped request: its slot gets busier
+        request = q.pop()
+        downloader.slots[request.url.split("/")[2]].active.add(request)
+        return request.url.split("/")[2][0]
+
+    # b (1 active, now 2 as c) -> c (the least recently served; 3) -> b (2; now 3) -> a (3 each:
+    # never served yet)
+    assert [download() for _ in range(4)] == ["b", "c", "b", "a"]
+    # equally busy: round-robin (the least recently served first)
+    downloader.slots["a.example"].active.clear()
+    downloader.slots["b.example"].active.clear()
+    downloader.slots["c.example"].active.clear()
+    assert [u.split("/")[2][0] for u in urls(q, 3)] == ["c", "b", "a"]
+    assert len(urls(q)) == 2
+    # priority, then an expired deadline, beat an idle slot
+    downloader.slots["a.example"].active.update({Request("http://a.example/x")})
+    q.push(Request("http://a.example/high", priority=1))
+    q.push(Request("http://a.example/late", priority=-5, meta={M.DEADLINE: q._clock.now - 1}))
+    q.push(Request("http://b.example/idle"))
+    assert urls(q, 3) == ["http://a.example/late", "http://a.example/high", "http://b.example/idle"]
+    downloader.close()
+
+
 def test_queue_state_and_stats():
     q = make_queue(deadline_policy(expired="drop"))
     now = q._clock.now
