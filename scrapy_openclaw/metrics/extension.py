@@ -32,8 +32,17 @@ from twisted.web.server import Site
 
 from scrapy_openclaw import meta as M
 from scrapy_openclaw import signals as openclaw_signals
-from scrapy_openclaw.metrics.collector import PREFIX, DomainLabels, OpenClawCollector, status_class
-from scrapy_openclaw.metrics.logtable import DomainLogTable
+from scrapy_openclaw.metrics.collector import (
+    PREFIX,
+    DomainLabels,
+    OpenClawCollector,
+    on_reactor_thread,
+    scheduler_of,
+    status_class,
+)
+from scrapy_openclaw.metrics.logtable import DomainLogTable, Progress
+from scrapy_openclaw.pqueues import queue_state as deadline_queue_state
+from scrapy_openclaw.runtime import peek
 from scrapy_openclaw.settings import DEFAULTS
 
 if TYPE_CHECKING:
@@ -71,10 +80,12 @@ class MetricsExtension:
         self._build_metrics()
         self.collector = OpenClawCollector(crawler, self.labels, lambda: self._spider_name)
         self.registry.register(self.collector)
+        self.registry.register(_ProgressCollector(self))
         rows = settings.getint("OPENCLAW_LOG_DOMAINS", DEFAULTS["OPENCLAW_LOG_DOMAINS"])
         interval = settings.getfloat("LOGSTATS_INTERVAL")
         self.logtable = (
-            DomainLogTable(rows=rows, interval=interval, health=self.collector.health)
+            DomainLogTable(rows=rows, interval=interval, health=self.collector.health, progress=self.progress,
+                           stats=crawler.stats)
             if rows > 0 and interval > 0
             else None
         )
@@ -173,10 +184,40 @@ class MetricsExtension:
             return None
         return DeferredList(waits, consumeErrors=True)
 
+    def progress(self) -> Progress | None:
+        """Requests discovered (accepted by the scheduler, retries not counted again) and pending
+        by state, overall and per domain; None before the crawl runs."""
+        crawler = self.crawler
+        engine = crawler.engine
+        scheduler = scheduler_of(engine)
+        downloader = getattr(engine, "downloader", None)
+        if scheduler is None or downloader is None:
+            return None
+        domains: dict[str, int] = {}
+        for key, slot in list(downloader.slots.items()):
+            domains[key] = domains.get(key, 0) + len(slot.active)
+        in_flight = len(downloader.active)
+        if peek(crawler, "queues"):  # the DeadlinePriorityQueue: ready and delayed per domain
+            state = deadline_queue_state(crawler)
+            queued, waiting = int(state["ready"]), int(state["delayed"])
+            for domain, n in state["domains"].items():
+                domains[domain] = domains.get(domain, 0) + int(n)
+        else:
+            delayed = peek(crawler, "delayed")
+            waiting = len(delayed) if delayed is not None and getattr(delayed, "active", False) else 0
+            queued = len(scheduler) if hasattr(scheduler, "__len__") else 0
+        stats = crawler.stats
+        enqueued = int(stats.get_value("scheduler/enqueued", 0) or 0)
+        retries = int(stats.get_value("retry/count", 0) or 0)
+        discovered = max(enqueued - retries, queued + waiting + in_flight)
+        return Progress(discovered, queued, waiting, in_flight, domains)
+
     def request_reached_downloader(self, request: Request, spider: Spider) -> None:
         domain = _domain(request)
         label = self.labels(domain)
         self.requests.labels(self._spider_name, label).inc()
+        if self.logtable is not None:
+            self.logtable.count_sent(domain)
         if _is_retry(request):
             self.retried.labels(self._spider_name, label).inc()
             if self.logtable is not None:
@@ -190,8 +231,11 @@ class MetricsExtension:
         latency = request.meta.get("download_latency")
         if isinstance(latency, (int, float)) and latency >= 0:
             self.latency.labels(self._spider_name, label).observe(latency)
-        if self.logtable is not None and response.status < 400:
-            self.logtable.count_page(domain)
+        if self.logtable is not None:
+            if response.status < 400:
+                self.logtable.count_page(domain)
+            else:
+                self.logtable.count_failure(domain)
 
     def request_left_downloader(self, request: Request, spider: Spider) -> None:
         # response_downloaded fires first for the same request when there was one.
@@ -200,8 +244,14 @@ class MetricsExtension:
             self._answered.discard(key)
         else:
             self.errors.labels(self._spider_name, self.labels(_domain(request))).inc()
+            if self.logtable is not None:
+                self.logtable.count_failure(_domain(request))
 
     def dead_letter(self, dead_letter: DeadLetter, spider: Spider | None = None) -> None:
+        if dead_letter.internal:  # robots.txt and other Scrapy-internal downloads: never stored
+            return
+        if self.logtable is not None:
+            self.logtable.count_dead_letter(dead_letter.domain)
         self.dead_letters.labels(
             self._spider_name, self.labels(dead_letter.domain), str(dead_letter.error_class)
         ).inc()
@@ -296,6 +346,49 @@ def _is_retry(request: Request) -> bool:
             return True
     times = request.meta.get("retry_times")
     return isinstance(times, int) and times > 0
+
+
+class _ProgressCollector:
+    """``scrapy_openclaw_progress_*``: the log's progress figures, read per scrape."""
+
+    def __init__(self, ext: MetricsExtension):
+        self.ext = ext
+
+    def collect(self) -> list[Metric]:
+        return on_reactor_thread(self.families)
+
+    def families(self) -> list[Metric]:
+        from prometheus_client.core import GaugeMetricFamily
+
+        spider = self.ext._spider_name
+        requests = GaugeMetricFamily(
+            f"{PREFIX}_progress_requests",
+            "Requests by progress state: discovered, done, pending, queued, waiting (retry or not-before "
+            "time), in_flight.",
+            labels=["spider", "state"],
+        )
+        rate = GaugeMetricFamily(
+            f"{PREFIX}_progress_rate", "Requests done per second over the last LOGSTATS_INTERVAL.", labels=["spider"]
+        )
+        domains = GaugeMetricFamily(
+            f"{PREFIX}_progress_domain_pending_requests",
+            "Requests pending per domain (queued, waiting or in the download slot).",
+            labels=["spider", "domain"],
+        )
+        progress = self.ext.progress() if self.ext._spider_name else None
+        if progress is None:
+            return [requests, rate, domains]
+        for state in ("discovered", "done", "pending", "queued", "waiting", "in_flight"):
+            requests.add_metric([spider, state], getattr(progress, state))
+        table = self.ext.logtable
+        rate.add_metric([spider], table.rate if table is not None else 0.0)
+        per_domain: dict[str, float] = {}
+        for domain, n in progress.domains.items():
+            label = self.ext.labels(domain)
+            per_domain[label] = per_domain.get(label, 0) + n
+        for label, n in sorted(per_domain.items()):
+            domains.add_metric([spider, label], n)
+        return [requests, rate, domains]
 
 
 class _Frozen:

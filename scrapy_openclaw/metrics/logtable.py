@@ -1,4 +1,11 @@
-"""A compact per-domain table in the crawl log, every ``LOGSTATS_INTERVAL``.
+"""Progress and a compact per-domain table in the crawl log, every ``LOGSTATS_INTERVAL`` and at close.
+
+Every interval one progress line says how far the crawl is: requests done,
+pending (queued + waiting for a retry or not-before time + in flight) of those
+discovered, the rate over the last interval and the ETA at that rate; when
+nothing was sent in an interval although requests are pending, what they wait
+for (an open circuit, a hold). The table comes with it, and once more at close
+with the whole crawl's figures.
 
 Scrapy's LogStats line says how the crawl does as a whole; this table says
 which domains carry it and which are in trouble, for operators who read logs
@@ -10,7 +17,9 @@ HealthRegistry when the table is written (shown as ``-`` without one).
 from __future__ import annotations
 
 import logging
+import time
 from collections import Counter
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from scrapy.utils.asyncio import create_looping_call
@@ -22,26 +31,87 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-HEADER = ("domain", "pages/min", "health", "rate/s", "retries", "circuit")
+HEADER = ("domain", "pages/min", "health", "rate/s", "retries", "circuit", "done", "pending", "failed", "dead", "ETA")
+
+
+@dataclass
+class Progress:
+    """Where the crawl stands: requests discovered (accepted by the scheduler, retries not
+    counted again), and pending ones by state; ``domains``: pending per domain."""
+
+    discovered: int
+    queued: int
+    waiting: int
+    in_flight: int
+    domains: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def pending(self) -> int:
+        return self.queued + self.waiting + self.in_flight
+
+    @property
+    def done(self) -> int:
+        return max(0, self.discovered - self.pending)
+
+
+def eta(pending: int, per_second: float) -> str:
+    """``12s``, ``4m05s``, ``2h10m``; ``-`` when nothing is pending, ``?`` at rate 0."""
+    if pending <= 0:
+        return "-"
+    if per_second <= 0:
+        return "?"
+    seconds = int(round(pending / per_second))
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
 
 
 class DomainLogTable:
     """Counts pages and retries per domain and logs the top *rows* domains."""
 
-    def __init__(self, *, rows: int, interval: float, health: Callable[[], Any]):
+    def __init__(
+        self,
+        *,
+        rows: int,
+        interval: float,
+        health: Callable[[], Any],
+        progress: Callable[[], Progress | None] = lambda: None,
+        stats: Any = None,
+    ):
         self.rows = rows
         self.interval = interval
         self.health = health
+        self.progress = progress
+        self.stats = stats
         self._pages: Counter[str] = Counter()  # this interval only
         self._retries: Counter[str] = Counter()  # whole crawl
+        self._total: Counter[str] = Counter()  # pages, whole crawl
+        self._failed: Counter[str] = Counter()  # failed downloads (status >= 400 or no response)
+        self._dead: Counter[str] = Counter()  # dead letters
+        self._sent = 0  # requests handed to the downloader this interval
+        self._done_before: int | None = None
+        self.rate = 0.0  # requests done per second over the last interval
+        self._started = time.monotonic()
         self._loop: Any = None
         self._spider: Spider | None = None
 
     def count_page(self, domain: str) -> None:
         self._pages[domain] += 1
+        self._total[domain] += 1
 
     def count_retry(self, domain: str) -> None:
         self._retries[domain] += 1
+
+    def count_sent(self, domain: str) -> None:
+        self._sent += 1
+
+    def count_failure(self, domain: str) -> None:
+        self._failed[domain] += 1
+
+    def count_dead_letter(self, domain: str) -> None:
+        self._dead[domain] += 1
 
     def start(self, spider: Spider) -> None:
         self._spider = spider
@@ -49,20 +119,92 @@ class DomainLogTable:
         self._loop.start(self.interval, now=False)
 
     def stop(self) -> None:
+        """Stop the timer and log the whole crawl's progress and table."""
         if self._loop is not None and self._loop.running:
             self._loop.stop()
         self._loop = None
-
-    def log(self) -> None:
-        pages, self._pages = self._pages, Counter()
-        table = self.render(pages)
+        elapsed = max(time.monotonic() - self._started, 1e-9)
+        progress = self.progress()
+        if progress is not None:
+            self._record(progress)
+            done = progress.done
+            logger.info(
+                "OpenClaw progress at close: %(done)d done of %(found)d discovered, %(pending)d pending, "
+                "%(rate).1f pages/min over the crawl (%(elapsed).0f s)",
+                {"done": done, "found": progress.discovered, "pending": progress.pending,
+                 "rate": sum(self._total.values()) * 60.0 / elapsed, "elapsed": elapsed},
+                extra={"spider": self._spider},
+            )
+        table = self.render(self._total, period=elapsed, title="whole crawl")
         if table:
             logger.info("%(table)s", {"table": table}, extra={"spider": self._spider})
 
-    def render(self, pages: Counter[str]) -> str:
+    def log(self) -> None:
+        pages, self._pages = self._pages, Counter()
+        sent, self._sent = self._sent, 0
+        progress = self.progress()
+        if progress is not None:
+            self._record(progress)
+            logger.info("%(line)s", {"line": self.progress_line(progress, pages, sent)},
+                        extra={"spider": self._spider})
+        table = self.render(pages, progress=progress)
+        if table:
+            logger.info("%(table)s", {"table": table}, extra={"spider": self._spider})
+
+    def _record(self, progress: Progress) -> None:
+        if self.stats is not None:
+            for name in ("discovered", "done", "pending", "queued", "waiting", "in_flight"):
+                self.stats.set_value(f"openclaw/progress/{name}", getattr(progress, name))
+
+    def progress_line(self, progress: Progress, pages: Counter[str], sent: int) -> str:
+        """Done, pending (by state) of discovered, the rate over the last interval, ETA; what blocks."""
+        done = progress.done
+        before = self._done_before if self._done_before is not None else 0
+        self._done_before = done
+        per_second = self.rate = max(0, done - before) / self.interval
+        share = f" ({100.0 * done / progress.discovered:.0f}%)" if progress.discovered else ""
+        line = (
+            f"OpenClaw progress: {done} done of {progress.discovered} discovered{share}, "
+            f"{progress.pending} pending ({progress.queued} queued, {progress.waiting} waiting, "
+            f"{progress.in_flight} in flight), {per_second * 60:.1f}/min over the last {self.interval:g} s, "
+            f"ETA {eta(progress.pending, per_second)}"
+        )
+        if sent == 0 and progress.pending:
+            line += "; nothing sent: " + self.waiting_for(progress)
+        return line
+
+    def waiting_for(self, progress: Progress) -> str:
+        """Why pending requests are not sent: per domain with pending requests, its block."""
+        registry = self.health()
+        now = time.time()
+        reasons = []
+        for domain, n in sorted(progress.domains.items(), key=lambda kv: -kv[1]):
+            if n <= 0:
+                continue
+            why = "its retry or not-before time" if progress.waiting else "a download slot"
+            if registry is not None and domain in set(registry.domains()):
+                state = registry.state(domain)
+                blocked = registry.blocked_until(domain) - now
+                if state.circuit == "open" and blocked > 0:
+                    why = f"circuit open for {blocked:.0f} s"
+                elif state.hold_until > now:
+                    why = f"held for {state.hold_until - now:.0f} s (Retry-After)"
+                elif state.circuit == "half_open":
+                    why = "a half-open probe"
+            reasons.append(f"{n} request(s) wait for {domain}, {why}")
+            if len(reasons) == 3:
+                break
+        return "; ".join(reasons) or f"{progress.pending} request(s) wait for their retry time"
+
+    def render(
+        self, pages: Counter[str], *, progress: Progress | None = None, period: float | None = None,
+        title: str | None = None,
+    ) -> str:
         """The table for one interval's page counts ('' when no domain is known yet)."""
         registry = self.health()
-        known = set(pages) | set(self._retries)
+        period = self.interval if period is None else period
+        pending = progress.domains if progress is not None else {}
+        known = set(pages) | set(self._retries) | set(self._failed) | set(self._dead) | {d for d, n in pending.items() if n}
         states: dict[str, Any] = {}
         if registry is not None:
             # Only domains the registry knows: state() of a new one would create it.
@@ -77,7 +219,7 @@ class DomainLogTable:
             return (0 if troubled else 1, -pages[domain], domain)
 
         top = sorted(known, key=rank)[: self.rows]
-        per_minute = 60.0 / self.interval
+        per_minute = 60.0 / period
         rows = [HEADER]
         for domain in top:
             state = states.get(domain)
@@ -89,6 +231,11 @@ class DomainLogTable:
                     f"{state.rate:.2f}" if state is not None else "-",
                     str(self._retries[domain]),
                     str(state.circuit) if state is not None else "-",
+                    str(self._total[domain]),
+                    str(pending.get(domain, 0)),
+                    str(self._failed[domain]),
+                    str(self._dead[domain]),
+                    eta(pending.get(domain, 0), pages[domain] / period),
                 )
             )
         widths = [max(len(row[i]) for row in rows) for i in range(len(HEADER))]
@@ -96,5 +243,5 @@ class DomainLogTable:
             "  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths)))
             for row in rows
         ]
-        title = f"OpenClaw domains (top {len(top)} of {len(known)}, last {self.interval:g} s):"
+        title = f"OpenClaw domains (top {len(top)} of {len(known)}, {title or f'last {period:g} s'}):"
         return "\n".join([title, *lines])
