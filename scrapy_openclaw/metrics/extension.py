@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlparse
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, push_to_gateway
 from scrapy import signals
@@ -194,6 +195,7 @@ class MetricsExtension:
         if scheduler is None or downloader is None:
             return None
         domains: dict[str, int] = {}
+        due_at: dict[str, float] = {}
         for key, slot in list(downloader.slots.items()):
             domains[key] = domains.get(key, 0) + len(slot.active)
         in_flight = len(downloader.active)
@@ -202,6 +204,11 @@ class MetricsExtension:
             queued, waiting = int(state["ready"]), int(state["delayed"])
             for domain, n in state["domains"].items():
                 domains[domain] = domains.get(domain, 0) + int(n)
+            for queue in peek(crawler, "queues") or ():  # delayed ones (retries), per domain
+                for due, _seq, request in list(getattr(queue, "_delayed", ())):
+                    domain = request.meta.get("download_slot") or urlparse(request.url).hostname or ""
+                    domains[domain] = domains.get(domain, 0) + 1
+                    due_at[domain] = min(due_at.get(domain, due), due)
         else:
             delayed = peek(crawler, "delayed")
             waiting = len(delayed) if delayed is not None and getattr(delayed, "active", False) else 0
@@ -210,7 +217,7 @@ class MetricsExtension:
         enqueued = int(stats.get_value("scheduler/enqueued", 0) or 0)
         retries = int(stats.get_value("retry/count", 0) or 0)
         discovered = max(enqueued - retries, queued + waiting + in_flight)
-        return Progress(discovered, queued, waiting, in_flight, domains)
+        return Progress(discovered, queued, waiting, in_flight, domains, due_at)
 
     def request_reached_downloader(self, request: Request, spider: Spider) -> None:
         domain = _domain(request)

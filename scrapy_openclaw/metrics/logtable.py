@@ -44,6 +44,7 @@ class Progress:
     waiting: int
     in_flight: int
     domains: dict[str, int] = field(default_factory=dict)
+    due_at: dict[str, float] = field(default_factory=dict)  # earliest not-before time (UNIX) per domain
 
     @property
     def pending(self) -> int:
@@ -181,7 +182,8 @@ class DomainLogTable:
         for domain, n in sorted(progress.domains.items(), key=lambda kv: -kv[1]):
             if n <= 0:
                 continue
-            why = "its retry or not-before time" if progress.waiting else "a download slot"
+            due = progress.due_at.get(domain)
+            why = f"next retry due in {max(0.0, due - now):.0f} s" if due is not None else "a download slot"
             if registry is not None and domain in set(registry.domains()):
                 state = registry.state(domain)
                 blocked = registry.blocked_until(domain) - now
