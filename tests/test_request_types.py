@@ -152,6 +152,7 @@ def test_distributed_kill9_resume_round_trip(chaos_server: Any, redis_server: An
 def test_jobdir_pause_resume_round_trip(chaos_server: Any, tmp_path: Path) -> None:
     _, (urls, slow) = _pages(chaos_server, len(CASES) + 1, latencies=(0.02, 1.5))
     settings = {"ADDONS": {"scrapy_openclaw.Addon": 100}, "JOBDIR": str(tmp_path / "job"),
+                "OPENCLAW_DLQ_URI": str(tmp_path / "dlq.jsonl"),
                 "CLOSESPIDER_PAGECOUNT": 2, "TYPED_URLS": urls[:len(CASES)] + [urls[-1], slow[0]],
                 "TYPED_MODE": "pause", "TYPED_REPORT": str(tmp_path / "first.json")}
     first = run_crawl(SPIDER, settings, out_dir=tmp_path / "first")

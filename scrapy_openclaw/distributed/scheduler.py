@@ -116,6 +116,13 @@ class OpenClawRedisScheduler(Scheduler):
             self.queue.push(request, payload=payload)
         return True
 
+    def next_request(self) -> Request | None:
+        """scrapy-redis's, without the ``spider=`` stats argument Scrapy 2.19 deprecates."""
+        request = self.queue.pop(self.idle_before_close)
+        if request and self.stats:
+            self.stats.inc_value("scheduler/dequeued/redis")
+        return request
+
     def has_pending_requests(self) -> bool:
         return len(self.queue) > 0
 
