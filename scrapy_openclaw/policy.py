@@ -71,7 +71,7 @@ class HealthPolicy:
     burst: int = field(default=5, metadata=_range(1, 10000))
     # after a slowdown, how fast the rate probes past the learned limit: the cubic's
     # constant, as a share of that limit per second cubed (CUBIC's C, scale-free)
-    rate_probe: float = field(default=0.002, metadata=_range(0.0001, 10))
+    rate_probe: float = field(default=0.001, metadata=_range(0.0001, 10))
     rate_decrease: float = field(default=0.9, metadata=_range(0.01, 0.99))  # multiplier on congestion
     latency_factor: float = field(default=3.0, metadata=_range(1.0, 100))
     circuit_floor: float = field(default=20.0, metadata=_range(0, 100))

@@ -205,8 +205,9 @@ local function h_decrease(d, p, now)
     delivered = 0
   end
   if delivered > 0 then
-    if d.cuts == 0 then before = math.min(before, delivered)
-    else before = math.min(before, math.max(delivered, before * p.rate_decrease)) end
+    local floor = 0
+    if d.cuts >= 1 then floor = before * p.rate_decrease end
+    before = math.min(before, math.max(delivered, floor))
   end
   d.cuts = math.min(d.cuts + 1, 2)
   d.threshold = before

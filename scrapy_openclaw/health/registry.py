@@ -560,16 +560,16 @@ class HealthRegistry:
 
         The limit learned is the rate the domain delivered, when that is
         lower: while nothing paced it (slow start) only that says where its
-        limit is, and a rate that overshot is cut back to what the site
-        accepted. It is never below ``rate_decrease`` x the rate, so a
-        lagging estimate cannot ratchet the pace down.
+        limit is. After that it is never below ``rate_decrease`` x the rate,
+        so a lagging estimate cannot ratchet the pace down.
         """
         if now - d.last_decrease < max(_MIN_DECREASE_GAP, d.latency or 0.0):
             return False
         before = self._rate(d, p)
         delivered = _delivered(d, now)
         if delivered > 0:
-            before = min(before, delivered if d.cuts == 0 else max(delivered, before * p.rate_decrease))
+            floor = 0.0 if d.cuts == 0 else before * p.rate_decrease
+            before = min(before, max(delivered, floor))
         d.cuts = min(d.cuts + 1, 2)
         d.threshold = before
         d.rate = max(p.min_rate, before * p.rate_decrease)
