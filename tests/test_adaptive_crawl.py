@@ -125,3 +125,16 @@ def test_a_healthy_site_is_not_paced(chaos_server: Any, tmp_path: Path) -> None:
     assert len(result.items) == 400
     assert truth["hosts"][host]["max_1s_window"] > 60  # the old default ceiling was 20 req/s
     assert result.stats.get("openclaw/health/domain_failures", 0) == 0
+
+
+def test_autothrottle_keeps_its_meaning(chaos_server: Any, tmp_path: Path) -> None:
+    """A project's AutoThrottle owns the slot delay: the add-on does not reset it."""
+    server = chaos_server(fault_free_site(n_hosts=1, pages=8, links_per_page="all"))
+    result = _crawl(server, tmp_path, AUTOTHROTTLE_ENABLED=True, AUTOTHROTTLE_START_DELAY=0.5,
+                    AUTOTHROTTLE_MAX_DELAY=0.5, AUTOTHROTTLE_TARGET_CONCURRENCY=0.001,
+                    RANDOMIZE_DOWNLOAD_DELAY=False)
+    truth = server.truth()
+    (host,) = truth["hosts"]
+    times = sorted(r["t"] for r in _served(truth, host))
+    assert len(result.items) == 8
+    assert min(b - a for a, b in zip(times, times[1:])) >= 0.45  # AutoThrottle's 0.5 s, kept

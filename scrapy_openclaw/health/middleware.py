@@ -64,6 +64,7 @@ class DomainHealthMiddleware:
         # request out; with any other queue the slot delay does the pacing.
         self.paces_slots = not queue_handles_not_before(crawler.settings)
         self.min_delay = crawler.settings.getfloat("DOWNLOAD_DELAY")
+        self.autothrottle = crawler.settings.getbool("AUTOTHROTTLE_ENABLED")
         self.crawl_delay_max = crawler.settings.getfloat(
             "OPENCLAW_CRAWL_DELAY_MAX", DEFAULTS["OPENCLAW_CRAWL_DELAY_MAX"]
         )
@@ -251,7 +252,10 @@ class DomainHealthMiddleware:
         own = self._slot_concurrency.setdefault(domain, slot.concurrency)
         slot.concurrency = self.registry.concurrency(domain, own)
         state = self.registry.state(domain)
-        slot.delay = max(self.min_delay, 1.0 / state.rate) if self.paces_slots else self.min_delay
+        if self.paces_slots:
+            slot.delay = max(self.min_delay, 1.0 / state.rate)
+        elif not self.autothrottle:  # (AutoThrottle owns the slot delay when the user enabled it)
+            slot.delay = self.min_delay  # undo a pause's minimal delay
         paused_until = self.registry.blocked_until(domain)
         if paused_until > time.time():
             _pause_slot(slot, paused_until)
