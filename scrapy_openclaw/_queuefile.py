@@ -21,11 +21,37 @@ STATE_FORMAT = "scrapy-openclaw/deadline-queue"
 STATE_VERSION = 1
 
 
+#: The first key of our state, and a directory by that name. Scrapy's own priority queues,
+#: given our state (the add-on removed, or SCHEDULER_PRIORITY_QUEUE changed), open that
+#: directory as one of their disk queues and stop at start with this text in the error
+#: (IsADirectoryError), instead of resuming nothing silently or failing with a TypeError.
+FOREIGN_READER_STOP = (
+    "JOBDIR queue of scrapy_openclaw.pqueues.DeadlinePriorityQueue, which "
+    "scrapy.pqueues.DownloaderAwarePriorityQueue and ScrapyPriorityQueue cannot resume; "
+    "set SCHEDULER_PRIORITY_QUEUE to the former or use a new JOBDIR"
+)
+
+
+def _scrapy_path_safe(text: str) -> str:
+    """``scrapy.pqueues._path_safe``: the directory DownloaderAwarePriorityQueue gives a slot."""
+    safe = "".join(c if c.isalnum() or c in "-._" else "_" for c in text)
+    return f"{safe}-{hashlib.md5(text.encode('utf8')).hexdigest()}"  # noqa: S324
+
+
+def _stop_foreign_readers(directory: str) -> None:
+    # (info.json as a directory stops FIFO disk queues too, which would read an empty one)
+    for path in (Path(directory, FOREIGN_READER_STOP),  # ScrapyPriorityQueue: a queue per key
+                 Path(directory, _scrapy_path_safe(FOREIGN_READER_STOP), FOREIGN_READER_STOP)):  # per slot
+        Path(path, "info.json").mkdir(parents=True, exist_ok=True)
+
+
 def write(directory: str, records: list[dict[str, Any]]) -> dict[str, Any]:
     """Write *records* (``request_to_data`` dicts) under *directory*; return the resume state."""
     payload = dumps({"format": STATE_FORMAT, "version": STATE_VERSION, "requests": records}).encode()
     atomic_write(Path(directory, STATE_FILE), payload)
+    _stop_foreign_readers(directory)
     return {
+        FOREIGN_READER_STOP: [FOREIGN_READER_STOP],  # first: what a Scrapy queue reads first
         "openclaw_queue": STATE_VERSION,
         "file": STATE_FILE,
         "count": len(records),

@@ -479,10 +479,12 @@ class DeadlinePriorityQueue:
 
     def _restore(self, state: Any) -> None:
         if not _queuefile.is_state(state):
+            ours = f"{type(self).__module__}.{type(self).__name__}"
             raise ValueError(
-                f"{type(self).__name__}: the JOBDIR queue state {state!r:.200} was written by a "
-                "different SCHEDULER_PRIORITY_QUEUE; only a crawl started with the same "
-                "priority queue class can be resumed"
+                f"JOBDIR queue {self.key} was written by {_writer_of(state)}, which {ours} "
+                "cannot resume (Scrapy's disk queues are pickle, which this add-on never loads). "
+                f"Resume it with SCHEDULER_PRIORITY_QUEUE = {_writer_of(state)!r}, or start a new "
+                f"JOBDIR to use {ours}. (State: {state!r:.120})"
             )
         try:
             records = _queuefile.read(self.key, state)
@@ -504,6 +506,15 @@ class DeadlinePriorityQueue:
             self.push(request)
             restored += 1
         self.stats.set_value("openclaw/queue/restored", restored)
+
+
+def _writer_of(state: Any) -> str:
+    """The Scrapy priority queue class whose ``close()`` returns a state shaped like *state*."""
+    if isinstance(state, list):
+        return "scrapy.pqueues.ScrapyPriorityQueue"
+    if isinstance(state, dict) and all(isinstance(v, list) for v in state.values()):
+        return "scrapy.pqueues.DownloaderAwarePriorityQueue"
+    return "another SCHEDULER_PRIORITY_QUEUE"
 
 
 def queue_state(crawler: Crawler) -> dict[str, Any]:

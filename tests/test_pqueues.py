@@ -324,8 +324,11 @@ def test_disk_mode_persists_and_restores_in_order(tmp_path):
 
 
 def test_disk_mode_refuses_state_of_another_queue_and_survives_a_corrupt_file(tmp_path):
-    with pytest.raises(ValueError, match="different SCHEDULER_PRIORITY_QUEUE"):
+    with pytest.raises(ValueError, match=r"written by scrapy\.pqueues\.DownloaderAwarePriorityQueue, which "
+                                         r"scrapy_openclaw\.pqueues\.DeadlinePriorityQueue cannot resume"):
         make_queue(key=str(tmp_path), startprios={"a.example": [0, -1]})
+    with pytest.raises(ValueError, match=r"written by scrapy\.pqueues\.ScrapyPriorityQueue, which"):
+        make_queue(key=str(tmp_path), startprios=[0, -1])
     q = make_queue(key=str(tmp_path))
     q.push(Request("http://a.example/1"))
     state = q.close()
