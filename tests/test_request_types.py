@@ -131,6 +131,7 @@ def test_distributed_round_trip_and_loud_refusal(chaos_server: Any, redis_server
     assert letter["reason"] == "unstorable" and "['bad']['k'][1]" in letter["message"]
     assert seen["results"]["after_refused"]  # the same URL again: not filtered as seen
     assert stats.get("openclaw/distributed/pushed") == len(CASES) + 1
+    assert "DeprecationWarning" not in log  # (crawl subprocesses do not turn warnings into errors)
 
 
 def test_distributed_kill9_resume_round_trip(chaos_server: Any, redis_server: Any, tmp_path: Path) -> None:
@@ -161,4 +162,5 @@ def test_jobdir_pause_resume_round_trip(chaos_server: Any, tmp_path: Path) -> No
     settings.update(CLOSESPIDER_PAGECOUNT=0, TYPED_MODE="none", TYPED_REPORT=str(tmp_path / "second.json"))
     second = run_crawl(SPIDER, settings, out_dir=tmp_path / "second")
     assert second.stats.get("openclaw/queue/restored") == len(CASES), second.log[-3000:]
+    assert "DeprecationWarning" not in first.log + second.log
     _all_equal(json.loads((tmp_path / "second.json").read_text()))
