@@ -116,6 +116,7 @@ class LeasedDeadlineQueue:
         self._wake_timer: Any = None
         self._wake_at = float("inf")
         self._seq = 0
+        self._encoded: tuple[Request, str] | None = None  # the last encode(), for the push after it
         self._push = server.register_script(lua.PUSH)
         self._pop = server.register_script(lua.POP)
         self._ack = server.register_script(lua.ACK)
@@ -171,7 +172,9 @@ class LeasedDeadlineQueue:
                 request.meta[M.DEADLINE] = time.time() + float(seconds)
         lease = request.meta.pop(LEASE, None)  # the entry never carries a lease
         try:
-            return self.serializer.dumps(request_to_data(request, self.spider, compact=True))
+            payload = self.serializer.dumps(request_to_data(request, self.spider, compact=True))
+            self._encoded = (request, payload)  # push() takes it from here: one encoding per request
+            return payload
         except (TypeError, ValueError) as exc:  # a custom SCHEDULER_SERIALIZER's own refusal
             if isinstance(exc, SerializationError):
                 raise
@@ -186,18 +189,19 @@ class LeasedDeadlineQueue:
         if lease is not None and self.held.pop(lease, None) is not None:
             self._send_ack(lease)
 
-    def push(self, request: Request, dupe: tuple[str, str] | None = None, *, payload: str | None = None) -> bool:
+    def push(self, request: Request, dupe: tuple[str, str] | None = None) -> bool:
         """Queue *request*; False only when *dupe* (dupefilter key, fingerprint) was already seen.
 
         With *dupe* the fingerprint is marked in the same Lua step as the push
         (see ``lua.PUSH``), so a worker killed in between cannot leave a page
         marked as seen but never queued. While Redis is down the push is kept in
-        memory and the check happens when it is flushed. *payload* is
-        :meth:`encode`'s (computed here if not given); a request that cannot be
-        stored raises :class:`SerializationError` before anything is marked.
+        memory and the check happens when it is flushed. A request that cannot
+        be stored raises :class:`SerializationError` before anything is marked
+        (the scheduler calls :meth:`encode` first; its result is reused here).
         """
-        if payload is None:
-            payload = self.encode(request)
+        encoded = self._encoded
+        payload = encoded[1] if encoded is not None and encoded[0] is request else self.encode(request)
+        self._encoded = None
         now = time.time()
         lease = request.meta.pop(LEASE, None)
         ack_id = lease if lease is not None and self.held.pop(lease, None) is not None else ""

@@ -82,17 +82,16 @@ class OpenClawRedisScheduler(Scheduler):
         return df.key, df.request_fingerprint(request)
 
     def enqueue_request(self, request: Request) -> bool:
-        payload = None
         if isinstance(self.queue, LeasedDeadlineQueue):
             try:  # before the duplicate filter: a refused request is never marked as seen
-                payload = self.queue.encode(request)
+                self.queue.encode(request)  # (push reuses the result)
             except SerializationError as exc:
                 self.queue.drop_lease(request)
                 refuse_unstorable(self.queue.crawler, request, exc, store="redis")
                 return False  # the engine sends request_dropped
         dupe = self._atomic_dupe(request)
         if dupe is not None:
-            if not self.queue.push(request, dupe=dupe, payload=payload):
+            if not self.queue.push(request, dupe=dupe):
                 self.df.log(request, self.spider)
                 return False
             if self.stats:
@@ -110,10 +109,7 @@ class OpenClawRedisScheduler(Scheduler):
                 return False
         if self.stats:
             self.stats.inc_value("scheduler/enqueued/redis")
-        if payload is None:
-            self.queue.push(request)
-        else:
-            self.queue.push(request, payload=payload)
+        self.queue.push(request)
         return True
 
     def next_request(self) -> Request | None:
