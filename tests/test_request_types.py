@@ -164,3 +164,20 @@ def test_jobdir_pause_resume_round_trip(chaos_server: Any, tmp_path: Path) -> No
     assert second.stats.get("openclaw/queue/restored") == len(CASES), second.log[-3000:]
     assert "DeprecationWarning" not in first.log + second.log
     _all_equal(json.loads((tmp_path / "second.json").read_text()))
+
+
+def test_checkpoint_kill9_resume_round_trip(chaos_server: Any, tmp_path: Path) -> None:
+    """Every case scheduled (and journaled), the crawl killed (-9) at its first response; the
+    resumed crawl gets each one back from the checkpoint as it was."""
+    from scrapy_openclaw.testing.crawl import start_crawl
+
+    _, (urls,) = _pages(chaos_server, len(CASES), latencies=(1.5,))
+    settings = {"ADDONS": {"scrapy_openclaw.Addon": 100}, "OPENCLAW_CHECKPOINT_DIR": str(tmp_path / "ckpt"),
+                "OPENCLAW_CHECKPOINT_FLUSH": 0.1, "OPENCLAW_DLQ_URI": str(tmp_path / "dlq.jsonl"),
+                "CONCURRENT_REQUESTS": 64, "TYPED_URLS": urls, "TYPED_MODE": "die"}
+    first = start_crawl(SPIDER, settings, out_dir=tmp_path / "first")
+    assert first.wait(60) == -9
+    settings.update(TYPED_MODE="none", TYPED_REPORT=str(tmp_path / "second.json"))
+    second = run_crawl(SPIDER, settings, out_dir=tmp_path / "second")
+    assert second.returncode == 0, second.log[-3000:]
+    _all_equal(json.loads((tmp_path / "second.json").read_text()))
