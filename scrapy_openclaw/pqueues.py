@@ -22,9 +22,9 @@ for disk. What it adds:
   only domains that can send now (fewer active downloads than the domain's
   concurrency; with the HealthRegistry, also ``ready_at <= now`` and a token
   from ``try_acquire``) and takes the best effective priority among them
-  (ties round-robin). A held or throttled domain never blocks the others;
-  when no domain can send, pop returns None and the timer is armed for the
-  earliest ``ready_at``.
+  (ties: the fewest active downloads, then round-robin). A held or throttled
+  domain never blocks the others; when no domain can send, pop returns None
+  and the timer is armed for the earliest ``ready_at``.
 * **JOBDIR.** With a non-empty ``key`` the queue is the disk queue: ``push``
   raises ``ValueError`` for a request that cannot be stored as data (as
   Scrapy's disk queues do, so the scheduler keeps it in memory), and

@@ -4,8 +4,9 @@ Everything we store or send between processes (checkpoint journal, dead
 letters, the Redis queue) goes through :func:`request_to_data` and
 :func:`request_from_data`. Values JSON lacks (bytes, tuples, sets, dates,
 Decimals, Items, dataclasses, non-str keys) become tagged objects (see
-:func:`encode_value`); callbacks are stored by name and resolve only to methods of the spider;
-loading never imports a module or runs code. What is read back is untrusted
+:func:`encode_value`); callbacks are stored by name and resolve only to methods of the spider.
+Loading never imports a module, and builds no class but Item subclasses and dataclasses
+already imported. What is read back is untrusted
 (Redis, DLQ and checkpoint files): :func:`request_from_data` refuses schemes,
 callbacks and meta keys a stored request must not have (see :func:`check_stored`).
 """

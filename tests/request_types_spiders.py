@@ -132,7 +132,8 @@ class TypedSpider(scrapy.Spider):
                 yield request
         if self.mode == "all":
             extra = self.urls[len(cases())]
-            yield scrapy.Request(extra, callback=self.parse_again, meta={"case": "refused", "bad": {"k": [1, object()]}})
+            bad = {"case": "refused", "bad": {"k": [1, object()]}}
+            yield scrapy.Request(extra, callback=self.parse_again, meta=bad)
             yield scrapy.Request(extra, callback=self.parse_again, meta={"case": "after_refused"})
         if self.mode == "pause":
             yield scrapy.Request(self.urls[-2], callback=self.parse_seed, dont_filter=True)
