@@ -403,7 +403,7 @@ def request_from_data(data: Any, spider: Spider | None = None) -> Request:
         raise
     except SerializationError:
         raise
-    except (TypeError, ValueError, KeyError, LookupError, AttributeError, RecursionError) as exc:
+    except (TypeError, ValueError, LookupError, AttributeError, ArithmeticError, RecursionError) as exc:
         raise SerializationError(f"cannot rebuild request: {type(exc).__name__}: {exc}") from None
 
 

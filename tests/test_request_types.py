@@ -181,3 +181,20 @@ def test_checkpoint_kill9_resume_round_trip(chaos_server: Any, tmp_path: Path) -
     second = run_crawl(SPIDER, settings, out_dir=tmp_path / "second")
     assert second.returncode == 0, second.log[-3000:]
     _all_equal(json.loads((tmp_path / "second.json").read_text()))
+
+
+def test_garbage_under_any_tag_is_a_serialization_error() -> None:
+    """Stored data is untrusted: whatever sits under a tag, loading fails with SerializationError only."""
+    from scrapy_openclaw.serialization import _DECODERS
+
+    garbage = [None, 1, 1.5, float("nan"), "x", "", "sNaN", "1e999999999999", [], [1], [1, 2, 3],
+               ["x", None, 5], {"a": 1}, 10**400, [10**20] * 3, ["2020-01-01T00:00:00", "Nope/Zone", 0],
+               ["2020-01-01T00:00:00", None, 9], ["12:00", 2], [[[1], 2]], ["builtins.object", {}],
+               ["PurePosixPath", 5], ["Nope", "x"], [[{"__set__": [[1]]}, 1]], "9999-99-99"]
+    base = request_to_data(Request("http://127.0.0.2/"))
+    for tag in _DECODERS:
+        for value in garbage:
+            try:
+                request_from_data({**base, "meta": {"v": {tag: value}}})
+            except SerializationError:
+                pass
