@@ -18,6 +18,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import RedisError
+from scrapy.utils.misc import load_object
 from scrapy_redis.dupefilter import RFPDupeFilter
 from scrapy_redis.scheduler import Scheduler
 
@@ -27,7 +28,7 @@ from scrapy_openclaw.serialization import SerializationError
 from scrapy_openclaw.unstorable import refuse_unstorable
 
 if TYPE_CHECKING:
-    from scrapy import Request
+    from scrapy import Request, Spider
     from scrapy.crawler import Crawler
 
 logger = logging.getLogger(__name__)
@@ -111,6 +112,24 @@ class OpenClawRedisScheduler(Scheduler):
             self.stats.inc_value("scheduler/enqueued/redis")
         self.queue.push(request)
         return True
+
+    def open(self, spider: Spider) -> None:
+        """scrapy-redis's, but "Resuming crawl" goes through a logger (``Spider.log`` is deprecated)."""
+        self.spider = spider
+        try:
+            self.queue = load_object(self.queue_cls)(
+                server=self.server, spider=spider, key=self.queue_key % {"spider": spider.name},
+                serializer=self.serializer,
+            )
+        except TypeError as e:
+            raise ValueError(f"Failed to instantiate queue class '{self.queue_cls}': {e}") from e
+        if not self.df:
+            self.df = load_object(self.dupefilter_cls).from_spider(spider)
+        if self.flush_on_start:
+            self.flush()
+        pending = len(self.queue)
+        if pending:
+            logger.info("Resuming crawl (%(n)d requests scheduled)", {"n": pending}, extra={"spider": spider})
 
     def next_request(self) -> Request | None:
         """scrapy-redis's, without the ``spider=`` stats argument Scrapy 2.19 deprecates."""
