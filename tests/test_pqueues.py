@@ -323,6 +323,22 @@ def test_disk_mode_persists_and_restores_in_order(tmp_path):
     twin.close()
 
 
+def test_disk_mode_says_loudly_when_a_request_can_only_stay_in_memory(tmp_path, caplog):
+    """Scrapy's scheduler keeps a request the disk queue refuses (ValueError) in memory: crawled,
+    but lost at a pause. Scrapy logs that only with SCHEDULER_DEBUG; we log an ERROR."""
+    import datetime
+
+    q = make_queue(key=str(tmp_path))
+    q.push(Request("http://a.example/ok", meta={"when": datetime.date(2020, 1, 1), "ids": {1, 2}}))
+    with pytest.raises(ValueError):
+        q.push(Request("http://a.example/bad", meta={"handle": object()}))
+    assert "http://a.example/bad" in caplog.text and "['meta']['handle'] holds a object" in caplog.text
+    assert any(r.levelname == "ERROR" for r in caplog.records)
+    assert q.crawler.stats.get_value("openclaw/unstorable/jobdir") == 1
+    assert len(q) == 1
+    q.close()
+
+
 def test_disk_mode_refuses_state_of_another_queue_and_survives_a_corrupt_file(tmp_path):
     with pytest.raises(ValueError, match=r"written by scrapy\.pqueues\.DownloaderAwarePriorityQueue, which "
                                          r"scrapy_openclaw\.pqueues\.DeadlinePriorityQueue cannot resume"):
