@@ -130,17 +130,18 @@ def scrape(port: int) -> str | None:
 
 def test_metrics_live_and_final_match_stats(chaos_server, pushgateway, tmp_out):
     healthy, faulty = address(0), address(1)
-    # The faulty host answers the first fetch of every page but / with 503 and
-    # the retry with 200: a burst of failures at a known place in the crawl.
-    # Time-based 503 windows ran on the server's clock while the crawl starts
-    # after a Python start-up of varying length, so a quick crawl sometimes
-    # fell between two windows (no 503 at all): red about one run in five.
+    # The faulty host's / links to all its pages, and each of them answers its
+    # first fetch with 503 and its retry with 200: eleven fresh fetches fail
+    # together, which the health registry reads as the domain's trouble in
+    # every run. Time-based 503 windows ran on the server's clock while the
+    # crawl starts after a Python start-up of varying length, so a quick crawl
+    # sometimes fell between two windows (no 503 at all): red one run in five.
     site = chaos_server(
         ChaosConfig(
             hosts=(
                 HostConfig(address=healthy, pages=30, links_per_page=4, latency=0.05),
                 HostConfig(
-                    address=faulty, pages=12, links_per_page=4, latency=0.05, drop_rate=0.05,
+                    address=faulty, pages=12, links_per_page="all", latency=0.05, drop_rate=0.05,
                     status_script={page: (503, 200) for page in range(1, 12)},
                 ),
             ),
@@ -157,7 +158,9 @@ def test_metrics_live_and_final_match_stats(chaos_server, pushgateway, tmp_out):
         "CONCURRENT_REQUESTS_PER_DOMAIN": 2,
         "DOWNLOAD_TIMEOUT": 5,
         # Quick recovery keeps the crawl short; the time limit bounds it whatever happens.
-        "OPENCLAW_POLICY": {"defaults": {"health": {"circuit_cooldown": 1.0, "min_rate": 2.0}}},
+        "OPENCLAW_POLICY": {
+            "defaults": {"health": {"circuit_cooldown": 1.0, "circuit_cooldown_max": 1.5, "min_rate": 2.0}}
+        },
         "CLOSESPIDER_TIMEOUT": 40,
     }
     proc = start_crawl(settings=settings, spider_args={"start_urls": site.start_urls}, out_dir=tmp_out)
