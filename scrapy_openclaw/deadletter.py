@@ -118,10 +118,11 @@ def for_request(
         attempts = 1 + sum((state.get("attempts") or {}).values())
     internal = is_internal(request)
     try:
-        stored = request.replace(meta={k: v for k, v in request.meta.items() if k not in ENGINE_META})
-        data = None if internal else request_to_data(stored, spider=spider)
+        data = None if internal else request_to_data(request, spider=spider)
     except SerializationError:
         data = None  # still recorded, but not replayable
+    if data is not None and isinstance(data.get("meta"), dict):
+        data["meta"] = {k: v for k, v in data["meta"].items() if k not in ENGINE_META}
     letter = DeadLetter(
         url=request.url,
         domain=urlparse(request.url).hostname or "",
