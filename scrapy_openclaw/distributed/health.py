@@ -129,6 +129,7 @@ class RedisHealthRegistry(HealthRegistry):
                 k_latency_slack=local._LATENCY_SLACK,
                 k_min_decrease_gap=local._MIN_DECREASE_GAP,
                 k_slow_start_gain=local._SLOW_START_GAIN,
+                k_slow_start_doubling=local._SLOW_START_DOUBLING,
                 k_max_doubling_seconds=local._MAX_DOUBLING_SECONDS,
                 k_max_rate=local._MAX_RATE,
                 k_burst_seconds=local._BURST_SECONDS,

@@ -77,7 +77,7 @@ local HF = {'health', 'rate', 'tokens', 'threshold', 'updated', 'last_decrease',
   'circuit', 'opened_at', 'probe_at', 'latency', 'best_latency', 'hold_until',
   'consecutive_failures', 'requests', 'successes', 'failures', 'cooldown', 'opens', 'down_since',
   'answered_at', 'last_success', 'share_fast', 'share_slow', 'win_start', 'win_ok', 'delivered',
-  'crawl_delay', 'troubled_at', 'cuts'}
+  'crawl_delay', 'troubled_at', 'cuts', 'born'}
 
 local function f17(x)
   if x == nil then return '' end
@@ -113,6 +113,7 @@ local function h_load(hkey, now, pjson)
     d.cooldown, d.opens, d.down_since = p.circuit_cooldown, 0, 0
     d.answered_at, d.last_success, d.share_fast, d.share_slow = 0, 0, 0, 0
     d.win_start, d.win_ok, d.delivered, d.crawl_delay, d.troubled_at, d.cuts = now, 0, nil, 0, 0, 0
+    d.born = now
     return d, p
   end
   for i, name in ipairs(HF) do
@@ -122,7 +123,7 @@ local function h_load(hkey, now, pjson)
   d.down_since, d.answered_at, d.last_success = d.down_since or 0, d.answered_at or 0, d.last_success or 0
   d.share_fast, d.share_slow, d.crawl_delay = d.share_fast or 0, d.share_slow or 0, d.crawl_delay or 0
   d.win_start, d.win_ok, d.last_decrease = d.win_start or now, d.win_ok or 0, d.last_decrease or 0
-  d.troubled_at, d.cuts = d.troubled_at or 0, d.cuts or 0
+  d.troubled_at, d.cuts, d.born = d.troubled_at or 0, d.cuts or 0, d.born or d.updated
   local elapsed = now - d.updated
   if elapsed > 0 then
     d.health = math.min(100, d.health + p.recovery_per_minute * elapsed / 60)
@@ -181,9 +182,10 @@ end
 
 local function h_increase(d, p, now)
   local grown
-  local since = math.max(0, now - d.last_decrease)
+  local since = math.max(0, now - math.max(d.last_decrease, math.min(d.hold_until, now)))
   if d.cuts == 0 then
-    grown = d.rate * (1 + p.k_slow_start_gain)
+    local doublings = math.min(math.max(0, now - d.born) / p.k_slow_start_doubling, 60)
+    grown = math.min(d.rate * (1 + p.k_slow_start_gain), p.initial_rate * 2 ^ doublings)
   elseif d.cuts == 1 and d.threshold ~= nil then
     grown = math.max(d.rate, d.threshold * p.rate_decrease * 2 ^ math.min(since, p.k_max_doubling_seconds))
   else

@@ -67,7 +67,8 @@ _LATENCY_ALPHA = 0.2  # weight of a new sample in the latency EWMA
 _BASELINE_DRIFT = 0.01  # how fast the best-latency baseline follows a lasting change
 _LATENCY_SLACK = 0.05  # seconds; latency noise below this is never congestion
 _MIN_DECREASE_GAP = 1.0  # seconds between two multiplicative decreases (or one RTT if longer)
-_SLOW_START_GAIN = 0.5  # slow start: the rate grows by this share with every success
+_SLOW_START_GAIN = 0.5  # slow start: the rate grows by this share with every success ...
+_SLOW_START_DOUBLING = 0.1  # ... but doubles at most once per this many seconds (from initial_rate)
 _MAX_DOUBLING_SECONDS = 30.0  # after the first cut the rate doubles per second (a bound for 2**t)
 _MAX_RATE = 100000.0  # req/s; at this rate pacing has stopped mattering ("unpaced")
 _BURST_SECONDS = 0.25  # the token bucket holds at most this much time's worth of requests
@@ -118,7 +119,7 @@ class _Domain:
         "circuit", "opened_at", "probe_at", "latency", "best_latency", "hold_until",
         "consecutive_failures", "requests", "successes", "failures", "cooldown", "opens",
         "down_since", "answered_at", "last_success", "share_fast", "share_slow",
-        "win_start", "win_ok", "delivered", "crawl_delay", "troubled_at", "cuts",
+        "win_start", "win_ok", "delivered", "crawl_delay", "troubled_at", "cuts", "born",
     )
 
     def __init__(self, policy: HealthPolicy, now: float):
@@ -151,6 +152,7 @@ class _Domain:
         self.crawl_delay = 0.0
         self.troubled_at = 0.0  # the last domain failure; 0: none
         self.cuts = 0  # congestion cuts so far (the first one's limit is a guess)
+        self.born = now  # when the domain was first seen: slow start doubles at most this fast from it
 
 
 # Field types in a snapshot: how restore() validates what it reads.
@@ -545,9 +547,10 @@ class HealthRegistry:
         """Slow start (by half per success) until the first congestion; after it, doubling
         per second (its limit was a guess: what the first second delivered) until a
         second one confirms the limit; then the cubic."""
-        since = max(0.0, now - d.last_decrease)
+        since = max(0.0, now - max(d.last_decrease, min(d.hold_until, now)))  # (held time is no probing)
         if d.cuts == 0:
-            grown = d.rate * (1.0 + _SLOW_START_GAIN)
+            doublings = min(max(0.0, now - d.born) / _SLOW_START_DOUBLING, 60.0)
+            grown = min(d.rate * (1.0 + _SLOW_START_GAIN), p.initial_rate * 2.0**doublings)
         elif d.cuts == 1 and d.threshold is not None:
             grown = max(d.rate, d.threshold * p.rate_decrease * 2.0 ** min(since, _MAX_DOUBLING_SECONDS))
         else:
