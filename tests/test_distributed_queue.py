@@ -207,7 +207,7 @@ def test_redis_health_registry_shares_tokens(redis_server: Any) -> None:
     from scrapy_openclaw.distributed.health import RedisHealthRegistry
     from scrapy_openclaw.errors import Classification, ErrorClass
 
-    policy = {"defaults": {"health": {"initial_rate": 1.0, "burst": 2}}}
+    policy = {"defaults": {"health": {"initial_rate": 8.0, "burst": 2}}}  # (2 tokens: a quarter second's worth)
     regs = []
     for _ in range(2):
         crawler = get_crawler(_Spider, {"REDIS_URL": redis_server.url, "OPENCLAW_POLICY": policy})

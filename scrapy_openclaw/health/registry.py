@@ -596,7 +596,7 @@ class HealthRegistry:
 def scrapy_limits(settings: Any) -> dict[str, Any]:
     """The registry's defaults from the project's Scrapy settings: the per-domain
     (or per-IP) concurrency, and the rate ``DOWNLOAD_DELAY`` allows."""
-    per_ip = settings.getint("CONCURRENT_REQUESTS_PER_IP")
+    per_ip = int(settings["CONCURRENT_REQUESTS_PER_IP"] or 0)  # ([]: getint warns that it is deprecated)
     delay = settings.getfloat("DOWNLOAD_DELAY")
     return {
         "default_concurrency": per_ip or settings.getint("CONCURRENT_REQUESTS_PER_DOMAIN"),
