@@ -9,6 +9,7 @@ Crawl-delay spaces the requests.
 from __future__ import annotations
 
 import json
+import time
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
@@ -99,7 +100,7 @@ def test_dead_hosts_end_as_dead_letters_within_seconds(chaos_server: Any, tmp_pa
     # each dead host was tried a few times, not 6 attempts x 10 URLs (IgnoreRequest: the dead letters)
     attempts = sum(v for k, v in stats.items()
                    if k.startswith("downloader/exception_type_count/") and not k.endswith("IgnoreRequest"))
-    assert attempts <= 2 * 8
+    assert attempts <= 20  # (10 URLs each: a fraction of one attempt per URL)
 
 
 @pytest.mark.skipif(scrapy.version_info < (2, 18), reason="RobotParser.crawl_delay() came in Scrapy 2.18")
@@ -138,3 +139,46 @@ def test_autothrottle_keeps_its_meaning(chaos_server: Any, tmp_path: Path) -> No
     times = sorted(r["t"] for r in _served(truth, host))
     assert len(result.items) == 8
     assert min(b - a for a, b in zip(times, times[1:])) >= 0.45  # AutoThrottle's 0.5 s, kept
+
+
+def test_the_projects_concurrency_and_download_delay_keep_their_meaning(chaos_server: Any, tmp_path: Path) -> None:
+    """CONCURRENT_REQUESTS_PER_DOMAIN = 2 caps the slot (the health controller only scales it
+    down), and DOWNLOAD_DELAY bounds the rate the add-on reports."""
+    server = chaos_server(fault_free_site(n_hosts=1, pages=30, links_per_page="all"))
+    server_slow = server  # (one host, 0 latency: concurrency shows in the server's record below)
+    result = _crawl(server_slow, tmp_path, CONCURRENT_REQUESTS_PER_DOMAIN=2, DOWNLOAD_DELAY=0.2,
+                    RANDOMIZE_DOWNLOAD_DELAY=False)
+    truth = server.truth()
+    (host,) = truth["hosts"]
+    times = sorted(r["t"] for r in _served(truth, host))
+    assert len(result.items) == 30
+    assert min(b - a for a, b in zip(times, times[1:])) >= 0.18  # DOWNLOAD_DELAY still paces the slot
+    assert result.stats[f"openclaw/health/final_rate/{host}"] <= 5.0  # reported: at most 1 / DOWNLOAD_DELAY
+
+
+def test_slot_concurrency_is_the_slots_own_scaled_by_health() -> None:
+    """CONCURRENT_REQUESTS_PER_DOMAIN (or a DOWNLOAD_SLOTS entry) is the slot's cap; health only
+    scales it down. (A crawl cannot show it on Scrapy 2.19: its downloader starts every request
+    queued in a slot at once, before any counts as transferring, whatever the slot's concurrency.)"""
+    from scrapy import Spider
+    from scrapy.core.downloader import Slot
+    from scrapy.utils.misc import build_from_crawler
+    from scrapy.utils.test import get_crawler
+
+    from scrapy_openclaw.errors import Classification, ErrorClass
+    from scrapy_openclaw.health import DomainHealthMiddleware
+
+    crawler = get_crawler(Spider, {"CONCURRENT_REQUESTS_PER_DOMAIN": 2})
+    middleware = build_from_crawler(DomainHealthMiddleware, crawler)
+    own, listed = Slot(2, 0.0), Slot(5, 0.0)  # a DOWNLOAD_SLOTS entry of concurrency 5
+    middleware._apply("a.test", own)
+    middleware._apply("b.test", listed)
+    assert (own.concurrency, listed.concurrency) == (2, 5)  # not the old fixed 8
+    c429 = Classification(ErrorClass.PROTOCOL_RETRYABLE, "http_429", 429)
+    now = time.time()
+    for i in range(3):  # three throttling events (a success between them: the circuit stays closed)
+        middleware.registry.record_failure("b.test", c429, now=now - 10 + 2 * i, retry_after=0)
+        middleware.registry.record_success("b.test", 0.01, now=now - 9 + 2 * i)
+    assert middleware.registry.state("b.test").health == pytest.approx(43, abs=0.5)
+    middleware._apply("b.test", listed)
+    assert listed.concurrency == 2  # 5 x 43%
