@@ -622,3 +622,12 @@ def test_after_a_hold_the_domain_resumes_at_its_learned_limit() -> None:
     sent = sum(reg.try_acquire(D, after) for _ in range(20))
     assert sent <= limit * 0.25  # a quarter second's worth, not everything queued
     assert reg.state(D, after).rate == pytest.approx(0.9 * limit)
+
+
+def test_time_held_or_open_is_counted() -> None:
+    reg = registry(circuit_failures=1, circuit_cooldown=4, circuit_jitter=0)
+    reg.record_failure(D, HTTP_429, now=T0, retry_after=5)  # held 5 s (and the circuit opens for 4)
+    assert reg.state(D, T0 + 2).blocked_seconds == pytest.approx(2)
+    assert reg.state(D, T0 + 30).blocked_seconds == pytest.approx(5)
+    reg.record_failure(D, REFUSED, now=T0 + 30)  # the half-open probe fails: open again, twice as long
+    assert reg.state(D, T0 + 60).blocked_seconds == pytest.approx(5 + 8)

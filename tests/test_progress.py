@@ -85,14 +85,14 @@ def test_progress_figures_match_the_site(chaos_server: Any, tmp_path: Any) -> No
     assert "OpenClaw domains (top 2 of 2, last 0.5 s):" in result.log
     table = result.log[result.log.index("OpenClaw domains (top 2 of 2, whole crawl):"):].splitlines()
     assert table[1].split() == ["domain", "pages/min", "health", "rate/s", "retries", "circuit",
-                                "done", "pending", "failed", "dead", "ETA"]
+                                "held", "done", "pending", "failed", "dead", "ETA"]
     rows = {row.split()[0]: row.split() for row in table[2:4]}
     served_ok = {host: sum(1 for r in h["requests"] if r["status"] == 200 and r["path"] != "/robots.txt")
                  for host, h in truth["hosts"].items()}
     for host, row in rows.items():
-        assert int(row[6]) == served_ok[host]
-        assert row[7] == "0"
-    assert rows["127.0.0.3"][9] == "1"  # the 404 page's dead letter
+        assert int(row[7]) == served_ok[host]
+        assert row[8] == "0"
+    assert rows["127.0.0.3"][10] == "1"  # the 404 page's dead letter
 
 
 def test_progress_line_says_what_a_stalled_crawl_waits_for() -> None:

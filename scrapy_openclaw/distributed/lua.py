@@ -77,7 +77,7 @@ local HF = {'health', 'rate', 'tokens', 'threshold', 'updated', 'last_decrease',
   'circuit', 'opened_at', 'probe_at', 'latency', 'best_latency', 'hold_until',
   'consecutive_failures', 'requests', 'successes', 'failures', 'cooldown', 'opens', 'down_since',
   'answered_at', 'last_success', 'share_fast', 'share_slow', 'win_start', 'win_ok', 'delivered',
-  'crawl_delay', 'troubled_at', 'cuts', 'born'}
+  'crawl_delay', 'troubled_at', 'cuts', 'born', 'blocked_seconds'}
 
 local function f17(x)
   if x == nil then return '' end
@@ -113,7 +113,7 @@ local function h_load(hkey, now, pjson)
     d.cooldown, d.opens, d.down_since = p.circuit_cooldown, 0, 0
     d.answered_at, d.last_success, d.share_fast, d.share_slow = 0, 0, 0, 0
     d.win_start, d.win_ok, d.delivered, d.crawl_delay, d.troubled_at, d.cuts = now, 0, nil, 0, 0, 0
-    d.born = now
+    d.born, d.blocked_seconds = now, 0
     return d, p
   end
   for i, name in ipairs(HF) do
@@ -124,8 +124,12 @@ local function h_load(hkey, now, pjson)
   d.share_fast, d.share_slow, d.crawl_delay = d.share_fast or 0, d.share_slow or 0, d.crawl_delay or 0
   d.win_start, d.win_ok, d.last_decrease = d.win_start or now, d.win_ok or 0, d.last_decrease or 0
   d.troubled_at, d.cuts, d.born = d.troubled_at or 0, d.cuts or 0, d.born or d.updated
+  d.blocked_seconds = d.blocked_seconds or 0
   local elapsed = now - d.updated
   if elapsed > 0 then
+    local blocked_end = d.hold_until
+    if d.circuit == 'open' then blocked_end = math.max(blocked_end, d.opened_at + d.cooldown) end
+    d.blocked_seconds = d.blocked_seconds + math.max(0, math.min(now, blocked_end) - d.updated)
     d.health = math.min(100, d.health + p.recovery_per_minute * elapsed / 60)
     d.tokens = math.min(h_burst(d, p), d.tokens + elapsed * h_rate(d, p))
     d.updated = now

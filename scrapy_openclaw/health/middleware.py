@@ -265,6 +265,7 @@ class DomainHealthMiddleware:
             state = self.registry.state(domain)
             self.stats.set_value(f"openclaw/health/final_health/{domain}", round(state.health, 1))
             self.stats.set_value(f"openclaw/health/final_rate/{domain}", round(state.rate, 3))
+            self.stats.set_value(f"openclaw/health/held_seconds/{domain}", round(state.blocked_seconds, 1))
 
     def _domain(self, request: Request) -> str:
         engine = self.crawler.engine

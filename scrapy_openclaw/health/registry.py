@@ -109,6 +109,7 @@ class DomainState:
     failures: int
     limit: float | None = None  # the learned limit (req/s); None: no congestion seen
     crawl_delay: float = 0.0  # robots.txt Crawl-delay in force (seconds; 0: none)
+    blocked_seconds: float = 0.0  # time spent held or with the circuit open, so far
 
 
 class _Domain:
@@ -119,7 +120,7 @@ class _Domain:
         "circuit", "opened_at", "probe_at", "latency", "best_latency", "hold_until",
         "consecutive_failures", "requests", "successes", "failures", "cooldown", "opens",
         "down_since", "answered_at", "last_success", "share_fast", "share_slow",
-        "win_start", "win_ok", "delivered", "crawl_delay", "troubled_at", "cuts", "born",
+        "win_start", "win_ok", "delivered", "crawl_delay", "troubled_at", "cuts", "born", "blocked_seconds",
     )
 
     def __init__(self, policy: HealthPolicy, now: float):
@@ -153,6 +154,7 @@ class _Domain:
         self.troubled_at = 0.0  # the last domain failure; 0: none
         self.cuts = 0  # congestion cuts so far (the first one's limit is a guess)
         self.born = now  # when the domain was first seen: slow start doubles at most this fast from it
+        self.blocked_seconds = 0.0  # time spent held (Retry-After) or with the circuit open
 
 
 # Field types in a snapshot: how restore() validates what it reads.
@@ -243,6 +245,7 @@ class HealthRegistry:
             failures=d.failures,
             limit=d.threshold,
             crawl_delay=d.crawl_delay,
+            blocked_seconds=d.blocked_seconds,
         )
 
     def concurrency(self, domain: str, slot_concurrency: int | None = None) -> int:
@@ -490,6 +493,9 @@ class HealthRegistry:
             return d, p
         elapsed = now - d.updated
         if elapsed > 0:
+            # a hold or an opening starts at an update, so [updated, now] covers any part of it since
+            blocked_end = max(d.hold_until, d.opened_at + d.cooldown if d.circuit == OPEN else 0.0)
+            d.blocked_seconds += max(0.0, min(now, blocked_end) - d.updated)
             d.health = min(100.0, d.health + p.recovery_per_minute * elapsed / 60.0)
             d.tokens = min(float(self._burst(d, p)), d.tokens + elapsed * self._rate(d, p))
             d.updated = now

@@ -31,7 +31,8 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-HEADER = ("domain", "pages/min", "health", "rate/s", "retries", "circuit", "done", "pending", "failed", "dead", "ETA")
+HEADER = ("domain", "pages/min", "health", "rate/s", "retries", "circuit", "held", "done", "pending", "failed", "dead",
+          "ETA")
 
 
 @dataclass
@@ -233,6 +234,7 @@ class DomainLogTable:
                     f"{state.rate:.2f}" if state is not None else "-",
                     str(self._retries[domain]),
                     str(state.circuit) if state is not None else "-",
+                    f"{state.blocked_seconds:.0f}" if state is not None else "-",  # held or circuit open
                     str(self._total[domain]),
                     str(pending.get(domain, 0)),
                     str(self._failed[domain]),
