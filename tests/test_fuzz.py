@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import yaml
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from scrapy.settings import Settings
@@ -170,6 +171,12 @@ def records() -> st.SearchStrategy[Any]:
     near = st.tuples(changed, st.lists(st.sampled_from(list(GOOD)), max_size=3)).map(
         lambda t: {k: v for k, v in {**GOOD, **t[0]}.items() if k not in t[1]})
     return st.one_of(near, documents(DLQ_FIELDS))
+
+
+def test_dlq_record_reader_refuses_keys_json_cannot_hold() -> None:
+    """Found by the fuzz test below (in CI): keys of mixed types crashed the checksum check."""
+    with pytest.raises(InvalidRecord, match="not JSON data"):
+        read_record({**GOOD, "_crc": [], "url": {"url": None, 0: None}})
 
 
 @FUZZ

@@ -51,7 +51,11 @@ def check_crc(data: dict[str, Any]) -> None:
     crc = data.pop(CRC, None)
     if crc is None:
         raise InvalidRecord("no checksum (not written by scrapy-openclaw, or edited by hand)")
-    if crc != zlib.crc32(dumps(data).encode("utf-8")):
+    try:
+        body = dumps(data)
+    except (TypeError, ValueError) as exc:  # e.g. keys of mixed types: no JSON line reads back like that
+        raise InvalidRecord(f"not JSON data ({exc})") from None
+    if crc != zlib.crc32(body.encode("utf-8")):
         raise InvalidRecord("checksum mismatch (corrupt or edited)")
 
 
