@@ -8,6 +8,7 @@ Crawl-delay spaces the requests.
 
 from __future__ import annotations
 
+import inspect
 import json
 import time
 from collections import Counter
@@ -170,7 +171,11 @@ def test_slot_concurrency_is_the_slots_own_scaled_by_health() -> None:
 
     crawler = get_crawler(Spider, {"CONCURRENT_REQUESTS_PER_DOMAIN": 2})
     middleware = build_from_crawler(DomainHealthMiddleware, crawler)
-    own, listed = Slot(2, 0.0), Slot(5, 0.0)  # a DOWNLOAD_SLOTS entry of concurrency 5
+    def slot(concurrency: int) -> Slot:  # (Scrapy < 2.16 requires randomize_delay; later ones deprecate it)
+        legacy = "randomize_delay" in inspect.signature(Slot).parameters and "jitter" not in inspect.signature(Slot).parameters
+        return Slot(concurrency, 0.0, False) if legacy else Slot(concurrency, 0.0)
+
+    own, listed = slot(2), slot(5)  # a DOWNLOAD_SLOTS entry of concurrency 5
     middleware._apply("a.test", own)
     middleware._apply("b.test", listed)
     assert (own.concurrency, listed.concurrency) == (2, 5)  # not the old fixed 8
