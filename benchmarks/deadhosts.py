@@ -24,14 +24,12 @@ same run:
 
 from __future__ import annotations
 
-import argparse
-import json
 import tempfile
 from pathlib import Path
 from typing import Any
 
 from benchmarks.mixed import with_differences
-from benchmarks.suite import crawl_site, dead_letters
+from benchmarks.suite import crawl_site, dead_letters, run_module
 from scrapy_openclaw.testing.crawl import CrawlTimeout
 from scrapy_openclaw.testing.presets import UNRESOLVABLE_HOST, fault_free_site, page_urls
 from scrapy_openclaw.testing.resolver import resolver_settings
@@ -102,10 +100,7 @@ def run(quick: bool = False) -> dict[str, Any]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--quick", action="store_true")
-    args = parser.parse_args()
-    print(json.dumps(run(args.quick), indent=1))
+    run_module(run)
 
 
 if __name__ == "__main__":

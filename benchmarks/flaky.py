@@ -12,13 +12,11 @@ freshly started site with the same seed, in the same run.
 
 from __future__ import annotations
 
-import argparse
-import json
 import tempfile
 from pathlib import Path
 from typing import Any
 
-from benchmarks.suite import crawl_site
+from benchmarks.suite import crawl_site, run_module
 from scrapy_openclaw.testing.crawl import CrawlTimeout
 from scrapy_openclaw.testing.presets import flaky_site
 
@@ -82,10 +80,7 @@ def run(quick: bool) -> dict[str, Any]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--quick", action="store_true")
-    args = parser.parse_args()
-    print(json.dumps(run(args.quick), indent=1))
+    run_module(run)
 
 
 if __name__ == "__main__":

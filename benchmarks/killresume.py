@@ -23,7 +23,6 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import signal
 import statistics
@@ -32,6 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks.suite import run_module
 from scrapy_openclaw.testing.chaos import ChaosConfig, HostConfig
 from scrapy_openclaw.testing.crawl import read_result, start_crawl
 from scrapy_openclaw.testing.servers import ChaosServer
@@ -241,10 +241,7 @@ def run(quick: bool) -> dict[str, Any]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true")
-    args = parser.parse_args()
-    print(json.dumps(run(args.quick), indent=1))
+    run_module(run)
 
 
 if __name__ == "__main__":

@@ -21,13 +21,11 @@ run; from the server's ground truth and the add-on's dead-letter file:
 
 from __future__ import annotations
 
-import argparse
-import json
 import tempfile
 from pathlib import Path
 from typing import Any
 
-from benchmarks.suite import crawl_site, dead_letters
+from benchmarks.suite import crawl_site, dead_letters, run_module
 from scrapy_openclaw.testing.crawl import CrawlTimeout
 from scrapy_openclaw.testing.presets import address, mixed_failures_site
 
@@ -108,10 +106,7 @@ def run(quick: bool = False) -> dict[str, Any]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--quick", action="store_true")
-    args = parser.parse_args()
-    print(json.dumps(run(args.quick), indent=1))
+    run_module(run)
 
 
 if __name__ == "__main__":

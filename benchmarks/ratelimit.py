@@ -21,13 +21,11 @@ Each configuration crawls a freshly started site, in the same run.
 
 from __future__ import annotations
 
-import argparse
-import json
 import tempfile
 from pathlib import Path
 from typing import Any
 
-from benchmarks.suite import crawl_site
+from benchmarks.suite import crawl_site, run_module
 from scrapy_openclaw.testing.crawl import CrawlTimeout
 from scrapy_openclaw.testing.presets import rate_limited_site
 
@@ -103,10 +101,7 @@ def run(quick: bool) -> dict[str, Any]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--quick", action="store_true")
-    args = parser.parse_args()
-    print(json.dumps(run(args.quick), indent=1))
+    run_module(run)
 
 
 if __name__ == "__main__":

@@ -361,3 +361,12 @@ if __name__ == "__main__":
         raise SystemExit("internal: python -m benchmarks.suite SCENARIO quick|full RESULT_JSON "
                          "(use python -m benchmarks run)")
     sys.exit(_child(sys.argv[1], sys.argv[2] == "quick", sys.argv[3]))
+
+
+def run_module(run: Any) -> None:
+    """``python -m benchmarks.<scenario> [--quick]``: one scenario's ``run(quick)``, printed as JSON."""
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--quick", action="store_true")
+    print(json.dumps(run(parser.parse_args().quick), indent=1))
