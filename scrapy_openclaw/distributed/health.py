@@ -51,7 +51,8 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 _OPTIONAL = ("threshold", "latency", "best_latency", "delivered")
-_COUNTERS = ("consecutive_failures", "requests", "successes", "failures", "opens", "win_ok")
+_COUNTERS = ("consecutive_failures", "requests", "successes", "failures", "opens", "win_ok",
+             "ctl_concurrency", "ctl_down")
 
 
 def _typed(fields: dict[str, str]) -> dict[str, Any]:
@@ -106,6 +107,7 @@ class RedisHealthRegistry(HealthRegistry):
         self._record = self.server.register_script(lua.H_RECORD)
         self._hold = self.server.register_script(lua.H_HOLD)
         self._crawl_delay = self.server.register_script(lua.H_CRAWL_DELAY)
+        self._control = self.server.register_script(lua.H_CONTROL)
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> RedisHealthRegistry:
@@ -247,6 +249,22 @@ class RedisHealthRegistry(HealthRegistry):
             super().hold(domain, until)
         else:
             self.refresh(domain, res)
+
+    def control(self, domain: str, now: float | None = None, **changes: float) -> None:
+        """Operator overrides, in the shared state: every worker's pop obeys them at once."""
+        now = time.time() if now is None else now
+        args: list[Any] = [now, self.policy_json(domain)]
+        for name, value in changes.items():
+            if name not in ("ctl_hold", "ctl_rate", "ctl_concurrency", "ctl_down"):
+                raise ValueError(f"unknown override {name!r}")
+            args += [name, repr(float(value))]
+        res = self._run(self._control, domain, args)
+        if res is None:
+            super().control(domain, now, **changes)
+            return
+        self.refresh(domain, res)
+        if changes.get("ctl_down", 1) == 0:
+            self._given_up.discard(domain)
 
     # --- persistence -----------------------------------------------------------------
 

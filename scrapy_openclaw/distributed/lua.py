@@ -77,7 +77,8 @@ local HF = {'health', 'rate', 'tokens', 'threshold', 'updated', 'last_decrease',
   'circuit', 'opened_at', 'probe_at', 'latency', 'best_latency', 'hold_until',
   'consecutive_failures', 'requests', 'successes', 'failures', 'cooldown', 'opens', 'down_since',
   'answered_at', 'last_success', 'share_fast', 'share_slow', 'win_start', 'win_ok', 'delivered',
-  'crawl_delay', 'troubled_at', 'cuts', 'born', 'blocked_seconds'}
+  'crawl_delay', 'troubled_at', 'cuts', 'born', 'blocked_seconds',
+  'ctl_hold', 'ctl_rate', 'ctl_concurrency', 'ctl_down'}
 
 local function f17(x)
   if x == nil then return '' end
@@ -87,6 +88,7 @@ end
 local function h_ceiling(d, p)
   local ceiling = p.k_max_rate
   if type(p.base_rate) == 'number' then ceiling = math.max(p.min_rate, p.base_rate * d.health / 100) end
+  if d.ctl_rate > 0 then ceiling = math.min(ceiling, d.ctl_rate) end  -- the operator's ceiling
   if d.crawl_delay > 0 then ceiling = math.min(ceiling, 1 / d.crawl_delay) end
   return ceiling
 end
@@ -114,6 +116,7 @@ local function h_load(hkey, now, pjson)
     d.answered_at, d.last_success, d.share_fast, d.share_slow = 0, 0, 0, 0
     d.win_start, d.win_ok, d.delivered, d.crawl_delay, d.troubled_at, d.cuts = now, 0, nil, 0, 0, 0
     d.born, d.blocked_seconds = now, 0
+    d.ctl_hold, d.ctl_rate, d.ctl_concurrency, d.ctl_down = 0, 0, 0, 0
     return d, p
   end
   for i, name in ipairs(HF) do
@@ -125,6 +128,8 @@ local function h_load(hkey, now, pjson)
   d.win_start, d.win_ok, d.last_decrease = d.win_start or now, d.win_ok or 0, d.last_decrease or 0
   d.troubled_at, d.cuts, d.born = d.troubled_at or 0, d.cuts or 0, d.born or d.updated
   d.blocked_seconds = d.blocked_seconds or 0
+  d.ctl_hold, d.ctl_rate = d.ctl_hold or 0, d.ctl_rate or 0
+  d.ctl_concurrency, d.ctl_down = d.ctl_concurrency or 0, d.ctl_down or 0
   local elapsed = now - d.updated
   if elapsed > 0 then
     local blocked_end = d.hold_until
@@ -157,12 +162,13 @@ end
 local function h_blocked_until(d, p)
   local circuit_end = 0
   if d.circuit == 'open' then circuit_end = d.opened_at + d.cooldown end
-  return math.max(d.hold_until, circuit_end)
+  return math.max(d.hold_until, circuit_end, d.ctl_hold)
 end
 
 -- HealthRegistry.given_up: down (circuit not closed) for give_up_after seconds,
 -- or unreachable_give_up when the domain never answered.
 local function h_given_up(d, p, now)
+  if d.ctl_down ~= 0 then return true end  -- given up by the operator
   local limit = p.give_up_after
   if d.answered_at == 0 and type(p.unreachable_give_up) == 'number' then limit = p.unreachable_give_up end
   return type(limit) == 'number' and d.circuit ~= 'closed' and d.down_since ~= 0
@@ -643,5 +649,19 @@ redis.call('SADD', KEYS[2], ARGV[#ARGV])  -- the domain index (last ARGV: the do
 local d, p = h_load(KEYS[1], tonumber(ARGV[1]), ARGV[2])
 d.crawl_delay = math.max(0, tonumber(ARGV[3]))
 if d.crawl_delay > 0 then d.tokens = math.min(d.tokens, 0) end
+return h_save(KEYS[1], d, ARGV[2])
+"""
+
+# Operator overrides (HealthRegistry.control). ARGV: now, policy_json, then name/value pairs
+# of ctl_hold, ctl_rate, ctl_concurrency, ctl_down -> {fields}. Ending a give-up forgives the
+# outage so far (down_since = now).
+H_CONTROL = HEALTH + r"""
+redis.call('SADD', KEYS[2], ARGV[#ARGV])  -- the domain index (last ARGV: the domain)
+local now = tonumber(ARGV[1])
+local d, p = h_load(KEYS[1], now, ARGV[2])
+for i = 3, #ARGV - 1, 2 do d[ARGV[i]] = tonumber(ARGV[i + 1]) end
+for i = 3, #ARGV - 1, 2 do
+  if ARGV[i] == 'ctl_down' and tonumber(ARGV[i + 1]) == 0 and d.down_since ~= 0 then d.down_since = now end
+end
 return h_save(KEYS[1], d, ARGV[2])
 """

@@ -33,7 +33,7 @@ from scrapy_openclaw.delay import DelayedRequests, queue_handles_not_before
 from scrapy_openclaw.errors import ErrorTaxonomy
 from scrapy_openclaw.health.registry import CLOSED, OPEN, HealthRegistry, affects_health
 from scrapy_openclaw.retry_after import parse_retry_after
-from scrapy_openclaw.runtime import crawl_id
+from scrapy_openclaw.runtime import crawl_id, shared
 from scrapy_openclaw.settings import DEFAULTS
 
 if TYPE_CHECKING:
@@ -71,6 +71,7 @@ class DomainHealthMiddleware:
         self._given_up_logged: set[str] = set()
         self._slot_concurrency: dict[str, int] = {}  # each slot's own concurrency, before we scaled it
         DelayedRequests.for_crawler(crawler)  # keeps deferred requests when the queue cannot
+        shared(crawler, "health_middleware", lambda: self)  # found by BanDetectionMiddleware (record_blocked)
         crawler.signals.connect(self._request_reached_downloader, signal=signals.request_reached_downloader)
         robots_parsed = getattr(signals, "robots_parsed", None)  # Scrapy >= 2.18
         if robots_parsed is not None and self.crawl_delay_max > 0:
@@ -95,6 +96,8 @@ class DomainHealthMiddleware:
         if domain and self.registry.given_up(domain):
             self._given_up(domain)
             raise self._dead_letter(request, domain)
+        if self._given_up_logged:  # (restored by the operator: a later give-up is news again)
+            self._given_up_logged.discard(domain)
         if not domain or not self.paces_slots:
             return None  # a gating queue has already asked the registry
         if self.registry.try_acquire(domain, token=False):
@@ -123,6 +126,13 @@ class DomainHealthMiddleware:
         if domain and classification is not None:
             self._record(request, domain, classification, None)
 
+    def record_blocked(self, request: Request, classification: Classification, hold: float) -> None:
+        """Record a ban page that BanDetectionMiddleware took out of the response chain: a
+        domain failure holding the domain *hold* seconds (as a Retry-After would)."""
+        domain = self._domain(request)
+        if domain:
+            self._record(request, domain, classification, hold)
+
     def _given_up(self, domain: str) -> None:
         """First sight of a domain given up: say so once, and empty its download slot.
 
@@ -135,11 +145,15 @@ class DomainHealthMiddleware:
             return
         self._given_up_logged.add(domain)
         self.stats.inc_value("openclaw/health/given_up_domains")
-        logger.warning(
-            "Giving up on %(domain)s: its circuit has stayed open for %(down).0fs (give_up_after); "
-            "its requests become dead letters (replay them later with scrapy openclaw-dlq replay)",
-            {"domain": domain, "down": self.registry.down_for(domain)}, extra={"spider": self.crawler.spider},
-        )
+        if self.registry.overrides(domain)["given_up"]:
+            logger.warning("Giving up on %(domain)s at the operator's request (openclaw-ctl): its requests "
+                           "become dead letters", {"domain": domain}, extra={"spider": self.crawler.spider})
+        else:
+            logger.warning(
+                "Giving up on %(domain)s: its circuit has stayed open for %(down).0fs (give_up_after); "
+                "its requests become dead letters (replay them later with scrapy openclaw-dlq replay)",
+                {"domain": domain, "down": self.registry.down_for(domain)}, extra={"spider": self.crawler.spider},
+            )
         engine = self.crawler.engine
         slot = engine.downloader.slots.get(domain) if engine is not None else None
         queue = getattr(slot, "queue", None)
@@ -153,7 +167,8 @@ class DomainHealthMiddleware:
         self.stats.inc_value("openclaw/health/given_up_requests")
         letter = deadletter.for_request(
             request, spider=spider, crawl_id=crawl_id(self.crawler), error_class="domain_down",
-            reason=f"{domain} down for {self.registry.down_for(domain):.0f}s (give_up_after)",
+            reason=(f"{domain} given up by the operator (openclaw-ctl)" if self.registry.overrides(domain)["given_up"]
+                    else f"{domain} down for {self.registry.down_for(domain):.0f}s (give_up_after)"),
         )
         self.crawler.signals.send_catch_log(signal=openclaw_signals.dead_letter, dead_letter=letter, spider=spider)
         return IgnoreRequest(f"{domain} was given up (down past give_up_after)")
@@ -290,3 +305,8 @@ def _pause_slot(slot: Slot, until: float) -> None:
     slot.delay = max(slot.delay, _PAUSE_DELAY)
     slot.lastseen = max(slot.lastseen, _SLOT_CLOCK() + (until - time.time()))
 
+
+
+def resume_slot(slot: Slot) -> None:
+    """Undo :func:`_pause_slot` at once (an operator released the hold early)."""
+    slot.lastseen = min(slot.lastseen, _SLOT_CLOCK())

@@ -121,6 +121,9 @@ class _Domain:
         "consecutive_failures", "requests", "successes", "failures", "cooldown", "opens",
         "down_since", "answered_at", "last_success", "share_fast", "share_slow",
         "win_start", "win_ok", "delivered", "crawl_delay", "troubled_at", "cuts", "born", "blocked_seconds",
+        # operator overrides (scrapy_openclaw.control): a hold (UNIX time), a rate ceiling
+        # (req/s), a concurrency (0: none of them) and a give-up (1/0)
+        "ctl_hold", "ctl_rate", "ctl_concurrency", "ctl_down",
     )
 
     def __init__(self, policy: HealthPolicy, now: float):
@@ -155,6 +158,10 @@ class _Domain:
         self.cuts = 0  # congestion cuts so far (the first one's limit is a guess)
         self.born = now  # when the domain was first seen: slow start doubles at most this fast from it
         self.blocked_seconds = 0.0  # time spent held (Retry-After) or with the circuit open
+        self.ctl_hold = 0.0
+        self.ctl_rate = 0.0
+        self.ctl_concurrency = 0
+        self.ctl_down = 0
 
 
 # Field types in a snapshot: how restore() validates what it reads.
@@ -177,7 +184,7 @@ def affects_health(classification: Classification | None) -> bool:
     """
     if classification is None:
         return False
-    if classification.error_class in (ErrorClass.NETWORK, ErrorClass.PROTOCOL_RETRYABLE):
+    if classification.error_class in (ErrorClass.NETWORK, ErrorClass.PROTOCOL_RETRYABLE, ErrorClass.BLOCKED):
         return True
     return (classification.status or 0) >= 500
 
@@ -261,7 +268,7 @@ class HealthRegistry:
         it is the time before which *nothing* may reach the domain.
         """
         d, _ = self._get(domain, now)
-        return max(d.hold_until, d.opened_at + d.cooldown if d.circuit == OPEN else 0.0)
+        return max(d.hold_until, d.opened_at + d.cooldown if d.circuit == OPEN else 0.0, d.ctl_hold)
 
     def down_for(self, domain: str, now: float | None = None) -> float:
         """Seconds since the circuit opened without closing since (0.0 while it is closed)."""
@@ -277,6 +284,8 @@ class HealthRegistry:
         if domain in self._given_up:
             return True
         d = self._domains.get(domain)
+        if d is not None and d.ctl_down:
+            return True
         if d is None or d.circuit == CLOSED:
             return False  # the common case, without bringing the record up to date
         limit = _give_up_limit(d, self.policy(domain))
@@ -338,6 +347,29 @@ class HealthRegistry:
         """Send nothing to *domain* before *until* (UNIX time); holds only ever extend."""
         d, _ = self._get(domain)
         d.hold_until = max(d.hold_until, until)
+
+    def control(self, domain: str, now: float | None = None, **changes: float) -> None:
+        """Apply operator overrides (see scrapy_openclaw.control): ``ctl_hold``, ``ctl_rate``,
+        ``ctl_concurrency``, ``ctl_down`` (0: cleared). Ending a give-up also forgives the
+        outage so far: ``give_up_after`` counts again from *now*."""
+        now = time.time() if now is None else now
+        d, _ = self._get(domain, now)
+        for name, value in changes.items():
+            if name not in ("ctl_hold", "ctl_rate", "ctl_concurrency", "ctl_down"):
+                raise ValueError(f"unknown override {name!r}")
+            setattr(d, name, int(value) if name in ("ctl_concurrency", "ctl_down") else float(value))
+        if changes.get("ctl_down", 1) == 0:
+            self._given_up.discard(domain)
+            if d.down_since:
+                d.down_since = now
+
+    def overrides(self, domain: str) -> dict[str, Any]:
+        """The operator overrides in force for *domain* (None: not set)."""
+        d = self._domains.get(domain)
+        if d is None:
+            return {"hold_until": None, "rate": None, "concurrency": None, "given_up": False}
+        return {"hold_until": d.ctl_hold or None, "rate": d.ctl_rate or None,
+                "concurrency": int(d.ctl_concurrency) or None, "given_up": bool(d.ctl_down)}
 
     def set_crawl_delay(self, domain: str, seconds: float) -> None:
         """Space requests to *domain* at least *seconds* apart (robots.txt Crawl-delay; 0: none).
@@ -528,6 +560,8 @@ class HealthRegistry:
     def _ceiling(d: _Domain, p: HealthPolicy) -> float:
         """The opt-in ceilings: ``base_rate`` (scaled by health) and Crawl-delay."""
         ceiling = _MAX_RATE if p.base_rate is None else max(p.min_rate, p.base_rate * d.health / 100.0)
+        if d.ctl_rate > 0:  # the operator's ceiling
+            ceiling = min(ceiling, d.ctl_rate)
         return min(ceiling, 1.0 / d.crawl_delay) if d.crawl_delay > 0 else ceiling
 
     def _rate(self, d: _Domain, p: HealthPolicy) -> float:
@@ -547,6 +581,8 @@ class HealthRegistry:
         cap = slot_concurrency if slot_concurrency is not None else self.default_concurrency
         if p.base_concurrency is not None:
             cap = min(cap, p.base_concurrency)
+        if d.ctl_concurrency > 0:  # the operator's concurrency replaces the cap
+            cap = int(d.ctl_concurrency)
         return max(1, round(cap * d.health / 100.0))
 
     def _increase(self, d: _Domain, p: HealthPolicy, now: float) -> None:
@@ -617,8 +653,8 @@ def _verdict(
     if not affects_health(c):
         return None, False
     assert c is not None
-    if c.status == 429 or retry_after is not None:
-        return DOMAIN, False  # the server itself asks us to slow down
+    if c.status == 429 or retry_after is not None or c.error_class == ErrorClass.BLOCKED:
+        return DOMAIN, False  # the server itself asks us to slow down (a ban page: to stop)
     if failed_before is not None:  # a retry: whatever its domain went through since says it
         return (DOMAIN if d.troubled_at > failed_before else PAGE), False
     if c.status is None:
@@ -666,6 +702,8 @@ def _delivered(d: _Domain, now: float) -> float:
 
 def _penalty(c: Classification, p: HealthPolicy) -> tuple[float, bool]:
     """(health penalty, whether it is a congestion signal) for a domain failure."""
+    if c.error_class == ErrorClass.BLOCKED:
+        return p.blocked_penalty, True
     if c.is_throttle:
         return p.throttle_penalty, True
     if c.is_timeout:
