@@ -24,10 +24,12 @@ PRIORITY_QUEUE = "scrapy_openclaw.pqueues.DeadlinePriorityQueue"
 DLQ_PIPELINE = "scrapy_openclaw.dlq.DeadLetterPipeline"
 CHECKPOINT_EXTENSION = "scrapy_openclaw.checkpoint.CheckpointExtension"
 METRICS_EXTENSION = "scrapy_openclaw.metrics.MetricsExtension"
+BAN_MIDDLEWARE = "scrapy_openclaw.health.BanDetectionMiddleware"
 
 # Orders: health sits nearer the downloader than retry (560 > 550), so it sees
 # every raw response and failure before retry decides what to do with it.
-DOWNLOADER_MIDDLEWARES = {HEALTH_MIDDLEWARE: 560, RETRY_MIDDLEWARE: 550}
+# Ban detection (580) sees a response before health does.
+DOWNLOADER_MIDDLEWARES = {HEALTH_MIDDLEWARE: 560, RETRY_MIDDLEWARE: 550, BAN_MIDDLEWARE: 580}
 SPIDER_MIDDLEWARES = {PARSE_RETRY_MIDDLEWARE: 45}
 ITEM_PIPELINES = {DLQ_PIPELINE: 1000}
 EXTENSIONS = {CHECKPOINT_EXTENSION: 10, METRICS_EXTENSION: 500}

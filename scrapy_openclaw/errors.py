@@ -46,6 +46,7 @@ class ErrorClass(str, enum.Enum):
     PROTOCOL_PERMANENT = "protocol_permanent"
     PARSE = "parse"
     BUSINESS = "business"
+    BLOCKED = "blocked"  # a ban or challenge page (see BAN_MARKERS), whatever its status
 
     def __str__(self) -> str:
         return self.value
@@ -86,8 +87,36 @@ class Classification:
 
 
 RETRYABLE_CLASSES = frozenset(
-    {ErrorClass.NETWORK, ErrorClass.PROTOCOL_RETRYABLE, ErrorClass.PARSE}
+    {ErrorClass.NETWORK, ErrorClass.PROTOCOL_RETRYABLE, ErrorClass.PARSE, ErrorClass.BLOCKED}
 )
+
+
+@dataclass(frozen=True)
+class BanMarker:
+    """Text that makes an answer a ban or challenge page: in its headers (``name: value``,
+    lower case) or in the start of its body (case-insensitive)."""
+
+    name: str  # names the reason: "blocked_<name>"
+    body: tuple[str, ...] = ()
+    headers: tuple[str, ...] = ()
+
+
+#: Statuses on which the built-in markers are looked for (a 200 ban page needs a marker
+#: the domain's policy lists: ``health.ban_markers``).
+BAN_STATUSES = frozenset({403, 429, 503})
+#: The built-in challenge markers, kept small: each is specific to a bot-protection
+#: vendor's challenge or block page, so an ordinary error page does not match.
+BAN_MARKERS: tuple[BanMarker, ...] = (
+    BanMarker("cloudflare", body=("cf-chl", "<title>just a moment...</title>", "attention required! | cloudflare"),
+              headers=("cf-mitigated: challenge",)),
+    BanMarker("captcha", body=("g-recaptcha", "h-captcha", "cf-turnstile", "captcha-form")),
+    BanMarker("datadome", body=("captcha-delivery.com",), headers=("x-datadome: protected",)),
+    BanMarker("perimeterx", body=("px-captcha", "_pxappid")),
+    BanMarker("akamai", body=("errors.edgesuite.net",)),
+)
+#: Bytes of a body searched for markers: challenge pages are small, and a marker a
+#: policy lists is expected near the top (a captcha form, a login wall).
+BAN_SCAN_BYTES = 256 * 1024
 
 
 def _scrapy_exceptions(*names: str) -> tuple[type[BaseException], ...]:
@@ -206,6 +235,34 @@ class ErrorTaxonomy:
             )
         return Classification(ErrorClass.PROTOCOL_PERMANENT, f"http_{status}", status)
 
+    def classify_ban(
+        self,
+        status: int,
+        headers: Any,
+        body: bytes,
+        *,
+        markers: tuple[str, ...] = (),
+        builtin: bool = True,
+    ) -> Classification | None:
+        """A ban or challenge page: a built-in marker on a 403/429/503 (with *builtin*), or
+        one of the domain's own *markers* (any status, 200 included); None otherwise.
+
+        *headers* is a Scrapy ``Headers`` (or any mapping of bytes/str to values).
+        """
+        if not markers and not (builtin and status in BAN_STATUSES):
+            return None  # the common case costs one set lookup
+        text = body[:BAN_SCAN_BYTES].decode("utf-8", "replace").lower()
+        for marker in markers:
+            if marker.lower() in text:
+                return Classification(ErrorClass.BLOCKED, "blocked_policy", status)
+        if not (builtin and status in BAN_STATUSES):
+            return None
+        lines = _header_lines(headers)
+        for known in BAN_MARKERS:
+            if any(m in text for m in known.body) or any(h in lines for h in known.headers):
+                return Classification(ErrorClass.BLOCKED, f"blocked_{known.name}", status)
+        return None
+
     def classify_download_error(
         self, exc: BaseException | Failure
     ) -> Classification | None:
@@ -238,6 +295,19 @@ class ErrorTaxonomy:
         if isinstance(exc, self.validation_exceptions):
             return Classification(ErrorClass.BUSINESS, type(exc).__name__)
         return None
+
+
+def _header_lines(headers: Any) -> frozenset[str]:
+    """``name: value`` lines in lower case, one per value."""
+    out = set()
+    for name, values in (headers or {}).items():
+        if not isinstance(values, (list, tuple)):
+            values = [values]
+        key = name.decode("latin-1") if isinstance(name, bytes) else str(name)
+        for value in values:
+            text = value.decode("latin-1") if isinstance(value, bytes) else str(value)
+            out.add(f"{key.lower()}: {text.strip().lower()}")
+    return frozenset(out)
 
 
 def _getlist(settings: BaseSettings, name: str) -> list[Any]:

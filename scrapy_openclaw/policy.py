@@ -71,7 +71,7 @@ class HealthPolicy:
     burst: int = field(default=5, metadata=_range(1, 10000))
     # after a slowdown, how fast the rate probes past the learned limit: the cubic's
     # constant, as a share of that limit per second cubed (CUBIC's C, scale-free)
-    rate_probe: float = field(default=0.001, metadata=_range(0.0001, 10))
+    rate_probe: float = field(default=0.0001, metadata=_range(0.00001, 10))
     rate_decrease: float = field(default=0.9, metadata=_range(0.01, 0.99))  # multiplier on congestion
     latency_factor: float = field(default=3.0, metadata=_range(1.0, 100))
     circuit_floor: float = field(default=20.0, metadata=_range(0, 100))
@@ -93,6 +93,15 @@ class HealthPolicy:
     # such a host is most likely dead, so it is given up within seconds; None: give_up_after
     unreachable_give_up: float | None = field(default=5.0, metadata=_range(0, None))
     retry_after_cap: float = field(default=600.0, metadata=_range(0, 86400))
+    # a ban or challenge page (error class "blocked"): its health penalty and how long it
+    # holds the domain (a Retry-After on it wins when longer); a congestion signal too
+    blocked_penalty: float = field(default=30.0, metadata=_range(0, 100))
+    blocked_hold: float = field(default=30.0, metadata=_range(0, 86400))
+    # text (case-insensitive) whose presence in an answer of any status, 200 included,
+    # makes it a ban page for this domain: a captcha form's id, a login wall's heading
+    ban_markers: tuple[str, ...] = ()
+    # look for the built-in challenge markers (errors.BAN_MARKERS) on 403/429/503 answers
+    ban_builtin_markers: bool = True
 
 
 @dataclass(frozen=True)
@@ -120,6 +129,9 @@ class RetryPolicy:
     # have: the first failures of a 503 window still look like a page's own, and a
     # URL unlucky enough to meet several windows must not be given up early.
     page: RetryClassPolicy = RetryClassPolicy(max_attempts=6, base_delay=0.5, max_delay=2.0, jitter="equal")
+    # a ban page: retried after the domain's hold (health.blocked_hold) at the earliest, a few
+    # times, then a dead letter of class "blocked" (never handed to the callback)
+    blocked: RetryClassPolicy = RetryClassPolicy(max_attempts=3, base_delay=5.0, max_delay=300.0, jitter="equal")
     # retries may be at most this share of the domain's recent requests ...
     # (higher than Finagle's 20%: our retries are spread out by backoff, not
     # immediate, so a flapping site needs more of them to be ridden out)
@@ -344,6 +356,16 @@ def _validate_value(hint: Any, f: dataclasses.Field, value: Any, path: tuple, wh
         _validate(hint, value, path, where)
         return
     origin, args = get_origin(hint), get_args(hint)
+    if hint is bool:
+        if not isinstance(value, bool):
+            where.fail(path, f"must be true or false, got {value!r}")
+        return
+    if origin is tuple:
+        if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) and v.strip() for v in value):
+            where.fail(path, f"must be a list of non-empty strings, got {value!r}")
+        if len(value) > 100 or any(len(v) > 1000 for v in value):
+            where.fail(path, "at most 100 strings of at most 1000 characters")
+        return
     if origin is Literal:
         if value not in args:
             where.fail(path, f"must be one of {', '.join(map(repr, args))}, got {value!r}")
@@ -386,6 +408,10 @@ def _build(cls: type, data: dict[str, Any], base: Any = None) -> Any:
         hint = hints[key]
         if dataclasses.is_dataclass(hint):
             changes[key] = _build(hint, value, getattr(base, key))
+        elif get_origin(hint) is tuple:
+            changes[key] = tuple(value)
+        elif hint is bool:
+            changes[key] = bool(value)
         elif value is not None and (hint is int or int in get_args(hint)):
             changes[key] = int(value)
         elif value is not None and (hint is float or (get_origin(hint) is not dict and float in get_args(hint))):

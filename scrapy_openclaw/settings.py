@@ -42,6 +42,7 @@ DEFAULTS: dict[str, Any] = {
     # cap (seconds) on a robots.txt Crawl-delay the health middleware honours (with
     # ROBOTSTXT_OBEY, Scrapy >= 2.18); 0: ignore Crawl-delay
     "OPENCLAW_CRAWL_DELAY_MAX": 30.0,
+    "OPENCLAW_BAN_ENABLED": True,  # False: no BanDetectionMiddleware (ban pages reach callbacks)
     # --- retry (ClassifiedRetryMiddleware, ParseRetryMiddleware) ---
     "OPENCLAW_RETRY_ENABLED": True,  # Scrapy's RETRY_ENABLED=False also disables it
     # record permanent failures (404, 410, other non-retryable 4xx/5xx) as dead

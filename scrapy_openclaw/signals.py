@@ -14,3 +14,11 @@ circuit_opened = object()
 
 #: A domain's circuit closed again after a successful probe. Same arguments.
 circuit_closed = object()
+
+#: A response was recognised as a ban or challenge page (error class ``blocked``) before
+#: any callback saw it. Arguments: ``request``, ``response``, ``domain``,
+#: ``classification`` (:class:`scrapy_openclaw.errors.Classification`, reason
+#: ``blocked_<marker>``), ``retry_request`` (the delayed retry about to be scheduled, or
+#: None when the request is given up as a dead letter), ``spider``. Rotate a proxy or a
+#: session here, e.g. ``retry_request.meta["proxy"] = next_proxy``.
+blocked = object()

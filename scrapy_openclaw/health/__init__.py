@@ -4,7 +4,8 @@
 feeds it from responses and applies it to Scrapy's download slots.
 """
 
+from scrapy_openclaw.health.ban import BanDetectionMiddleware
 from scrapy_openclaw.health.middleware import DomainHealthMiddleware
 from scrapy_openclaw.health.registry import DomainState, HealthRegistry
 
-__all__ = ["DomainHealthMiddleware", "DomainState", "HealthRegistry"]
+__all__ = ["BanDetectionMiddleware", "DomainHealthMiddleware", "DomainState", "HealthRegistry"]

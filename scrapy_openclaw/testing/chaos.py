@@ -42,6 +42,13 @@ DROP = "drop"
 HANG = "hang"
 _PAGE_RE = re.compile(r"^/page/(\d+)$")
 _REASONS = {s.value: s.phrase.encode() for s in HTTPStatus}
+#: The id of the captcha form on a chaos ban page: the marker a policy lists for it.
+BAN_MARKER = "chaos-captcha-form"
+BAN_TITLE = "Verify you are human"
+BAN_PAGE = (
+    f'<html><head><title>{BAN_TITLE}</title></head><body><h1 id="title">{BAN_TITLE}</h1>'
+    f'<form id="{BAN_MARKER}" action="/verify"><div class="g-recaptcha"></div></form></body></html>'
+).encode()
 
 
 @dataclass(frozen=True)
@@ -92,6 +99,11 @@ class HostConfig:
     parse_fail: dict[int, int] = field(default_factory=dict)
     status_script: dict[int, tuple[int, ...]] = field(default_factory=dict)
     robots_txt: str | None = None  # served at /robots.txt with 200; None: 404 like any unknown path
+    # a ban: after this many requests (robots.txt aside) every page answers ban_status with a
+    # captcha page (BAN_MARKER in it, and an h1#title a careless spider would scrape) ...
+    ban_after: int | None = None
+    ban_seconds: float | None = None  # ... for this long from the first ban page (None: for good)
+    ban_status: int = 200
 
     def __post_init__(self) -> None:
         # Accept plain JSON data (dicts, lists, string keys) and normalise it.
@@ -119,6 +131,8 @@ class HostConfig:
             raise ValueError(f"{where}: latency, latency_jitter and cross_links must be >= 0")
         if any(not v for v in self.status_script.values()):
             raise ValueError(f"{where}: status_script lists must not be empty")
+        if self.ban_after is not None and self.ban_after < 0 or (self.ban_seconds or 0) < 0:
+            raise ValueError(f"{where}: ban_after and ban_seconds must be >= 0")
 
 
 @dataclass(frozen=True)
@@ -257,6 +271,19 @@ class _Host:
         self.parse_fetches: Counter[int] = Counter()
         self.tokens = float(self.cfg.rate_limit.burst) if self.cfg.rate_limit else 0.0
         self.tokens_at = time.monotonic()
+        self.seen = 0  # requests so far, robots.txt aside (for ban_after)
+        self.banned_at: float | None = None
+
+    def _banned(self, path: str, now: float) -> bool:
+        cfg = self.cfg
+        if cfg.ban_after is None or path == ROBOTS_PATH:
+            return False
+        self.seen += 1
+        if self.seen <= cfg.ban_after:
+            return False
+        if self.banned_at is None:
+            self.banned_at = now
+        return cfg.ban_seconds is None or now - self.banned_at < cfg.ban_seconds
 
     def _take_token(self) -> bool:
         limit = self.cfg.rate_limit
@@ -281,6 +308,8 @@ class _Host:
             return _Outcome(DROP), delay
         if r_hang < cfg.hang_rate:
             return _Outcome(HANG), delay
+        if self._banned(path, now):
+            return _Outcome(cfg.ban_status, BAN_PAGE), delay
         windows = cfg.fail_windows
         if windows is not None and windows.is_down(now - (self.site.started_at or now)):
             return _Outcome(windows.status, _error_body(windows.status)), delay
@@ -315,6 +344,8 @@ class _Host:
         self.max_in_flight = max(self.max_in_flight, self.in_flight)
         outcome, delay = self.decide(path, now)
         record["status"] = outcome.status
+        if outcome.body is BAN_PAGE:
+            record["banned"] = True
         pending: list[Any] = []
 
         def finished(_: Any) -> None:
@@ -514,6 +545,7 @@ class ChaosSite:
                 "statuses": dict(Counter(str(r["status"]) for r in reqs)),
                 "max_1s_window": max_in_window(r["t"] for r in reqs),
                 "max_in_flight": host.max_in_flight,
+                "banned": sum(1 for r in reqs if r.get("banned")),
                 "in_flight": host.in_flight,
             }
             if include_requests:

@@ -119,6 +119,20 @@ def crawl_delay_site(pages: int = 10, crawl_delay: float = 2.0, n_hosts: int = 1
     )
 
 
+def ban_site(
+    pages: int = 30, ban_after: int = 8, ban_seconds: float | None = 3.0, ban_status: int = 200, seed: int = 1
+) -> ChaosConfig:
+    """A healthy host, and one whose root links every page and which, after ``ban_after``
+    requests, answers every page with a captcha page (``ban_status``, 200 by default: only
+    a policy marker, :data:`~scrapy_openclaw.testing.chaos.BAN_MARKER`, tells it from a page)
+    for ``ban_seconds`` (None: for good)."""
+    return ChaosConfig(hosts=(
+        HostConfig(address=address(0), pages=pages),
+        HostConfig(address=address(1), pages=pages, links_per_page="all", ban_after=ban_after,
+                   ban_seconds=ban_seconds, ban_status=ban_status),
+    ), seed=seed)
+
+
 #: The name :class:`~scrapy_openclaw.testing.resolver.LoopbackResolver` never resolves (map it to None).
 UNRESOLVABLE_HOST = "dead.test"
 

@@ -1,0 +1,108 @@
+"""BanDetectionMiddleware: a ban or challenge page never reaches a callback as data.
+
+It sits on the downloader's side of the health middleware (order 580), so it
+sees each response first. An answer the error taxonomy classifies as
+``blocked`` (a built-in challenge marker on a 403/429/503, or a marker the
+domain's policy lists, on any status) is a domain signal: the health
+middleware records it (``blocked_penalty``, a hold of ``blocked_hold`` seconds
+or the response's Retry-After), ``openclaw_signals.blocked`` is sent, and the
+request is retried after the hold on the ``retry.blocked`` schedule or, out of
+attempts, becomes a dead letter (IgnoreRequest: the callback never runs).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from scrapy.exceptions import IgnoreRequest, NotConfigured
+
+from scrapy_openclaw import signals as openclaw_signals
+from scrapy_openclaw.errors import ErrorTaxonomy
+from scrapy_openclaw.policy import PolicySet
+from scrapy_openclaw.retry.middleware import (
+    get_classified_retry_request,
+    request_domain,
+    retry_enabled,
+    send_dead_letter,
+)
+from scrapy_openclaw.retry_after import parse_retry_after
+from scrapy_openclaw.runtime import peek
+from scrapy_openclaw.settings import DEFAULTS
+
+if TYPE_CHECKING:
+    from scrapy import Request
+    from scrapy.crawler import Crawler
+    from scrapy.http import Response
+
+logger = logging.getLogger(__name__)
+
+STATS_PREFIX = "openclaw/ban"
+
+
+class BanDetectionMiddleware:
+    """Downloader middleware: recognise ban pages before the callback, hold the domain, retry later."""
+
+    def __init__(self, crawler: Crawler):
+        self.crawler = crawler
+        self.stats = crawler.stats
+        self.taxonomy = ErrorTaxonomy.for_crawler(crawler)
+        self.policies = PolicySet.for_crawler(crawler)
+        self.retry = retry_enabled(crawler)
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> BanDetectionMiddleware:
+        if not crawler.settings.getbool("OPENCLAW_BAN_ENABLED", DEFAULTS["OPENCLAW_BAN_ENABLED"]):
+            raise NotConfigured
+        return cls(crawler)
+
+    def process_response(self, request: Request, response: Response) -> Request | Response:
+        domain = _domain(request)
+        policy = self.policies.for_domain(domain).health
+        classification = self.taxonomy.classify_ban(
+            response.status, response.headers, response.body,
+            markers=policy.ban_markers, builtin=policy.ban_builtin_markers,
+        )
+        if classification is None:
+            return response
+        retry_after = parse_retry_after(response.headers.get(b"Retry-After"), cap=policy.retry_after_cap)
+        hold = max(policy.blocked_hold, retry_after or 0.0)
+        self.stats.inc_value(f"{STATS_PREFIX}/blocked")
+        self.stats.inc_value(f"{STATS_PREFIX}/reason/{classification.reason}")
+        self.stats.inc_value(f"{STATS_PREFIX}/domain/{domain}")
+        snapshots = peek(self.crawler, "error_snapshots")
+        if snapshots is not None:
+            snapshots.capture(classification, request, response=response)
+        health = peek(self.crawler, "health_middleware")
+        if health is not None:
+            health.record_blocked(request, classification, hold)
+        spider = self.crawler.spider
+        assert spider is not None
+        retry = None
+        if self.retry and not request.meta.get("dont_retry", False):
+            retry = get_classified_retry_request(request, classification=classification, spider=spider,
+                                                 response=response)
+        else:
+            send_dead_letter(request, classification, spider=spider)
+        logger.warning(
+            "Ban page from %(domain)s (%(reason)s, status %(status)d) for %(request)s: holding the domain "
+            "%(hold).0fs; %(next)s",
+            {"domain": domain, "reason": classification.reason, "status": response.status, "request": request,
+             "hold": hold, "next": "retrying later" if retry is not None else "giving up (dead letter)"},
+            extra={"spider": spider},
+        )
+        self.crawler.signals.send_catch_log(
+            signal=openclaw_signals.blocked, request=request, response=response, domain=domain,
+            classification=classification, retry_request=retry, spider=spider,
+        )
+        if retry is not None:
+            return retry
+        self.stats.inc_value(f"{STATS_PREFIX}/gave_up")
+        raise IgnoreRequest(f"ban page from {domain} ({classification.reason}): given up")
+
+
+def _domain(request: Request) -> str:
+    """The download-slot key (the domain everywhere in this package): the downloader wrote it
+    into the meta before the request was sent; the host name if it did not."""
+    slot = request.meta.get("download_slot")
+    return slot if isinstance(slot, str) and slot else request_domain(request)
