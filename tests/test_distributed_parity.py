@@ -28,6 +28,9 @@ C500 = Classification(ErrorClass.PROTOCOL_RETRYABLE, "http_500", 500)
 TIMEOUT = Classification(ErrorClass.NETWORK, "timeout")
 REFUSED = Classification(ErrorClass.NETWORK, "connection_refused")
 C404 = Classification(ErrorClass.PROTOCOL_PERMANENT, "http_404", 404)
+BAN200 = Classification(ErrorClass.BLOCKED, "blocked_policy", 200)
+BAN403 = Classification(ErrorClass.BLOCKED, "blocked_cloudflare", 403)
+BAN429 = Classification(ErrorClass.BLOCKED, "blocked_captcha", 429)
 
 
 class _Spider(Spider):
@@ -117,10 +120,29 @@ def test_random_event_sequences_match(redis_server: Any, seed: int) -> None:
         elif r < 0.8:
             events.append(("ok", domain, now, rng.choice([None, rng.uniform(0.01, 2.0)])))
         else:
-            c = rng.choice([C429, C503, C503, C500, C500, TIMEOUT, REFUSED, C404])
+            c = rng.choice([C429, C503, C503, C500, C500, TIMEOUT, REFUSED, C404, BAN200, BAN403])
             failed_before = rng.choice([None, None, now - rng.uniform(0, 3)])  # a retry of a URL that failed
             events.append(("fail", domain, now, c, rng.choice([None, None, rng.uniform(0, 5)]), failed_before))
     _drive(local, shared, events)
+
+
+def test_ban_pages_match(redis_server: Any) -> None:
+    """Ban pages (error class blocked): their own penalty, a hold (blocked_hold, passed as the
+    wait the way the ban middleware passes it), a rate cut, the circuit; a retry's ban page is
+    still the domain's, never the page's."""
+    local, shared = _pair(redis_server.url, {"blocked_penalty": 35.0, "circuit_failures": 4, "circuit_jitter": 0.0})
+    t = 6_000_000.0
+    events: list[tuple[Any, ...]] = []
+    for i in range(10):
+        events += [("acquire", "s.test", t + 0.1 * i, True), ("ok", "s.test", t + 0.1 * i + 0.05, 0.05)]
+    events += [("fail", "s.test", t + 2, BAN200, 30.0), ("acquire", "s.test", t + 3, True),
+               ("fail", "s.test", t + 40, BAN403, 30.0, t + 2),  # a retry, banned again
+               ("fail", "s.test", t + 40.2, BAN429, 60.0), ("fail", "s.test", t + 40.3, BAN200, 0.0),
+               ("acquire", "s.test", t + 200, False), ("ok", "s.test", t + 200.1, 0.05)]
+    events += [("fail", "u.test", t + 1, BAN200, None), ("fail", "u.test", t + 1.5, BAN403, None, t)]
+    _drive(local, shared, events)
+    state = local.state("s.test", t + 2.5)
+    assert state.circuit == "closed"
 
 
 def test_page_and_domain_verdicts_match(redis_server: Any) -> None:
