@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from scrapy.downloadermiddlewares.retry import RetryMiddleware
+from scrapy.extensions.feedexport import FeedExporter
 from scrapy.utils.misc import load_object
 
 from scrapy_openclaw.policy import PolicySet
@@ -24,6 +25,7 @@ PRIORITY_QUEUE = "scrapy_openclaw.pqueues.DeadlinePriorityQueue"
 DLQ_PIPELINE = "scrapy_openclaw.dlq.DeadLetterPipeline"
 CHECKPOINT_EXTENSION = "scrapy_openclaw.checkpoint.CheckpointExtension"
 METRICS_EXTENSION = "scrapy_openclaw.metrics.MetricsExtension"
+FEED_EXPORTER = "scrapy_openclaw.checkpoint.feeds.DurableFeedExporter"
 BAN_MIDDLEWARE = "scrapy_openclaw.health.BanDetectionMiddleware"
 
 # Orders: health sits nearer the downloader than retry (560 > 550), so it sees
@@ -32,7 +34,7 @@ BAN_MIDDLEWARE = "scrapy_openclaw.health.BanDetectionMiddleware"
 DOWNLOADER_MIDDLEWARES = {HEALTH_MIDDLEWARE: 560, RETRY_MIDDLEWARE: 550, BAN_MIDDLEWARE: 580}
 SPIDER_MIDDLEWARES = {PARSE_RETRY_MIDDLEWARE: 45}
 ITEM_PIPELINES = {DLQ_PIPELINE: 1000}
-EXTENSIONS = {CHECKPOINT_EXTENSION: 10, METRICS_EXTENSION: 500}
+EXTENSIONS = {CHECKPOINT_EXTENSION: 10, METRICS_EXTENSION: 500, FEED_EXPORTER: 0}
 
 
 class Addon:
@@ -50,6 +52,9 @@ class Addon:
         # Ours replaces Scrapy's retry, unless the user switched ours off.
         if _order_of(settings, "DOWNLOADER_MIDDLEWARES", load_object(RETRY_MIDDLEWARE)) is not None:
             _switch_off(settings, "DOWNLOADER_MIDDLEWARES", RetryMiddleware)
+        # Ours (durable feeds under the checkpoint, Scrapy's otherwise) replaces Scrapy's feed exporter.
+        if _order_of(settings, "EXTENSIONS", load_object(FEED_EXPORTER)) is not None:
+            _switch_off(settings, "EXTENSIONS", FeedExporter)
         settings.set("SCHEDULER_PRIORITY_QUEUE", PRIORITY_QUEUE, "addon")
         if settings.getbool("OPENCLAW_DISTRIBUTED"):
             from scrapy_openclaw.distributed import configure

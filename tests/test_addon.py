@@ -57,7 +57,7 @@ def test_addon_equals_the_manual_configuration():
             "DOWNLOADER_MIDDLEWARES": {**DOWNLOADER_MIDDLEWARES, RetryMiddleware: None},
             "SPIDER_MIDDLEWARES": SPIDER_MIDDLEWARES,
             "ITEM_PIPELINES": ITEM_PIPELINES,
-            "EXTENSIONS": EXTENSIONS,
+            "EXTENSIONS": {**EXTENSIONS, "scrapy.extensions.feedexport.FeedExporter": None},
             "SCHEDULER_PRIORITY_QUEUE": PRIORITY_QUEUE,
         }
     )

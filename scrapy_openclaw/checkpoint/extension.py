@@ -24,7 +24,9 @@ What a request's life looks like to the checkpoint, and where we see it:
 Live requests are journaled with group commit (see ``journal.py``): each
 batch writes new requests before "finished" marks, so whatever prefix of it
 survives a ``kill -9`` is consistent: a finished parent's children are
-always on disk. A request that is scheduled and finished within one batch is
+always on disk. The "finished" marks of a batch are one record, written after
+the durable feeds (``feeds.py``) were written and fsynced, and it carries
+their offsets: a page is done exactly when its items are in the feeds. A request that is scheduled and finished within one batch is
 written only as its fingerprint. The snapshot (periodic and at close)
 compacts everything into one atomic file.
 
@@ -64,6 +66,7 @@ from scrapy.utils.misc import load_object
 from scrapy_openclaw import runtime
 from scrapy_openclaw import signals as openclaw_signals
 from scrapy_openclaw._files import open_private, private_dir
+from scrapy_openclaw.checkpoint.feeds import DurableFeeds
 from scrapy_openclaw.checkpoint.journal import JournalWriter
 from scrapy_openclaw.checkpoint.snapshot import write_snapshot
 from scrapy_openclaw.checkpoint.state import (
@@ -202,6 +205,11 @@ class CheckpointExtension:
         self._snapshot_loop: Any = None
         self._writer: threading.Thread | None = None  # a snapshot being written in the background
         self._written: tuple[int, Any] | None = None  # its outcome, for the reactor thread
+        self._seen_done: list[str] = []  # fingerprints for the next "done" record
+        self.feeds = DurableFeeds.for_crawler(crawler)
+        self._outputs: dict[str, dict[str, Any]] = dict(recovered.outputs) if self.recovered else {}
+        self.feeds.activate(self._outputs, self.resumed)
+        self._warn_plain_feed_exporter(settings)
         if self.recovered is not None:
             self._adopt(self.recovered)
         self.gen = recovered.next_generation
@@ -259,6 +267,24 @@ class CheckpointExtension:
         self._restored_start = frozenset(self._start_seen)
         self._next_id = recovered.next_id
         self._prev_snapshot_gen = recovered.snapshot_gen
+
+    def _warn_plain_feed_exporter(self, settings: Any) -> None:
+        if not (settings.getdict("FEEDS") or settings.get("FEED_URI")):
+            return
+        from scrapy.extensions.feedexport import FeedExporter  # noqa: PLC0415
+
+        from scrapy_openclaw.checkpoint.feeds import DurableFeedExporter  # noqa: PLC0415
+
+        for path, order in settings.getwithbase("EXTENSIONS").items():
+            cls = load_object(path) if isinstance(path, str) else path
+            if order is not None and cls is FeedExporter:
+                self._notes.append((
+                    logging.WARNING,
+                    "Checkpoint: Scrapy's FeedExporter is enabled, not %(ours)s: feed items may be lost or "
+                    "duplicated after a crash (the add-on swaps it; or set EXTENSIONS yourself)",
+                    {"ours": f"{DurableFeedExporter.__module__}.{DurableFeedExporter.__qualname__}"},
+                ))
+                return
 
     # ------------------------------------------------------------ signals
 
@@ -376,6 +402,7 @@ class CheckpointExtension:
                 self._popped.append(rid)
 
     def _on_finished(self, request: Request) -> None:
+        self.feeds.page_finished(request)  # its items reach the feeds with its "done" mark
         rid = self._by_request.get(request)
         if rid is not None and self._live[rid].state == "f":
             self._finish(rid)
@@ -537,33 +564,59 @@ class CheckpointExtension:
 
     # ------------------------------------------------- journal and snapshot
 
-    def commit(self, *, may_snapshot: bool = True) -> bool:
-        """Journal what happened since the last commit and fsync it (group commit)."""
+    def commit(self, *, may_snapshot: bool = True, force_fsync: bool = False) -> bool:
+        """Journal what happened since the last commit and fsync it (group commit).
+
+        Order: new and changed requests, then the durable outputs are written (and
+        fsynced with the journal), then one "done" record with their offsets.
+        """
+        now = time.monotonic()
+        fsync = force_fsync or now - self._last_fsync >= self.flush_interval
+        bases = self.feeds.bases()
+        if bases:  # an output's starting point is on disk before any of its bytes
+            self.journal.append("D " + json.dumps({"o": bases}, separators=(",", ":")))
+            self._outputs.update(bases)
+            self.feeds.recorded(bases)
+        if self.journal.buffered and not self.journal.flush(fsync=True):
+            return False  # nothing else is written while the journal cannot be (outputs stay in memory)
         payloads: list[str] = []
         live = self._live
         for rid in self._changed:
             entry = live.get(rid)
             if entry is not None:
                 payloads.append(f"a {rid} {entry.state} {entry.fp or '-'} {entry.data}")
-        seen_only = []
+        seen_done = self._seen_done
         for rid, fp in self._new:
             entry = live.get(rid)
             if entry is not None:
                 entry.flushed = True
                 payloads.append(f"a {rid} {entry.state} {fp or '-'} {entry.data}")
             elif fp is not None:
-                seen_only.append(f"s {fp}")
-        payloads += seen_only
+                seen_done.append(fp)
         payloads += [f"S {fp}" for fp in self._start_new]
         payloads += [f"f {rid}" for rid in self._popped if rid in live]
-        payloads += [f"d {rid}" for rid in self._done]
-        self._new, self._changed, self._popped, self._done, self._start_new = [], [], [], [], []
+        self._new, self._changed, self._popped, self._start_new = [], [], [], []
+        try:
+            outputs = self.feeds.sync(fsync)
+        except OSError as exc:  # pages stay not-done (kept for the next commit) until their items are written
+            self.stats.inc_value("openclaw/checkpoint/feed_errors")
+            logger.error("Checkpoint: cannot write the durable feeds (%(error)s); retrying at the next commit",
+                         {"error": exc})
+            outputs = None
+        if outputs is not None:
+            changed = {k: v for k, v in outputs.items() if self._outputs.get(k) != v}
+            if changed or self._done or seen_done:
+                record: dict[str, Any] = {"d": self._done, "s": seen_done}
+                if changed:
+                    record["o"] = changed
+                    self._outputs.update(changed)
+                    self.feeds.recorded(changed)
+                payloads.append("D " + json.dumps(record, separators=(",", ":")))
+            self._done, self._seen_done = [], []
         if payloads:
             self.journal.extend(payloads)
             self._records_since_snapshot += len(payloads)
             self.stats.inc_value("openclaw/checkpoint/journal_records", len(payloads))
-        now = time.monotonic()
-        fsync = now - self._last_fsync >= self.flush_interval
         ok = self.journal.flush(fsync=fsync) if self.journal.buffered or fsync else True
         if fsync and ok:
             self._last_fsync = now
@@ -601,7 +654,7 @@ class CheckpointExtension:
         since, this generation's included.
         """
         self._join_writer()  # one at a time, in generation order
-        self.commit(may_snapshot=False)
+        self.commit(may_snapshot=False, force_fsync=True)  # outputs too: the snapshot names their offsets
         if not self.journal.flush():  # the disk refuses even the journal: keep its records, skip
             self.stats.inc_value("openclaw/checkpoint/snapshot_errors")
             logger.error("Checkpoint %(dir)s: snapshot skipped, the journal cannot be written either",
@@ -619,6 +672,7 @@ class CheckpointExtension:
             "stats": _json_safe_stats(self.stats.get_stats()),
             "health": self._health_snapshot(),
             "start_fingerprints": sorted(fp.hex() for fp in self._start_seen),
+            "outputs": json.loads(json.dumps(self._outputs)),  # as the journal recorded them
         }
         requests = [(rid, e.state, e.data) for rid, e in self._live.items()]
         fingerprints = list(self._seen)

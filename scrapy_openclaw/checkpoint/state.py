@@ -25,10 +25,20 @@ Journal payloads (after the checksum)::
     d <id>                                                  finished (or dropped)
     s <fingerprint hex>                                     seen, finished before it was journaled
     S <fingerprint hex>                                     a start request's fingerprint
+    D <JSON>                                                pages done, with the durable outputs
+
+A ``D`` record is one line, so it is atomic: ``{"d": [ids finished], "s":
+[fingerprints seen, finished before they were journaled], "o": {output:
+state}}``, where an output is a feed (``feed:<FEEDS key>``: URI, batch id,
+byte offset to resume from, items) or an opted-in pipeline
+(``writer:<name>``: marker, items); see :mod:`scrapy_openclaw.checkpoint.feeds`.
+The pages it marks done have their items in the outputs below those offsets,
+and the outputs were written before the record.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
@@ -38,6 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from scrapy_openclaw._files import is_temp
+from scrapy_openclaw.checkpoint.feeds import parse_outputs
 from scrapy_openclaw.checkpoint.journal import CheckpointVersionError, read_journal
 from scrapy_openclaw.checkpoint.snapshot import CorruptSnapshot, read_snapshot
 
@@ -120,6 +131,8 @@ class RecoveredState:
     requests: dict[int, list[Any]] = field(default_factory=dict)
     fingerprints: set[bytes] = field(default_factory=set)
     start_fingerprints: set[bytes] = field(default_factory=set)
+    #: durable outputs (feeds, opted-in pipelines) at the last durable record: key -> state
+    outputs: dict[str, dict[str, Any]] = field(default_factory=dict)
     header: dict[str, Any] = field(default_factory=dict)  #: of the snapshot used
     snapshot_gen: int | None = None
     journal_gens: list[int] = field(default_factory=list)
@@ -184,6 +197,10 @@ def load(directory: Path) -> RecoveredState:
             bytes.fromhex(h) for h in snapshot.header.get("start_fingerprints", ())
         }
         state.requests = {rid: [st, data, None] for rid, st, data in snapshot.requests}
+        outputs, bad = parse_outputs(snapshot.header.get("outputs") or {})
+        state.outputs = outputs
+        if bad:
+            state.warnings.append(f"{path.name}: ignored invalid output state(s) {', '.join(bad[:5])}")
         state.next_id = int(snapshot.header.get("next_id", 1))
         state.crawl_id = snapshot.header.get("crawl_id")
         break
@@ -236,9 +253,28 @@ def apply_payloads(state: RecoveredState, payloads: list[str]) -> None:
                 fps.add(bytes.fromhex(payload[2:]))
             elif op == "S":
                 state.start_fingerprints.add(bytes.fromhex(payload[2:]))
-        except ValueError:
+            elif op == "D":
+                _apply_done(state, json.loads(payload[2:]))
+        except (ValueError, TypeError, AttributeError):
             state.warnings.append(f"ignored an unreadable journal record {payload[:60]!r}")
     state.next_id = next_id
+
+
+def _apply_done(state: RecoveredState, record: Any) -> None:
+    if not isinstance(record, dict):
+        raise ValueError("not an object")
+    done, seen = record.get("d", []), record.get("s", [])
+    if not isinstance(done, list) or not isinstance(seen, list):
+        raise ValueError("bad lists")
+    fps = [bytes.fromhex(fp) for fp in seen]  # ValueError/TypeError before anything changes
+    rids = [int(rid) for rid in done if isinstance(rid, int)]
+    outputs, bad = parse_outputs(record.get("o", {}))
+    if bad:
+        state.warnings.append(f"ignored invalid output state(s) {', '.join(bad[:5])} in a journal record")
+    for rid in rids:
+        state.requests.pop(rid, None)
+    state.fingerprints.update(fps)
+    state.outputs.update(outputs)
 
 
 def age(state: RecoveredState, now: float | None = None) -> float | None:

@@ -1,0 +1,221 @@
+"""Exactly-once items in ordinary feed exports (``-o``, ``-O``, CSV) under ``kill -9`` and resume.
+
+Real crawl subprocesses against the chaos site, killed with SIGKILL at
+moments chosen by a seeded random generator (after some items reached the
+feed), then resumed from the checkpoint: the feed must hold every reachable
+page's item exactly once (judged against the site's own record of what it
+served), with no torn line. Two kills are aimed: during a snapshot write and
+during a journal fsync (a test extension in this file slows those down in the
+crawl process and says when it is inside them).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import random
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from scrapy_openclaw.checkpoint import load
+from scrapy_openclaw.commands.checkpoint import inspect_dir
+from scrapy_openclaw.testing.chaos import ChaosConfig, HostConfig
+from scrapy_openclaw.testing.crawl import read_result, start_crawl
+
+TESTS_DIR = str(Path(__file__).resolve().parent)
+DURABLE_EXTENSIONS = {
+    "scrapy.extensions.feedexport.FeedExporter": None,
+    "scrapy_openclaw.checkpoint.feeds.DurableFeedExporter": 0,
+    "scrapy_openclaw.checkpoint.CheckpointExtension": 10,
+}
+
+
+@pytest.fixture(autouse=True)
+def _tests_importable(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Crawl subprocesses import this file's test extension (it is on their PYTHONPATH)."""
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [TESTS_DIR, os.environ.get("PYTHONPATH")])))
+
+
+def site(pages: int = 60, latency: float = 0.05, hosts: int = 2) -> ChaosConfig:
+    return ChaosConfig(
+        hosts=tuple(
+            HostConfig(address=f"127.0.0.{2 + i}", pages=pages, links_per_page=4, latency=latency,
+                       latency_jitter=latency)
+            for i in range(hosts)
+        ),
+        seed=5,
+    )
+
+
+def settings(ckpt: Path, feeds: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    base = {
+        "OPENCLAW_CHECKPOINT_DIR": str(ckpt),
+        "OPENCLAW_CHECKPOINT_FLUSH": 0.2,
+        "OPENCLAW_CHECKPOINT_SNAPSHOT_INTERVAL": 0.3,
+        "EXTENSIONS": dict(DURABLE_EXTENSIONS),
+        "FEEDS": feeds,
+        "CONCURRENT_REQUESTS": 4,
+        "RETRY_ENABLED": False,
+        "LOG_LEVEL": "INFO",
+    }
+    base.update(extra)
+    return base
+
+
+def jsonl_lines(path: Path) -> list[dict[str, Any]]:
+    """Every line must be a whole JSON object: a torn line fails the test."""
+    if not path.exists():
+        return []
+    data = path.read_bytes()
+    assert not data or data.endswith(b"\n"), f"torn last line in {path}: {data[-80:]!r}"
+    return [json.loads(line) for line in data.decode("utf-8").splitlines()]
+
+
+def csv_rows(path: Path) -> list[dict[str, str]]:
+    if not path.exists():
+        return []
+    data = path.read_bytes()
+    assert not data or data.endswith(b"\n"), f"torn last row in {path}: {data[-80:]!r}"
+    return list(csv.DictReader(io.StringIO(data.decode("utf-8"), newline="")))
+
+
+def served_pages(server: Any) -> set[str]:
+    """URLs the chaos site answered with 200 (its own record)."""
+    urls = set()
+    for host in server.truth()["hosts"].values():
+        base = host["base_url"].rstrip("/")
+        urls.update(base + r["path"] for r in host["requests"] if r["status"] == 200)
+    return urls
+
+
+def wait_for(predicate: Any, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def raw_lines(path: Path) -> int:
+    return path.read_bytes().count(b"\n") if path.exists() else 0
+
+
+def crawl_with_kills(server: Any, cfg: dict[str, Any], out: Path, feed: Path,
+                     kills: list[tuple[float, str | None]]) -> tuple[int, Any]:
+    """For each ``(pause, moment)``: start, wait for progress in *feed* (or, with a *moment*, for
+    the crawl to be inside it), pause, kill -9. Then run to the end. Returns (kills, final result)."""
+    done = 0
+    marker = out / "inside"
+    for run, (pause, moment) in enumerate(kills):
+        before = raw_lines(feed)
+        marker.unlink(missing_ok=True)
+        run_cfg = dict(cfg)
+        if moment is not None:
+            run_cfg.update(SLOW_MOMENT=moment, SLOW_MOMENT_MARKER=str(marker),
+                           EXTENSIONS={**cfg["EXTENSIONS"], "test_feeds_exactly_once.SlowMoment": 20})
+        proc = start_crawl(settings=run_cfg, spider_args={"start_urls": server.start_urls}, out_dir=out / f"run{run}")
+        try:
+            if moment is not None:
+                assert wait_for(lambda: marker.exists() or proc.poll() is not None, 40)
+            else:
+                wait_for(lambda b=before: raw_lines(feed) >= b + 8 or proc.poll() is not None, 40)
+            time.sleep(pause)
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGKILL)
+                done += 1
+        finally:
+            proc.wait(10)
+        if moment is not None:
+            assert marker.exists(), f"run {run} was not killed inside a {moment}"
+    proc = start_crawl(settings=cfg, spider_args={"start_urls": server.start_urls}, out_dir=out / "final")
+    try:
+        proc.wait(90)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    return done, read_result(out / "final", proc.returncode)
+
+
+def assert_exactly_once(urls: list[str], server: Any, final: Any, kills: int, expected_kills: int) -> None:
+    assert final.returncode == 0, final.log[-3000:]
+    assert kills == expected_kills, "the crawl finished before it could be killed enough times"
+    assert "Resuming crawl" in final.log
+    reachable = server.reachable().ok
+    assert served_pages(server) == reachable
+    dupes = sorted({u for u in urls if urls.count(u) > 1})
+    assert not dupes, f"{len(dupes)} item(s) written twice: {dupes[:5]}"
+    assert set(urls) == reachable, f"lost: {sorted(reachable - set(urls))[:5]}"
+
+
+@pytest.mark.parametrize("overwrite", [False, True], ids=["-o", "-O"])
+def test_jsonlines_feed_exactly_once_after_three_kills(chaos_server: Any, tmp_path: Path, overwrite: bool) -> None:
+    server = chaos_server(site(pages=60))
+    feed = tmp_path / "items.jsonl"
+    if not overwrite:  # -o appends: what an earlier crawl left stays, untouched
+        feed.write_text('{"url": "from an earlier crawl"}\n', encoding="utf-8")
+    cfg = settings(tmp_path / "ckpt", {str(feed): {"format": "jsonlines", "overwrite": overwrite}})
+    rng = random.Random(1800 + overwrite)
+    kills, final = crawl_with_kills(server, cfg, tmp_path, feed, [(rng.uniform(0.0, 0.4), None) for _ in range(3)])
+    urls = [it["url"] for it in jsonl_lines(feed)]
+    if not overwrite:
+        assert urls[0] == "from an earlier crawl"
+        urls = urls[1:]
+    assert_exactly_once(urls, server, final, kills, 3)
+    assert load(tmp_path / "ckpt").finished
+
+
+# a test extension the crawl process loads: it slows down the moment we want to kill in
+class SlowMoment:
+    """``SLOW_MOMENT = "snapshot"`` or ``"fsync"``: that operation takes 0.5 s, and the file
+    ``SLOW_MOMENT_MARKER`` exists while the crawl process is inside it (after items were scraped)."""
+
+    def __init__(self, crawler: Any):
+        from scrapy_openclaw.checkpoint import extension, journal
+
+        moment, marker = crawler.settings["SLOW_MOMENT"], Path(crawler.settings["SLOW_MOMENT_MARKER"])
+        self.stats = crawler.stats
+
+        def slowly(func: Any) -> Any:
+            def wrapper(*args: Any, **kwargs: Any) -> Any:
+                if (self.stats.get_value("item_scraped_count") or 0) >= 10:
+                    marker.touch()
+                    time.sleep(0.5)
+                return func(*args, **kwargs)
+            return wrapper
+
+        if moment == "snapshot":
+            extension.write_snapshot = slowly(extension.write_snapshot)
+        else:
+            journal.os = _OsWithSlowFsync(slowly)  # type: ignore[attr-defined]
+
+    @classmethod
+    def from_crawler(cls, crawler: Any) -> SlowMoment:
+        return cls(crawler)
+
+
+class _OsWithSlowFsync:
+    def __init__(self, slowly: Any):
+        self.fsync = slowly(os.fsync)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(os, name)
+
+
+def test_csv_feed_exactly_once_with_kills_during_snapshot_and_journal_fsync(
+    chaos_server: Any, tmp_path: Path
+) -> None:
+    server = chaos_server(site(pages=50))
+    feed = tmp_path / "items.csv"
+    cfg = settings(tmp_path / "ckpt", {str(feed): {"format": "csv", "overwrite": True}})
+    kills, final = crawl_with_kills(server, cfg, tmp_path, feed, [(0.2, "snapshot"), (0.2, "fsync"), (0.1, None)])
+    rows = csv_rows(feed)
+    assert feed.read_text(encoding="utf-8").count("url,title,host") == 1  # one header, resumed twice
+    assert_exactly_once([r["url"] for r in rows], server, final, kills, 3)
