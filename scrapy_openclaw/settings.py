@@ -65,6 +65,10 @@ DEFAULTS: dict[str, Any] = {
     "OPENCLAW_DLQ_ALERT_RATIO": 0.0,  # alert when dead letters / downloaded requests exceeds this (0: off)
     "OPENCLAW_DLQ_ALERT_MIN_REQUESTS": 20,  # the ratio alert waits for this many requests
     "OPENCLAW_DLQ_ALERT_CLOSE": False,  # on alert also close the spider ("openclaw_dlq_threshold")
+    # error snapshots (ErrorSnapshotMiddleware): the first responses of each error signature
+    "OPENCLAW_SNAPSHOT_COUNT": 3,  # snapshots kept per signature (class, status, exception, domain); 0: off
+    "OPENCLAW_SNAPSHOT_MAX_BYTES": 65536,  # body bytes kept per snapshot (the rest is cut)
+    "OPENCLAW_SNAPSHOT_DIR": None,  # unset: snapshots/ beside the dead-letter file (<project>/openclaw-data/<spider>/)
     # --- stored requests (Redis queue, dead-letter replay, checkpoint): untrusted data ---
     "OPENCLAW_STORED_SCHEMES": ["http", "https"],  # URL schemes a stored request may have
     # meta keys a stored request may not carry (they choose where and how it is sent)
@@ -109,6 +113,8 @@ _RANGES: dict[str, tuple[float, float]] = {
     "OPENCLAW_DLQ_ALERT_COUNT": (0, 10**12),
     "OPENCLAW_DLQ_ALERT_RATIO": (0.0, 1.0),
     "OPENCLAW_DLQ_ALERT_MIN_REQUESTS": (0, 10**12),
+    "OPENCLAW_SNAPSHOT_COUNT": (0, 1000),
+    "OPENCLAW_SNAPSHOT_MAX_BYTES": (0, 64 * 1024 * 1024),
     "OPENCLAW_METRICS_PORT": (0, 65535),
     "OPENCLAW_METRICS_MAX_DOMAINS": (0, 100000),
     "OPENCLAW_LOG_DOMAINS": (0, 1000),

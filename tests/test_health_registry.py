@@ -100,7 +100,7 @@ def test_health_scales_concurrency_and_caps_rate() -> None:
 # --- AIMD ----------------------------------------------------------------------
 
 
-def test_slow_start_then_the_delivered_rate_then_doubling_then_the_cubic() -> None:
+def test_slow_start_then_the_delivered_rate_then_growth_then_the_cubic() -> None:
     reg = registry(initial_rate=2, rate_probe=0.004, rate_decrease=0.85, throttle_penalty=0, circuit_floor=0)
     assert reg.state(D, T0).rate == 2.0
     for i in range(1, 4):  # slow start: +50% per success, no ceiling
@@ -112,17 +112,17 @@ def test_slow_start_then_the_delivered_rate_then_doubling_then_the_cubic() -> No
     reg.record_failure(D, HTTP_429, now=T0 + 6, retry_after=0)
     state = reg.state(D, T0 + 6)
     # the first 429: the limit is what the site delivered, not the (unbounded) allowed rate
-    assert 35 <= state.limit <= 40  # (an EWMA over 1 s windows, the first of them still ramping up)
+    assert 35 <= state.limit <= 40  # (the last 1 s window and the open one)
     assert state.rate == pytest.approx(0.85 * state.limit)
     first = state.limit
-    # That first limit is a guess: the rate doubles per second until a second signal ...
+    # That first limit is a guess: the rate grows by half per second until a second signal ...
     reg.record_success(D, 0.01, now=T0 + 7)
     rate = reg.state(D, T0 + 7).rate
-    assert rate == pytest.approx(2 * 0.85 * first)
+    assert rate == pytest.approx(1.5 * 0.85 * first)
     reg.record_failure(D, HTTP_429, now=T0 + 7.5, retry_after=0)
     limit = reg.state(D, T0 + 7.5).limit
-    # what it delivered, but never below 0.85 x the rate (a lagging estimate cannot ratchet)
-    assert 0.85 * rate <= limit < rate
+    # what it delivered lately, but never below half the rate (one bad window cannot collapse it)
+    assert 0.5 * rate <= limit < rate
     # ... then the cubic: back near the limit after K = cbrt(0.15 / 0.004) = 3.35 s, flat there ...
     rates = []
     for t in (1, 2, 3.35, 4.5, 8, 12):

@@ -9,6 +9,7 @@ every spider of the project that has dead letters.
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 import time
@@ -188,6 +189,18 @@ class _Stores(DeadLetterStore):
             store.close()
 
 
+class _WithUri:
+    """Settings view whose OPENCLAW_DLQ_URI is the one the command reads (``--uri``)."""
+
+    def __init__(self, settings: Any, uri: str | None):
+        self._settings, self._uri = settings, uri
+
+    def get(self, name: str, default: Any = None) -> Any:
+        if name == "OPENCLAW_DLQ_URI" and self._uri:
+            return self._uri
+        return self._settings.get(name, default)
+
+
 def _crawler_process(settings: Any) -> Any:
     """The crawler process ``scrapy`` itself would make for a crawl command."""
     from scrapy.crawler import AsyncCrawlerProcess, CrawlerProcess
@@ -266,6 +279,7 @@ class Command(ScrapyCommand):
     def _open(self, opts: argparse.Namespace, spider: str | None = None) -> DeadLetterStore:
         assert self.settings is not None
         uri = opts.uri or default_uri(self.settings)
+        self._uri = uri  # error snapshots live beside it
         spider = spider or opts.spider
         try:
             if spider is not None or "%(" not in uri:
@@ -357,6 +371,7 @@ class Command(ScrapyCommand):
         data["replayed_at"] = store.replayed().get(record.id)
         if not opts.raw:
             data = readable(data)
+            data["snapshots"] = self._snapshots_of(record)
         print(json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False))
         self._report_skipped(store)
         store.close()
@@ -368,8 +383,48 @@ class Command(ScrapyCommand):
         for title, counts in (("CLASS", stats["by_class"]), ("DOMAIN", stats["by_domain"])):
             print()
             print(format_table([[k, str(v)] for k, v in counts.items()], [title, "COUNT"]))
+        self._print_snapshots(store, opts)
         self._report_skipped(store)
         store.close()
+
+    # ------------------------------------------------------------------ error snapshots
+
+    def _snapshot_dir(self, spider: str) -> Any:
+        from scrapy_openclaw.dlq.snapshots import snapshot_dir
+
+        assert self.settings is not None
+        return snapshot_dir(_WithUri(self.settings, getattr(self, "_uri", None)), spider)
+
+    def _snapshots_of(self, record: DeadLetter) -> list[dict[str, Any]]:
+        """The snapshots filed under the record's signature (class, status, exception, domain)."""
+        from scrapy_openclaw.dlq.snapshots import signature_of, snapshots_by_signature
+
+        try:
+            found = snapshots_by_signature(self._snapshot_dir(record.spider)).get(signature_of(record), [])
+        except ValueError:
+            return []
+        return [{"path": m["path"], "body": m.get("body_path"), "status": m.get("status"),
+                 "url": m.get("url"), "captured_at": _when(m.get("captured_at")) + " UTC",
+                 "body_bytes": m.get("body_bytes"), "truncated": m.get("truncated")} for m in found]
+
+    def _print_snapshots(self, store: DeadLetterStore, opts: argparse.Namespace) -> None:
+        """A table of the error snapshots of the spiders whose dead letters were counted."""
+        from scrapy_openclaw.dlq.snapshots import snapshots_by_signature
+
+        spiders = {opts.spider} if opts.spider else {r.spider for r in store.iter(self._filters(opts))}
+        for spider in sorted(s for s in spiders if s):
+            try:
+                directory = self._snapshot_dir(spider)
+            except ValueError:
+                continue
+            found = snapshots_by_signature(directory)
+            if not found:
+                continue
+            rows = [[sig[0], sig[1] or "-", sig[2] or "-", sig[3] or "-", str(len(metas)), os.path.basename(metas[0]["path"])]
+                    for sig, metas in sorted(found.items())]
+            print()
+            print(f"error snapshots of {spider} in {directory}:")
+            print(format_table(rows, ["CLASS", "STATUS", "EXCEPTION", "DOMAIN", "SNAPSHOTS", "FIRST"]))
 
     def _run_purge(self, opts: argparse.Namespace) -> None:
         store = self._open(opts)

@@ -132,7 +132,9 @@ class RedisHealthRegistry(HealthRegistry):
                 k_min_decrease_gap=local._MIN_DECREASE_GAP,
                 k_slow_start_gain=local._SLOW_START_GAIN,
                 k_slow_start_doubling=local._SLOW_START_DOUBLING,
-                k_max_doubling_seconds=local._MAX_DOUBLING_SECONDS,
+                k_probe_growth=local._PROBE_GROWTH,
+                k_max_probe_seconds=local._MAX_PROBE_SECONDS,
+                k_cut_floor=local._CUT_FLOOR,
                 k_max_rate=local._MAX_RATE,
                 k_burst_seconds=local._BURST_SECONDS,
                 k_window=local._WINDOW,
@@ -215,7 +217,8 @@ class RedisHealthRegistry(HealthRegistry):
         domain_signal = verdict == DOMAIN
         penalty, congestion = _penalty(classification, policy) if domain_signal else (0.0, False)
         res = self._run(self._record, domain, [
-            now, self.policy_json(domain), 0, "", int(domain_signal), penalty, int(congestion),
+            now, self.policy_json(domain), 0, "", int(domain_signal), penalty,
+            (2 if classification.status == 429 else 1) if congestion else 0,
             int(bool(classification is not None and classification.is_throttle)),
             "" if retry_after is None else repr(float(retry_after)),
             self._jitter(domain), int(classification.status is not None), int(in_share),

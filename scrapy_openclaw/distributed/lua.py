@@ -197,7 +197,7 @@ local function h_increase(d, p, now)
     local doublings = math.min(math.max(0, now - d.born) / p.k_slow_start_doubling, 60)
     grown = math.min(d.rate * (1 + p.k_slow_start_gain), p.initial_rate * 2 ^ doublings)
   elseif d.cuts == 1 and d.threshold ~= nil then
-    grown = math.max(d.rate, d.threshold * p.rate_decrease * 2 ^ math.min(since, p.k_max_doubling_seconds))
+    grown = math.max(d.rate, d.threshold * p.rate_decrease * p.k_probe_growth ^ math.min(since, p.k_max_probe_seconds))
   else
     local flat_at = ((1 - p.rate_decrease) / p.rate_probe) ^ (1 / 3)
     grown = math.max(d.rate, d.threshold * (1 + p.rate_probe * (since - flat_at) ^ 3))
@@ -205,20 +205,19 @@ local function h_increase(d, p, now)
   d.rate = math.min(grown, h_ceiling(d, p), p.k_max_rate)
 end
 
-local function h_decrease(d, p, now)
+local function h_decrease(d, p, now, measured)
   if now - d.last_decrease < math.max(p.k_min_decrease_gap, d.latency or 0) then return false end
   local before = h_rate(d, p)
-  local delivered
-  if d.delivered ~= nil then
-    delivered = d.delivered
-  elseif now - d.win_start >= 0 then
-    delivered = d.win_ok / math.max(now - d.win_start, p.k_window)
-  else
-    delivered = 0
+  local delivered, span = 0, now - d.win_start
+  if span >= 0 and d.delivered ~= nil then
+    delivered = (d.delivered * p.k_window + d.win_ok) / (p.k_window + span)
+  elseif span >= 0 then
+    delivered = d.win_ok / math.max(span, p.k_window)
   end
   if delivered > 0 then
     local floor = 0
-    if d.cuts >= 1 then floor = before * p.rate_decrease end
+    if d.cuts >= 1 and measured then floor = before * p.k_cut_floor
+    elseif d.cuts >= 1 then floor = before * p.rate_decrease end
     before = math.min(before, math.max(delivered, floor))
   end
   d.cuts = math.min(d.cuts + 1, 2)
@@ -234,8 +233,7 @@ local function h_count_delivered(d, p, now)
   local span = now - d.win_start
   if span < p.k_window then return end
   if span <= p.k_stale_window then
-    local sample = d.win_ok / span
-    if d.delivered == nil then d.delivered = sample else d.delivered = d.delivered + 0.5 * (sample - d.delivered) end
+    d.delivered = d.win_ok / span
   end
   d.win_start, d.win_ok = now, 0
 end
@@ -280,8 +278,9 @@ local function h_success(d, p, now, latency)
   if congested then h_decrease(d, p, now) else h_increase(d, p, now) end
 end
 
--- answered/in_share/domain/congestion/throttle: booleans; retry_after: seconds or nil.
-local function h_failure(d, p, now, answered, in_share, domain, penalty, congestion, throttle, retry_after, jitter)
+-- answered/in_share/domain/congestion/measured/throttle: booleans; retry_after: seconds or nil.
+local function h_failure(d, p, now, answered, in_share, domain, penalty, congestion, measured, throttle, retry_after,
+                         jitter)
   d.requests = d.requests + 1
   d.failures = d.failures + 1
   if answered then d.answered_at = now end
@@ -297,7 +296,7 @@ local function h_failure(d, p, now, answered, in_share, domain, penalty, congest
   d.consecutive_failures = d.consecutive_failures + 1
   -- a congestion signal costs its penalty once per event (when it also cuts the
   -- rate); while the circuit is not closed a failure costs no health and no hold
-  local fresh = congestion and h_decrease(d, p, now)
+  local fresh = congestion and h_decrease(d, p, now, measured)
   local closed = d.circuit == 'closed'
   if closed and (fresh or not congestion) then d.health = math.max(0, d.health - penalty) end
   if retry_after ~= nil then
@@ -615,7 +614,8 @@ return {0, flat}
 """
 
 # ARGV: now, policy_json, success(1/0), latency ('' none), domain signal(1/0), penalty,
-#       congestion(1/0), throttle(1/0), retry_after ('' none), jitter factor,
+#       congestion(2: a 429, whose delivered rate is the limit / 1 / 0), throttle(1/0), retry_after ('' none),
+#       jitter factor,
 #       answered(1/0), in the 5xx share(1/0)
 #       -> {{fields}, the circuit transition this record caused: 'open' | 'closed' | ''}
 H_RECORD = HEALTH + r"""
@@ -626,8 +626,8 @@ local before = d.circuit
 if ARGV[3] == '1' then
   h_success(d, p, now, tonumber(ARGV[4]))
 else
-  h_failure(d, p, now, ARGV[11] == '1', ARGV[12] == '1', ARGV[5] == '1', tonumber(ARGV[6]), ARGV[7] == '1',
-    ARGV[8] == '1', tonumber(ARGV[9]), tonumber(ARGV[10]))
+  h_failure(d, p, now, ARGV[11] == '1', ARGV[12] == '1', ARGV[5] == '1', tonumber(ARGV[6]), ARGV[7] ~= '0',
+    ARGV[7] == '2', ARGV[8] == '1', tonumber(ARGV[9]), tonumber(ARGV[10]))
 end
 -- the transition this record caused (a worker reports only its own)
 local changed = ''

@@ -69,10 +69,12 @@ _LATENCY_SLACK = 0.05  # seconds; latency noise below this is never congestion
 _MIN_DECREASE_GAP = 1.0  # seconds between two multiplicative decreases (or one RTT if longer)
 _SLOW_START_GAIN = 0.5  # slow start: the rate grows by this share with every success ...
 _SLOW_START_DOUBLING = 0.1  # ... but doubles at most once per this many seconds (from initial_rate)
-_MAX_DOUBLING_SECONDS = 30.0  # after the first cut the rate doubles per second (a bound for 2**t)
+_PROBE_GROWTH = 1.5  # after the first cut the rate grows by this factor per second ...
+_MAX_PROBE_SECONDS = 30.0  # ... (a bound for the exponent)
+_CUT_FLOOR = 0.5  # a cut after the first keeps at least this share of the rate (a guard against a bad window)
 _MAX_RATE = 100000.0  # req/s; at this rate pacing has stopped mattering ("unpaced")
 _BURST_SECONDS = 0.25  # the token bucket holds at most this much time's worth of requests
-_WINDOW = 1.0  # seconds; the delivered-rate estimate folds in one window at a time
+_WINDOW = 1.0  # seconds; the delivered-rate estimate is the last such window and the open one
 _STALE_WINDOW = 5.0  # a window longer than this (an idle domain) says nothing about its rate
 # 5xx share of recent fresh answers: a fast and a slow EWMA (about the last 5 and 50);
 # a 5xx is a domain signal when the fast share reaches the trigger and exceeds the
@@ -445,7 +447,7 @@ class HealthRegistry:
         # the rate). While the circuit is open or half-open the domain is known
         # to be down: a failed probe or a late answer costs no health and no hold
         # of its own; the growing cool-down is the penalty.
-        fresh = congestion and self._decrease(d, p, now)
+        fresh = congestion and self._decrease(d, p, now, measured=classification.status == 429)
         closed = d.circuit == CLOSED
         if closed and (fresh or not congestion):
             d.health = max(0.0, d.health - penalty)
@@ -586,34 +588,39 @@ class HealthRegistry:
         return max(1, round(cap * d.health / 100.0))
 
     def _increase(self, d: _Domain, p: HealthPolicy, now: float) -> None:
-        """Slow start (by half per success) until the first congestion; after it, doubling
-        per second (its limit was a guess: what the first second delivered) until a
-        second one confirms the limit; then the cubic."""
+        """Slow start (by half per success) until the first congestion; after it, growth by
+        half per second (its limit was a guess: what the first second delivered) until a
+        second one measures the limit; then the cubic, whose plateau near the limit
+        (``rate_probe`` small) keeps a hard limit's 429s to one per ten seconds or fewer."""
         since = max(0.0, now - max(d.last_decrease, min(d.hold_until, now)))  # (held time is no probing)
         if d.cuts == 0:
             doublings = min(max(0.0, now - d.born) / _SLOW_START_DOUBLING, 60.0)
             grown = min(d.rate * (1.0 + _SLOW_START_GAIN), p.initial_rate * 2.0**doublings)
         elif d.cuts == 1 and d.threshold is not None:
-            grown = max(d.rate, d.threshold * p.rate_decrease * 2.0 ** min(since, _MAX_DOUBLING_SECONDS))
+            grown = max(d.rate, d.threshold * p.rate_decrease * _PROBE_GROWTH ** min(since, _MAX_PROBE_SECONDS))
         else:
             flat_at = ((1.0 - p.rate_decrease) / p.rate_probe) ** (1.0 / 3.0)
             grown = max(d.rate, d.threshold * (1.0 + p.rate_probe * (since - flat_at) ** 3))
         d.rate = min(grown, self._ceiling(d, p), _MAX_RATE)
 
-    def _decrease(self, d: _Domain, p: HealthPolicy, now: float) -> bool:
+    def _decrease(self, d: _Domain, p: HealthPolicy, now: float, measured: bool = False) -> bool:
         """Cut the rate for a congestion event; False (nothing done) within one of the last.
 
-        The limit learned is the rate the domain delivered, when that is
-        lower: while nothing paced it (slow start) only that says where its
-        limit is. After that it is never below ``rate_decrease`` x the rate,
-        so a lagging estimate cannot ratchet the pace down.
+        The limit learned is the rate the domain delivered lately (its 2xx
+        over the last second or two), when that is lower than the rate: past
+        a limit, only the answers say where it is. After the first cut that
+        holds for a 429 (*measured*: "too many requests", so what got through
+        is the limit), at no less than ``_CUT_FLOOR`` x the rate; other
+        signals (503, timeouts, latency) say the site struggles, not how
+        much it takes, and keep ``rate_decrease`` x the rate, so an outage's
+        empty windows cannot ratchet the pace down.
         """
         if now - d.last_decrease < max(_MIN_DECREASE_GAP, d.latency or 0.0):
             return False
         before = self._rate(d, p)
         delivered = _delivered(d, now)
         if delivered > 0:
-            floor = 0.0 if d.cuts == 0 else before * p.rate_decrease
+            floor = 0.0 if d.cuts == 0 else before * (_CUT_FLOOR if measured else p.rate_decrease)
             before = min(before, max(delivered, floor))
         d.cuts = min(d.cuts + 1, 2)
         d.threshold = before
@@ -676,7 +683,7 @@ def _give_up_limit(d: _Domain, p: HealthPolicy) -> float | None:
 
 
 def _count_delivered(d: _Domain, now: float) -> None:
-    """Count a success in the delivered-rate window; fold the window in once it is long enough.
+    """Count a success in the delivered-rate window; close the window once it is long enough.
 
     Holds stay in the windows: what a site delivers over time, its pauses
     included, is what its limit allows (measured right after a pause, the
@@ -687,17 +694,19 @@ def _count_delivered(d: _Domain, now: float) -> None:
     if span < _WINDOW:
         return
     if span <= _STALE_WINDOW:
-        sample = d.win_ok / span
-        d.delivered = sample if d.delivered is None else d.delivered + 0.5 * (sample - d.delivered)
+        d.delivered = d.win_ok / span
     d.win_start, d.win_ok = now, 0
 
 
 def _delivered(d: _Domain, now: float) -> float:
-    """Successes per second the domain delivered lately (0.0: nothing to go by)."""
-    if d.delivered is not None:
-        return d.delivered
+    """Successes per second the domain delivered lately: the last closed window
+    (about ``_WINDOW`` long) and the open one (0.0: nothing to go by)."""
     span = now - d.win_start
-    return d.win_ok / max(span, _WINDOW) if span >= 0 else 0.0
+    if span < 0:
+        return 0.0
+    if d.delivered is None:
+        return d.win_ok / max(span, _WINDOW)
+    return (d.delivered * _WINDOW + d.win_ok) / (_WINDOW + span)
 
 
 def _penalty(c: Classification, p: HealthPolicy) -> tuple[float, bool]:

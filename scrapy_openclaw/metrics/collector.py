@@ -68,6 +68,7 @@ _RETRY_REASON_PREFIX = "openclaw/retry/reason_count/"
 _RETRY_DELAY_PREFIX = "openclaw/retry/delay_le/"
 _RETRY_CLASSES = frozenset(c.value for c in ErrorClass)
 _CIRCUIT_STATES = ("closed", "half_open", "open")
+_BAN_DOMAIN_PREFIX = "openclaw/ban/domain/"
 _SCRAPE_TIMEOUT = 10.0  # seconds a scrape waits for the reactor thread
 
 
@@ -187,6 +188,7 @@ class OpenClawCollector:
             ("health", self._health_families),
             ("queue", self._queue_families),
             ("downloader", self._downloader_families),
+            ("ban", self._ban_families),
         ):
             try:
                 families.extend(source(spider))
@@ -308,6 +310,29 @@ class OpenClawCollector:
             for state in _CIRCUIT_STATES:
                 circuit.add_metric([*key, state], sum(1 for s in states if s.circuit == state))
         return result
+
+    def _ban_families(self, spider: str) -> list[Metric]:
+        """Ban pages per domain (BanDetectionMiddleware's ``openclaw/ban/domain/<domain>``) and
+        domains given up (the health middleware's ``openclaw/health/given_up_domains``)."""
+        blocked = CounterMetricFamily(
+            f"{PREFIX}_ban_blocked_responses",
+            "Ban or challenge pages recognised before the callback (error class blocked).",
+            labels=["spider", "domain"],
+        )
+        given_up = GaugeMetricFamily(
+            f"{PREFIX}_health_given_up_domains",
+            "Domains given up for the rest of the crawl (down past give_up_after).",
+            labels=["spider"],
+        )
+        stats = self.stats.get_stats()
+        counts: dict[str, float] = defaultdict(float)
+        for key, value in stats.items():
+            if isinstance(key, str) and key.startswith(_BAN_DOMAIN_PREFIX):
+                counts[self.labels(key[len(_BAN_DOMAIN_PREFIX):])] += _number(value)
+        for label, value in sorted(counts.items()):
+            blocked.add_metric([spider, label], value)
+        given_up.add_metric([spider], _number(stats.get("openclaw/health/given_up_domains")))
+        return [blocked, given_up]
 
     def _queue_families(self, spider: str) -> list[Metric]:
         pending = GaugeMetricFamily(
