@@ -219,3 +219,61 @@ def test_csv_feed_exactly_once_with_kills_during_snapshot_and_journal_fsync(
     rows = csv_rows(feed)
     assert feed.read_text(encoding="utf-8").count("url,title,host") == 1  # one header, resumed twice
     assert_exactly_once([r["url"] for r in rows], server, final, kills, 3)
+
+
+def test_json_xml_and_batched_feeds_resume_and_other_storages_warn_once(chaos_server: Any, tmp_path: Path) -> None:
+    """A JSON array and an XML document are reopened (their header is not written twice, the
+    array continues after a comma); a batched feed continues its numbering; stdout keeps
+    working, with one warning per run; ``inspect`` shows each feed's offset and items."""
+    import xml.etree.ElementTree as ET
+
+    server = chaos_server(site(pages=40))
+    as_json, as_xml = tmp_path / "items.json", tmp_path / "items.xml"
+    batches = tmp_path / "batch-%(batch_id)02d.jsonl"
+    feeds = {
+        str(as_json): {"format": "json", "overwrite": True},
+        str(as_xml): {"format": "xml", "overwrite": True},
+        str(batches): {"format": "jsonlines", "batch_item_count": 7},
+        "stdout:": {"format": "jsonlines"},
+    }
+    ckpt = tmp_path / "ckpt"
+    cfg = settings(ckpt, feeds)
+    kills, final = crawl_with_kills(server, cfg, tmp_path, as_json, [(0.3, None), (0.1, None)])
+    for run in ("run0", "run1", "final"):
+        log = read_result(tmp_path / run).log
+        assert log.count("are not durable") == 1 and "stdout: (StdoutFeedStorage" in log, run
+    urls_json = [it["url"] for it in json.loads(as_json.read_text(encoding="utf-8"))]
+    assert_exactly_once(urls_json, server, final, kills, 2)
+    root = ET.parse(as_xml).getroot()
+    assert sorted(el.findtext("url") for el in root.iter("item")) == sorted(urls_json)
+    files = sorted(tmp_path.glob("batch-*.jsonl"))
+    assert [f.name for f in files] == [f"batch-{i:02d}.jsonl" for i in range(1, len(files) + 1)]
+    sizes = [len(jsonl_lines(f)) for f in files]
+    assert all(n == 7 for n in sizes[:-1]) and 1 <= sizes[-1] <= 7, sizes
+    assert sorted(it["url"] for f in files for it in jsonl_lines(f)) == sorted(urls_json)
+
+
+def test_inspect_shows_each_feed(chaos_server: Any, tmp_path: Path) -> None:
+    server = chaos_server(site(pages=40, latency=0.1, hosts=1))
+    feed = tmp_path / "items.jsonl"
+    cfg = settings(tmp_path / "ckpt", {str(feed): {"format": "jsonlines"}},
+                   ITEM_PIPELINES={"scrapy_openclaw.testing.pipelines.FlushedItemsPipeline": 100},
+                   FLUSHED_ITEMS_FILE=str(tmp_path / "flushed.jsonl"), OPENCLAW_CHECKPOINT_FLUSH=0.05)
+    proc = start_crawl(settings=cfg, spider_args={"start_urls": server.start_urls}, out_dir=tmp_path / "r")
+    try:
+        assert wait_for(lambda: raw_lines(feed) >= 5 or proc.poll() is not None, 40)
+        time.sleep(0.3)
+        assert proc.poll() is None
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.wait(10)
+    info = inspect_dir(tmp_path / "ckpt")
+    outputs = {o["name"]: o for o in info["outputs"]}
+    mine = outputs[str(feed)]
+    assert mine["items"] >= 5 and mine["offset"] == sum(len(ln) + 1 for ln in
+                                                        feed.read_bytes().split(b"\n")[: mine["items"]])
+    # the opted-in pipeline: the same pages done, the same items, its own byte offset
+    flushed = outputs["FlushedItemsPipeline"]
+    assert flushed["items"] == mine["items"]
+    lines = (tmp_path / "flushed.jsonl").read_bytes().split(b"\n")
+    assert flushed["marker"] == sum(len(ln) + 1 for ln in lines[: flushed["items"]])

@@ -31,6 +31,7 @@ from scrapy.http import Response
 
 from scrapy_openclaw import runtime
 from scrapy_openclaw._files import fsync_dir
+from scrapy_openclaw.redact import mask_uri
 
 if TYPE_CHECKING:
     from scrapy import Request, Spider
@@ -218,7 +219,7 @@ class DurableFeedExporter(FeedExporter):
             else:
                 why = ("postprocessing cannot be cut back" if options.get("postprocessing")
                        else f"{getattr(cls, '__name__', cls)} cannot be truncated and appended")
-                other.append(f"{template} ({why})")
+                other.append(f"{mask_uri(template)} ({why})")
         if other:
             logger.warning(
                 "Checkpoint: feed(s) %(feeds)s are not durable: after a crash their items may be lost "

@@ -1,7 +1,8 @@
 """``scrapy openclaw-checkpoint inspect|verify DIR``: look into a checkpoint without running a crawl.
 
 ``inspect`` prints what a resume would restore (pending by domain, in flight,
-fingerprints, age, version, finished or not); ``--json`` for scripts.
+fingerprints, age, version, finished or not, and each durable feed's offset
+and item count); ``--json`` for scripts.
 ``verify`` checks every file's checksums and exits 1 when anything is
 damaged (a torn journal tail, typical after a crash and harmless, is
 reported but does not fail verification).
@@ -22,6 +23,7 @@ from scrapy.exceptions import UsageError
 from scrapy_openclaw.checkpoint.journal import FORMAT_VERSION, CheckpointError, read_journal
 from scrapy_openclaw.checkpoint.snapshot import read_snapshot
 from scrapy_openclaw.checkpoint.state import age, checkpoint_files, generations, journal_path, load, snapshot_path
+from scrapy_openclaw.redact import mask_uri
 
 
 def _journal_spider(directory: Path, gens: list[int]) -> str | None:
@@ -62,10 +64,24 @@ def inspect_dir(directory: Path) -> dict[str, Any]:
         "in_flight": in_flight,
         "pending_by_domain": dict(sorted(by_domain.items(), key=lambda kv: (-kv[1], kv[0]))),
         "fingerprints": len(state.fingerprints),
+        "outputs": _outputs(state.outputs),
         "dropped_records": state.dropped,
         "warnings": state.warnings,
         "bytes": sum(p.stat().st_size for p in checkpoint_files(directory) if p.exists()),
     }
+
+
+def _outputs(outputs: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """Durable feeds and opted-in pipelines: where a resume continues each one."""
+    rows = []
+    for key, st in sorted(outputs.items()):
+        kind, _, name = key.partition(":")
+        if kind == "feed":
+            rows.append({"kind": "feed", "name": mask_uri(name), "uri": mask_uri(st["uri"]), "batch": st["batch"],
+                         "offset": st["offset"], "items": st["items"]})
+        else:
+            rows.append({"kind": "pipeline", "name": name, "marker": st.get("marker"), "items": st["items"]})
+    return rows
 
 
 def verify_dir(directory: Path) -> tuple[bool, list[str]]:
@@ -152,5 +168,14 @@ class Command(ScrapyCommand):
               f"{info['fingerprints']} fingerprints seen")
         for domain, n in info["pending_by_domain"].items():
             print(f"  {n:>8}  {domain}")
+        if info["outputs"]:
+            print("feeds        durable offset (bytes), items, where a resume continues:")
+        for out in info["outputs"]:
+            if out["kind"] == "feed":
+                offset = "not opened yet" if out["offset"] is None else f"{out['offset']:>12}"
+                batch = f" (batch {out['batch']})" if out["batch"] != 1 else ""
+                print(f"  {offset}  {out['items']:>8} items  {out['uri']}{batch}")
+            else:
+                print(f"  {out['marker']!s:>12}  {out['items']:>8} items  pipeline {out['name']}")
         for warning in info["warnings"]:
             print(f"warning: {warning}")
