@@ -81,6 +81,9 @@ DEFAULTS: dict[str, Any] = {
     "OPENCLAW_METRICS_MAX_DOMAINS": 50,
     "OPENCLAW_METRICS_PUSHGATEWAY": None,  # "host:port" of a Pushgateway: push once at close
     "OPENCLAW_LOG_DOMAINS": 10,  # rows of the per-domain table logged every LOGSTATS_INTERVAL; 0: off
+    # --- live control (API on the metrics port, scrapy openclaw-ctl) ---
+    "OPENCLAW_CONTROL_TOKEN": None,  # unset: no control API; set: the bearer token every call must carry
+    "OPENCLAW_CONTROL_POLL": 0.5,  # seconds between reads of the Redis control stream (distributed mode)
     # --- distributed (scrapy-redis) ---
     "OPENCLAW_DISTRIBUTED": False,  # True (with scrapy-redis's REDIS_URL): distributed mode
     "OPENCLAW_DISTRIBUTED_LEASE": 60.0,  # seconds a popped request stays leased without a heartbeat
@@ -118,6 +121,7 @@ _RANGES: dict[str, tuple[float, float]] = {
     "OPENCLAW_METRICS_PORT": (0, 65535),
     "OPENCLAW_METRICS_MAX_DOMAINS": (0, 100000),
     "OPENCLAW_LOG_DOMAINS": (0, 1000),
+    "OPENCLAW_CONTROL_POLL": (0.05, 60.0),
     "OPENCLAW_SCHEDULE_LOCK_TTL": (1.0, 86400.0),
     "OPENCLAW_SCHEDULE_STOP_TIMEOUT": (0.0, 86400.0),
     "OPENCLAW_SCHEDULE_METRICS_PORT": (0, 65535),

@@ -307,6 +307,16 @@ def _pause_slot(slot: Slot, until: float) -> None:
 
 
 
-def resume_slot(slot: Slot) -> None:
-    """Undo :func:`_pause_slot` at once (an operator released the hold early)."""
+def resume_slot(slot: Slot, downloader: Any) -> None:
+    """Undo :func:`_pause_slot` at once (an operator released the hold early).
+
+    The slot's queue waits on a timer Scrapy armed for the end of the pause
+    (``slot.latercall``, run by ``Downloader._latercall`` in 2.14 .. 2.19): it is
+    cancelled and run now.
+    """
     slot.lastseen = min(slot.lastseen, _SLOT_CLOCK())
+    latercall = getattr(slot, "latercall", None)
+    rerun = getattr(downloader, "_latercall", None)
+    if latercall is not None and rerun is not None:
+        latercall.cancel()
+        rerun(slot)

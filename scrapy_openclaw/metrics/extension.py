@@ -78,6 +78,9 @@ class MetricsExtension:
         self._spider_name = ""
         self._listening: Any = None  # twisted IListeningPort
         self._answered: set[int] = set()  # ids of requests that got a response
+        self.control_token: str | None = settings.get("OPENCLAW_CONTROL_TOKEN") or None
+        self.control_poll = settings.getfloat("OPENCLAW_CONTROL_POLL", DEFAULTS["OPENCLAW_CONTROL_POLL"])
+        self._channel: Any = None
         self._build_metrics()
         self.collector = OpenClawCollector(crawler, self.labels, lambda: self._spider_name)
         self.registry.register(self.collector)
@@ -109,6 +112,7 @@ class MetricsExtension:
             not port
             and not settings.get("OPENCLAW_METRICS_PUSHGATEWAY")
             and settings.getint("OPENCLAW_LOG_DOMAINS", DEFAULTS["OPENCLAW_LOG_DOMAINS"]) <= 0
+            and not settings.get("OPENCLAW_CONTROL_TOKEN")
         ):
             raise NotConfigured
         return cls(crawler)
@@ -165,14 +169,18 @@ class MetricsExtension:
     def spider_opened(self, spider: Spider) -> None:
         self._spider_name = spider.name
         self.collector.engine = self.crawler.engine
+        controller = self._controller(spider)
         if self.port:
-            self._listen(spider)
+            self._listen(spider, controller)
         if self.logtable is not None:
             self.logtable.start(spider)
 
     def spider_closed(self, spider: Spider, reason: str) -> Deferred[Any] | None:
         if self.logtable is not None:
             self.logtable.stop()
+        if self._channel is not None:
+            self._channel.stop()
+            self._channel = None
         waits: list[Deferred[Any]] = []
         if self.pushgateway:
             pushed = self._push(spider)
@@ -268,7 +276,37 @@ class MetricsExtension:
 
     # ------------------------------------------------------------------ endpoint
 
-    def _listen(self, spider: Spider) -> None:
+    def _controller(self, spider: Spider) -> Any:
+        """The crawl's live control (OPENCLAW_CONTROL_TOKEN), with its Redis channel in distributed mode."""
+        if not self.control_token:
+            return None
+        if len(self.control_token) < 16:
+            logger.error("OPENCLAW_CONTROL_TOKEN is shorter than 16 characters: live control is off",
+                         extra={"spider": spider})
+            return None
+        from scrapy_openclaw.control.controller import Controller
+
+        controller = Controller.for_crawler(self.crawler)
+        controller.pending = self._pending
+        server = getattr(controller.registry, "server", None)  # the Redis health registry's
+        if server is not None:
+            from scrapy_openclaw.control.channel import ControlChannel
+
+            self._channel = controller.channel = ControlChannel(
+                self.crawler, controller, server, controller.registry.link, self.control_poll
+            )
+            self._channel.start()
+        if not self.port:
+            logger.warning("OPENCLAW_CONTROL_TOKEN is set but OPENCLAW_METRICS_PORT is 0: no control API"
+                           "%(redis)s", {"redis": " (commands sent through Redis still apply)" if server else ""},
+                           extra={"spider": spider})
+        return controller
+
+    def _pending(self) -> dict[str, int]:
+        progress = self.progress()
+        return dict(progress.domains) if progress is not None else {}
+
+    def _listen(self, spider: Spider, controller: Any = None) -> None:
         if not is_reactor_installed():
             self._listen_failed(spider, "the HTTP endpoint needs the Twisted reactor")
             return
@@ -278,6 +316,10 @@ class MetricsExtension:
 
         root = Resource()
         root.putChild(b"metrics", MetricsResource(registry=self.registry))
+        if controller is not None:
+            from scrapy_openclaw.control.api import ControlResource
+
+            root.putChild(b"control", ControlResource(controller, self.control_token or ""))
         try:
             self._listening = reactor.listenTCP(  # type: ignore[attr-defined]
                 self.port, _QuietSite(root), interface=self.host
@@ -286,8 +328,9 @@ class MetricsExtension:
             self._listen_failed(spider, str(exc.socketError or exc))
             return
         logger.info(
-            "Prometheus metrics on http://%(host)s:%(port)d/metrics",
-            {"host": self.host, "port": self._listening.getHost().port},
+            "Prometheus metrics on http://%(host)s:%(port)d/metrics%(control)s",
+            {"host": self.host, "port": self._listening.getHost().port,
+             "control": ", live control on /control/" if controller is not None else ""},
             extra={"spider": spider},
         )
 

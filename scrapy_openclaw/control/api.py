@@ -1,0 +1,104 @@
+"""The control API under ``/control/`` on the metrics port (see the README's live control section).
+
+``GET /control/domains``; ``POST /control/<command>`` with a JSON object body.
+Every call needs ``Authorization: Bearer <OPENCLAW_CONTROL_TOKEN>``, compared
+in constant time; without it the answer is 401 and nothing runs.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+from typing import TYPE_CHECKING, Any
+
+from twisted.web.resource import Resource
+
+from scrapy_openclaw.control.controller import COMMANDS, ControlError
+
+if TYPE_CHECKING:
+    from twisted.web.server import Request
+
+    from scrapy_openclaw.control.controller import Controller
+
+logger = logging.getLogger(__name__)
+
+MAX_BODY = 64 * 1024
+OPERATOR_HEADER = b"X-OpenClaw-Operator"
+
+
+class ControlResource(Resource):
+    isLeaf = True
+
+    def __init__(self, controller: Controller, token: str):
+        super().__init__()
+        self.controller = controller
+        self._token = token.encode("utf-8")
+
+    def render_GET(self, request: Request) -> bytes:  # noqa: N802 (twisted's name)
+        return self._handle(request, "GET")
+
+    def render_POST(self, request: Request) -> bytes:  # noqa: N802
+        return self._handle(request, "POST")
+
+    def _handle(self, request: Request, method: str) -> bytes:
+        if not self._authorized(request):
+            self.controller.stats.inc_value("openclaw/control/unauthorized")
+            logger.warning("Control API: refused a %(method)s %(path)r from %(who)s (missing or wrong token)",
+                           {"method": method, "path": _text(request.path), "who": _client(request)})
+            request.setHeader(b"WWW-Authenticate", b'Bearer realm="openclaw-control"')
+            return _reply(request, 401, {"ok": False, "error": "missing or wrong token"})
+        path = [p for p in request.postpath if p]
+        name = _text(path[0]).replace("-", "_") if len(path) == 1 else ""
+        if name not in COMMANDS:
+            return _reply(request, 404, {"ok": False, "error": f"unknown command; one of {', '.join(COMMANDS)}"})
+        if (method == "GET") != (name == "domains"):
+            return _reply(request, 405, {"ok": False, "error": "GET /control/domains; POST every other command"})
+        command: Any = {}
+        if method == "POST":
+            body = request.content.read(MAX_BODY + 1) if request.content is not None else b""
+            if len(body) > MAX_BODY:
+                return _reply(request, 413, {"ok": False, "error": f"body larger than {MAX_BODY} bytes"})
+            try:
+                command = json.loads(body or b"{}")
+            except ValueError as exc:
+                return _reply(request, 400, {"ok": False, "error": f"body is not JSON: {exc}"})
+            if not isinstance(command, dict):
+                return _reply(request, 400, {"ok": False, "error": "body must be a JSON object"})
+        command["command"] = name
+        try:
+            result = self.controller.execute(command, who=_who(request))
+        except ControlError as exc:
+            return _reply(request, 400, {"ok": False, "error": str(exc)})
+        return _reply(request, 200, result)
+
+    def _authorized(self, request: Request) -> bool:
+        header = request.getHeader(b"Authorization") or b""
+        if isinstance(header, str):
+            header = header.encode("utf-8", "replace")
+        scheme, _, given = header.partition(b" ")
+        # (compare_digest's time depends only on the length of the given value, not on the token)
+        return hmac.compare_digest(given.strip(), self._token) and scheme.lower() == b"bearer"
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+
+
+def _client(request: Request) -> str:
+    peer = request.getClientAddress()
+    return str(getattr(peer, "host", peer))
+
+
+def _who(request: Request) -> str:
+    """The operator's name as the client states it (informative, not authenticated) and address."""
+    name = _text(request.getHeader(OPERATOR_HEADER) or b"")
+    name = "".join(ch for ch in name if ch.isprintable())[:64] or "anonymous"
+    return f"{name}@{_client(request)}"
+
+
+def _reply(request: Request, status: int, data: dict[str, Any]) -> bytes:
+    request.setResponseCode(status)
+    request.setHeader(b"Content-Type", b"application/json")
+    request.setHeader(b"Cache-Control", b"no-store")
+    return json.dumps(data, sort_keys=True).encode("utf-8")

@@ -1,0 +1,123 @@
+"""Distributed mode: control commands reach every worker through one Redis stream.
+
+The worker (or ``scrapy openclaw-ctl --redis``) that takes a command appends
+it to ``<spider>:control``; every worker reads the stream on a reactor timer
+(``OPENCLAW_CONTROL_POLL``) and applies what others sent. Per-domain overrides
+also live in the shared health state, so a pop on any worker obeys a hold the
+moment it is stored; the stream brings the crawl-wide commands (pause, resume,
+close), each worker's log line and stats, and commands from the CLI.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import time
+import uuid
+from typing import TYPE_CHECKING, Any
+
+from redis.exceptions import RedisError
+
+from scrapy_openclaw.control.controller import ControlError
+
+if TYPE_CHECKING:
+    from scrapy.crawler import Crawler
+
+    from scrapy_openclaw.control.controller import Controller
+
+logger = logging.getLogger(__name__)
+
+MAXLEN = 1000  # entries kept in the stream (approximately)
+READ_COUNT = 100
+
+
+def stream_key(spider_name: str) -> str:
+    return f"{spider_name}:control"
+
+
+def publish(server: Any, spider_name: str, command: dict[str, Any], who: str, origin: str = "cli") -> str:
+    """Append a validated command to the crawl's control stream; the entry id."""
+    entry = {"command": json.dumps(command, sort_keys=True), "who": who, "origin": origin, "at": repr(time.time())}
+    eid = server.xadd(stream_key(spider_name), entry, maxlen=MAXLEN, approximate=True)
+    return eid.decode() if isinstance(eid, bytes) else str(eid)
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+class ControlChannel:
+    """This worker's end of the control stream."""
+
+    def __init__(self, crawler: Crawler, controller: Controller, server: Any, link: Any, poll: float):
+        self.crawler = crawler
+        self.controller = controller
+        self.server = server
+        self.link = link
+        self.poll_interval = poll
+        name = crawler.spidercls.name if crawler.spidercls else "openclaw"
+        self.spider_name = name
+        self.key = stream_key(name)
+        self.queue_domains_key = (
+            crawler.settings.get("SCHEDULER_QUEUE_KEY") or "%(spider)s:requests"
+        ) % {"spider": name} + ":domains"
+        self.worker = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+        self.last_id = "$"
+        self._loop: Any = None
+
+    def start(self) -> None:
+        """Read only what is sent from now on (overrides sent earlier are in the health state)."""
+        from scrapy.utils.asyncio import create_looping_call
+
+        try:
+            last = self.server.xrevrange(self.key, count=1)
+            self.last_id = _text(last[0][0]) if last else "0-0"
+        except RedisError as exc:
+            self.last_id = "0-0"
+            logger.warning("Control stream %(key)s not readable yet: %(error)s", {"key": self.key, "error": exc})
+        self._loop = create_looping_call(self.poll)
+        self._loop.start(self.poll_interval, now=False)
+
+    def stop(self) -> None:
+        if self._loop is not None and self._loop.running:
+            self._loop.stop()
+        self._loop = None
+
+    def publish(self, command: dict[str, Any], who: str) -> None:
+        try:
+            self.link.call(publish, self.server, self.spider_name, command, who, self.worker)
+        except RedisError as exc:
+            logger.error("Control command %(command)s not sent to the other workers (Redis: %(error)s); "
+                         "it applies to this worker only", {"command": command["command"], "error": exc})
+
+    def domain_changed(self, domain: str) -> None:
+        """Let the queue's next pop look at *domain* at once (a held domain is indexed at its hold's end)."""
+        try:
+            self.link.call(self.server.zadd, self.queue_domains_key, {domain: time.time()}, xx=True)
+        except RedisError:
+            pass  # the next pop after the old time still finds it
+
+    def poll(self) -> None:
+        if not self.link.ok():
+            return
+        try:
+            reply = self.link.call(self.server.xread, {self.key: self.last_id}, count=READ_COUNT)
+        except RedisError:
+            return
+        for _key, entries in reply or ():
+            for eid, fields in entries:
+                self.last_id = _text(eid)
+                self._apply({_text(k): _text(v) for k, v in fields.items()})
+
+    def _apply(self, fields: dict[str, str]) -> None:
+        if fields.get("origin") == self.worker:
+            return  # applied when it was taken
+        who = "".join(ch for ch in fields.get("who", "") if ch.isprintable())[:80] or "anonymous"
+        try:
+            self.controller.execute(json.loads(fields.get("command", "")), who=who, via="redis")
+        except (ValueError, ControlError) as exc:  # (the stream is untrusted input)
+            self.crawler.stats.inc_value("openclaw/control/invalid")
+            logger.warning("Ignoring an invalid control command from Redis (%(key)s): %(error)s",
+                           {"key": self.key, "error": exc})

@@ -1,0 +1,154 @@
+"""Live control against a real crawl: every command changes what the chaos site records.
+
+One crawl (two hosts, slow enough to act on) goes through the commands in turn:
+refused calls, hold and release, a rate ceiling, pause and resume, give-up and
+restore, and a graceful close.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+from typing import Any
+
+from scrapy_openclaw.testing.chaos import ChaosConfig, HostConfig, max_in_window
+from scrapy_openclaw.testing.crawl import read_result, start_crawl
+from scrapy_openclaw.testing.presets import address
+from scrapy_openclaw.testing.servers import free_port, stop_process
+
+TOKEN = "test-token-0123456789abcdef"
+
+
+def api(port: int, name: str, body: dict[str, Any] | None = None, token: str | None = TOKEN,
+        method: str | None = None) -> tuple[int, dict[str, Any]]:
+    data = None if body is None else json.dumps(body).encode()
+    headers = {"X-OpenClaw-Operator": "pytest"}
+    if token is not None:
+        headers["Authorization"] = f"Bearer {token}"
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/control/{name}", data=data, headers=headers,
+                                 method=method or ("GET" if body is None else "POST"))
+    try:
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read() or b"{}")
+
+
+def wait_for(check: Any, timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def row(port: int, domain: str) -> dict[str, Any]:
+    status, data = api(port, "domains")
+    assert status == 200, data
+    return next((r for r in data["domains"] if r["domain"] == domain), {})
+
+
+class Truth:
+    def __init__(self, site: Any):
+        self.site = site
+
+    def requests(self, host: str) -> list[dict[str, Any]]:
+        return [r for r in self.site.truth()["hosts"][host]["requests"] if r["path"] != "/robots.txt"]
+
+    def count(self, host: str) -> int:
+        return self.site.truth(include_requests=False)["hosts"][host]["total"]
+
+
+def test_control_commands_change_what_the_site_sees(chaos_server, tmp_out):
+    a, b = address(0), address(1)
+    # (b is slow: it keeps the crawl open until the test closes it)
+    site = chaos_server(ChaosConfig(hosts=(
+        HostConfig(address=a, pages=400, links_per_page=3, latency=0.15),
+        HostConfig(address=b, pages=400, links_per_page=3, latency=0.6)), seed=5))
+    truth = Truth(site)
+    port = free_port()
+    settings = {
+        "ADDONS": {"scrapy_openclaw.Addon": 100},
+        "OPENCLAW_METRICS_PORT": port,
+        "OPENCLAW_CONTROL_TOKEN": TOKEN,
+        "OPENCLAW_DLQ_URI": str(tmp_out / "deadletters.jsonl"),
+        "CONCURRENT_REQUESTS_PER_DOMAIN": 2,
+        "CLOSESPIDER_TIMEOUT": 120,
+        "LOG_LEVEL": "INFO",
+    }
+    proc = start_crawl(settings=settings, spider_args={"start_urls": site.start_urls}, out_dir=tmp_out)
+    try:
+        wait_for(lambda: truth.count(a) >= 5 and truth.count(b) >= 5, 30, "both hosts to be crawled")
+
+        # Refused: no token, a wrong token; the refused hold changed nothing.
+        assert api(port, "domains", token=None)[0] == 401
+        assert api(port, "hold", {"domain": a, "for": 600}, token="wrong-token-0123456789")[0] == 401
+        assert api(port, "hold", {"domain": a, "for": 600}, token="")[0] == 401
+        assert row(port, a)["overrides"]["hold_until"] is None and row(port, a)["held_until"] is None
+        assert api(port, "nonsense", {})[0] == 404
+        assert api(port, "hold", {"domain": a})[0] == 400
+
+        # Hold: the held host gets nothing (after what was in flight), the other goes on.
+        status, out = api(port, "hold", {"domain": a, "for": 600})
+        assert status == 200 and out["domain_state"]["held_until"] > time.time() + 500
+        time.sleep(1.0)
+        held_a, held_b = truth.count(a), truth.count(b)
+        time.sleep(2.0)
+        assert truth.count(a) == held_a, "a held domain got requests"
+        assert truth.count(b) > held_b
+        assert api(port, "release", {"domain": a})[0] == 200
+        wait_for(lambda: truth.count(a) > held_a, 8, "the released domain to be crawled again")
+
+        # A rate ceiling shows in the server's busiest second.
+        before = max_in_window(r["t"] for r in truth.requests(a))
+        status, out = api(port, "limit", {"domain": a, "rate": 2})
+        assert status == 200 and out["domain_state"]["overrides"]["rate"] == 2
+        limited_at = time.time()
+        time.sleep(4.0)
+        after = max_in_window(r["t"] for r in truth.requests(a) if r["t"] > limited_at + 0.5)
+        assert before >= 5 and 1 <= after <= 3, (before, after)
+        assert api(port, "limit", {"domain": a, "rate": None})[0] == 200
+
+        # Pause stops every request; resume starts them again.
+        status, out = api(port, "pause", {})
+        assert status == 200 and out["paused"] is True
+        time.sleep(1.0)
+        paused = truth.count(a) + truth.count(b)
+        time.sleep(2.0)
+        assert truth.count(a) + truth.count(b) == paused, "requests went out while paused"
+        assert api(port, "domains")[1]["paused"] is True
+        assert api(port, "resume", {})[1]["paused"] is False
+        wait_for(lambda: truth.count(a) + truth.count(b) > paused, 8, "the crawl to resume")
+
+        # Give up: the domain's pending requests become dead letters, the site sees no more of them.
+        assert row(port, a)["pending"] > 10
+        assert api(port, "give-up", {"domain": a})[0] == 200
+        wait_for(lambda: row(port, a).get("pending") == 0, 10, "the given-up domain's requests to drain")
+        gone = truth.count(a)
+        time.sleep(1.0)
+        assert truth.count(a) == gone
+        status, out = api(port, "restore", {"domain": a})
+        assert status == 200 and out["domain_state"]["given_up"] is False
+
+        status, out = api(port, "close", {"reason": "ops_maintenance"})
+        assert status == 200
+        proc.wait(60)
+    finally:
+        stop_process(proc)
+    result = read_result(tmp_out, proc.returncode)
+    stats = result.stats
+    assert result.returncode == 0, result.log[-3000:]
+    assert stats["finish_reason"] == "ops_maintenance"
+    for name, n in {"hold": 1, "release": 1, "limit": 2, "pause": 1, "resume": 1, "give_up": 1, "restore": 1,
+                    "close": 1, "unauthorized": 3}.items():
+        assert stats.get(f"openclaw/control/{name}") == n, name
+    assert "Control command hold {'domain': '127.0.0.2', 'until': " in result.log
+    assert "by pytest@127.0.0.1 (via api)" in result.log
+    letters = [json.loads(line) for line in (tmp_out / "deadletters.jsonl").read_text().splitlines() if line]
+    operator = [x for x in letters if x.get("error_class") == "domain_down"]
+    assert len(operator) > 10 and all(x["domain"] == a and "operator" in x["reason"] for x in operator)
+    assert stats["openclaw/health/given_up_requests"] == len(operator)
