@@ -116,12 +116,22 @@ SPECS: dict[str, list[Spec]] = {
         Spec("killresume: kill -9 up to 3 times (after 1/8 of the pages each), then finish", [
             M("pages_lost", "pages lost", "lower", ratio=False), M("kills", "kills", ratio=False),
             M("duplicate_fetches", "duplicate fetches", "lower", ratio=False),
+            M("feed_items_lost", "feed items lost", "lower", ratio=False),
+            M("feed_items_duplicated", "feed items duplicated", "lower", ratio=False),
+            M("feed_torn_lines", "torn feed lines", "lower", ratio=False),
             M("reachable_pages", "reachable pages", ratio=False), M("seconds", "wall s", "lower"),
-        ], [Headline("pages_lost", "openclaw_checkpoint", "== 0", at_most(0))], key="kill"),
+        ], [Headline("pages_lost", "openclaw_checkpoint", "== 0", at_most(0)),
+            Headline("feed_items_lost", "openclaw_checkpoint", "== 0", at_most(0)),
+            Headline("feed_items_duplicated", "openclaw_checkpoint", "== 0", at_most(0))], key="kill"),
         Spec("killresume: throughput with checkpointing (medians of 4 off/on pairs, ABBA order)", [
             M("pages_per_s", "pages/s", "higher"),
             M("paired_ratio", "median paired ratio on/off", "higher", ratio=False),
         ], [Headline("paired_ratio", "checkpoint_on", ">= 0.95", at_least(0.95))], key="throughput"),
+        Spec("killresume: throughput with durable feeds (checkpoint on, jsonlines feed; medians of 4 "
+             "off/on pairs, ABBA order)", [
+            M("pages_per_s", "pages/s", "higher"),
+            M("paired_ratio", "median paired ratio on/off", "higher", ratio=False),
+        ], [Headline("paired_ratio", "durable_feeds_on", ">= 0.95", at_least(0.95))], key="feeds"),
         Spec("killresume: checkpoint at scale", [
             M("pending_requests", "pending requests"), M("checkpoint_bytes", "checkpoint bytes"),
             M("bytes_per_request", "bytes per request"), M("track_seconds", "track s"),

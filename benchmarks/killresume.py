@@ -12,10 +12,15 @@
   Pages lost = reachable pages (ground truth) never scraped; duplicate
   fetches = server-side 200 responses beyond the first per URL. Items are
   written by a pipeline that flushes each one, so a killed process's output
-  is what it really produced.
+  is what it really produced. Both sides also write an ordinary jsonlines
+  feed (``-o``, appending): feed items lost (reachable pages with no line in
+  it) and duplicated (lines beyond one per URL), durable feeds on our side,
+  Scrapy's feed exporter on JOBDIR's.
 * **throughput**: the same fault-free crawl with checkpointing off and on,
   four pairs in ABBA order (pages/s from Scrapy's own elapsed time): medians,
   and the median of the per-pair ratios.
+* **feeds**: the same, both with the checkpoint on and a jsonlines feed:
+  Scrapy's feed exporter (durable feeds off) vs ours (on).
 * **scale**: a checkpoint holding 500,000 pending requests (quick: 50,000):
   its size, how long a snapshot stops the reactor thread (inline vs the
   background writer), and resume time (read + verify + rebuild every Request).
@@ -78,6 +83,23 @@ def _wait(predicate: Any, timeout: float) -> None:
 
 
 KILLS = 3
+#: Scrapy's feed exporter replaced by ours (what the add-on does)
+DURABLE_FEEDS = {"scrapy.extensions.feedexport.FeedExporter": None,
+                 "scrapy_openclaw.checkpoint.feeds.DurableFeedExporter": 0}
+
+
+def _torn(path: Path) -> int:
+    """Lines of *path* that are not whole JSON objects."""
+    if not path.exists():
+        return 0
+    bad = 0
+    for line in path.read_bytes().split(b"\n"):
+        if line:
+            try:
+                json.loads(line)
+            except ValueError:
+                bad += 1
+    return bad
 
 
 def kill_scenario(mode: str, quick: bool, work: Path) -> dict[str, Any]:
@@ -88,10 +110,12 @@ def kill_scenario(mode: str, quick: bool, work: Path) -> dict[str, Any]:
     with ChaosServer(_site(pages, 0.05)) as server:
         reachable = server.reachable().ok
         items = work / f"{mode}-items.jsonl"
+        feed = work / f"{mode}-feed.jsonl"
         state_dir = work / f"{mode}-state"
         cfg: dict[str, Any] = {
             "ITEM_PIPELINES": {"scrapy_openclaw.testing.pipelines.FlushedItemsPipeline": 100},
             "FLUSHED_ITEMS_FILE": str(items),
+            "FEEDS": {str(feed): {"format": "jsonlines"}},  # what -o does
             "CONCURRENT_REQUESTS": 8,
             "RETRY_ENABLED": False,
             "LOG_LEVEL": "INFO",
@@ -99,7 +123,7 @@ def kill_scenario(mode: str, quick: bool, work: Path) -> dict[str, Any]:
         if mode == "openclaw":
             cfg.update({"OPENCLAW_CHECKPOINT_DIR": str(state_dir), "OPENCLAW_CHECKPOINT_FLUSH": 0.5,
                         "OPENCLAW_CHECKPOINT_SNAPSHOT_INTERVAL": 5.0,
-                        "EXTENSIONS": {"scrapy_openclaw.checkpoint.CheckpointExtension": 10}})
+                        "EXTENSIONS": {**DURABLE_FEEDS, "scrapy_openclaw.checkpoint.CheckpointExtension": 10}})
         else:
             cfg["JOBDIR"] = str(state_dir)
         kills, starts, finished = 0, 0, False
@@ -127,7 +151,11 @@ def kill_scenario(mode: str, quick: bool, work: Path) -> dict[str, Any]:
                 break
         fetched = _fetches(server.truth())
         scraped = {it["url"] for it in _items(items)}
+        in_feed = [it.get("url") for it in _items(feed)]
         return {
+            "feed_items_lost": len(reachable - set(in_feed)),
+            "feed_items_duplicated": len(in_feed) - len(set(in_feed)),
+            "feed_torn_lines": _torn(feed),
             "kills": kills,
             "starts": starts,
             "finished": finished,
@@ -138,13 +166,16 @@ def kill_scenario(mode: str, quick: bool, work: Path) -> dict[str, Any]:
         }
 
 
-def throughput(quick: bool, work: Path, pairs: int | None = None) -> dict[str, Any]:
+def throughput(quick: bool, work: Path, pairs: int | None = None, feeds: bool = False) -> dict[str, Any]:
     """Off/on runs in ABBA order (off, on, on, off, off, on, ...): medians, and the median of
     the per-pair ratios. A pair shares the machine's weather, and alternating which side
     goes first cancels a steady drift in the machine's speed (seen here: the same crawl
     taking 9 s, then 11 s twenty minutes later), which would otherwise always favour the
     side that runs first. Pages/s is from Scrapy's own elapsed time, which leaves out
-    process start-up and the final snapshot at close."""
+    process start-up and the final snapshot at close.
+
+    With *feeds*, both sides run the checkpoint and write a jsonlines feed: "off" with
+    Scrapy's feed exporter, "on" with durable feeds."""
     pages = 800 if quick else 2500
     pairs = pairs or (2 if quick else 4)
     rates: dict[str, list[float]] = {"off": [], "on": []}
@@ -152,10 +183,15 @@ def throughput(quick: bool, work: Path, pairs: int | None = None) -> dict[str, A
         for mode in ("off", "on") if i % 2 == 0 else ("on", "off"):
             with ChaosServer(_site(pages, 0.0)) as server:
                 cfg: dict[str, Any] = {"CONCURRENT_REQUESTS": 16, "LOG_LEVEL": "INFO", "RETRY_ENABLED": False}
-                if mode == "on":
-                    cfg.update({"OPENCLAW_CHECKPOINT_DIR": str(work / f"tp-{i}"),
+                tag = "fd" if feeds else "tp"
+                if mode == "on" or feeds:  # runcrawl always writes its items.jsonl feed too
+                    cfg.update({"OPENCLAW_CHECKPOINT_DIR": str(work / f"{tag}-{mode}-{i}"),
                                 "EXTENSIONS": {"scrapy_openclaw.checkpoint.CheckpointExtension": 10}})
-                out = work / f"tp-{mode}-{i}-out"
+                if feeds:
+                    cfg["FEEDS"] = {str(work / f"{tag}-{mode}-{i}.jsonl"): {"format": "jsonlines"}}
+                    if mode == "on":
+                        cfg["EXTENSIONS"].update(DURABLE_FEEDS)
+                out = work / f"{tag}-{mode}-{i}-out"
                 proc = start_crawl(settings=cfg, spider_args={"start_urls": server.start_urls}, out_dir=out)
                 proc.wait(900)
                 stats = read_result(out, proc.returncode).stats
@@ -230,11 +266,16 @@ def run(quick: bool) -> dict[str, Any]:
         kills = {"openclaw_checkpoint": kill_scenario("openclaw", quick, work),
                  "scrapy_jobdir": kill_scenario("jobdir", quick, work)}
         tp = throughput(quick, work)
+        fd = throughput(quick, work, feeds=True)
         return {"tables": {
             "kill": {"baseline": "scrapy_jobdir", "configs": kills},
             "throughput": {"baseline": "checkpoint_off", "runs": tp, "configs": {
                 "checkpoint_off": {"pages_per_s": tp["pages_per_s_off"]},
                 "checkpoint_on": {"pages_per_s": tp["pages_per_s_on"], "paired_ratio": tp["ratio_on_off"]},
+            }},
+            "feeds": {"baseline": "durable_feeds_off", "runs": fd, "configs": {
+                "durable_feeds_off": {"pages_per_s": fd["pages_per_s_off"]},
+                "durable_feeds_on": {"pages_per_s": fd["pages_per_s_on"], "paired_ratio": fd["ratio_on_off"]},
             }},
             "scale": {"baseline": None, "configs": {"openclaw_checkpoint": scale(quick, work)}},
         }}

@@ -277,3 +277,25 @@ def test_inspect_shows_each_feed(chaos_server: Any, tmp_path: Path) -> None:
     assert flushed["items"] == mine["items"]
     lines = (tmp_path / "flushed.jsonl").read_bytes().split(b"\n")
     assert flushed["marker"] == sum(len(ln) + 1 for ln in lines[: flushed["items"]])
+
+
+def test_recorded_feed_states_are_validated_as_untrusted_data() -> None:
+    from scrapy_openclaw.checkpoint.feeds import _template_regex, parse_outputs
+    from scrapy_openclaw.checkpoint.state import RecoveredState, apply_payloads
+
+    good = {"feed:/d/items-%(batch_id)02d.jsonl": {"uri": "/d/items-03.jsonl", "batch": 3, "offset": 10, "items": 1},
+            "writer:P": {"marker": 5, "items": 1}}
+    bad = {"feed:/x": {"uri": "/x", "batch": 0, "offset": 1, "items": 1},  # batch ids start at 1
+           "feed:/y": {"uri": "/y", "batch": 1, "offset": -1, "items": 1},
+           "feed:/z": {"uri": 3, "batch": 1, "offset": 1, "items": True},
+           "writer:Q": {"marker": "m" * 5000, "items": 1}, "other": {"items": 1}}
+    parsed, problems = parse_outputs({**good, **bad})
+    assert parsed == good and sorted(problems) == sorted(bad)
+    # a recorded URI can only name a file the FEEDS key could have produced
+    regex = _template_regex("/d/items-%(batch_id)02d.jsonl")
+    assert regex.match("/d/items-03.jsonl") and not regex.match("/etc/passwd")
+    assert not regex.match("/d/items-../../etc.jsonl")
+    state = RecoveredState(requests={1: ["f", "{}", None], 2: ["p", "{}", None]})
+    apply_payloads(state, ['D {"d":[1],"s":["ab"],"o":' + json.dumps(good) + "}", "D [1]", 'D {"d":"x"}'])
+    assert list(state.requests) == [2] and state.fingerprints == {b"\xab"} and state.outputs == good
+    assert len(state.warnings) == 2  # the two malformed records, named, not fatal
