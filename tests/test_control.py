@@ -17,7 +17,6 @@ from scrapy_openclaw.errors import Classification, ErrorClass
 from scrapy_openclaw.health import HealthRegistry
 from scrapy_openclaw.policy import PolicySet
 
-C503 = Classification(ErrorClass.PROTOCOL_RETRYABLE, "http_503", 503)
 
 
 class _Spider(Spider):

@@ -152,3 +152,56 @@ def test_control_commands_change_what_the_site_sees(chaos_server, tmp_out):
     operator = [x for x in letters if x.get("error_class") == "domain_down"]
     assert len(operator) > 10 and all(x["domain"] == a and "operator" in x["reason"] for x in operator)
     assert stats["openclaw/health/given_up_requests"] == len(operator)
+
+
+def test_overrides_survive_a_checkpoint_resume(chaos_server, tmp_path):
+    a, b = address(0), address(1)
+    site = chaos_server(ChaosConfig(hosts=(
+        HostConfig(address=a, pages=300, links_per_page=3, latency=0.15),
+        HostConfig(address=b, pages=300, links_per_page=3, latency=0.6)), seed=6))
+    truth = Truth(site)
+    port = free_port()
+    settings = {
+        "ADDONS": {"scrapy_openclaw.Addon": 100},
+        "OPENCLAW_METRICS_PORT": port,
+        "OPENCLAW_CONTROL_TOKEN": TOKEN,
+        "OPENCLAW_CHECKPOINT_DIR": str(tmp_path / "ckpt"),
+        "OPENCLAW_DLQ_URI": str(tmp_path / "deadletters.jsonl"),
+        "CLOSESPIDER_TIMEOUT": 120,
+        "LOG_LEVEL": "INFO",
+    }
+    first = start_crawl(settings=settings, spider_args={"start_urls": site.start_urls}, out_dir=tmp_path / "one")
+    try:
+        wait_for(lambda: truth.count(a) >= 5 and truth.count(b) >= 5, 30, "both hosts to be crawled")
+        assert api(port, "hold", {"domain": a, "for": 600})[0] == 200
+        assert api(port, "limit", {"domain": b, "rate": 3})[0] == 200
+        assert api(port, "close", {"reason": "ops_pause"})[0] == 200
+        first.wait(60)
+    finally:
+        stop_process(first)
+    assert read_result(tmp_path / "one").stats["finish_reason"] == "ops_pause"
+    held_a = truth.count(a)
+
+    second = start_crawl(settings=settings, spider_args={"start_urls": site.start_urls}, out_dir=tmp_path / "two")
+    try:
+        restored = wait_for(lambda: _row_or_none(port, a), 30, "the resumed crawl's endpoint")
+        assert restored["overrides"]["hold_until"] and restored["held_until"]
+        assert row(port, b)["overrides"]["rate"] == 3
+        since = truth.count(b)
+        wait_for(lambda: truth.count(b) > since + 3, 20, "the resumed crawl to fetch")
+        assert truth.count(a) == held_a, "the hold was lost on resume"
+        assert api(port, "release", {"domain": a})[0] == 200
+        wait_for(lambda: truth.count(a) > held_a, 8, "the released domain to be crawled")
+        assert api(port, "close", {"reason": "ops_done"})[0] == 200
+        second.wait(60)
+    finally:
+        stop_process(second)
+    result = read_result(tmp_path / "two", second.returncode)
+    assert result.stats["finish_reason"] == "ops_done" and "Resuming crawl" in result.log
+
+
+def _row_or_none(port: int, domain: str) -> dict[str, Any] | None:
+    try:
+        return row(port, domain) or None
+    except OSError:  # (urllib's URLError: not listening yet)
+        return None

@@ -306,7 +306,6 @@ def _pause_slot(slot: Slot, until: float) -> None:
     slot.lastseen = max(slot.lastseen, _SLOT_CLOCK() + (until - time.time()))
 
 
-
 def resume_slot(slot: Slot, downloader: Any) -> None:
     """Undo :func:`_pause_slot` at once (an operator released the hold early).
 
