@@ -193,9 +193,7 @@ class ErrorSnapshots:
         self._write_later(directory, meta, stored if response is not None else None, body_hash)
 
     def _write_later(self, directory: Path, meta: dict[str, Any], body: bytes | None, body_hash: str) -> None:
-        from twisted.internet import threads
-
-        d = threads.deferToThread(_write, directory, meta, body, body_hash)
+        d = _in_thread(_write, directory, meta, body, body_hash)
         self._writing.append(d)
 
         def done(result: Any) -> None:
@@ -216,6 +214,22 @@ class ErrorSnapshots:
             await maybe_deferred_to_future(DeferredList(list(self._writing), consumeErrors=True))
         if self.directory is not None and self.crawler.stats.get_value(f"{STATS_PREFIX}/written"):
             logger.info("Error snapshots in %(dir)s", {"dir": self.directory}, extra={"spider": spider})
+
+
+def _in_thread(func: Any, *args: Any) -> Any:
+    """A Deferred for ``func(*args)`` run in a thread: asyncio's default executor when asyncio
+    runs the crawl (the asyncio reactor, or no reactor at all), else the reactor's thread pool."""
+    from scrapy.utils.asyncio import is_asyncio_available
+
+    if is_asyncio_available():
+        import asyncio
+
+        from twisted.internet.defer import Deferred
+
+        return Deferred.fromFuture(asyncio.ensure_future(asyncio.to_thread(func, *args)))
+    from twisted.internet import threads
+
+    return threads.deferToThread(func, *args)
 
 
 def _write(directory: Path, meta: dict[str, Any], body: bytes | None, body_hash: str) -> None:
