@@ -8,6 +8,9 @@ restore, and a graceful close.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -52,6 +55,12 @@ def row(port: int, domain: str) -> dict[str, Any]:
     return next((r for r in data["domains"] if r["domain"] == domain), {})
 
 
+def cli(*args: str, token: str | None = None) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "OPENCLAW_CONTROL_TOKEN": token} if token is not None else None
+    return subprocess.run([sys.executable, "-m", "scrapy", "openclaw-ctl", *args], capture_output=True, text=True,
+                          timeout=60, env=env, cwd="/")
+
+
 class Truth:
     def __init__(self, site: Any):
         self.site = site
@@ -91,6 +100,11 @@ def test_control_commands_change_what_the_site_sees(chaos_server, tmp_out):
         assert row(port, a)["overrides"]["hold_until"] is None and row(port, a)["held_until"] is None
         assert api(port, "nonsense", {})[0] == 404
         assert api(port, "hold", {"domain": a})[0] == 400
+        # the installed CLI (scrapy.commands entry point), refused and then allowed
+        refused = cli("domains", "--url", f"http://127.0.0.1:{port}", "--token", "wrong-token-0123456789")
+        assert refused.returncode == 1 and "error (HTTP 401): missing or wrong token" in refused.stdout
+        listed = cli("domains", "--url", f"http://127.0.0.1:{port}", token=TOKEN)
+        assert listed.returncode == 0 and a in listed.stdout and "crawl: running" in listed.stdout
 
         # Hold: the held host gets nothing (after what was in flight), the other goes on.
         status, out = api(port, "hold", {"domain": a, "for": 600})
@@ -144,7 +158,7 @@ def test_control_commands_change_what_the_site_sees(chaos_server, tmp_out):
     assert result.returncode == 0, result.log[-3000:]
     assert stats["finish_reason"] == "ops_maintenance"
     for name, n in {"hold": 1, "release": 1, "limit": 2, "pause": 1, "resume": 1, "give_up": 1, "restore": 1,
-                    "close": 1, "unauthorized": 3}.items():
+                    "close": 1, "unauthorized": 4}.items():
         assert stats.get(f"openclaw/control/{name}") == n, name
     assert "Control command hold {'domain': '127.0.0.2', 'until': " in result.log
     assert "by pytest@127.0.0.1 (via api)" in result.log

@@ -103,7 +103,7 @@ class Command(ScrapyCommand):
                                           "(default: OPENCLAW_METRICS_HOST and OPENCLAW_METRICS_PORT)")
         parser.add_argument("--token", help="the control token (default: $OPENCLAW_CONTROL_TOKEN or the setting)")
         parser.add_argument("--redis", nargs="?", const="", default=None, metavar="URL",
-                            help="send through Redis to every worker (default URL: REDIS_URL)")
+                            help="send through Redis to every worker (the URL defaults to REDIS_URL)")
         parser.add_argument("--spider", help="the spider's name (with --redis: the crawl's Redis keys)")
         parser.add_argument("--for", dest="for_", metavar="DURATION", help="hold: for 90s, 15m, 2h, 1d")
         parser.add_argument("--until", metavar="TIME", help="hold: until a UNIX or ISO time (UTC)")
@@ -124,8 +124,8 @@ class Command(ScrapyCommand):
             answer, status = self._via_http(checked, opts)
         self.exitcode = 0 if status == 200 else 1
         if opts.json or status != 200:
-            print(json.dumps(answer, indent=1, sort_keys=True) if opts.json else f"error ({status}): "
-                  f"{_printable(answer.get('error', answer))}")
+            print(json.dumps(answer, indent=1, sort_keys=True) if opts.json else
+                  f"error{f' (HTTP {status})' if status else ''}: {_printable(answer.get('error', answer))}")
             return
         print(self.describe(answer))
 
