@@ -209,7 +209,8 @@ class Command(ScrapyCommand):
         server = redis.Redis.from_url(url, socket_timeout=TIMEOUT)
         try:
             if command["command"] == "domains":
-                return redis_domains(server, opts.spider), 200
+                queue_key = (self.settings.get("SCHEDULER_QUEUE_KEY") if self.settings else None) or "%(spider)s:requests"
+                return redis_domains(server, opts.spider, queue_key % {"spider": opts.spider}), 200
             eid = publish(server, opts.spider, command, _operator())
         except redis.RedisError as exc:
             return {"error": f"{mask_uri(url)}: {exc}"}, 0
@@ -249,9 +250,10 @@ def _operator() -> str:
         return "unknown"
 
 
-def redis_domains(server: Any, spider: str) -> dict[str, Any]:
+def redis_domains(server: Any, spider: str, queue_key: str | None = None) -> dict[str, Any]:
     """Every domain's shared state read from Redis (distributed mode), in the API's ``domains`` shape."""
     now = time.time()
+    queue_key = queue_key or f"{spider}:requests"
     rows = []
     for raw in sorted(server.smembers(f"{spider}:health:domains")):
         domain = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
@@ -274,7 +276,7 @@ def redis_domains(server: Any, spider: str) -> dict[str, Any]:
             "domain": domain, "health": num("health"), "rate": rate if rate < 100000 else None,
             "concurrency": int(num("ctl_concurrency")) or 0, "circuit": circuit,
             "held_until": blocked if blocked > now else None, "given_up": bool(num("ctl_down")),
-            "pending": int(server.zcard(f"{spider}:requests:q:{domain}")),
+            "pending": int(server.zcard(f"{queue_key}:q:{domain}")),  # (ready to pop, not delayed or leased)
             "overrides": {"hold_until": num("ctl_hold") or None, "rate": num("ctl_rate") or None,
                           "concurrency": int(num("ctl_concurrency")) or None, "given_up": bool(num("ctl_down"))},
         })
