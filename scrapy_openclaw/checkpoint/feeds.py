@@ -233,7 +233,7 @@ class DurableFeedExporter(FeedExporter):
         uri = state["uri"]
         if not _template_regex(template).match(uri) or _local_path(uri) is None:
             logger.warning("Checkpoint: recorded feed URI %(uri)r does not match FEEDS key %(t)r; "
-                           "not resumed", {"uri": uri, "t": template}, extra={"spider": spider})
+                           "not resumed", {"uri": mask_uri(uri), "t": mask_uri(template)}, extra={"spider": spider})
             return slot
         options = dict(self.feeds[template])
         fmt = options["format"]
@@ -380,6 +380,8 @@ class DurableFeeds:
         self._files.append(file)
 
     def _item_scraped(self, item: Any, response: Any = None, spider: Any = None) -> None:
+        if self.exporter is None and not self._writers:
+            return  # no durable output in this crawl (Scrapy's own exporter writes feeds, if any)
         request = response.request if isinstance(response, Response) else getattr(response, "request", None)
         if request is None:
             self._export(item)
