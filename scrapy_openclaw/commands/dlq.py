@@ -228,8 +228,8 @@ class Command(ScrapyCommand):
     def long_desc(self) -> str:
         return (
             "Inspect, replay and purge dead letters (requests and items a crawl gave up on). "
-            "list: a table of dead letters; show ID: one record as JSON (an id prefix is enough); "
-            "stats: counts by domain and error class; replay SPIDER: a new crawl of SPIDER that "
+            "list: a table of dead letters; show ID: one record as JSON (an id prefix is enough), with the "
+            "error snapshots of its signature; stats: counts by domain and error class, and the error snapshots; replay SPIDER: a new crawl of SPIDER that "
             "starts from the selected dead letters, one request per URL (the newest record), "
             "protocol_permanent and domain_down only with --class or --all; records are marked "
             "in place (replayed at, outcome) and a page that fails again updates its record "
