@@ -38,7 +38,7 @@ def test_one_snapshot_per_signature_capped_and_shown_by_the_cli(chaos_server: An
     healthy, banned = address(0), address(1)
     server = chaos_server(ChaosConfig(hosts=(
         HostConfig(address=healthy, pages=12, links_per_page="all", not_found=[3, 4],
-                   status_script={5: (503,), 6: (503,)}, parse_fail={7: 9}),
+                   status_script={5: (503,), 6: (503,)}, parse_fail={7: 9, 8: 9, 9: 9}),
         HostConfig(address=banned, pages=6, links_per_page="all", ban_after=3, ban_seconds=None),
     )))
     project = make_project(tmp_path / "proj", {})
@@ -52,7 +52,7 @@ def test_one_snapshot_per_signature_capped_and_shown_by_the_cli(chaos_server: An
         }},
     }
     settings = {"ADDONS": {"scrapy_openclaw.Addon": 100}, "LOG_LEVEL": "INFO", "OPENCLAW_DLQ_URI": str(dead),
-                "OPENCLAW_SNAPSHOT_COUNT": 1, "OPENCLAW_SNAPSHOT_MAX_BYTES": MAX_BYTES, "OPENCLAW_POLICY": policy}
+                "OPENCLAW_SNAPSHOT_COUNT": 2, "OPENCLAW_SNAPSHOT_MAX_BYTES": MAX_BYTES, "OPENCLAW_POLICY": policy}
     result = run_crawl(settings=settings, spider_args={"start_urls": server.start_urls}, timeout=120,
                        out_dir=tmp_path / "crawl")
     assert result.returncode == 0, result.log[-3000:]
@@ -64,12 +64,17 @@ def test_one_snapshot_per_signature_capped_and_shown_by_the_cli(chaos_server: An
     found = snapshots_by_signature(directory)
     assert set(found) >= {
         ("protocol_permanent", "404", "", healthy),
-        ("protocol_retryable", "503", "", healthy),  # two pages, six answers: one snapshot
+        ("protocol_retryable", "503", "", healthy),
         ("parse", "", "ValueError", healthy),
         ("blocked", "200", "", banned),
     }, sorted(found)
-    assert all(len(metas) == 1 for metas in found.values())  # OPENCLAW_SNAPSHOT_COUNT
+    # answers alike but for their Date header are one snapshot (two 503 pages, six answers) ...
+    assert {sig: len(metas) for sig, metas in found.items() if sig[0] != "parse"} == dict.fromkeys(
+        [s for s in found if s[0] != "parse"], 1)
+    # ... and three pages that failed to parse, each its own body, are OPENCLAW_SNAPSHOT_COUNT
+    assert len(found[("parse", "", "ValueError", healthy)]) == 2
     stats = result.stats
+    assert stats["openclaw/snapshots/duplicates"] >= 5
     assert stats["openclaw/snapshots/written"] == sum(len(m) for m in found.values())
     for metas in found.values():
         meta = metas[0]
@@ -102,4 +107,4 @@ def test_one_snapshot_per_signature_capped_and_shown_by_the_cli(chaos_server: An
                       out_dir=tmp_path / "crawl2")
     assert again.returncode == 0
     assert sorted(p.name for p in directory.iterdir()) == before
-    assert len(list(iter_snapshots(directory))) == len(found)
+    assert len(list(iter_snapshots(directory))) == sum(len(m) for m in found.values())

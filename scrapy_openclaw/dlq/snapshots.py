@@ -2,7 +2,8 @@
 
 A dead letter says what failed; a snapshot shows what the server actually
 sent. For each error signature (class, status, exception type, domain) the
-first ``OPENCLAW_SNAPSHOT_COUNT`` distinct answers are kept: headers and the
+first ``OPENCLAW_SNAPSHOT_COUNT`` distinct answers (status, body, error message) are
+kept: headers and the
 first ``OPENCLAW_SNAPSHOT_MAX_BYTES`` of the body, secrets masked. Bodies are
 content-addressed (``bodies/<sha256>``), so the same data is never stored
 twice; files are written from a thread (atomic, 0600) so the reactor never
@@ -161,7 +162,10 @@ class ErrorSnapshots:
         stored = _redact_body(body[: self.max_bytes])
         headers = _redact_headers(response.headers if response is not None else {})
         status = response.status if response is not None else None
-        content = hashlib.sha256(json.dumps([status, headers], sort_keys=True).encode() + b"\0" + stored)
+        message = mask_uri(str(exception))[:2000] if exception is not None else None
+        # what makes two answers the same: status, body and error message (headers such as
+        # Date differ on every answer; the first answer's are kept)
+        content = hashlib.sha256(json.dumps([status, message]).encode() + b"\0" + stored)
         content_hash = content.hexdigest()
         if content_hash in seen:
             self.crawler.stats.inc_value(f"{STATS_PREFIX}/duplicates")
@@ -176,7 +180,7 @@ class ErrorSnapshots:
             "reason": classification.reason,
             "status": status,
             "exception_type": exc_type,
-            "exception_message": mask_uri(str(exception))[:2000] if exception is not None else None,
+            "exception_message": message,
             "domain": domain,
             "url": mask_uri(request.url),
             "method": request.method,
