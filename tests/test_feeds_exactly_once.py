@@ -17,8 +17,11 @@ import json
 import os
 import random
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -110,29 +113,30 @@ def raw_lines(path: Path) -> int:
 def crawl_with_kills(server: Any, cfg: dict[str, Any], out: Path, feed: Path,
                      kills: list[tuple[float, str | None]]) -> tuple[int, Any]:
     """For each ``(pause, moment)``: start, wait for progress in *feed* (or, with a *moment*, for
-    the crawl to be inside it), pause, kill -9. Then run to the end. Returns (kills, final result)."""
+    the crawl to be inside it), pause, kill -9 (moment "sigterm": stop it cleanly instead). Then
+    run to the end. Returns (interruptions, final result)."""
     done = 0
     marker = out / "inside"
     for run, (pause, moment) in enumerate(kills):
         before = raw_lines(feed)
         marker.unlink(missing_ok=True)
         run_cfg = dict(cfg)
-        if moment is not None:
+        if moment not in (None, "sigterm"):
             run_cfg.update(SLOW_MOMENT=moment, SLOW_MOMENT_MARKER=str(marker),
                            EXTENSIONS={**cfg["EXTENSIONS"], "test_feeds_exactly_once.SlowMoment": 20})
         proc = start_crawl(settings=run_cfg, spider_args={"start_urls": server.start_urls}, out_dir=out / f"run{run}")
         try:
-            if moment is not None:
+            if moment not in (None, "sigterm"):
                 assert wait_for(lambda: marker.exists() or proc.poll() is not None, 40)
             else:
                 wait_for(lambda b=before: raw_lines(feed) >= b + 8 or proc.poll() is not None, 40)
             time.sleep(pause)
             if proc.poll() is None:
-                proc.send_signal(signal.SIGKILL)
+                proc.send_signal(signal.SIGTERM if moment == "sigterm" else signal.SIGKILL)
                 done += 1
         finally:
-            proc.wait(10)
-        if moment is not None:
+            proc.wait(30)
+        if moment not in (None, "sigterm"):
             assert marker.exists(), f"run {run} was not killed inside a {moment}"
     proc = start_crawl(settings=cfg, spider_args={"start_urls": server.start_urls}, out_dir=out / "final")
     try:
@@ -155,21 +159,54 @@ def assert_exactly_once(urls: list[str], server: Any, final: Any, kills: int, ex
     assert set(urls) == reachable, f"lost: {sorted(reachable - set(urls))[:5]}"
 
 
-@pytest.mark.parametrize("overwrite", [False, True], ids=["-o", "-O"])
-def test_jsonlines_feed_exactly_once_after_three_kills(chaos_server: Any, tmp_path: Path, overwrite: bool) -> None:
+def runspider(server: Any, flag: str, feed: Path, ckpt: Path, log: Path) -> subprocess.Popen[bytes]:
+    """``scrapy runspider ChaosSpider -o/-O FEED`` with the add-on and a checkpoint: what a user types."""
+    from scrapy_openclaw.testing import spiders
+    from scrapy_openclaw.testing.servers import subprocess_env
+
+    cmd = [sys.executable, "-m", "scrapy", "runspider", spiders.__file__, flag, str(feed),
+           "-a", f"start_urls={','.join(server.start_urls)}",
+           "-s", 'ADDONS={"scrapy_openclaw.Addon": 100}', "-s", f"OPENCLAW_CHECKPOINT_DIR={ckpt}",
+           "-s", "OPENCLAW_CHECKPOINT_FLUSH=0.2", "-s", "OPENCLAW_CHECKPOINT_SNAPSHOT_INTERVAL=0.3",
+           "-s", "CONCURRENT_REQUESTS=4", "-s", "TELNETCONSOLE_ENABLED=False", "-s", f"LOG_FILE={log}"]
+    return subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            env=subprocess_env())
+
+
+@pytest.mark.parametrize("flag", ["-o", "-O"])
+def test_scrapy_runspider_o_and_O_with_the_addon_exactly_once_after_three_kills(
+    chaos_server: Any, tmp_path: Path, flag: str
+) -> None:
     server = chaos_server(site(pages=60))
-    feed = tmp_path / "items.jsonl"
-    if not overwrite:  # -o appends: what an earlier crawl left stays, untouched
-        feed.write_text('{"url": "from an earlier crawl"}\n', encoding="utf-8")
-    cfg = settings(tmp_path / "ckpt", {str(feed): {"format": "jsonlines", "overwrite": overwrite}})
-    rng = random.Random(1800 + overwrite)
-    kills, final = crawl_with_kills(server, cfg, tmp_path, feed, [(rng.uniform(0.0, 0.4), None) for _ in range(3)])
+    feed, ckpt = tmp_path / "items.jsonl", tmp_path / "ckpt"
+    feed.write_text('{"url": "from an earlier crawl"}\n', encoding="utf-8")
+    rng = random.Random(18 + (flag == "-O"))
+    kills = 0
+    for run in range(4):
+        before = raw_lines(feed)
+        proc = runspider(server, flag, feed, ckpt, tmp_path / f"run{run}.log")
+        try:
+            if run == 3:
+                proc.wait(90)
+                break
+            wait_for(lambda b=before: raw_lines(feed) >= b + 8 or proc.poll() is not None, 40)
+            time.sleep(rng.uniform(0.0, 0.4))
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGKILL)
+                kills += 1
+        finally:
+            if run == 3 and proc.poll() is None:
+                proc.kill()
+            proc.wait(10)
+    log = (tmp_path / "run3.log").read_text(encoding="utf-8")
+    assert proc.returncode == 0 and "Resuming crawl" in log and "'finish_reason': 'finished'" in log, log[-3000:]
+    assert "are not durable" not in log and "Scrapy's FeedExporter is enabled" not in log
     urls = [it["url"] for it in jsonl_lines(feed)]
-    if not overwrite:
+    if flag == "-o":  # -o appends: what an earlier crawl left stays
         assert urls[0] == "from an earlier crawl"
         urls = urls[1:]
-    assert_exactly_once(urls, server, final, kills, 3)
-    assert load(tmp_path / "ckpt").finished
+    # -O overwrote it when the crawl started, and never again on a resume
+    assert_exactly_once(urls, server, SimpleNamespace(returncode=0, log=log), kills, 3)
 
 
 # a test extension the crawl process loads: it slows down the moment we want to kill in
@@ -222,8 +259,8 @@ def test_csv_feed_exactly_once_with_kills_during_snapshot_and_journal_fsync(
 
 
 def test_json_xml_and_batched_feeds_resume_and_other_storages_warn_once(chaos_server: Any, tmp_path: Path) -> None:
-    """A JSON array and an XML document are reopened (their header is not written twice, the
-    array continues after a comma); a batched feed continues its numbering; stdout keeps
+    """A JSON array and an XML document are reopened after a clean stop and after kill -9 (their
+    header is not written twice, their end is cut off, the array continues after a comma); a batched feed continues its numbering; stdout keeps
     working, with one warning per run; ``inspect`` shows each feed's offset and items."""
     import xml.etree.ElementTree as ET
 
@@ -238,7 +275,9 @@ def test_json_xml_and_batched_feeds_resume_and_other_storages_warn_once(chaos_se
     }
     ckpt = tmp_path / "ckpt"
     cfg = settings(ckpt, feeds)
-    kills, final = crawl_with_kills(server, cfg, tmp_path, as_json, [(0.3, None), (0.1, None)])
+    # a clean stop first: the JSON "]" and the XML end written at close are cut off on resume
+    kills, final = crawl_with_kills(server, cfg, tmp_path, as_json, [(0.3, "sigterm"), (0.1, None)])
+    assert "finish_reason': 'shutdown'" in read_result(tmp_path / "run0").log
     for run in ("run0", "run1", "final"):
         log = read_result(tmp_path / run).log
         assert log.count("are not durable") == 1 and "stdout: (StdoutFeedStorage" in log, run

@@ -189,6 +189,7 @@ class DurableFeedExporter(FeedExporter):
         super().__init__(crawler)
         self.durable = DurableFeeds.for_crawler(crawler)
         self.durable.exporter = self
+        self.durable._connect()  # when the checkpoint was built first
         self._durable_templates: set[str] = set()
         self._spider: Spider | None = None
 
@@ -350,6 +351,7 @@ class DurableFeeds:
         self._files: list[DurableFile] = []
         self._unrecorded: dict[str, dict[str, Any]] = {}
         self._held: dict[Any, list[Any]] = {}
+        self._connected = False
 
     @classmethod
     def for_crawler(cls, crawler: Crawler) -> DurableFeeds:
@@ -360,7 +362,14 @@ class DurableFeeds:
         self.recovered_feeds = {k[5:]: v for k, v in recovered.items() if k.startswith("feed:")} if resumed else {}
         self._recovered_writers = (
             {k[7:]: v for k, v in recovered.items() if k.startswith("writer:")} if resumed else {})
-        self.crawler.signals.connect(self._item_scraped, signal=signals.item_scraped)
+        if self.exporter is not None:
+            self._connect()
+
+    def _connect(self) -> None:
+        """Hold items only when some output is durable (a crawl without one pays nothing)."""
+        if self.active and not self._connected:
+            self._connected = True
+            self.crawler.signals.connect(self._item_scraped, signal=signals.item_scraped)
 
     # ---------------------------------------------------------- writers
 
@@ -370,6 +379,7 @@ class DurableFeeds:
         state = self._recovered_writers.get(name)
         writer.durable_open(state["marker"] if state else None)
         self._writers[name] = (writer, [state["items"] if state else 0])
+        self._connect()
         if state is None:  # its starting point goes to the journal before any item of ours
             self._unrecorded[f"writer:{name}"] = {"marker": writer.durable_sync(False), "items": 0}
         return True
@@ -380,8 +390,6 @@ class DurableFeeds:
         self._files.append(file)
 
     def _item_scraped(self, item: Any, response: Any = None, spider: Any = None) -> None:
-        if self.exporter is None and not self._writers:
-            return  # no durable output in this crawl (Scrapy's own exporter writes feeds, if any)
         request = response.request if isinstance(response, Response) else getattr(response, "request", None)
         if request is None:
             self._export(item)
