@@ -169,6 +169,7 @@ def test_ban_page_host_is_held_and_items_stay_clean(chaos_server: Any, tmp_path:
     assert stats[f"openclaw/ban/domain/{banned_host}"] == len(bans)
     assert stats["openclaw/ban/reason/blocked_policy"] == len(bans)
     assert stats["openclaw/retry/blocked/count"] == len(bans)
+    assert stats["openclaw/health/failures/blocked_policy"] == len(bans)  # a domain failure of class blocked
     assert stats[f"openclaw/health/final_health/{address(0)}"] == 100
     assert not [d for d in _dead_letters(tmp_path) if d["error_class"] == "blocked"]
 
@@ -176,11 +177,21 @@ def test_ban_page_host_is_held_and_items_stay_clean(chaos_server: Any, tmp_path:
 def test_a_ban_for_good_ends_as_blocked_dead_letters(chaos_server: Any, tmp_path: Path) -> None:
     """A ban that never lifts: the host's pages end as dead letters of class blocked (or
     domain_down once it is given up), never as items; the healthy host is scraped in full."""
+    _ban_for_good(chaos_server, tmp_path, {"give_up_after": 3}, {"blocked", "domain_down"})
+
+
+def test_a_ban_for_good_without_circuit_ends_as_blocked_dead_letters(chaos_server: Any, tmp_path: Path) -> None:
+    """The same with a circuit that never opens: each page is banned twice (retry.blocked
+    max_attempts 2, after the hold), then it is one dead letter of class blocked."""
+    _ban_for_good(chaos_server, tmp_path, {"circuit_failures": 100000, "circuit_floor": 0}, {"blocked"})
+
+
+def _ban_for_good(chaos_server: Any, tmp_path: Path, health: dict[str, Any], classes: set[str]) -> None:
     server = chaos_server(ban_site(pages=12, ban_after=4, ban_seconds=None))
     banned_host = address(1)
     policy = {"domains": {banned_host: {
-        "health": {"ban_markers": [BAN_MARKER], "blocked_hold": 0.5, "give_up_after": 3,
-                   "circuit_cooldown": 0.5, "circuit_cooldown_max": 1.0},
+        "health": {"ban_markers": [BAN_MARKER], "blocked_hold": 0.5,
+                   "circuit_cooldown": 0.5, "circuit_cooldown_max": 1.0, **health},
         "retry": {"blocked": {"max_attempts": 2, "base_delay": 0.2, "max_delay": 0.5}},
     }}}
     result = _crawl(server, tmp_path, OPENCLAW_POLICY=policy)
@@ -190,7 +201,7 @@ def test_a_ban_for_good_ends_as_blocked_dead_letters(chaos_server: Any, tmp_path
     scraped = {i["url"] for i in result.items}
     assert len([i for i in result.items if i["host"] == address(0)]) == 13
     letters = _dead_letters(tmp_path)
-    assert {d["error_class"] for d in letters} <= {"blocked", "domain_down"}
+    assert {d["error_class"] for d in letters} <= classes
     base = server.urls[banned_host].rstrip("/")
     assert {d["url"] for d in letters} == {f"{base}/page/{p}" for p in range(1, 12)} - scraped
     assert len(letters) == len({d["url"] for d in letters})  # one dead letter per URL
@@ -200,3 +211,5 @@ def test_a_ban_for_good_ends_as_blocked_dead_letters(chaos_server: Any, tmp_path
     assert stats["openclaw/ban/blocked"] == truth["hosts"][banned_host]["banned"]
     assert stats.get("openclaw/ban/gave_up", 0) == len(blocked)
     assert stats["finish_reason"] == "finished"
+    if classes == {"blocked"}:
+        assert blocked == letters and stats["openclaw/ban/blocked"] == 2 * len(blocked)  # two ban pages each
