@@ -290,6 +290,7 @@ def test_json_xml_and_batched_feeds_resume_and_other_storages_warn_once(chaos_se
     sizes = [len(jsonl_lines(f)) for f in files]
     assert all(n == 7 for n in sizes[:-1]) and 1 <= sizes[-1] <= 7, sizes
     assert sorted(it["url"] for f in files for it in jsonl_lines(f)) == sorted(urls_json)
+    assert final.stats["feedexport/success_count/FileFeedStorage"] >= 3  # Scrapy's stats keys kept
 
 
 def test_inspect_shows_each_feed(chaos_server: Any, tmp_path: Path) -> None:

@@ -134,11 +134,16 @@ class DurableFile(io.RawIOBase):
         super().close()
 
 
-class DurableFileFeedStorage:
-    """Stands in for Scrapy's ``FileFeedStorage`` in a durable feed (same path and mode)."""
+class DurableFileFeedStorage(FileFeedStorage):
+    """Stands in for Scrapy's ``FileFeedStorage`` in a durable feed (same path and mode).
 
-    def __init__(self, path: str, overwrite: bool, offset: int | None, feeds: DurableFeeds):
-        self.path = Path(path)
+    Its ``__name__`` is Scrapy's class name, so the stats monitors watch keep
+    their keys (``feedexport/success_count/FileFeedStorage``).
+    """
+
+    def __init__(self, path: str, overwrite: bool, offset: int | None, feeds: DurableFeeds):  # noqa: PLW0231
+        self.path = path  # type: ignore[assignment]
+        self.write_mode = "wb" if overwrite else "ab"
         self.overwrite = overwrite
         self.offset = offset
         self.feeds = feeds
@@ -147,7 +152,7 @@ class DurableFileFeedStorage:
     def open(self, spider: Spider) -> DurableFile:
         if self.file is not None:  # opened early by a resume
             return self.file
-        self.file = DurableFile(self.path, self.offset, self.overwrite)
+        self.file = DurableFile(Path(self.path), self.offset, self.overwrite)
         if self.file.missing:
             logger.warning(
                 "Durable feed %(path)s is %(n)d bytes shorter than the checkpoint recorded (changed "
@@ -159,6 +164,9 @@ class DurableFileFeedStorage:
 
     def store(self, file: Any) -> None:
         file.close()
+
+
+DurableFileFeedStorage.__name__ = DurableFileFeedStorage.__qualname__ = FileFeedStorage.__name__
 
 
 def _template_regex(template: str) -> re.Pattern[str]:
