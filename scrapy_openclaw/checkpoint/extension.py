@@ -394,6 +394,7 @@ class CheckpointExtension:
             return None
 
     def _on_popped(self, request: Request) -> None:
+        self.feeds.page_started(request)
         rid = self._by_request.get(request)
         if rid is not None:
             entry = self._live[rid]

@@ -359,6 +359,7 @@ class DurableFeeds:
         self._files: list[DurableFile] = []
         self._unrecorded: dict[str, dict[str, Any]] = {}
         self._held: dict[Any, list[Any]] = {}
+        self._in_flight: set[Any] = set()  # requests the engine slot holds (their items wait for them)
         self._connected = False
 
     @classmethod
@@ -399,12 +400,17 @@ class DurableFeeds:
 
     def _item_scraped(self, item: Any, response: Any = None, spider: Any = None) -> None:
         request = response.request if isinstance(response, Response) else getattr(response, "request", None)
-        if request is None:
+        if request is None or request not in self._in_flight:  # not tied to a page we will see finish
             self._export(item)
         else:
             self._held.setdefault(request, []).append(item)
 
+    def page_started(self, request: Request) -> None:
+        if self._connected:
+            self._in_flight.add(request)
+
     def page_finished(self, request: Request) -> None:
+        self._in_flight.discard(request)
         items = self._held.pop(request, None)
         if items:
             for item in items:
