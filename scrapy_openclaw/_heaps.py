@@ -26,16 +26,24 @@ skipped lazily when they reach a top. Requests without a deadline (the common
 case) sit only in a bucket: a deque per priority, exactly like Scrapy's own
 ``ScrapyPriorityQueue`` + memory queue, so they cost one deque slot each and
 keep Scrapy's LIFO/FIFO order within a priority. Push and pop are O(log n).
+
+Across domains, :class:`DomainIndex` keeps each domain with pending work in
+three heaps by its top request in each index (bucket priority, aging key per
+aging slope, expired deadline) and a round-robin rank. A pop compares the
+tops of those heaps, so it costs O(log domains), not a scan. A change to a
+domain's tops makes a new entry and leaves the old one behind, to be dropped
+when it surfaces (lazy deletion).
 """
 
 from __future__ import annotations
 
 import heapq
+import itertools
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterator
 
     from scrapy import Request
 
@@ -67,6 +75,9 @@ class DomainQueue:
     __slots__ = (
         "_best",
         "aging",
+        "entries",
+        "parked",
+        "rank",
         "boost",
         "buckets",
         "count",
@@ -102,6 +113,11 @@ class DomainQueue:
         self.expired: deque[Timed] = deque()  # boosted, in deadline order
         self.count = 0  # live requests
         self._best: Any = None  # cached best() while only buckets hold requests
+        # the DomainIndex's bookkeeping: its current entry per index (None: not indexed), why
+        # the queue parked the domain (None: not parked), the round-robin rank (lower: sooner)
+        self.entries: list[Any] | None = None
+        self.parked: Any = None
+        self.rank = 0
 
     def __len__(self) -> int:
         return self.count
@@ -223,3 +239,152 @@ class DomainQueue:
                         yield item.request
                 else:
                     yield item
+
+
+#: DomainQueue.entries positions (and the ``where`` of :meth:`DomainQueue.take`).
+_BUCKET, _AGING, _EXPIRED = 0, 1, 2
+_WHERE = ("bucket", "aging", "expired")
+
+
+class DomainIndex:
+    """The domains with pending work, by urgency: the most urgent in O(log domains).
+
+    Urgency is what a scan over :meth:`DomainQueue.best` would compare:
+    ``(score, -busy, -rank)``, busy being the slot's active downloads. Entries
+    are immutable tuples ``(static key..., rank, seq, dq)``, live while
+    ``dq.entries[index] is entry``; the queue re-keys a domain whenever its
+    tops or rank change, so a live entry is always exact. Busy changes with
+    no event the queue sees, so it is not in the key: among the entries that
+    tie on the top score (a subtree at the heap's root), the pick walks them
+    in rank order and stops at the first idle domain. Only domains with
+    active downloads are walked past, so this stays cheap however many
+    domains tie.
+    """
+
+    def __init__(self) -> None:
+        self.buckets: list[tuple[Any, ...]] = []  # (-priority, start, rank, seq, dq)
+        self.aging: dict[float, list[tuple[Any, ...]]] = {}  # slope -> heap of (k, rank, seq, dq)
+        self.expired: list[tuple[Any, ...]] = []  # (deadline, rank, seq, dq)
+        self.size = 0  # domains indexed
+        self._seq = itertools.count()
+
+    def __len__(self) -> int:
+        return self.size
+
+    @staticmethod
+    def _scores(dq: DomainQueue) -> tuple[Any, Any, Any]:
+        """The domain's static key in each index (None: nothing there)."""
+        bucket = dq._bucket_top()
+        aging = dq._aging_top()
+        expired = dq._expired_top()
+        return (
+            bucket[0] if bucket is not None else None,
+            aging[0] if aging is not None else None,
+            expired.deadline if expired is not None else None,
+        )
+
+    def key(self, dq: DomainQueue, *, force: bool = False) -> None:
+        """(Re)index *dq* under its current tops; *force*: also when only its rank changed."""
+        entries = dq.entries
+        if entries is None:
+            entries = dq.entries = [None, None, None]
+            self.size += 1
+            force = True
+        for index, score in enumerate(self._scores(dq)):
+            old = entries[index]
+            if score is None:
+                entries[index] = None
+                continue
+            if not force and old is not None and _static(old, index) == score:
+                continue
+            seq = next(self._seq)
+            if index == _BUCKET:
+                entry: tuple[Any, ...] = (score[0], score[1], dq.rank, seq, dq)
+                heap = self.buckets
+            else:
+                entry = (score, dq.rank, seq, dq)
+                heap = self.aging.setdefault(dq.slope, []) if index == _AGING else self.expired
+            entries[index] = entry
+            heapq.heappush(heap, entry)
+            if len(heap) > 2 * self.size + 64:
+                _compact(heap, index)
+
+    def unkey(self, dq: DomainQueue) -> None:
+        """Take *dq* out (its entries die where they lie)."""
+        if dq.entries is not None:
+            dq.entries = None
+            self.size -= 1
+
+    def _heaps(self) -> Iterator[tuple[int, list[tuple[Any, ...]]]]:
+        yield _EXPIRED, self.expired
+        yield _BUCKET, self.buckets
+        for heap in self.aging.values():
+            yield _AGING, heap
+
+    def pick(self, now: float, busy_of: Callable[[str], int]) -> tuple[DomainQueue, str] | None:
+        """The most urgent indexed domain and where its top request sits."""
+        best: tuple[Any, ...] | None = None
+        for index, heap in self._heaps():
+            while heap and not _live(heap[0], index):
+                heapq.heappop(heap)
+            if not heap:
+                continue
+            top = heap[0]
+            if index == _BUCKET:
+                score: tuple[Any, ...] = (TIER_NORMAL, float(-top[0]), -top[1])
+            elif index == _AGING:
+                dq = top[-1]
+                score = (TIER_NORMAL, dq.boost + (now - top[0]) * dq.slope, 0)
+            else:
+                score = (TIER_EXPIRED, -top[0], 0)
+            if best is None or score > best[0]:  # (a tie: the bucket, as DomainQueue.best)
+                best = (score, index, heap)
+        if best is None:
+            return None
+        _, index, heap = best
+        return _least_busy(heap, index, busy_of), _WHERE[index]
+
+    def entries_total(self) -> int:
+        """Heap entries held, live or stale (for memory reporting)."""
+        return len(self.buckets) + len(self.expired) + sum(len(h) for h in self.aging.values())
+
+
+def _live(entry: tuple[Any, ...], index: int) -> bool:
+    entries = entry[-1].entries
+    return entries is not None and entries[index] is entry
+
+
+def _static(entry: tuple[Any, ...], index: int) -> Any:
+    """The static key an entry was made for (entries end in ``rank, seq, dq``)."""
+    return entry[0:2] if index == _BUCKET else entry[0]
+
+
+def _least_busy(heap: list[tuple[Any, ...]], index: int, busy_of: Callable[[str], int]) -> DomainQueue:
+    """Among the live entries tying with the root's static key: the fewest active downloads,
+    then the lowest rank. Best-first over the root's subtree of ties, in rank order, so the
+    first idle domain ends the walk."""
+    static = _static(heap[0], index)
+    frontier = [(heap[0][-3], 0)]
+    best: tuple[int, int, DomainQueue] | None = None
+    size = len(heap)
+    while frontier:
+        rank, i = heapq.heappop(frontier)
+        entry = heap[i]
+        if _live(entry, index):
+            dq = entry[-1]
+            busy = busy_of(dq.domain)
+            if best is None or (busy, rank) < best[:2]:
+                best = (busy, rank, dq)
+            if busy == 0:
+                break
+        for child in (2 * i + 1, 2 * i + 2):
+            if child < size and _static(heap[child], index) == static:
+                heapq.heappush(frontier, (heap[child][-3], child))
+    assert best is not None  # the root is live
+    return best[2]
+
+
+def _compact(heap: list[tuple[Any, ...]], index: int) -> None:
+    """Drop the stale entries of *heap* (in place): they never outnumber the live ones for long."""
+    heap[:] = [e for e in heap if _live(e, index)]
+    heapq.heapify(heap)

@@ -22,9 +22,14 @@ for disk. What it adds:
   only domains that can send now (fewer active downloads than the domain's
   concurrency; with the HealthRegistry, also ``ready_at <= now`` and a token
   from ``try_acquire``) and takes the best effective priority among them
-  (ties: the fewest active downloads, then round-robin). A held or throttled
-  domain never blocks the others; when no domain can send, pop returns None
-  and the timer is armed for the earliest ``ready_at``.
+  (ties: the fewest active downloads, then round-robin: the domain served or
+  first queued longest ago). A held or throttled domain never blocks the
+  others; when no domain can send, pop returns None and the timer is armed
+  for the earliest ``ready_at``. The pick is O(log domains): domains sit in
+  a :class:`~scrapy_openclaw._heaps.DomainIndex`; one found not ready is
+  parked, until its ``ready_at`` (a heap) or, with a full slot, until a
+  download leaves it; an operator override or a health restore
+  (``HealthRegistry.readiness_epoch``) wakes every parked domain.
 * **JOBDIR.** With a non-empty ``key`` the queue is the disk queue: ``push``
   raises ``ValueError`` for a request that cannot be stored as data (as
   Scrapy's disk queues do, so the scheduler keeps it in memory), and
@@ -49,7 +54,7 @@ from scrapy.utils.conf import build_component_list
 from scrapy_openclaw import _queuefile
 from scrapy_openclaw import meta as M
 from scrapy_openclaw import signals as openclaw_signals
-from scrapy_openclaw._heaps import DomainQueue, Timed
+from scrapy_openclaw._heaps import DomainIndex, DomainQueue, Timed
 from scrapy_openclaw.deadletter import for_request
 from scrapy_openclaw.delay import not_before, request_class, wake_engine
 from scrapy_openclaw.policy import PolicySet
@@ -72,6 +77,8 @@ HEALTH_MIDDLEWARE = "scrapy_openclaw.health.DomainHealthMiddleware"
 _RETRY_POLL = 0.05
 #: A timer never fires sooner than this after being armed (no busy loops).
 _MIN_TIMER = 0.005
+#: DomainQueue.parked for a domain whose download slot is full (waiting for a download to leave).
+_FULL = "full"
 
 
 def _is_lifo(queue_cls: type | None, default: bool) -> bool:
@@ -150,7 +157,10 @@ class DeadlinePriorityQueue:
         self._seq = itertools.count()
         self._rr = itertools.count(1)
         self._domains: dict[str, DomainQueue] = {}
-        self._served: dict[str, int] = {}  # domain -> when it was last served (round-robin)
+        self._index = DomainIndex()  # domains that may send, by urgency
+        self._waiting: list[tuple[float, int, DomainQueue]] = []  # parked until ready_at
+        self._full: dict[str, DomainQueue] = {}  # parked while their slot is full
+        self._epoch = self._readiness_epoch()
         self._expiry: list[tuple[float, int, Timed]] = []  # every deadline entry, by deadline
         self._delayed: list[tuple[float, int, Request]] = []  # not-before heap
         self._count = 0  # requests in self._domains (delayed ones not included)
@@ -207,8 +217,8 @@ class DeadlinePriorityQueue:
             return None
         dq, where = choice
         request = dq.take(where)
+        dq.rank = next(self._rr)
         self._after_take(dq)
-        self._served[dq.domain] = next(self._rr)
         self.stats.inc_value("openclaw/queue/popped")
         return request
 
@@ -224,6 +234,7 @@ class DeadlinePriorityQueue:
         """Stop the timer; in disk mode persist everything pending and return its state."""
         self._closed = True
         self._cancel_timer()
+
         queues = shared(self.crawler, "queues", list)
         if self in queues:
             queues.remove(self)
@@ -304,6 +315,7 @@ class DeadlinePriorityQueue:
                 lifo=self._lifo,
                 start_lifo=self._start_lifo,
             )
+            dq.rank = next(self._rr)
         start = self._start_queue_cls is not None and bool(request.meta.get("is_start_request"))
         deadline = self._deadline(request)
         if deadline is None:
@@ -314,6 +326,7 @@ class DeadlinePriorityQueue:
             dq.push(request, start=start, timed=entry)
             heapq.heappush(self._expiry, (deadline, seq, entry))
         self._count += 1
+        self._rekey(dq)
 
     # --- pop helpers ----------------------------------------------------------
 
@@ -321,6 +334,60 @@ class DeadlinePriorityQueue:
         self._count -= 1
         if dq.count <= 0 and self._domains.get(dq.domain) is dq:
             del self._domains[dq.domain]
+            self._index.unkey(dq)
+            self._full.pop(dq.domain, None)
+            dq.parked = None  # (a waiting-heap entry of it dies where it lies)
+        else:
+            self._rekey(dq, force=True)
+
+    def _busy(self, domain: str) -> int:
+        downloader = self._downloader()
+        slot = downloader.slots.get(domain) if downloader is not None else None
+        return len(slot.active) if slot is not None else 0
+
+    def _rekey(self, dq: DomainQueue, *, force: bool = False) -> None:
+        """Index *dq* under its current top requests (a parked domain is indexed when it wakes)."""
+        if dq.parked is None and dq.count > 0:
+            self._index.key(dq, force=force)
+
+    def _park(self, dq: DomainQueue, at: float) -> None:
+        """Keep a domain that cannot send out of the index until *at* (inf: until its slot frees)."""
+        self._index.unkey(dq)
+        if at == math.inf:
+            dq.parked = _FULL
+            self._full[dq.domain] = dq
+        else:
+            dq.parked = (at, next(self._seq), dq)
+            heapq.heappush(self._waiting, dq.parked)
+
+    def _unpark(self, dq: DomainQueue) -> None:
+        dq.parked = None
+        self._rekey(dq)
+
+    def _wake(self, now: float) -> None:
+        """Index again the parked domains that may be ready now (see the module docstring)."""
+        epoch = self._readiness_epoch()
+        if epoch != self._epoch:  # readiness may have come sooner than any domain said: wake them all
+            self._epoch = epoch
+            waiting, self._waiting = self._waiting, []
+            for entry in waiting:
+                if entry[2].parked is entry:
+                    self._unpark(entry[2])
+        while self._waiting and self._waiting[0][0] <= now:
+            entry = heapq.heappop(self._waiting)
+            if entry[2].parked is entry:
+                self._unpark(entry[2])
+        if self._full:  # (at most one per active download) a download left, or the slot grew
+            downloader = self._downloader()
+            slots = downloader.slots if downloader is not None else {}
+            for name, dq in list(self._full.items()):
+                slot = slots.get(name)
+                if slot is None or len(slot.active) < slot.concurrency:
+                    del self._full[name]
+                    self._unpark(dq)
+
+    def _readiness_epoch(self) -> int:
+        return getattr(self.registry, "readiness_epoch", 0) if self.registry is not None else 0
 
     def _release_due(self, now: float) -> None:
         """Move delayed requests whose time has come into their domain queues."""
@@ -347,6 +414,7 @@ class DeadlinePriorityQueue:
                 self._dead_letter(entry.request)
             else:
                 dq.boost_expired(entry)
+                self._rekey(dq)
                 self.stats.inc_value("openclaw/queue/expired/boosted")
 
     def _dead_letter(self, request: Request) -> None:
@@ -378,35 +446,26 @@ class DeadlinePriorityQueue:
         self._sweep_expired(now)
         if not self._domains:
             return None
-        downloader = self._downloader()
-        slots = downloader.slots if downloader is not None else {}
-        scored = []
-        for name, dq in self._domains.items():
-            best = dq.best(now)
-            if best is not None:
-                slot = slots.get(name)
-                busy = len(slot.active) if slot is not None else 0
-                scored.append((best[0], -busy, -self._served.get(name, 0), best[1], dq))
-        if not scored:
-            return None
-        first = max(scored, key=lambda s: s[:3])
-        wake_at = math.inf
-        ok, at = self._ready(first[4].domain, now, acquire)
-        if ok:
-            return first[4], first[3]
-        wake_at = min(wake_at, at)
-        scored.sort(key=lambda s: s[:3], reverse=True)
-        for candidate in scored[1:]:
-            ok, at = self._ready(candidate[4].domain, now, acquire)
+        self._wake(now)
+        skipped = False
+        while True:
+            picked = self._index.pick(now, self._busy)
+            if picked is None:
+                break
+            dq, where = picked
+            ok, at = self._ready(dq.domain, now, acquire)
             if ok:
-                if acquire:
+                if skipped and acquire:
                     self.stats.inc_value("openclaw/queue/skipped_not_ready")
-                return candidate[4], candidate[3]
-            wake_at = min(wake_at, at)
+                return dq, where
+            skipped = True
+            self._park(dq, at)
         if acquire:
             self.stats.inc_value("openclaw/queue/none_ready")
-            if wake_at < math.inf:
-                self._arm(max(wake_at, now + _MIN_TIMER))
+            while self._waiting and self._waiting[0][2].parked is not self._waiting[0]:
+                heapq.heappop(self._waiting)
+            if self._waiting:
+                self._arm(max(self._waiting[0][0], now + _MIN_TIMER))
         return None
 
     def _ready(self, domain: str, now: float, acquire: bool) -> tuple[bool, float]:

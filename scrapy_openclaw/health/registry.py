@@ -206,6 +206,9 @@ class HealthRegistry:
         self._domains: dict[str, _Domain] = {}
         self._uniform = uniform or random.uniform  # the cool-down jitter's random source (tests pin it)
         self._given_up: set[str] = set()  # domains past give_up_after: given up for good
+        #: bumped when a domain may be ready sooner than ``ready_at`` said (an operator override,
+        #: a restore): the queue then looks again at the domains it parked
+        self.readiness_epoch = 0
         #: a domain's concurrency when neither its policy nor its slot says otherwise
         self.default_concurrency = max(1, int(default_concurrency))
         #: the rate DOWNLOAD_DELAY allows: what state() reports at most (Scrapy's slot paces it)
@@ -360,6 +363,7 @@ class HealthRegistry:
             if name not in ("ctl_hold", "ctl_rate", "ctl_concurrency", "ctl_down"):
                 raise ValueError(f"unknown override {name!r}")
             setattr(d, name, int(value) if name in ("ctl_concurrency", "ctl_down") else float(value))
+        self.readiness_epoch += 1
         if changes.get("ctl_down", 1) == 0:
             self._given_up.discard(domain)
             if d.down_since:
@@ -491,6 +495,7 @@ class HealthRegistry:
         for name, fields in domains.items():
             restored[name] = self._restore_domain(name, fields)
         self._domains = restored
+        self.readiness_epoch += 1
 
     def _restore_domain(self, name: Any, fields: Any) -> _Domain:
         where = f"health snapshot: domain {name!r}"
