@@ -339,3 +339,26 @@ def test_recorded_feed_states_are_validated_as_untrusted_data() -> None:
     apply_payloads(state, ['D {"d":[1],"s":["ab"],"o":' + json.dumps(good) + "}", "D [1]", 'D {"d":"x"}'])
     assert list(state.requests) == [2] and state.fingerprints == {b"\xab"} and state.outputs == good
     assert len(state.warnings) == 2  # the two malformed records, named, not fatal
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+def test_a_failed_feed_write_keeps_the_unwritten_bytes_and_offsets_only_advance_per_item(tmp_path: Path) -> None:
+    from scrapy_openclaw.checkpoint.feeds import DurableFile
+
+    full = DurableFile(Path("/dev/full"), None, overwrite=False)  # every write: ENOSPC
+    full.write(b'{"a": 1}\n')
+    full.mark_item()
+    with pytest.raises(OSError):
+        full.sync(fsync=False)
+    assert bytes(full._buffer) == b'{"a": 1}\n'  # kept for the next commit, nothing doubled
+    full._buffer.clear()
+    full.close()
+    feed = tmp_path / "f.json"
+    feed.write_bytes(b'[{"a": 1},\n{"b": 2}]')  # a trailer from a clean close
+    f = DurableFile(feed, 10, overwrite=True)  # resume: cut back to the offset, never overwrite
+    f.write(b'\n{"c": 3}')
+    assert f.items_end == 10  # the item is not complete until marked
+    f.mark_item()
+    f.write(b"]")  # a trailer: beyond the resume point
+    f.close()
+    assert feed.read_bytes() == b'[{"a": 1},\n{"c": 3}]' and f.items_end == 19
