@@ -571,6 +571,35 @@ def test_a_503_window_is_the_domains_trouble_and_opens_the_circuit() -> None:
     assert reg.judge(D, HTTP_503, failed_before=T0 + 1, now=T0 + 5) == "domain"
 
 
+def test_retries_of_broken_pages_after_one_domain_signal_do_not_keep_its_circuit_opening() -> None:
+    """The crawl's tail: only broken pages' retries are left when one real domain signal comes.
+
+    Each retry that failed before the signal is judged the domain's (it gets the domain's
+    retry schedule) but is no new evidence: it neither renews the trouble nor costs health,
+    so the circuit stays closed and the next round of retries is the pages' again.
+    """
+    reg = registry(circuit_jitter=0)
+    now, broken = T0, []
+    for i in range(200):  # every 5th page broken for good, among successes
+        now += 0.01
+        if i % 5 == 4:
+            reg.record_failure(D, HTTP_503, now=now)
+            broken.append(now)
+        else:
+            reg.record_success(D, 0.01, now=now)
+    reg.record_failure(D, TIMEOUT, now=now + 0.01)  # one real domain signal
+    health = reg.state(D, now + 0.01).health
+    now += 0.5
+    for failed in broken:  # all forty retries fail (nothing else left to fetch)
+        now += 0.001
+        assert reg.judge(D, HTTP_503, failed_before=failed, now=now) == "domain"
+        reg.record_failure(D, HTTP_503, now=now, failed_before=failed)
+    state = reg.state(D, now)
+    assert (state.circuit, state.consecutive_failures) == ("closed", 1)
+    assert state.health >= health  # (recovering with time, not paying per retry)
+    assert reg.judge(D, HTTP_503, failed_before=now, now=now + 1) == "page"  # their next retry
+
+
 def test_429_retry_after_and_connection_failures_are_always_domain_signals() -> None:
     reg = registry()
     for i in range(50):

@@ -39,7 +39,7 @@ from scrapy.utils.misc import build_from_crawler
 from scrapy_openclaw.distributed import lua
 from scrapy_openclaw.distributed.link import RedisLink
 from scrapy_openclaw.health import registry as local
-from scrapy_openclaw.health.registry import DOMAIN, HealthRegistry, _penalty, _verdict, scrapy_limits
+from scrapy_openclaw.health.registry import HealthRegistry, _accounted, _penalty, scrapy_limits
 from scrapy_openclaw.policy import PolicySet
 from scrapy_openclaw.runtime import shared
 
@@ -145,7 +145,6 @@ class RedisHealthRegistry(HealthRegistry):
                 k_probe_lost_after=local._PROBE_LOST_AFTER,
                 k_max_doublings=local._MAX_DOUBLINGS,
                 k_retry_poll=_retry_poll(),
-                k_key_ttl=self.idle_ttl,  # the hash's TTL, refreshed by every script that saves it
             )
             cached = self._policy_json[domain] = json.dumps(data, sort_keys=True)
         return cached
@@ -214,8 +213,7 @@ class RedisHealthRegistry(HealthRegistry):
         Redis applies it (see the H_RECORD script)."""
         now = time.time() if now is None else now
         cached, policy = self._get(domain, now)
-        verdict, in_share = _verdict(cached, classification, retry_after, failed_before)
-        domain_signal = verdict == DOMAIN
+        domain_signal, in_share = _accounted(cached, classification, retry_after, failed_before)
         penalty, congestion = _penalty(classification, policy) if domain_signal else (0.0, False)
         res = self._run(self._record, domain, [
             now, self.policy_json(domain), 0, "", int(domain_signal), penalty,
