@@ -43,6 +43,7 @@ import heapq
 import itertools
 import logging
 import math
+import sys
 import time
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
@@ -77,6 +78,9 @@ HEALTH_MIDDLEWARE = "scrapy_openclaw.health.DomainHealthMiddleware"
 _RETRY_POLL = 0.05
 #: A timer never fires sooner than this after being armed (no busy loops).
 _MIN_TIMER = 0.005
+#: Seconds between two sweeps for idle domains in the health registry (as Scrapy's downloader
+#: collects idle slots every 60 s).
+_EVICT_EVERY = 60.0
 #: DomainQueue.parked for a domain whose download slot is full (waiting for a download to leave).
 _FULL = "full"
 
@@ -161,6 +165,7 @@ class DeadlinePriorityQueue:
         self._waiting: list[tuple[float, int, DomainQueue]] = []  # parked until ready_at
         self._full: dict[str, DomainQueue] = {}  # parked while their slot is full
         self._epoch = self._readiness_epoch()
+        self._next_sweep = 0.0
         self._expiry: list[tuple[float, int, Timed]] = []  # every deadline entry, by deadline
         self._delayed: list[tuple[float, int, Request]] = []  # not-before heap
         self._count = 0  # requests in self._domains (delayed ones not included)
@@ -238,6 +243,7 @@ class DeadlinePriorityQueue:
         queues = shared(self.crawler, "queues", list)
         if self in queues:
             queues.remove(self)
+        self._report_memory()
         if not self.key:
             return {}
         return self._persist()
@@ -386,6 +392,57 @@ class DeadlinePriorityQueue:
                     del self._full[name]
                     self._unpark(dq)
 
+    def _sweep_idle(self, now: float) -> None:
+        """Let the health registry forget idle domains: all but those pending in any of the
+        crawl's queues or downloading now (see ``HealthRegistry.evict_idle``)."""
+        self._next_sweep = now + _EVICT_EVERY
+        registry = self.registry
+        if registry is None or not registry.idle_ttl:
+            return
+        keep: set[str] = set()
+        for queue in shared(self.crawler, "queues", list):
+            keep.update(queue._domains)
+            keep.update(queue._domain_of(r) for _, _, r in queue._delayed)
+        downloader = self._downloader()
+        if downloader is not None:
+            keep.update(name for name, slot in downloader.slots.items() if slot.active)
+        evicted = registry.evict_idle(now, keep)
+        if evicted:
+            self.stats.inc_value("openclaw/health/evicted", len(evicted))
+        self._report_memory()
+
+    def _report_memory(self) -> None:
+        """Known domains and estimated bytes per domain (registry) and per pending request (the
+        queue's own structures, not the requests) as stats."""
+        stats = self.stats
+        stats.set_value("openclaw/queue/domains", len(self._domains))
+        stats.set_value("openclaw/queue/bytes_per_request", round(self.overhead_bytes() / max(1, self._count), 1))
+        if self.registry is not None:
+            stats.set_value("openclaw/health/domains", len(self.registry.domains()))
+            stats.set_value("openclaw/health/bytes_per_domain", round(self.registry.bytes_per_domain(), 1))
+
+    def overhead_bytes(self, sample: int = 50) -> float:
+        """An estimate (``sys.getsizeof``) of the queue's own structures: per-domain queues from a
+        sample, the cross-domain index and the per-request slots in them."""
+        if not self._domains:
+            return 0.0
+        per_domain, n = 0, 0
+        for dq in itertools.islice(self._domains.values(), sample):
+            n += 1
+            per_domain += sys.getsizeof(dq) + sys.getsizeof(dq.buckets) + sys.getsizeof(dq.prios)
+            per_domain += sum(sys.getsizeof(b) for b in dq.buckets.values()) + sys.getsizeof(dq.aging)
+            per_domain += sys.getsizeof(dq.entries) if dq.entries is not None else 0
+        entry_bytes = 0
+        if self._index.buckets:
+            entry_bytes = sys.getsizeof(self._index.buckets[0]) + 8  # a tuple and its heap slot
+        entries = self._index.entries_total() * entry_bytes
+        timed = 0
+        if self._expiry:  # a deadline request: its Timed, the expiry and aging tuples, their floats
+            deadline, _, entry = self._expiry[0]
+            timed = len(self._expiry) * (sys.getsizeof(entry) + 2 * (sys.getsizeof(self._expiry[0]) + 8)
+                                         + 2 * sys.getsizeof(deadline))
+        return per_domain / n * len(self._domains) + entries + timed
+
     def _readiness_epoch(self) -> int:
         return getattr(self.registry, "readiness_epoch", 0) if self.registry is not None else 0
 
@@ -447,6 +504,8 @@ class DeadlinePriorityQueue:
         if not self._domains:
             return None
         self._wake(now)
+        if now >= self._next_sweep:
+            self._sweep_idle(now)
         skipped = False
         while True:
             picked = self._index.pick(now, self._busy)

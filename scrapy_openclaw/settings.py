@@ -42,6 +42,10 @@ DEFAULTS: dict[str, Any] = {
     # cap (seconds) on a robots.txt Crawl-delay the health middleware honours (with
     # ROBOTSTXT_OBEY, Scrapy >= 2.18); 0: ignore Crawl-delay
     "OPENCLAW_CRAWL_DELAY_MAX": 30.0,
+    # seconds a domain with nothing pending or in flight keeps its health state (locally and
+    # the TTL of its Redis hash); holds, open circuits, give-ups, operator overrides and a
+    # Crawl-delay are kept regardless; 0: never forget a domain
+    "OPENCLAW_HEALTH_IDLE_TTL": 1800.0,
     "OPENCLAW_BAN_ENABLED": True,  # False: no BanDetectionMiddleware (ban pages reach callbacks)
     # --- retry (ClassifiedRetryMiddleware, ParseRetryMiddleware) ---
     "OPENCLAW_RETRY_ENABLED": True,  # Scrapy's RETRY_ENABLED=False also disables it
@@ -113,6 +117,7 @@ _RANGES: dict[str, tuple[float, float]] = {
     "OPENCLAW_CHECKPOINT_SNAPSHOT_RECORDS": (0, 10**12),
     "OPENCLAW_QUEUE_AGING_BOOST": (0.001, 1e9),
     "OPENCLAW_CRAWL_DELAY_MAX": (0.0, 86400.0),
+    "OPENCLAW_HEALTH_IDLE_TTL": (0.0, 10**9),
     "OPENCLAW_DLQ_ALERT_COUNT": (0, 10**12),
     "OPENCLAW_DLQ_ALERT_RATIO": (0.0, 1.0),
     "OPENCLAW_DLQ_ALERT_MIN_REQUESTS": (0, 10**12),

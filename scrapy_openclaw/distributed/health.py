@@ -145,6 +145,7 @@ class RedisHealthRegistry(HealthRegistry):
                 k_probe_lost_after=local._PROBE_LOST_AFTER,
                 k_max_doublings=local._MAX_DOUBLINGS,
                 k_retry_poll=_retry_poll(),
+                k_key_ttl=self.idle_ttl,  # the hash's TTL, refreshed by every script that saves it
             )
             cached = self._policy_json[domain] = json.dumps(data, sort_keys=True)
         return cached

@@ -79,6 +79,7 @@ local HF = {'health', 'rate', 'tokens', 'threshold', 'updated', 'last_decrease',
   'answered_at', 'last_success', 'share_fast', 'share_slow', 'win_start', 'win_ok', 'delivered',
   'crawl_delay', 'troubled_at', 'cuts', 'born', 'blocked_seconds',
   'ctl_hold', 'ctl_rate', 'ctl_concurrency', 'ctl_down'}
+local h_ttl = 0  -- seconds an idle domain's hash lives (policy k_key_ttl; 0: for ever), set by h_load
 
 local function f17(x)
   if x == nil then return '' end
@@ -105,6 +106,7 @@ local function h_load(hkey, now, pjson)
   if pj == nil or pj == '' then pj = raw[1] end
   if not pj then return nil end
   local p = cjson.decode(pj)
+  h_ttl = tonumber(p.k_key_ttl) or 0
   local d = {}
   if not raw[2] then
     d.health, d.rate, d.threshold = 100, p.initial_rate, nil
@@ -156,6 +158,15 @@ local function h_save(hkey, d, pjson)
   end
   redis.call('HSET', hkey, unpack(flat))
   if pjson ~= nil and pjson ~= '' then redis.call('HSET', hkey, 'policy', pjson) end
+  if h_ttl > 0 then  -- HealthRegistry.evict_idle: what outlives idleness never expires
+    if d.circuit ~= 'closed' or d.ctl_down ~= 0 or d.ctl_rate > 0 or d.ctl_concurrency > 0 or d.crawl_delay > 0 then
+      redis.call('PERSIST', hkey)
+    else
+      -- relative to the record's own clock (its times are the workers'), past any hold
+      local held = math.max(0, d.hold_until - d.updated, d.ctl_hold - d.updated)
+      redis.call('PEXPIRE', hkey, math.floor((held + h_ttl) * 1000))
+    end
+  end
   return flat
 end
 

@@ -31,6 +31,12 @@ domain keeps its pace. The README's health section is the manual; here:
 - **Give up**: a domain whose circuit has not closed for ``give_up_after``
   seconds (``unreachable_give_up`` if it never answered at all) is given up
   for the crawl: its requests become dead letters.
+- **Forget** (:meth:`HealthRegistry.evict_idle`): a domain with nothing
+  pending or in flight and nothing heard for ``OPENCLAW_HEALTH_IDLE_TTL`` is
+  dropped (and so left out of checkpoints), unless it is held, its circuit is
+  not closed, it is given up, under an operator override or has a Crawl-delay.
+  A learned limit is not kept past that: after that long quiet it is stale,
+  and a returning domain re-learns it from slow start.
 
 All times are UNIX seconds, so a snapshot stays meaningful in another process.
 """
@@ -39,9 +45,10 @@ from __future__ import annotations
 
 import math
 import random
+import sys
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Container
 
 from scrapy.utils.misc import build_from_crawler
 
@@ -201,6 +208,7 @@ class HealthRegistry:
         uniform: Callable[[float, float], float] | None = None,
         default_concurrency: int = 8,
         reported_rate_cap: float = math.inf,
+        idle_ttl: float = 0.0,
     ):
         self._policies = policies or PolicySet({}, [])
         self._domains: dict[str, _Domain] = {}
@@ -209,6 +217,9 @@ class HealthRegistry:
         #: bumped when a domain may be ready sooner than ``ready_at`` said (an operator override,
         #: a restore): the queue then looks again at the domains it parked
         self.readiness_epoch = 0
+        #: seconds an unused domain's state is kept (OPENCLAW_HEALTH_IDLE_TTL; 0: for ever)
+        self.idle_ttl = max(0.0, float(idle_ttl))
+        self.evicted = 0  # domains forgotten so far
         #: a domain's concurrency when neither its policy nor its slot says otherwise
         self.default_concurrency = max(1, int(default_concurrency))
         #: the rate DOWNLOAD_DELAY allows: what state() reports at most (Scrapy's slot paces it)
@@ -468,6 +479,43 @@ class HealthRegistry:
             return OPEN
         return None
 
+    # --- forgetting -----------------------------------------------------------
+
+    def evict_idle(self, now: float | None = None, keep: Container[str] = ()) -> list[str]:
+        """Forget the idle domains whose state need not outlive idleness; their names.
+
+        Idle: not in *keep* (the caller's domains with requests pending or in
+        flight) and nothing heard from it (an answer, a failure, first sight)
+        for ``idle_ttl`` seconds. Never forgotten: a hold or an open or
+        half-open circuit (until it ends), a give-up, an operator override, a
+        Crawl-delay (robots.txt is read once per crawl). A forgotten domain
+        that comes back starts fresh.
+        """
+        if self.idle_ttl <= 0:
+            return []
+        now = time.time() if now is None else now
+        cutoff = now - self.idle_ttl
+        gone = [
+            name for name, d in self._domains.items()
+            if max(d.born, d.answered_at, d.troubled_at) < cutoff and name not in keep
+            and not self._outlives_idleness(name, d, now)
+        ]
+        for name in gone:
+            del self._domains[name]
+        self.evicted += len(gone)
+        return gone
+
+    def _outlives_idleness(self, name: str, d: _Domain, now: float) -> bool:
+        return bool(
+            d.circuit != CLOSED or d.hold_until > now or d.ctl_hold > now or d.ctl_down or d.ctl_rate > 0
+            or d.ctl_concurrency > 0 or d.crawl_delay > 0 or name in self._given_up
+        )
+
+    def bytes_per_domain(self, sample: int = 50) -> float:
+        """An estimate (``sys.getsizeof`` of a few records, their fields and dict entries) of the
+        memory one known domain costs here; 0.0 with none known."""
+        return _sampled_bytes(self._domains, sample)
+
     # --- persistence ----------------------------------------------------------
 
     def snapshot(self) -> dict[str, Any]:
@@ -656,7 +704,28 @@ def scrapy_limits(settings: Any) -> dict[str, Any]:
     return {
         "default_concurrency": per_ip or settings.getint("CONCURRENT_REQUESTS_PER_DOMAIN"),
         "reported_rate_cap": 1.0 / delay if delay > 0 else math.inf,
+        "idle_ttl": settings.getfloat("OPENCLAW_HEALTH_IDLE_TTL", DEFAULTS["OPENCLAW_HEALTH_IDLE_TTL"]),
     }
+
+
+def _sampled_bytes(mapping: dict[str, Any], sample: int) -> float:
+    """Mean ``sys.getsizeof`` of a few values (an object with ``__slots__``, its field values
+    not shared small ints) plus their key and dict slot."""
+    if not mapping:
+        return 0.0
+    total = 0
+    for n, (key, value) in enumerate(mapping.items()):
+        if n >= sample:
+            break
+        total += sys.getsizeof(key) + sys.getsizeof(value) + _DICT_SLOT
+        for field in getattr(type(value), "__slots__", ()):
+            item = getattr(value, field, None)
+            if not (item is None or isinstance(item, bool) or (isinstance(item, int) and -5 <= item <= 256)):
+                total += sys.getsizeof(item)
+    return total / min(sample, len(mapping))
+
+
+_DICT_SLOT = 40  # bytes a dict spends per entry (hash, key, value pointers + index, at 2/3 load)
 
 
 def _verdict(
