@@ -112,6 +112,36 @@ SPECS: dict[str, list[Spec]] = {
         # near zero for Scrapy's own queue: a ratio to it means nothing
         M("overhead_bytes_per_request", "queue overhead bytes/request", "lower", ratio=False),
     ], [Headline("total_bytes_per_request", "deadline", "<= 1.10 x", at_most(1.10, on="ratio"))])],
+    "broad": [
+        Spec("broad: pop cost (microseconds) at 1,000 / 10,000 / 100,000 domains x 10 pages (quick 2)", [
+            M("pop_us_1000", "pop us, 1k domains", "lower"), M("pop_us_10000", "pop us, 10k", "lower"),
+            M("pop_us_100000", "pop us, 100k", "lower"),
+            M("pop_growth", "pop us 100k / 1k", "lower", ratio=False),
+            M("push_us_100000", "push us, 100k", "lower"),
+        ], [Headline("pop_growth", "deadline", "<= 1.5 (flat)", at_most(1.5))], key="pop"),
+        Spec("broad: memory traced, 20,000 domains x 10 pages (quick 3,000)", [
+            M("bytes_per_request", "bytes per pending request", "lower"),
+            M("queue_bytes_per_domain", "queue bytes per domain", "lower"),
+            M("reported_queue_bytes_per_domain", "estimate in stats", ratio=False),
+        ], [Headline("bytes_per_request", "deadline", "<= 1.10 x DownloaderAware",
+                     at_most(1.10, on="ratio"))], key="memory"),
+        Spec("broad: health registry, 100,000 domains (quick 20,000), 1 in 100 held, then all idle", [
+            M("bytes_per_domain", "bytes per domain", ratio=False),
+            M("reported_bytes_per_domain", "estimate in stats", ratio=False),
+            M("snapshot_bytes_per_domain", "snapshot bytes per domain", ratio=False),
+            M("snapshot_mb", "snapshot MB", ratio=False), M("kept", "kept after eviction", ratio=False),
+            M("mb_before_eviction", "MB before", ratio=False), M("mb_after_eviction", "MB after", ratio=False),
+            M("snapshot_mb_after_eviction", "snapshot MB after", ratio=False),
+            M("checkpoint_bytes_per_request", "checkpoint bytes per pending request", ratio=False),
+        ], key="registry"),
+        Spec("broad: crawl, 5,000 download slots x 4 pages on one chaos host (quick 500 x 2)", [
+            M("pages_per_s", "pages/s", "higher"), M("pages", "pages", ratio=False),
+            M("peak_rss_mb", "peak RSS MB", "lower"), M("health_domains", "domains known at close", ratio=False),
+            M("health_evicted", "domains evicted", ratio=False),
+            M("health_bytes_per_domain", "registry bytes/domain (stats)", ratio=False),
+            M("complete", "complete", ratio=False),
+        ], key="crawl"),
+    ],
     "killresume": [
         Spec("killresume: kill -9 up to 3 times (after 1/8 of the pages each), then finish", [
             M("pages_lost", "pages lost", "lower", ratio=False), M("kills", "kills", ratio=False),

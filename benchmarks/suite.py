@@ -63,6 +63,10 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
              limit=600, quick_limit=240),
     Scenario("queue", "benchmarks.queue_ops", "push/pop rate for 1,000,000 pending requests, memory per request",
              limit=600, quick_limit=240),
+    Scenario("broad", "benchmarks.broad",
+             "100,000 domains x 10 pages: pop cost at 1k/10k/100k domains, memory per request and per domain, "
+             "registry eviction and snapshot size, a 5,000-slot crawl; vs Scrapy's queues",
+             limit=900, quick_limit=120),
     Scenario("killresume", "benchmarks.killresume", "lost/duplicated requests after up to 3 kill -9, vs JOBDIR",
              limit=900, quick_limit=300),
     Scenario("mixed", "benchmarks.mixed",

@@ -48,6 +48,7 @@ import time
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
+from scrapy import signals
 from scrapy.core.downloader import Downloader
 from scrapy.utils.asyncio import call_later
 from scrapy.utils.conf import build_component_list
@@ -79,7 +80,7 @@ _RETRY_POLL = 0.05
 #: A timer never fires sooner than this after being armed (no busy loops).
 _MIN_TIMER = 0.005
 #: Seconds between two sweeps for idle domains in the health registry (as Scrapy's downloader
-#: collects idle slots every 60 s).
+#: collects idle slots every 60 s; a quarter of OPENCLAW_HEALTH_IDLE_TTL if that is shorter).
 _EVICT_EVERY = 60.0
 #: DomainQueue.parked for a domain whose download slot is full (waiting for a download to leave).
 _FULL = "full"
@@ -174,6 +175,8 @@ class DeadlinePriorityQueue:
         self._timer_due = math.inf
         self._closed = False
         shared(crawler, "queues", list).append(self)
+        # (Scrapy's scheduler closes only the disk queue: the figures at close come from here)
+        crawler.signals.connect(self._report_memory, signal=signals.spider_closed)
         if startprios:
             self._restore(startprios)
 
@@ -395,10 +398,11 @@ class DeadlinePriorityQueue:
     def _sweep_idle(self, now: float) -> None:
         """Let the health registry forget idle domains: all but those pending in any of the
         crawl's queues or downloading now (see ``HealthRegistry.evict_idle``)."""
-        self._next_sweep = now + _EVICT_EVERY
         registry = self.registry
         if registry is None or not registry.idle_ttl:
+            self._next_sweep = math.inf
             return
+        self._next_sweep = now + min(_EVICT_EVERY, registry.idle_ttl / 4)
         keep: set[str] = set()
         for queue in shared(self.crawler, "queues", list):
             keep.update(queue._domains)
@@ -411,12 +415,13 @@ class DeadlinePriorityQueue:
             self.stats.inc_value("openclaw/health/evicted", len(evicted))
         self._report_memory()
 
-    def _report_memory(self) -> None:
+    def _report_memory(self, *args: Any, **kwargs: Any) -> None:
         """Known domains and estimated bytes per domain (registry) and per pending request (the
         queue's own structures, not the requests) as stats."""
         stats = self.stats
         stats.set_value("openclaw/queue/domains", len(self._domains))
-        stats.set_value("openclaw/queue/bytes_per_request", round(self.overhead_bytes() / max(1, self._count), 1))
+        if self._count:  # (the last figure with requests pending stays)
+            stats.set_value("openclaw/queue/bytes_per_request", round(self.overhead_bytes() / self._count, 1))
         if self.registry is not None:
             stats.set_value("openclaw/health/domains", len(self.registry.domains()))
             stats.set_value("openclaw/health/bytes_per_domain", round(self.registry.bytes_per_domain(), 1))

@@ -502,6 +502,8 @@ class HealthRegistry:
         ]
         for name in gone:
             del self._domains[name]
+        if len(gone) > len(self._domains):  # a dict never shrinks by itself
+            self._domains = dict(self._domains)
         self.evicted += len(gone)
         return gone
 
@@ -709,18 +711,19 @@ def scrapy_limits(settings: Any) -> dict[str, Any]:
 
 
 def _sampled_bytes(mapping: dict[str, Any], sample: int) -> float:
-    """Mean ``sys.getsizeof`` of a few values (an object with ``__slots__``, its field values
-    not shared small ints) plus their key and dict slot."""
+    """Mean ``sys.getsizeof`` of a few values (an object with ``__slots__`` and its field
+    values, each object counted once) plus their key and dict slot."""
     if not mapping:
         return 0.0
-    total = 0
+    total, seen = 0, set()
     for n, (key, value) in enumerate(mapping.items()):
         if n >= sample:
             break
         total += sys.getsizeof(key) + sys.getsizeof(value) + _DICT_SLOT
         for field in getattr(type(value), "__slots__", ()):
             item = getattr(value, field, None)
-            if not (item is None or isinstance(item, bool) or (isinstance(item, int) and -5 <= item <= 256)):
+            if id(item) not in seen:  # (shared values, None and small ints once)
+                seen.add(id(item))
                 total += sys.getsizeof(item)
     return total / min(sample, len(mapping))
 
