@@ -27,9 +27,15 @@ for disk. What it adds:
   others; when no domain can send, pop returns None and the timer is armed
   for the earliest ``ready_at``. The pick is O(log domains): domains sit in
   a :class:`~scrapy_openclaw._heaps.DomainIndex`; one found not ready is
-  parked, until its ``ready_at`` (a heap) or, with a full slot, until a
-  download leaves it; an operator override or a health restore
+  parked, until its ``ready_at`` (a heap) or, with a full slot, until the
+  slot has room (looked at on each pop: at most one such domain per active
+  download); an operator override or a health restore
   (``HealthRegistry.readiness_epoch``) wakes every parked domain.
+* **Idle domains.** Every minute (or a quarter of
+  ``OPENCLAW_HEALTH_IDLE_TTL``) the queue lets the HealthRegistry forget
+  idle domains, keeping those with requests here or downloads in flight, and
+  sets ``openclaw/health/{domains,evicted,bytes_per_domain}`` and
+  ``openclaw/queue/{domains,bytes_per_request}`` (estimates).
 * **JOBDIR.** With a non-empty ``key`` the queue is the disk queue: ``push``
   raises ``ValueError`` for a request that cannot be stored as data (as
   Scrapy's disk queues do, so the scheduler keeps it in memory), and
