@@ -27,10 +27,64 @@ ROOT = Path(__file__).resolve().parents[1]
 SPIDER = "tests.distributed_spiders.WorkerChaosSpider"
 
 
+_CLUSTER: dict[str, bool] = {}
+
+
+def is_cluster(redis_url: str) -> bool:
+    """Whether *redis_url* points at a Redis Cluster node (asked once per URL)."""
+    if redis_url not in _CLUSTER:
+        import redis
+
+        try:
+            with redis.Redis.from_url(redis_url, socket_timeout=2, socket_connect_timeout=2) as probe:
+                _CLUSTER[redis_url] = bool(int(probe.info("cluster").get("cluster_enabled", 0)))
+        except redis.RedisError:
+            return False
+    return _CLUSTER[redis_url]
+
+
+def client(redis_url: str) -> Any:
+    """A redis-py client for *redis_url*: the cluster client when it is a Redis Cluster."""
+    import redis
+
+    if is_cluster(redis_url):
+        from redis.cluster import RedisCluster
+
+        return RedisCluster.from_url(redis_url)
+    return redis.Redis.from_url(redis_url)
+
+
+def _cluster_settings(redis_url: str) -> dict[str, Any]:
+    """On a cluster, scrapy-redis's own connections (items, start URLs) need redis-py's cluster client."""
+    if not is_cluster(redis_url):
+        return {}
+    return {"REDIS_PARAMS": {"redis_cls": "redis.cluster.RedisCluster", "socket_timeout": 10,
+                             "socket_connect_timeout": 2}}
+
+
+def queue_size(redis_url: str, what: str, *, key: str = "chaos:requests", spider: str = "chaos",
+               shards: int = 16) -> int:
+    """Entries in the queue's *what* ("inflight", "data", "domains", ...) summed over its shards."""
+    from scrapy_openclaw.distributed.shards import ShardKeys
+
+    layout, conn = ShardKeys(key, spider, shards), client(redis_url)
+    size = conn.hlen if what in ("data", "info", "owner", "served", "released", "rejected") else conn.zcard
+    return sum(int(size(layout.name(what, i))) for i in range(shards))
+
+
+def health_state(redis_url: str, domain: str, *, spider: str = "chaos", shards: int = 16) -> dict[str, str]:
+    """The shared health hash of *domain*, decoded."""
+    from scrapy_openclaw.distributed.shards import health_key
+
+    raw = client(redis_url).hgetall(health_key(spider, domain, shards))
+    return {k.decode(): v.decode() for k, v in raw.items()}
+
+
 def ours(redis_url: str, *, rate: float = 200.0, burst: int = 20, lease: float = 3.0) -> dict[str, Any]:
     policy = {"defaults": {"health": {"initial_rate": rate, "base_rate": rate, "burst": burst,
                                       "base_concurrency": 16}}}
     return {
+        **_cluster_settings(redis_url),
         "ADDONS": {"scrapy_openclaw.Addon": 100},
         "OPENCLAW_DISTRIBUTED": True,
         "REDIS_URL": redis_url,
@@ -50,6 +104,7 @@ def plain(redis_url: str, *, delay: float = 0.0) -> dict[str, Any]:
         "DUPEFILTER_CLASS": "scrapy_redis.dupefilter.RFPDupeFilter",
         "SCHEDULER_PERSIST": True,
         "REDIS_URL": redis_url,
+        **_cluster_settings(redis_url),
         "ITEM_PIPELINES": {"scrapy_redis.pipelines.RedisPipeline": 900},
         "DOWNLOAD_DELAY": delay,
         "RANDOMIZE_DOWNLOAD_DELAY": False,
@@ -102,23 +157,19 @@ class Workers:
 
 
 def scraped_urls(redis_url: str, key: str = "chaos:items") -> Counter[str]:
-    import redis
-
-    client = redis.Redis.from_url(redis_url)
-    return Counter(json.loads(raw)["url"] for raw in client.lrange(key, 0, -1))
+    conn = client(redis_url)
+    return Counter(json.loads(raw)["url"] for raw in conn.lrange(key, 0, -1))
 
 
 def wait_for_items(redis_url: str, n: int, timeout: float, key: str = "chaos:items") -> int:
-    import redis
-
-    client = redis.Redis.from_url(redis_url)
+    conn = client(redis_url)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        have = client.llen(key)
+        have = conn.llen(key)
         if have >= n:
             return have
         time.sleep(0.05)
-    return client.llen(key)
+    return conn.llen(key)
 
 
 def _site(pages: int, hosts: int = 2, latency: float = 0.05, rate_limit: dict | None = None) -> dict[str, Any]:
@@ -133,10 +184,7 @@ def _site(pages: int, hosts: int = 2, latency: float = 0.05, rate_limit: dict | 
 
 
 def items_by_worker(redis_url: str, pid: int, key: str = "chaos:items") -> int:
-    import redis
-
-    client = redis.Redis.from_url(redis_url)
-    return sum(1 for raw in client.lrange(key, 0, -1) if json.loads(raw).get("worker") == pid)
+    return sum(1 for raw in client(redis_url).lrange(key, 0, -1) if json.loads(raw).get("worker") == pid)
 
 
 def ours_defaults(redis_url: str) -> dict[str, Any]:
@@ -198,12 +246,16 @@ def leased_urls(redis_url: str, pid: int, key: str = "chaos:requests") -> list[s
     """URLs of the requests the worker with this pid holds leased right now (ours only)."""
     import re
 
-    import redis
+    from scrapy_openclaw.distributed.shards import ShardKeys
 
-    client = redis.Redis.from_url(redis_url)
-    ids = [i for i, o in client.hgetall(key + ":owner").items() if o.decode().split(":")[1] == str(pid)]
+    conn, layout = client(redis_url), ShardKeys(key, "chaos", 16)
+    raws: list[Any] = []
+    for shard in range(layout.count):
+        owner = conn.hgetall(layout.name("owner", shard))
+        ids = [i for i, o in owner.items() if o.decode().split(":")[1] == str(pid)]
+        raws += conn.hmget(layout.name("data", shard), ids) if ids else []
     urls = []
-    for raw in client.hmget(key + ":data", ids) if ids else []:
+    for raw in raws:
         text = (raw or b"").decode(errors="replace")
         found = re.search(r'"url":\s*"([^"]+)"', text)
         urls.append(found.group(1) if found else text[:200])

@@ -95,6 +95,10 @@ DEFAULTS: dict[str, Any] = {
     "OPENCLAW_DISTRIBUTED_SCAN": 32,  # domains a pop considers at once (least recently served first)
     "OPENCLAW_DISTRIBUTED_MAX_RELEASES": 3,  # re-queues after an item failed in a pipeline; then dead letter
     "OPENCLAW_DISTRIBUTED_MAX_OUTAGE": 120.0,  # seconds a worker stays open while Redis is unreachable
+    "OPENCLAW_DISTRIBUTED_SHARDS": 16,  # queue shards (by domain), one Redis Cluster hash tag each; fixed per crawl
+    "OPENCLAW_DISTRIBUTED_PREFETCH": 2,  # requests a worker leases ahead (popped in the background)
+    "OPENCLAW_REDIS_SENTINELS": [],  # "host:port" of Redis Sentinels; set: the master comes from them
+    "OPENCLAW_REDIS_SENTINEL_MASTER": "mymaster",  # the Sentinel service name of the master
     # --- schedule (scrapy openclaw-schedule) ---
     "OPENCLAW_SCHEDULE_STATE_DIR": "openclaw-schedule",  # history, cursors, locks, per-window checkpoints
     "OPENCLAW_SCHEDULE_LOCK_TTL": 60.0,  # seconds a window lock lives without extension (extended every ttl/3)
@@ -112,6 +116,8 @@ _RANGES: dict[str, tuple[float, float]] = {
     "OPENCLAW_DISTRIBUTED_SCAN": (1, 10000),
     "OPENCLAW_DISTRIBUTED_MAX_RELEASES": (0, 1000),
     "OPENCLAW_DISTRIBUTED_MAX_OUTAGE": (0.0, 86400.0),
+    "OPENCLAW_DISTRIBUTED_SHARDS": (1, 4096),
+    "OPENCLAW_DISTRIBUTED_PREFETCH": (1, 1000),
     "OPENCLAW_CHECKPOINT_FLUSH": (0.001, 3600.0),
     "OPENCLAW_CHECKPOINT_SNAPSHOT_INTERVAL": (0.01, 86400.0),
     "OPENCLAW_CHECKPOINT_SNAPSHOT_RECORDS": (0, 10**12),

@@ -74,14 +74,14 @@ class DieBeforePushQueue(LeasedDeadlineQueue):
 
     _fresh = 0
 
-    def push(self, request: Any, dupe: Any = None) -> bool:
+    def push(self, request: Any, dupe: Any = None, on_dupe: Any = None) -> bool:
         settings = self.crawler.settings
         marker = settings.get("DIE_MARKER")
         if marker and LEASE not in request.meta and not request.dont_filter:
             self._fresh += 1
             if self._fresh >= settings.getint("DIE_AFTER_PUSHES", 10) and _claim(marker, request.url):
                 os.kill(os.getpid(), signal.SIGKILL)
-        return super().push(request, dupe)
+        return super().push(request, dupe, on_dupe)
 
 
 def _claim(path: str, text: str) -> bool:
@@ -105,9 +105,13 @@ class DieAfterAckQueue(LeasedDeadlineQueue):
             self._urls[request.meta[LEASE]] = request.url
         return request
 
-    def ack(self, lease_id: str | None) -> None:
-        super().ack(lease_id)
-        url = getattr(self, "_urls", {}).get(lease_id)
-        marker = self.crawler.settings.get("DIE_MARKER")
-        if url and marker and _claim(marker, url):
-            os.kill(os.getpid(), signal.SIGKILL)
+    def _apply(self, job: Any, res: Any) -> None:
+        super()._apply(job, res)
+        if not res.acked:
+            return
+        for shard, entries in job.acks.items():
+            for entry in entries:
+                url = getattr(self, "_urls", {}).get(f"{shard}/{entry}")
+                marker = self.crawler.settings.get("DIE_MARKER")
+                if url and marker and _claim(marker, url):
+                    os.kill(os.getpid(), signal.SIGKILL)

@@ -29,8 +29,7 @@ def test_kill_one_worker_loses_nothing(chaos_server: Any, redis_server: Any, tmp
     assert expected - set(urls) == set(), "pages lost after a worker was killed"
     duplicates = sum(c - 1 for c in urls.values() if c > 1)
     assert duplicates <= 8  # at most the killed worker's in-flight requests (CONCURRENT_REQUESTS)
-    client = redis.Redis.from_url(redis_server.url)
-    assert client.zcard("chaos:requests:inflight") == 0 and client.zcard("chaos:requests:domains") == 0
+    assert bench.queue_size(redis_server.url, "inflight") == 0 and bench.queue_size(redis_server.url, "domains") == 0
 
 
 def test_worker_killed_before_a_child_reaches_redis_loses_nothing(
@@ -52,8 +51,7 @@ def test_worker_killed_before_a_child_reaches_redis_loses_nothing(
     urls = bench.scraped_urls(redis_server.url)
     assert marker.read_text() in urls
     assert expected - set(urls) == set(), "a page was lost: marked seen but never queued"
-    client = redis.Redis.from_url(redis_server.url)
-    assert client.zcard("chaos:requests:inflight") == 0 and client.hlen("chaos:requests:data") == 0
+    assert bench.queue_size(redis_server.url, "inflight") == 0 and bench.queue_size(redis_server.url, "data") == 0
 
 
 def test_worker_killed_right_after_an_ack_loses_no_link(
@@ -80,8 +78,7 @@ def test_worker_killed_right_after_an_ack_loses_no_link(
     urls = bench.scraped_urls(redis_server.url)
     lost = expected - set(urls)
     assert expected and lost == set(), f"the page was acknowledged before its links were pushed: {lost}"
-    client = redis.Redis.from_url(redis_server.url)
-    assert client.zcard("chaos:requests:inflight") == 0 and client.hlen("chaos:requests:data") == 0
+    assert bench.queue_size(redis_server.url, "inflight") == 0 and bench.queue_size(redis_server.url, "data") == 0
 
 
 def test_combined_rate_stays_within_domain_limit(chaos_server: Any, redis_server: Any, tmp_path: Path) -> None:
@@ -174,7 +171,7 @@ def test_redis_spider_drop_in_with_shared_health(chaos_server: Any, redis_server
     throttled = sum(s.get("openclaw/health/throttled", 0) for s in stats)
     assert throttled > 0, "the site never answered 429: the test proves nothing"
     host = next(iter(site.truth(include_requests=False)["hosts"]))
-    shared = {k.decode(): v.decode() for k, v in client.hgetall(f"chaos:health:d:{host.split(':')[0]}").items()}
+    shared = bench.health_state(redis_server.url, host.split(":")[0])
     responses = sum(s.get("downloader/response_count", 0) for s in stats)
     assert int(float(shared["requests"])) == responses  # both workers recorded into one state
     assert int(float(shared["failures"])) == throttled

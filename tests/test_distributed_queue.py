@@ -85,7 +85,12 @@ def test_expired_drop_becomes_dead_letter(queues: Any) -> None:
 
 def _ready(q: LeasedDeadlineQueue) -> int:
     """Entries waiting in the ready sets (all domains)."""
-    return int(q._counts(args=[q.key])[0])
+    return sum(int(q._counts(keys=q.shards.keys(i))[0]) for i in range(q.shards.count))
+
+
+def _key(q: LeasedDeadlineQueue, what: str, domain: str = "a.test") -> str:
+    """The key *what* of *domain*'s shard."""
+    return q.shards.name(what, q.shards.of(domain))
 
 
 def d_class(letters: list[Any]) -> list[str]:
@@ -106,12 +111,12 @@ def test_lease_ack_and_idempotency(queues: Any) -> None:
     q.push(Request("http://a.test/1"))
     req = q.pop()
     lease = req.meta[LEASE]
-    assert q.server.zcard(q.key + ":inflight") == 1
+    assert q.server.zcard(_key(q, "inflight")) == 1
     assert len(q) == 0  # our own lease is not pending work for us
     q.ack(lease)
     q.ack(lease)
-    assert q.server.zcard(q.key + ":inflight") == 0
-    assert q.server.hlen(q.key + ":data") == 0
+    assert q.server.zcard(_key(q, "inflight")) == 0
+    assert q.server.hlen(_key(q, "data")) == 0
 
 
 def test_expired_lease_is_requeued_by_another_worker(queues: Any) -> None:
@@ -126,7 +131,7 @@ def test_expired_lease_is_requeued_by_another_worker(queues: Any) -> None:
     assert live.stats.get_value("openclaw/distributed/lease_expired") == 1
     # the dead worker's late ack must not remove the live worker's lease
     dead.ack(req.meta[LEASE])
-    assert live.server.hget(live.key + ":owner", again.meta[LEASE]) is not None
+    assert live.server.hget(_key(live, "owner"), again.meta[LEASE].partition("/")[2]) is not None
     live.ack(again.meta[LEASE])
     assert len(live) == 0
 
@@ -149,8 +154,8 @@ def test_retry_copy_acks_the_original_atomically(queues: Any) -> None:
     retry = req.copy()
     retry.meta[M.NOT_BEFORE] = time.time() + 30
     q.push(retry)
-    assert q.server.zcard(q.key + ":inflight") == 0
-    assert q.server.zcard(q.key + ":delayed") == 1
+    assert q.server.zcard(_key(q, "inflight")) == 0
+    assert q.server.zcard(_key(q, "delayed")) == 1
 
 
 def test_heartbeat_keeps_lease(queues: Any) -> None:
@@ -178,7 +183,7 @@ def test_pickle_payload_is_refused_not_executed(queues: Any, tmp_path: Any) -> N
     assert got is not None and got.url == "http://a.test/good"
     assert not marker.exists()
     assert q.stats.get_value("openclaw/distributed/rejected") == 1
-    assert q.server.hlen(q.key + ":rejected") == 1
+    assert q.server.hlen(q.shards.name("rejected", 0)) == 1
 
 
 def test_serializer_refuses_garbage() -> None:
@@ -284,4 +289,4 @@ def test_item_failures_requeue_a_bounded_number_of_times(queues: Any) -> None:
     q.release(req.meta[LEASE])
     assert [(d.url, d.reason) for d in letters] == [("http://a.test/1", "item_failed")]
     assert q.pop() is None and len(q) == 0
-    assert q.server.hlen(q.key + ":data") == 0
+    assert q.server.hlen(_key(q, "data")) == 0

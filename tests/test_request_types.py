@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import redis
 from scrapy import Request
 
 from scrapy_openclaw.serialization import SerializationError, dumps, request_from_data, request_to_data
@@ -141,8 +140,7 @@ def test_distributed_kill9_resume_round_trip(chaos_server: Any, redis_server: An
     first = bench.Workers(1, _distributed(redis_server.url, urls, tmp_path / "first.json", "die",
                                           CONCURRENT_REQUESTS=64), [], tmp_path / "first", spider=SPIDER)
     assert first.wait(120) == [-9], first.log(0)[-3000:]
-    client = redis.Redis.from_url(redis_server.url)
-    assert client.hlen("typed:requests:data") == len(CASES)
+    assert bench.queue_size(redis_server.url, "data", key="typed:requests", spider="typed") == len(CASES)
     report = tmp_path / "second.json"
     second = bench.Workers(1, _distributed(redis_server.url, urls, report, "none"), [], tmp_path / "second",
                            spider=SPIDER)

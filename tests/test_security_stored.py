@@ -195,8 +195,9 @@ def test_hostile_queue_entries_are_refused_at_once(queues: Any, tmp_path: Path) 
     assert got is not None and got.url == "http://a.test/good"
     assert q.pop() is None
     # nothing left leased: refused entries are moved aside at once, not after a lease period
-    assert q.server.zcard(q.key + ":inflight") == 1 and list(q.held) == [got.meta[M.LEASE]]
-    assert q.server.hlen(q.key + ":rejected") == len(hostile) + len(foreign)
+    inflight = q.shards.name("inflight", q.shards.of("a.test"))
+    assert q.server.zcard(inflight) == 1 and list(q.held) == [got.meta[M.LEASE]]
+    assert q.server.hlen(q.shards.name("rejected", 0)) == len(hostile) + len(foreign)
     assert q.stats.get_value("openclaw/distributed/rejected") == len(hostile) + len(foreign)
     assert sorted(d.url for d in letters) == sorted(h["url"] for h in hostile)
     assert {d.error_class for d in letters} == {"refused"} and all(d.request is None for d in letters)
@@ -213,7 +214,7 @@ def test_request_class_not_a_string_and_absurd_not_before(queues: Any, caplog: A
     assert q.stats.get_value("openclaw/delay/invalid") == 1
     assert sum("openclaw_not_before" in m for m in caplog.messages) == 2
     assert {q.pop().url, q.pop().url} == {"http://a.test/list", "http://a.test/nan"}
-    due = q.server.zrange(q.key + ":delayed", 0, -1, withscores=True)
+    due = q.server.zrange(q.shards.name("delayed", q.shards.of("a.test")), 0, -1, withscores=True)
     assert len(due) == 1 and due[0][1] <= time.time() + MAX_WAIT + 1
 
 

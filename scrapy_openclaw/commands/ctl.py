@@ -210,7 +210,8 @@ class Command(ScrapyCommand):
         try:
             if command["command"] == "domains":
                 queue_key = (self.settings.get("SCHEDULER_QUEUE_KEY") if self.settings else None) or "%(spider)s:requests"
-                return redis_domains(server, opts.spider, queue_key % {"spider": opts.spider}), 200
+                shards = self.settings.getint("OPENCLAW_DISTRIBUTED_SHARDS", 16) if self.settings else 16
+                return redis_domains(server, opts.spider, queue_key % {"spider": opts.spider}, shards), 200
             eid = publish(server, opts.spider, command, _operator())
         except redis.RedisError as exc:
             return {"error": f"{mask_uri(url)}: {exc}"}, 0
@@ -250,15 +251,20 @@ def _operator() -> str:
         return "unknown"
 
 
-def redis_domains(server: Any, spider: str, queue_key: str | None = None) -> dict[str, Any]:
+def redis_domains(server: Any, spider: str, queue_key: str | None = None, shards: int = 16) -> dict[str, Any]:
     """Every domain's shared state read from Redis (distributed mode), in the API's ``domains`` shape."""
+    from scrapy_openclaw.distributed.shards import ShardKeys, health_domains_key, health_key
+
     now = time.time()
-    queue_key = queue_key or f"{spider}:requests"
+    layout = ShardKeys(queue_key or f"{spider}:requests", spider, shards)
     rows = []
-    for raw in sorted(server.smembers(f"{spider}:health:domains")):
+    names: list[Any] = []
+    for shard in range(shards):
+        names += server.smembers(health_domains_key(spider, shard))
+    for raw in sorted(names):
         domain = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
         fields = {(k.decode() if isinstance(k, bytes) else k): (v.decode() if isinstance(v, bytes) else v)
-                  for k, v in server.hgetall(f"{spider}:health:d:{domain}").items()}
+                  for k, v in server.hgetall(health_key(spider, domain, shards)).items()}
 
         def num(name: str) -> float:
             try:
@@ -276,7 +282,8 @@ def redis_domains(server: Any, spider: str, queue_key: str | None = None) -> dic
             "domain": domain, "health": num("health"), "rate": rate if rate < 100000 else None,
             "concurrency": int(num("ctl_concurrency")) or 0, "circuit": circuit,
             "held_until": blocked if blocked > now else None, "given_up": bool(num("ctl_down")),
-            "pending": int(server.zcard(f"{queue_key}:q:{domain}")),  # (ready to pop, not delayed or leased)
+            # (ready to pop, not delayed or leased)
+            "pending": int(server.zlexcount(layout.name("q", layout.of(domain)), f"[{domain}\x01", f"[{domain}\x01\xff")),
             "overrides": {"hold_until": num("ctl_hold") or None, "rate": num("ctl_rate") or None,
                           "concurrency": int(num("ctl_concurrency")) or None, "given_up": bool(num("ctl_down"))},
         })

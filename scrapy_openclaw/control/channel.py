@@ -18,7 +18,6 @@ import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from redis.exceptions import RedisError
 
 from scrapy_openclaw.control.controller import ControlError
 
@@ -60,9 +59,13 @@ class ControlChannel:
         name = crawler.spidercls.name if crawler.spidercls else "openclaw"
         self.spider_name = name
         self.key = stream_key(name)
-        self.queue_domains_key = (
-            crawler.settings.get("SCHEDULER_QUEUE_KEY") or "%(spider)s:requests"
-        ) % {"spider": name} + ":domains"
+        from scrapy_openclaw.distributed.shards import ShardKeys
+        from scrapy_openclaw.settings import DEFAULTS
+
+        queue_key = (crawler.settings.get("SCHEDULER_QUEUE_KEY") or "%(spider)s:requests") % {"spider": name}
+        self._layout = ShardKeys(queue_key, name, crawler.settings.getint(
+            "OPENCLAW_DISTRIBUTED_SHARDS", DEFAULTS["OPENCLAW_DISTRIBUTED_SHARDS"]))
+        self._reading = False
         self.worker = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         self.last_id = "$"
         self._loop: Any = None
@@ -71,12 +74,21 @@ class ControlChannel:
         """Read only what is sent from now on (overrides sent earlier are in the health state)."""
         from scrapy.utils.asyncio import create_looping_call
 
-        try:
-            last = self.server.xrevrange(self.key, count=1)
+        def started(last: Any) -> None:
             self.last_id = _text(last[0][0]) if last else "0-0"
-        except RedisError as exc:
+
+        def failed(exc: Exception) -> None:
             self.last_id = "0-0"
             logger.warning("Control stream %(key)s not readable yet: %(error)s", {"key": self.key, "error": exc})
+
+        self.last_id = "0-0"
+        self._reading = True  # no poll before the stream's end is known
+
+        def done(last: Any = None) -> None:
+            self._reading = False
+
+        self.link.submit(lambda: self.server.xrevrange(self.key, count=1),
+                         callback=lambda last: (started(last), done()), errback=lambda exc: (failed(exc), done()))
         self._loop = create_looping_call(self.poll)
         self._loop.start(self.poll_interval, now=False)
 
@@ -86,26 +98,32 @@ class ControlChannel:
         self._loop = None
 
     def publish(self, command: dict[str, Any], who: str) -> None:
-        try:
-            self.link.call(publish, self.server, self.spider_name, command, who, self.worker)
-        except RedisError as exc:
+        def failed(exc: Exception) -> None:
             logger.error("Control command %(command)s not sent to the other workers (Redis: %(error)s); "
                          "it applies to this worker only", {"command": command["command"], "error": exc})
 
+        self.link.submit(publish, self.server, self.spider_name, command, who, self.worker, errback=failed)
+
     def domain_changed(self, domain: str) -> None:
         """Let the queue's next pop look at *domain* at once (a held domain is indexed at its hold's end)."""
-        try:
-            self.link.call(self.server.zadd, self.queue_domains_key, {domain: time.time()}, xx=True)
-        except RedisError:
-            pass  # the next pop after the old time still finds it
+        key = self._layout.name("domains", self._layout.of(domain))
+        # (if Redis fails, the next pop after the old time still finds it)
+        self.link.submit(lambda: self.server.zadd(key, {domain: time.time()}, xx=True))
 
     def poll(self) -> None:
-        if not self.link.ok():
+        if not self.link.ok() or self._reading:
             return
-        try:
-            reply = self.link.call(self.server.xread, {self.key: self.last_id}, count=READ_COUNT)
-        except RedisError:
-            return
+        self._reading = True
+
+        def done(reply: Any = None) -> None:
+            self._reading = False
+            if reply:
+                self._read(reply)
+
+        self.link.submit(lambda: self.server.xread({self.key: self.last_id}, count=READ_COUNT),
+                         callback=done, errback=lambda exc: done())
+
+    def _read(self, reply: Any) -> None:
         for _key, entries in reply or ():
             for eid, fields in entries:
                 self.last_id = _text(eid)

@@ -15,7 +15,10 @@ constants and the domain's ``HealthPolicy`` are handed to it as data, and
 ``tests/test_distributed_parity.py`` runs both on the same events.
 
 Round trips: the queue's pop script takes the token in the same round trip as
-the pop; recording an outcome is one more. Everything else (``state``,
+the pop; recording an outcome is one more. During a crawl (the link's Redis
+thread runs) every change is applied to the cache at once and sent to Redis
+in the background, whose reply refreshes the cache; the reactor never waits.
+Each domain's hash lives in the domain's queue shard (same hash tag). Everything else (``state``,
 ``ready_at``, ``blocked_until``, ``concurrency``, ``domains``, read by the
 middleware, the metrics and the log table) is served by the inherited local
 registry, used here as a cache that every script reply refreshes. It shows
@@ -37,6 +40,7 @@ from redis.exceptions import RedisError
 from scrapy.utils.misc import build_from_crawler
 
 from scrapy_openclaw.distributed import lua
+from scrapy_openclaw.distributed import shards as sharding
 from scrapy_openclaw.distributed.link import RedisLink
 from scrapy_openclaw.health import registry as local
 from scrapy_openclaw.health.registry import HealthRegistry, _accounted, _penalty, scrapy_limits
@@ -90,16 +94,19 @@ class RedisHealthRegistry(HealthRegistry):
 
     def __init__(self, crawler: Crawler, server: Any = None, *,
                  uniform: Callable[[float, float], float] | None = None):
-        from scrapy_redis.connection import get_redis_from_settings
+        from scrapy_openclaw.distributed.connection import client_from_settings
+        from scrapy_openclaw.settings import DEFAULTS
 
         super().__init__(PolicySet.for_crawler(crawler), uniform=uniform, **scrapy_limits(crawler.settings))
         self.crawler = crawler
-        self.server = server if server is not None else get_redis_from_settings(crawler.settings)
+        self.server = server if server is not None else client_from_settings(crawler.settings)
         self.link = RedisLink.for_crawler(crawler)
         name = crawler.spidercls.name if crawler.spidercls else "openclaw"
-        #: prefix of the per-domain hashes, read by the queue's pop script.
-        self.redis_prefix = f"{name}:health:d:"
-        self.domains_key = f"{name}:health:domains"
+        self.spider_name = name
+        self.shards = crawler.settings.getint("OPENCLAW_DISTRIBUTED_SHARDS", DEFAULTS["OPENCLAW_DISTRIBUTED_SHARDS"])
+        #: marks a registry living in Redis (the queue's pop script gates on it); keys: :meth:`health_key`.
+        self.redis_prefix = f"{name}:health:"
+        self._ensuring: set[str] = set()
         self._known: set[str] = set()
         self._policy_json: dict[str, str] = {}
         self._ensure = self.server.register_script(lua.H_ENSURE)
@@ -118,7 +125,14 @@ class RedisHealthRegistry(HealthRegistry):
         return shared(crawler, "health", lambda: build_from_crawler(cls, crawler))
 
     def _key(self, domain: str) -> str:
-        return self.redis_prefix + domain
+        return sharding.health_key(self.spider_name, domain, self.shards)
+
+    def health_key(self, domain: str) -> str:
+        """The domain's hash, in the domain's queue shard (same hash tag)."""
+        return self._key(domain)
+
+    def _domains_key(self, domain: str) -> str:
+        return sharding.health_domains_key(self.spider_name, sharding.shard_of(domain, self.shards))
 
     def policy_json(self, domain: str) -> str:
         """The domain's HealthPolicy plus the registry's constants, as the Lua side reads them."""
@@ -168,7 +182,7 @@ class RedisHealthRegistry(HealthRegistry):
         if not self.link.ok():
             return None
         try:
-            return self.link.call(script, keys=[self._key(domain), self.domains_key],
+            return self.link.call(script, keys=[self._key(domain), self._domains_key(domain)],
                                   args=[*args, domain])
         except RedisError as exc:
             logger.warning("Health state of %(domain)s not shared (Redis: %(error)s); pacing locally",
@@ -177,21 +191,42 @@ class RedisHealthRegistry(HealthRegistry):
 
     def ensure(self, domain: str) -> None:
         """Store the domain's policy in Redis (and its initial state, first worker wins)."""
-        if domain in self._known or not self.link.ok():
+        if domain in self._known or domain in self._ensuring or not self.link.ok():
+            return
+        keys = [self._key(domain), self._domains_key(domain)]
+        args = [time.time(), self.policy_json(domain), domain]
+        if self.link.background:
+            self._ensuring.add(domain)
+
+            def ensured(flat: Any) -> None:
+                self._ensuring.discard(domain)
+                self._known.add(domain)
+                self.refresh(domain, flat)
+
+            self.link.submit(lambda: self._ensure(keys=keys, args=args), callback=ensured,
+                             errback=lambda exc: self._ensuring.discard(domain))
             return
         try:
-            flat = self.link.call(self._ensure, keys=[self._key(domain), self.domains_key],
-                                  args=[time.time(), self.policy_json(domain), domain])
+            flat = self.link.call(self._ensure, keys=keys, args=args)
         except RedisError:
             return  # tried again with the next push
         self._known.add(domain)
         self.refresh(domain, flat)
+
+    def _send(self, script: Any, domain: str, args: list[Any], on_reply: Any) -> None:
+        """During a crawl: run a health script on the Redis thread; *on_reply* gets its result."""
+        if not self.link.ok():
+            return
+        keys = [self._key(domain), self._domains_key(domain)]
+        self.link.submit(lambda: script(keys=keys, args=[*args, domain]), callback=on_reply)
 
     # --- the contract: changes run in Redis ------------------------------------------
 
     def try_acquire(self, domain: str, now: float | None = None, *, token: bool = True) -> bool:
         """Take a token (and the half-open probe) in Redis; ``token=False``: hold/circuit only."""
         now = time.time() if now is None else now
+        if self.link.background:  # (the queue's pop takes tokens in Redis; this answers from the cache)
+            return super().try_acquire(domain, now, token=token)
         res = self._run(self._acquire, domain, [now, self.policy_json(domain), 1 if token else 0])
         if res is None:
             return super().try_acquire(domain, now, token=token)
@@ -201,7 +236,11 @@ class RedisHealthRegistry(HealthRegistry):
     def record_success(self, domain: str, latency: float | None, now: float | None = None) -> str | None:
         now = time.time() if now is None else now
         sample = "" if latency is None or not math.isfinite(latency) or latency < 0 else repr(float(latency))
-        res = self._run(self._record, domain, [now, self.policy_json(domain), 1, sample, 0, 0, 0, 0, "", 1, 1, 0])
+        args = [now, self.policy_json(domain), 1, sample, 0, 0, 0, 0, "", 1, 1, 0]
+        if self.link.background:  # the local cache answers now; Redis's reply refreshes it
+            self._send(self._record, domain, args, lambda res: self.refresh(domain, res[0]))
+            return super().record_success(domain, latency, now)
+        res = self._run(self._record, domain, args)
         if res is None:
             return super().record_success(domain, latency, now)
         return self._recorded(domain, res)
@@ -216,13 +255,17 @@ class RedisHealthRegistry(HealthRegistry):
         cached, policy = self._get(domain, now)
         domain_signal, in_share = _accounted(cached, classification, retry_after, failed_before)
         penalty, congestion = _penalty(classification, policy) if domain_signal else (0.0, False)
-        res = self._run(self._record, domain, [
+        args = [
             now, self.policy_json(domain), 0, "", int(domain_signal), penalty,
             (2 if classification.status == 429 else 1) if congestion else 0,
             int(bool(classification is not None and classification.is_throttle)),
             "" if retry_after is None else repr(float(retry_after)),
             self._jitter(domain), int(classification.status is not None), int(in_share),
-        ])
+        ]
+        if self.link.background:
+            self._send(self._record, domain, args, lambda res: self.refresh(domain, res[0]))
+            return super().record_failure(domain, classification, now, retry_after, failed_before)
+        res = self._run(self._record, domain, args)
         if res is None:
             return super().record_failure(domain, classification, now, retry_after, failed_before)
         return self._recorded(domain, res)
@@ -240,14 +283,24 @@ class RedisHealthRegistry(HealthRegistry):
         return self._uniform(1.0 - j, 1.0 + j) if j else 1.0
 
     def set_crawl_delay(self, domain: str, seconds: float) -> None:
-        res = self._run(self._crawl_delay, domain, [time.time(), self.policy_json(domain), max(0.0, float(seconds))])
+        args = [time.time(), self.policy_json(domain), max(0.0, float(seconds))]
+        if self.link.background:
+            self._send(self._crawl_delay, domain, args, lambda res: self.refresh(domain, res))
+            super().set_crawl_delay(domain, seconds)
+            return
+        res = self._run(self._crawl_delay, domain, args)
         if res is None:
             super().set_crawl_delay(domain, seconds)
         else:
             self.refresh(domain, res)
 
     def hold(self, domain: str, until: float) -> None:
-        res = self._run(self._hold, domain, [time.time(), self.policy_json(domain), until])
+        args = [time.time(), self.policy_json(domain), until]
+        if self.link.background:
+            self._send(self._hold, domain, args, lambda res: self.refresh(domain, res))
+            super().hold(domain, until)
+            return
+        res = self._run(self._hold, domain, args)
         if res is None:
             super().hold(domain, until)
         else:
@@ -261,6 +314,10 @@ class RedisHealthRegistry(HealthRegistry):
             if name not in ("ctl_hold", "ctl_rate", "ctl_concurrency", "ctl_down"):
                 raise ValueError(f"unknown override {name!r}")
             args += [name, repr(float(value))]
+        if self.link.background:
+            self._send(self._control, domain, args, lambda res: self.refresh(domain, res))
+            super().control(domain, now, **changes)
+            return
         res = self._run(self._control, domain, args)
         if res is None:
             super().control(domain, now, **changes)
@@ -272,7 +329,10 @@ class RedisHealthRegistry(HealthRegistry):
     # --- persistence -----------------------------------------------------------------
 
     def _redis_domains(self) -> dict[str, dict[str, str]]:
-        names = sorted(_text(m) for m in self.server.smembers(self.domains_key))
+        names: list[str] = []
+        for shard in range(self.shards):
+            names += (_text(m) for m in self.server.smembers(sharding.health_domains_key(self.spider_name, shard)))
+        names.sort()
         out = {}
         for name in names:
             fields = {_text(k): _text(v) for k, v in self.server.hgetall(self._key(name)).items()}
@@ -281,7 +341,10 @@ class RedisHealthRegistry(HealthRegistry):
         return out
 
     def snapshot(self) -> dict[str, Any]:
-        """Every domain's shared state, in the local registry's snapshot format."""
+        """Every domain's shared state, in the local registry's snapshot format (during a
+        crawl: this worker's cached view, the reactor never waits on Redis)."""
+        if self.link.background:
+            return super().snapshot()
         try:
             domains = self._redis_domains()
         except RedisError:
@@ -300,7 +363,7 @@ class RedisHealthRegistry(HealthRegistry):
             mapping["policy"] = self.policy_json(name)
             if self.server.hsetnx(self._key(name), "health", mapping["health"]):
                 self.server.hset(self._key(name), mapping=mapping)
-                self.server.sadd(self.domains_key, name)
+                self.server.sadd(self._domains_key(name), name)
             self.refresh(name, {k: _text(v) for k, v in mapping.items()})
 
 

@@ -1,20 +1,23 @@
-"""One shared view of "is Redis reachable" for every distributed component of a crawl.
+"""One Redis thread and one shared view of "is Redis reachable" for a crawl's distributed components.
 
-Every Redis call in a worker is synchronous on the reactor thread, and
-redis-py's own retry sleeps between attempts. If each component discovered an
-outage by itself, every call during it would pay that wait: the health
-registry alone (several calls per response) could then keep the reactor busy
-for the whole outage, so the queue never ran (no heartbeat, no pop) and
-nothing noticed that Redis had gone. Here the first failure opens a backoff
-window (0.1 s doubling to 5 s) during which *no* component calls Redis; they
-serve from memory (buffered writes, the cached health state) instead, and the
+During a crawl (:meth:`RedisLink.start_background`) every Redis call of the
+queue, the health registry and the control channel runs on one thread of its
+own (:meth:`RedisLink.submit`, FIFO, so a page's acknowledgement never
+overtakes the pushes of its links); results come back to the reactor thread.
+A slow, paused or unreachable Redis thus never stalls the reactor: downloads,
+``/metrics`` and timers go on while the components serve from memory
+(buffered writes, prefetched requests, the cached health state). Outside a
+crawl (tests, the CLI) calls run inline. The first failure opens a backoff
+window (0.1 s doubling to 5 s) during which no component calls Redis; the
 first successful call after it closes the outage once for everyone.
 """
 
 from __future__ import annotations
 
 import logging
+import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from scrapy_openclaw.runtime import shared
@@ -42,6 +45,8 @@ class RedisLink:
         self.down_since: float | None = None
         self._retry_at = 0.0
         self._backoff = 0.0
+        self._executor: ThreadPoolExecutor | None = None
+        self._to_reactor: Any = None
 
     @classmethod
     def for_crawler(cls, crawler: Crawler) -> RedisLink:
@@ -76,6 +81,54 @@ class RedisLink:
         """Allow one more attempt at once (a clean close flushing what it buffered)."""
         self._retry_at = 0.0
 
+    # --- the Redis thread ----------------------------------------------------------
+
+    @property
+    def background(self) -> bool:
+        """Whether Redis calls run on the Redis thread (during a crawl)."""
+        return self._executor is not None
+
+    def start_background(self) -> None:
+        """From now on :meth:`submit` runs calls on the Redis thread (call on the reactor thread)."""
+        if self._executor is not None:
+            return
+        if "twisted.internet.reactor" in sys.modules:
+            from twisted.internet import reactor
+
+            self._to_reactor = reactor.callFromThread
+        else:  # Scrapy without a Twisted reactor: the asyncio loop
+            import asyncio
+
+            self._to_reactor = asyncio.get_event_loop().call_soon_threadsafe
+        self._executor = ThreadPoolExecutor(1, thread_name_prefix="openclaw-redis")
+
+    def submit(self, fn: Any, *args: Any, callback: Any = None, errback: Any = None, raw: bool = False) -> None:
+        """``fn(*args)`` on the Redis thread (inline outside a crawl); ``callback(result)`` or
+        ``errback(exc)`` (a RedisError) on the reactor thread, with the outage bookkeeping
+        (*raw*: the callback does its own, *fn* reporting errors in its result)."""
+        if self._executor is None:
+            self._deliver(_capture(fn, args), callback, errback, raw)
+            return
+        future = self._executor.submit(_capture, fn, args)
+        future.add_done_callback(lambda f: self._to_reactor(self._deliver, f.result(), callback, errback, raw))
+
+    def _deliver(self, outcome: tuple[bool, Any], callback: Any, errback: Any, raw: bool = False) -> None:
+        from redis.exceptions import RedisError
+
+        ok, value = outcome
+        if ok:
+            if not raw:
+                self.recovered()
+            if callback is not None:
+                callback(value)
+            return
+        if not isinstance(value, RedisError):
+            logger.error("Redis call failed: %(error)r", {"error": value}, exc_info=value)
+            return
+        self.failed(value)
+        if errback is not None:
+            errback(value)
+
     def call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
         """``fn(*args, **kwargs)`` with the outage bookkeeping; RedisError propagates."""
         from redis.exceptions import RedisError
@@ -87,3 +140,11 @@ class RedisLink:
             raise
         self.recovered()
         return result
+
+
+def _capture(fn: Any, args: Any) -> tuple[bool, Any]:
+    """(True, result) or (False, the exception): the Redis thread never raises."""
+    try:
+        return True, fn(*args)
+    except Exception as exc:  # delivered to the reactor thread, which decides
+        return False, exc

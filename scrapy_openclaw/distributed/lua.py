@@ -5,37 +5,34 @@ expiry, health update) must be atomic across workers, and one ``EVALSHA`` is
 also one round trip. Only Redis 6.2 features are used (sorted sets, hashes,
 ``cjson``).
 
-Queue keys (``K`` = the scrapy-redis queue key, e.g. ``chaos:requests``)::
+The queue is split into shards by domain (``OPENCLAW_DISTRIBUTED_SHARDS``);
+each shard's keys share one hash tag, ``{<spider>#<n>}``, and every script
+runs on one shard with all its keys declared in ``KEYS`` (see ``_QUEUE``), so
+one pop or push touches one cluster slot. Per shard (``S`` = ``K:{spider#n}``)::
 
-    K             zset  ready entries without a domain, and foreign members
-    K:q:<dom>     zset  ready entries of one domain, score -priority (ties: id = FIFO)
-    K:a:<dom>     zset  ... of them with a deadline, score k = D - p*W/B (aging order)
-    K:e:<dom>     zset  ... of them with a deadline, score D
-    K:domains     zset  domain index: domains with ready entries, score = when a
+    S:q S:a S:e   zset  ready entries of the shard's domains (lexicographic, see _QUEUE)
+    S:domains     zset  domain index: domains with ready entries, score = when a
                         pop should look at the domain again (<= now: now; a held
                         or throttled domain gets its ready time, a served one now,
                         so the least recently looked-at come first)
-    K:served      hash  domain -> serve sequence (round-robin among equals)
-    K:count       str   number of entries in the K:q:<dom> sets
-    K:delayed     zset  not-before entries, score = due time
-    K:inflight    zset  leased entries, score = lease expiry
-    K:owner       hash  id -> worker id holding the lease
-    K:data        hash  id -> request payload (JSON)
-    K:info        hash  id -> cjson {p, d, w, x, dom}: priority, deadline,
+    S:served      hash  domain -> serve sequence (round-robin among equals)
+    S:count       str   number of ready entries
+    S:delayed     zset  not-before entries, score = due time
+    S:inflight    zset  leased entries, score = lease expiry
+    S:owner       hash  id -> worker id holding the lease
+    S:data        hash  id -> request payload (JSON)
+    S:info        hash  id -> cjson {p, d, w, x, dom}: priority, deadline,
                         aging window, expired mode, domain
-    K:released    hash  id -> times the entry was handed back after a failed item
-    K:rejected    hash  id -> refused payload (never executed)
+    S:released    hash  id -> times the entry was handed back after a failed item
+    S:rejected    hash  id -> refused payload (never executed)
+    <dupefilter key>:{spider#n}  set  the shard's fingerprints
 
-Per-domain ready sets are what the local ``DeadlinePriorityQueue`` keeps in
-memory: a pop compares each candidate domain's *best* entry (heads of three
-sets) instead of scanning the first N entries of one global set, so a held
-domain with many queued requests cannot hide the others.
+Each domain's best entry is compared (heads of three orders) instead of the
+first N entries of one global set, so a held domain with many queued requests
+cannot hide the others.
 
-A member of ``K`` without a ``K:data`` entry is foreign (e.g. a pickle pushed
-by plain scrapy-redis): the member itself is handed back as the payload, and
-the Python side refuses it (see ``serializer.py``).
-
-Health keys: ``H .. domain`` hash, see :data:`HEALTH` (the rate controller).
+Health keys: ``<spider>:health:{spider#n}:d:<domain>`` hash in the domain's shard,
+see :data:`HEALTH` (the rate controller).
 """
 
 from __future__ import annotations
@@ -322,15 +319,33 @@ local function h_failure(d, p, now, answered, in_share, domain, penalty, congest
 end
 """
 
-# Queue helpers: per-domain ready sets, the domain index, leases.
+# Queue helpers. Every script of the queue runs on ONE shard and gets that
+# shard's keys as KEYS[1..15] (all under the shard's hash tag, built in Python
+# by ``queue.ShardKeys``): nothing here builds a key name, so the scripts run
+# unchanged on one Redis, a Redis Cluster or under ACL key patterns.
+#
+# A shard's ready entries of all its domains live in three sorted sets whose
+# members sort lexicographically as "<domain>\1<sort key>\1<id>" (all scores
+# 0): a domain's best entry is the first member of its prefix (ZRANGEBYLEX,
+# O(log n)), so per-domain keys are not needed.
+#   Q  priority order: sort key = enc(-priority), ties by id (FIFO)
+#   A  aging order (entries with a deadline): enc(D - p*W/B)
+#   E  deadline order (entries with a deadline): enc(D)
 _QUEUE = r"""
-local function qkey(K, dom)
-  if dom == nil or dom == '' then return K end
-  return K .. ':q:' .. dom
+local Q, A, E, DOMS, SERVED, SEQ, COUNT, DELAYED, INFL, OWNER, DATA, INFO, REL, REJ, SEEN =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10],
+  KEYS[11], KEYS[12], KEYS[13], KEYS[14], KEYS[15]
+local SEP = '\1'
+
+-- a number as a fixed-width string that sorts like the number
+local function enc(x)
+  x = x + 1e10
+  if x < 0 then x = 0 elseif x > 9e14 then x = 9e14 end
+  return string.format('%022.6f', x)
 end
 
-local function info_of(K, id)
-  local raw = redis.call('HGET', K .. ':info', id)
+local function info_of(id)
+  local raw = redis.call('HGET', INFO, id)
   if raw then
     local info = cjson.decode(raw)
     info.p, info.d, info.w, info.dom = info.p or 0, info.d or 0, info.w or 0, info.dom or ''
@@ -339,51 +354,55 @@ local function info_of(K, id)
   return {p = 0, d = 0, w = 0, x = 'boost', dom = ''}
 end
 
-local function make_ready(K, id, boost)
-  local info = info_of(K, id)
-  local added = redis.call('ZADD', qkey(K, info.dom), -info.p, id)
-  if info.dom ~= '' then
-    redis.call('INCRBY', K .. ':count', added)
-    redis.call('ZADD', K .. ':domains', 'NX', 0, info.dom)
-  end
+local function id_of(member) return string.match(member, '^[^\1]*\1[^\1]*\1(.*)$') end
+local function lo(dom) return '[' .. dom .. SEP end
+local function hi(dom) return '[' .. dom .. SEP .. '\255' end
+
+local function make_ready(id, boost)
+  local info = info_of(id)
+  local dom = info.dom
+  local added = redis.call('ZADD', Q, 0, dom .. SEP .. enc(-info.p) .. SEP .. id)
+  redis.call('INCRBY', COUNT, added)
+  redis.call('ZADD', DOMS, 'NX', 0, dom)
   if info.d > 0 and info.w > 0 then
-    redis.call('ZADD', K .. ':a:' .. info.dom, info.d - info.p * info.w / boost, id)
-    redis.call('ZADD', K .. ':e:' .. info.dom, info.d, id)
+    redis.call('ZADD', A, 0, dom .. SEP .. enc(info.d - info.p * info.w / boost) .. SEP .. id)
+    redis.call('ZADD', E, 0, dom .. SEP .. enc(info.d) .. SEP .. id)
   end
 end
 
-local function unindex(K, id, dom)
-  local removed = redis.call('ZREM', qkey(K, dom), id)
-  redis.call('ZREM', K .. ':a:' .. dom, id)
-  redis.call('ZREM', K .. ':e:' .. dom, id)
-  if dom ~= '' then
-    redis.call('DECRBY', K .. ':count', removed)
-    if redis.call('ZCARD', qkey(K, dom)) == 0 then redis.call('ZREM', K .. ':domains', dom) end
+local function unindex(id, info, boost)
+  local dom = info.dom
+  local removed = redis.call('ZREM', Q, dom .. SEP .. enc(-info.p) .. SEP .. id)
+  if info.d > 0 and info.w > 0 then
+    redis.call('ZREM', A, dom .. SEP .. enc(info.d - info.p * info.w / boost) .. SEP .. id)
+    redis.call('ZREM', E, dom .. SEP .. enc(info.d) .. SEP .. id)
   end
+  redis.call('DECRBY', COUNT, removed)
+  if redis.call('ZLEXCOUNT', Q, lo(dom), hi(dom)) == 0 then redis.call('ZREM', DOMS, dom) end
 end
 
-local function forget(K, id)
-  unindex(K, id, info_of(K, id).dom)
-  redis.call('ZREM', K .. ':delayed', id)
-  redis.call('ZREM', K .. ':inflight', id)
-  redis.call('HDEL', K .. ':owner', id)
-  redis.call('HDEL', K .. ':data', id)
-  redis.call('HDEL', K .. ':info', id)
-  redis.call('HDEL', K .. ':released', id)
+local function forget(id, boost)
+  unindex(id, info_of(id), boost)
+  redis.call('ZREM', DELAYED, id)
+  redis.call('ZREM', INFL, id)
+  redis.call('HDEL', OWNER, id)
+  redis.call('HDEL', DATA, id)
+  redis.call('HDEL', INFO, id)
+  redis.call('HDEL', REL, id)
 end
 
 -- Due delayed entries and expired leases go back to ready. Returns the number requeued.
-local function maintain(K, now, limit, boost)
-  local due = redis.call('ZRANGEBYSCORE', K .. ':delayed', '-inf', now, 'LIMIT', 0, limit)
+local function maintain(now, limit, boost)
+  local due = redis.call('ZRANGEBYSCORE', DELAYED, '-inf', now, 'LIMIT', 0, limit)
   for _, id in ipairs(due) do
-    redis.call('ZREM', K .. ':delayed', id)
-    make_ready(K, id, boost)
+    redis.call('ZREM', DELAYED, id)
+    make_ready(id, boost)
   end
-  local expired = redis.call('ZRANGEBYSCORE', K .. ':inflight', '-inf', now, 'LIMIT', 0, limit)
+  local expired = redis.call('ZRANGEBYSCORE', INFL, '-inf', now, 'LIMIT', 0, limit)
   for _, id in ipairs(expired) do
-    redis.call('ZREM', K .. ':inflight', id)
-    redis.call('HDEL', K .. ':owner', id)
-    if redis.call('HEXISTS', K .. ':data', id) == 1 then make_ready(K, id, boost) end
+    redis.call('ZREM', INFL, id)
+    redis.call('HDEL', OWNER, id)
+    if redis.call('HEXISTS', DATA, id) == 1 then make_ready(id, boost) end
   end
   return #expired
 end
@@ -391,195 +410,216 @@ end
 -- Acknowledge: the request is finished. A late ack after the lease expired
 -- removes the entry if it is still waiting (no second fetch), and leaves it
 -- alone if another worker leased it meanwhile. Returns 1 when removed.
-local function ack(K, id, worker)
-  local owner = redis.call('HGET', K .. ':owner', id)
+local function ack(id, worker, boost)
+  local owner = redis.call('HGET', OWNER, id)
   if owner then
     if owner ~= worker then return 0 end
-    forget(K, id)
+    forget(id, boost)
     return 1
   end
-  if redis.call('HEXISTS', K .. ':data', id) == 1 then
-    forget(K, id)
+  if redis.call('HEXISTS', DATA, id) == 1 then
+    forget(id, boost)
     return 1
   end
   return 0
 end
 """
 
-# ARGV: K, boost, id, payload, info_json, not_before, now, ack_id, worker[, dupefilter_key, fingerprint]
-# Returns 1 when queued, 0 when the fingerprint was already in the dupefilter set.
+# KEYS: the shard's 15 keys (SEEN: the shard's part of the dupefilter).
+# ARGV: boost, id, payload, info_json, not_before, now, ack_id, worker, fingerprint ('' = unchecked)
+# Returns 1 when queued, 0 when the fingerprint was already seen.
 # The dupefilter mark and the push are one step: marked-but-not-queued (a worker
 # killed between two round trips) would filter the page for good, since the
 # parent's re-fetch finds its child "seen". A filtered copy still acknowledges
-# ack_id (a redirect to a seen URL finishes the original request).
+# ack_id (a redirect to a seen URL finishes the original request); ack_id is
+# only given when the original lives in the same shard (same domain).
 PUSH = _QUEUE + r"""
-local K, boost, id, now = ARGV[1], tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[7])
-if ARGV[10] and ARGV[10] ~= '' and redis.call('SADD', ARGV[10], ARGV[11]) == 0 then
-  if ARGV[8] ~= '' then ack(K, ARGV[8], ARGV[9]) end
+local boost, id, now = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[6])
+if ARGV[9] ~= '' and redis.call('SADD', SEEN, ARGV[9]) == 0 then
+  if ARGV[7] ~= '' then ack(ARGV[7], ARGV[8], boost) end
   return 0
 end
-redis.call('HSET', K .. ':data', id, ARGV[4])
-redis.call('HSET', K .. ':info', id, ARGV[5])
-local nb = tonumber(ARGV[6])
+redis.call('HSET', DATA, id, ARGV[3])
+redis.call('HSET', INFO, id, ARGV[4])
+local nb = tonumber(ARGV[5])
 if nb > now then
-  redis.call('ZADD', K .. ':delayed', nb, id)
+  redis.call('ZADD', DELAYED, nb, id)
 else
-  make_ready(K, id, boost)
+  make_ready(id, boost)
 end
-if ARGV[8] ~= '' then ack(K, ARGV[8], ARGV[9]) end
+if ARGV[7] ~= '' then ack(ARGV[7], ARGV[8], boost) end
 return 1
 """
 
-# ARGV: K, boost, now, lease_until, worker, scan, health_prefix ('' = no gating)
-# Returns {status, x, payload, requeued, {dropped payloads}, {domain, {field, value, ...}, ...}}
-#   status 'ok': x = entry id; 'wait': x = when to look again; 'empty'.
+# KEYS: the shard's 15 keys, then the health hash of each candidate domain.
+# ARGV: boost, now, lease_until, worker, scan, gated (1/0), candidate domains...
+# The candidates are the domains the caller expects to be due (the last reply's
+# 'next' list): their health keys must be declared, so the script cannot pick
+# domains it was not told about while gating. A due domain that was not a
+# candidate makes the reply 'retry' (call again with the new list).
+# Returns {status, x, payload, requeued, {dropped payloads}, {domain, {field, value, ...}, ...}, {next}}
+#   status 'ok': x = entry id; 'wait': x = when to look again; 'empty'; 'retry'.
 #   dropped: entries whose deadline passed with the "drop" policy (dead letters);
-#   the last list: the health state of every domain whose token the pop looked at.
+#   states: the health state of every domain whose token the pop looked at;
+#   next: the domains due now (at most scan; else the soonest), for the next call.
 POP = HEALTH + _QUEUE + r"""
-local K, boost, now, lease_until, worker = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4], ARGV[5]
-local scan, hprefix = tonumber(ARGV[6]), ARGV[7]
-local requeued = maintain(K, now, 200, boost)
+local boost, now, lease_until, worker = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3], ARGV[4]
+local scan, gated = tonumber(ARGV[5]), ARGV[6] == '1'
+local hkeys = {}
+for i = 7, #ARGV do hkeys[ARGV[i]] = KEYS[15 + i - 6] end
+local requeued = maintain(now, 200, boost)
 local dropped, states = {}, {}
 
--- The best entry of a domain: {id, tier, eff} or nil (the domain has no ready entry).
+local function next_list()
+  local doms = redis.call('ZRANGEBYSCORE', DOMS, '-inf', now, 'LIMIT', 0, scan)
+  if #doms == 0 then doms = redis.call('ZRANGE', DOMS, 0, scan - 1) end
+  return doms
+end
+
+-- The best entry of a domain: {id, tier, eff, info} or nil (the domain has no ready entry).
 local function best_of(dom)
-  local ek = K .. ':e:' .. dom
   for _ = 1, 4 do  -- bounded: drop-policy entries past their deadline become dead letters
-    local late = redis.call('ZRANGEBYSCORE', ek, '-inf', now, 'WITHSCORES', 'LIMIT', 0, 16)
+    local late = redis.call('ZRANGEBYLEX', E, lo(dom), '[' .. dom .. SEP .. enc(now) .. SEP .. '\255', 'LIMIT', 0, 16)
     if #late == 0 then break end
     local boosted = nil
-    for i = 1, #late, 2 do
-      local id = late[i]
-      if info_of(K, id).x == 'drop' then
-        local payload = redis.call('HGET', K .. ':data', id)
-        forget(K, id)
+    for _, m in ipairs(late) do
+      local id = id_of(m)
+      local info = info_of(id)
+      if info.x == 'drop' then
+        local payload = redis.call('HGET', DATA, id)
+        forget(id, boost)
         if payload then table.insert(dropped, payload) end
       elseif boosted == nil then
-        boosted = {id = id, tier = 2, eff = -tonumber(late[i + 1])}
+        boosted = {id = id, tier = 2, eff = -info.d, info = info}
       end
     end
     if boosted then return boosted end
   end
   local best = nil
-  local head = redis.call('ZRANGE', qkey(K, dom), 0, 0, 'WITHSCORES')
-  if head[1] then best = {id = head[1], tier = 1, eff = -tonumber(head[2])} end
-  local aging = redis.call('ZRANGE', K .. ':a:' .. dom, 0, 0)
+  local head = redis.call('ZRANGEBYLEX', Q, lo(dom), hi(dom), 'LIMIT', 0, 1)
+  if head[1] then
+    local id = id_of(head[1])
+    local info = info_of(id)
+    best = {id = id, tier = 1, eff = info.p, info = info}
+  end
+  local aging = redis.call('ZRANGEBYLEX', A, lo(dom), hi(dom), 'LIMIT', 0, 1)
   if aging[1] then
-    local info = info_of(K, aging[1])
+    local id = id_of(aging[1])
+    local info = info_of(id)
     if info.w > 0 then
       local eff = math.max(info.p, info.p + boost + (now - info.d) * boost / info.w)
-      if best == nil or eff > best.eff then best = {id = aging[1], tier = 1, eff = eff} end
+      if best == nil or eff > best.eff then best = {id = id, tier = 1, eff = eff, info = info} end
     end
   end
   return best
 end
 
-local served = redis.call('HGETALL', K .. ':served')
-local served_at = {}
-for i = 1, #served, 2 do served_at[served[i]] = tonumber(served[i + 1]) end
-
 local function take(c)
-  unindex(K, c.id, c.dom)
-  redis.call('ZADD', K .. ':inflight', lease_until, c.id)
-  redis.call('HSET', K .. ':owner', c.id, worker)
-  if c.dom ~= '' then
-    redis.call('HSET', K .. ':served', c.dom, redis.call('INCR', K .. ':seq'))
-    redis.call('ZADD', K .. ':domains', 'XX', now, c.dom)
-  end
-  local payload = redis.call('HGET', K .. ':data', c.id) or c.id
-  return {'ok', c.id, payload, requeued, dropped, states}
+  unindex(c.id, c.info, boost)
+  redis.call('ZADD', INFL, lease_until, c.id)
+  redis.call('HSET', OWNER, c.id, worker)
+  redis.call('HSET', SERVED, c.dom, redis.call('INCR', SEQ))
+  redis.call('ZADD', DOMS, 'XX', now, c.dom)
+  local payload = redis.call('HGET', DATA, c.id) or c.id
+  return {'ok', c.id, payload, requeued, dropped, states, next_list()}
 end
 
-local wait = nil
-for _ = 1, 4 do  -- bounded: a window of `scan` domains at a time, blocked ones step aside
-  local cands = {}
-  local doms = redis.call('ZRANGEBYSCORE', K .. ':domains', '-inf', now, 'LIMIT', 0, scan)
-  if redis.call('ZCARD', K) > 0 then table.insert(doms, 1, '') end
-  for _, dom in ipairs(doms) do
+local wait, missed = nil, false
+local cands = {}
+local doms = redis.call('ZRANGEBYSCORE', DOMS, '-inf', now, 'LIMIT', 0, scan)
+for _, dom in ipairs(doms) do
+  if gated and dom ~= '' and hkeys[dom] == nil then
+    missed = true
+  else
     local b = best_of(dom)
     if b then
-      b.dom, b.served = dom, served_at[dom] or 0
+      b.dom = dom
+      b.served = tonumber(redis.call('HGET', SERVED, dom) or '0')
       table.insert(cands, b)
-    elseif dom ~= '' then
-      redis.call('ZREM', K .. ':domains', dom)
+    else
+      redis.call('ZREM', DOMS, dom)
     end
-  end
-  if #cands == 0 then break end
-  table.sort(cands, function(a, b)
-    if a.tier ~= b.tier then return a.tier > b.tier end
-    if a.eff ~= b.eff then return a.eff > b.eff end
-    if a.served ~= b.served then return a.served < b.served end
-    return a.dom < b.dom
-  end)
-  for _, c in ipairs(cands) do
-    local ok, at = true, now
-    if hprefix ~= '' and c.dom ~= '' then
-      local hkey = hprefix .. c.dom
-      local d, p = h_load(hkey, now, nil)
-      if d then  -- (no state yet: nobody has set a pace for the domain)
-        if not h_given_up(d, p, now) then  -- (given up: out it goes ungated, to be dead-lettered)
-          at = h_ready_at(d, p, now)
-          if at > now then ok = false else ok = h_acquire(d, p, now, true) end
-          if not ok and at <= now then at = now + p.k_retry_poll end
-        end
-        table.insert(states, c.dom)
-        table.insert(states, h_save(hkey, d, nil))
-      end
-    end
-    if ok then return take(c) end
-    redis.call('ZADD', K .. ':domains', 'XX', at, c.dom)
-    if wait == nil or at < wait then wait = at end
   end
 end
-local nxt = redis.call('ZRANGEBYSCORE', K .. ':domains', '(' .. now, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+table.sort(cands, function(a, b)
+  if a.tier ~= b.tier then return a.tier > b.tier end
+  if a.eff ~= b.eff then return a.eff > b.eff end
+  if a.served ~= b.served then return a.served < b.served end
+  return a.dom < b.dom
+end)
+for _, c in ipairs(cands) do
+  local ok, at = true, now
+  if gated and c.dom ~= '' then
+    local hkey = hkeys[c.dom]
+    local d, p = h_load(hkey, now, nil)
+    if d then  -- (no state yet: nobody has set a pace for the domain)
+      if not h_given_up(d, p, now) then  -- (given up: out it goes ungated, to be dead-lettered)
+        at = h_ready_at(d, p, now)
+        if at > now then ok = false else ok = h_acquire(d, p, now, true) end
+        if not ok and at <= now then at = now + p.k_retry_poll end
+      end
+      table.insert(states, c.dom)
+      table.insert(states, h_save(hkey, d, nil))
+    end
+  end
+  if ok then return take(c) end
+  redis.call('ZADD', DOMS, 'XX', at, c.dom)
+  if wait == nil or at < wait then wait = at end
+end
+if missed then return {'retry', '0', '', requeued, dropped, states, next_list()} end
+local nxt = redis.call('ZRANGEBYSCORE', DOMS, '(' .. now, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
 if nxt[2] and (wait == nil or tonumber(nxt[2]) < wait) then wait = tonumber(nxt[2]) end
-local head = redis.call('ZRANGE', K .. ':delayed', 0, 0, 'WITHSCORES')
+if #cands > 0 and (wait == nil or now < wait) then
+  -- blocked domains stepped aside: others may be due now
+  if redis.call('ZCOUNT', DOMS, '-inf', now) > 0 then wait = now end
+end
+local head = redis.call('ZRANGE', DELAYED, 0, 0, 'WITHSCORES')
 if head[2] and (wait == nil or tonumber(head[2]) < wait) then wait = tonumber(head[2]) end
-if wait == nil then return {'empty', '0', '', requeued, dropped, states} end
-return {'wait', f17(wait), '', requeued, dropped, states}
+if wait == nil then return {'empty', '0', '', requeued, dropped, states, next_list()} end
+return {'wait', f17(wait), '', requeued, dropped, states, next_list()}
 """
 
-# ARGV: K, boost, worker, id1, id2, ... -> number removed
+# ARGV: boost, worker, id1, id2, ... -> number removed
 ACK = _QUEUE + r"""
 local n = 0
-for i = 4, #ARGV do n = n + ack(ARGV[1], ARGV[i], ARGV[3]) end
+for i = 3, #ARGV do n = n + ack(ARGV[i], ARGV[2], tonumber(ARGV[1])) end
 return n
 """
 
 # Extend this worker's leases and requeue everyone's expired ones.
-# ARGV: K, boost, worker, now, lease_until, id1, ... -> {extended, requeued}
+# ARGV: boost, worker, now, lease_until, id1, ... -> {extended, requeued}
 HEARTBEAT = _QUEUE + r"""
-local K, worker = ARGV[1], ARGV[3]
+local worker = ARGV[2]
 local n = 0
-for i = 6, #ARGV do
-  if redis.call('HGET', K .. ':owner', ARGV[i]) == worker then
-    redis.call('ZADD', K .. ':inflight', 'XX', ARGV[5], ARGV[i])
+for i = 5, #ARGV do
+  if redis.call('HGET', OWNER, ARGV[i]) == worker then
+    redis.call('ZADD', INFL, 'XX', ARGV[4], ARGV[i])
     n = n + 1
   end
 end
-return {n, maintain(K, tonumber(ARGV[4]), 1000, tonumber(ARGV[2]))}
+return {n, maintain(tonumber(ARGV[3]), 1000, tonumber(ARGV[1]))}
 """
 
-# Give leases back at once. ARGV: K, boost, worker, max_releases (-1: not counted), id1, ...
+# Give leases back at once. ARGV: boost, worker, max_releases (-1: not counted), id1, ...
 # A failed item counts against the entry; past max_releases the entry is removed
 # and its payload returned (the caller turns it into a dead letter).
 # Returns {requeued, {dead payloads}}.
 RELEASE = _QUEUE + r"""
-local K, boost, worker, max = ARGV[1], tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4])
+local boost, worker, max = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])
 local n, dead = 0, {}
-for i = 5, #ARGV do
+for i = 4, #ARGV do
   local id = ARGV[i]
-  if redis.call('HGET', K .. ':owner', id) == worker then
-    redis.call('ZREM', K .. ':inflight', id)
-    redis.call('HDEL', K .. ':owner', id)
+  if redis.call('HGET', OWNER, id) == worker then
+    redis.call('ZREM', INFL, id)
+    redis.call('HDEL', OWNER, id)
     local times = 0
-    if max >= 0 then times = redis.call('HINCRBY', K .. ':released', id, 1) end
+    if max >= 0 then times = redis.call('HINCRBY', REL, id, 1) end
     if max >= 0 and times > max then
-      local payload = redis.call('HGET', K .. ':data', id)
-      forget(K, id)
+      local payload = redis.call('HGET', DATA, id)
+      forget(id, boost)
       if payload then table.insert(dead, payload) end
     else
-      make_ready(K, id, boost)
+      make_ready(id, boost)
       n = n + 1
     end
   end
@@ -587,21 +627,19 @@ end
 return {n, dead}
 """
 
-# Move a refused (undecodable) leased entry aside. ARGV: K, boost, id, worker, reason
+# Move a refused (undecodable) leased entry aside. ARGV: boost, id, worker, reason
 REJECT = _QUEUE + r"""
-local K, id = ARGV[1], ARGV[3]
-local payload = redis.call('HGET', K .. ':data', id) or id
-redis.call('HSET', K .. ':rejected', id, payload)
-forget(K, id)
-redis.call('ZREM', K, id)
+local id = ARGV[2]
+local payload = redis.call('HGET', DATA, id) or id
+redis.call('HSET', REJ, id, payload)
+forget(id, tonumber(ARGV[1]))
 return 1
 """
 
-# {ready, delayed, inflight} in one round trip. ARGV: K
+# {ready, delayed, inflight} of one shard in one round trip. KEYS: the shard's keys.
 COUNTS = r"""
-local K = ARGV[1]
-local n = tonumber(redis.call('GET', K .. ':count') or '0')
-return {redis.call('ZCARD', K) + n, redis.call('ZCARD', K .. ':delayed'), redis.call('ZCARD', K .. ':inflight')}
+local n = tonumber(redis.call('GET', KEYS[7]) or '0')
+return {n, redis.call('ZCARD', KEYS[8]), redis.call('ZCARD', KEYS[9])}
 """
 
 # --- health registry scripts (KEYS: the domain's hash, the domain set; last ARGV: domain) ---

@@ -32,8 +32,15 @@ killed), pending entries stay in the ready/delayed sets and leased ones in the
 in-flight set; the next workers to start with the same ``REDIS_URL`` and spider
 name re-queue expired leases and continue (``SCHEDULER_PERSIST`` is on).
 
-Redis errors never lose a request: pushes and acknowledgements are kept in
-memory and retried with backoff; pops return nothing until Redis is back.
+Sharding and I/O: entries live in ``OPENCLAW_DISTRIBUTED_SHARDS`` shards by
+domain (``shards.py``), each script runs on one shard (one cluster slot), and
+pops go round the shards. During a crawl every Redis call runs on the
+:class:`~scrapy_openclaw.distributed.link.RedisLink` thread in rounds: pushes
+and acknowledgements are buffered and sent in order (a page's links before
+its acknowledgement), and ``OPENCLAW_DISTRIBUTED_PREFETCH`` requests are
+leased ahead, so ``pop`` and ``__len__`` answer from memory and never wait on
+Redis. Redis errors never lose a request: buffered writes are retried with
+backoff; pops return nothing until Redis is back.
 """
 
 from __future__ import annotations
@@ -43,6 +50,7 @@ import os
 import socket
 import time
 import uuid
+from collections import deque
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
@@ -55,6 +63,7 @@ from scrapy_openclaw.delay import not_before, request_class, wake_engine
 from scrapy_openclaw.distributed import lua
 from scrapy_openclaw.distributed import serializer as json_serializer
 from scrapy_openclaw.distributed.link import RedisLink
+from scrapy_openclaw.distributed.shards import ShardKeys
 from scrapy_openclaw.runtime import crawl_id, shared
 from scrapy_openclaw.serialization import RefusedRequest, SerializationError, request_from_data, request_to_data
 from scrapy_openclaw.settings import DEFAULTS
@@ -84,8 +93,52 @@ def _setting(settings: Any, name: str, getter: str) -> Any:
     return getattr(settings, getter)(name, DEFAULTS[name])
 
 
+class _Push:
+    """A push waiting for Redis: the script's KEYS and ARGV, and who to tell about a duplicate."""
+
+    __slots__ = ("shard", "keys", "args", "on_dupe", "ack")
+
+    def __init__(self, shard: int, keys: list[str], args: list[Any], on_dupe: Any, ack: str | None):
+        self.shard, self.keys, self.args, self.on_dupe, self.ack = shard, keys, args, on_dupe, ack
+
+
+class _Round:
+    """One batch of Redis work, prepared on the reactor thread, run on the Redis thread."""
+
+    def __init__(self) -> None:
+        self.pushes: list[_Push] = []
+        self.acks: dict[int, list[str]] = {}
+        self.releases: list[tuple[int, int, list[str]]] = []  # (shard, max_releases, ids)
+        self.rejects: list[tuple[int, str, str]] = []  # (shard, id, reason)
+        self.beat: dict[int, list[str]] | None = None
+        self.pops = 0
+        self.counts = False
+        self.foreign = False
+        # results
+        self.pushed: list[bool] = []
+        self.acked = False
+        self.dead: list[Any] = []
+        self.requeued = 0
+        self.popped: list[tuple[int, str, Any]] = []
+        self.dropped: list[Any] = []
+        self.states: list[Any] = []
+        self.wait: float | None = None
+        self.count: tuple[int, int, int] | None = None
+        self.foreign_found: list[Any] = []
+        self.error: Exception | None = None
+
+
+def _lease(shard: int, entry: str) -> str:
+    return f"{shard}/{entry}"
+
+
+def _split(lease: str) -> tuple[int, str]:
+    shard, _, entry = lease.partition("/")
+    return int(shard), entry
+
+
 class LeasedDeadlineQueue:
-    """scrapy-redis queue (``SCHEDULER_QUEUE_CLASS``) with leases and deadline order."""
+    """scrapy-redis queue (``SCHEDULER_QUEUE_CLASS``) with leases, deadline order and shards."""
 
     #: tells scrapy_openclaw.delay that not-before times are kept here.
     handles_not_before = True
@@ -107,16 +160,30 @@ class LeasedDeadlineQueue:
         self.scan = _setting(settings, "OPENCLAW_DISTRIBUTED_SCAN", "getint")
         self.max_releases = _setting(settings, "OPENCLAW_DISTRIBUTED_MAX_RELEASES", "getint")
         self.boost = _setting(settings, "OPENCLAW_QUEUE_AGING_BOOST", "getfloat")
+        self.prefetch = _setting(settings, "OPENCLAW_DISTRIBUTED_PREFETCH", "getint")
+        self.shards = ShardKeys(self.key, spider.name, _setting(settings, "OPENCLAW_DISTRIBUTED_SHARDS", "getint"))
         self.worker = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
-        self.held: dict[str, float] = {}  # lease id -> time leased
-        self._pending_push: list[tuple[Any, ...]] = []  # Lua args waiting for Redis
+        self.held: dict[str, float] = {}  # lease id ("shard/entry") -> time leased
+        self._pending_push: list[_Push] = []  # pushes waiting for Redis, in order
         self._pending_ack: set[str] = set()
+        self._pending_release: list[tuple[str, bool]] = []  # (lease, counted)
+        self._pending_reject: list[tuple[str, str]] = []
+        self._ready: deque[Request] = deque()  # leased ahead, not yet handed to the engine
         self.link = RedisLink.for_crawler(self.crawler)
         self._last_beat = 0.0
+        self._last_foreign = -1e18
         self._wake_timer: Any = None
         self._wake_at = float("inf")
         self._seq = 0
         self._encoded: tuple[Request, str] | None = None  # the last encode(), for the push after it
+        self._counts_value = (0, 0, 0)
+        self._counts_at = -1e18
+        self._busy = False
+        self._again = self._again_pops = self._again_counts = False
+        self._last_push_queued = True
+        self._rr = 0
+        self._cands: dict[int, list[str]] = {}  # shard -> domains the next pop expects due
+        self._shard_wait: dict[int, float] = {}  # shard -> no pop before this time
         self._push = server.register_script(lua.PUSH)
         self._pop = server.register_script(lua.POP)
         self._ack = server.register_script(lua.ACK)
@@ -189,23 +256,26 @@ class LeasedDeadlineQueue:
         if lease is not None and self.held.pop(lease, None) is not None:
             self._send_ack(lease)
 
-    def push(self, request: Request, dupe: tuple[str, str] | None = None) -> bool:
+    def push(self, request: Request, dupe: tuple[str, str] | None = None, on_dupe: Any = None) -> bool:
         """Queue *request*; False only when *dupe* (dupefilter key, fingerprint) was already seen.
 
         With *dupe* the fingerprint is marked in the same Lua step as the push
         (see ``lua.PUSH``), so a worker killed in between cannot leave a page
-        marked as seen but never queued. While Redis is down the push is kept in
-        memory and the check happens when it is flushed. A request that cannot
-        be stored raises :class:`SerializationError` before anything is marked
-        (the scheduler calls :meth:`encode` first; its result is reused here).
+        marked as seen but never queued. During a crawl the push goes to Redis
+        in the background (in order, before any later acknowledgement): it
+        returns True at once and *on_dupe* is called if the fingerprint turns
+        out to be seen already. A request that cannot be stored raises
+        :class:`SerializationError` before anything is marked (the scheduler
+        calls :meth:`encode` first; its result is reused here).
         """
         encoded = self._encoded
         payload = encoded[1] if encoded is not None and encoded[0] is request else self.encode(request)
         self._encoded = None
         now = time.time()
         lease = request.meta.pop(LEASE, None)
-        ack_id = lease if lease is not None and self.held.pop(lease, None) is not None else ""
+        ack_id = lease if lease is not None and self.held.pop(lease, None) is not None else None
         domain = urlparse(request.url).hostname or ""
+        shard = self.shards.of(domain)
         policy = self._policy(domain).deadline
         deadline = request.meta.get(M.DEADLINE)
         info = json_serializer.dumps({
@@ -213,87 +283,79 @@ class LeasedDeadlineQueue:
             "x": policy.expired, "dom": domain,
         })
         if self.registry is not None and domain:
-            try:
-                self.registry.ensure(domain)
-            except RedisError:
-                pass  # retried with the next push; the pop just does not gate meanwhile
+            self.registry.ensure(domain)
         nb = not_before(request, self.stats, now=now)
-        args = (self.key, self.boost, self._next_id(), payload, info, nb, now, ack_id, self.worker,
-                *(dupe or ()))
-        queued = self._call_push(args)
-        if queued is None:
-            self._pending_push.append(args)
-        elif not queued:
-            return False
-        self.stats.inc_value(f"{STATS}/pushed")
+        same_shard_ack = ""
+        if ack_id is not None:
+            ack_shard, ack_entry = _split(ack_id)
+            if ack_shard == shard:
+                same_shard_ack = ack_entry
+            # else: acknowledged after this push (another shard cannot be in the same script)
+        keys = self.shards.keys(shard, dupe[0] if dupe else None)
+        args = [self.boost, self._next_id(), payload, info, nb, now, same_shard_ack, self.worker,
+                dupe[1] if dupe else ""]
+        self._pending_push.append(_Push(shard, keys, args, on_dupe, ack_id if not same_shard_ack else None))
+        if ack_id is not None and not same_shard_ack:
+            self._pending_ack.add(ack_id)
+        if not self.link.background:
+            self._kick()
+            if self._pending_push and self._pending_push[-1].args is args:
+                return True  # buffered (Redis down): checked when flushed
+            return self._last_push_queued
+        self._kick()
         if nb > now:
             self._wake(nb)
         return True
 
     def pop(self, timeout: float = 0) -> Request | None:
-        if not self._redis_ok():
+        if not self._ready:
+            self._kick(pops=True)
+        if not self._ready:
             return None
-        self._flush()
-        registry = self.registry
-        for _ in range(16):  # bounded: refused entries are skipped, not retried forever
-            now = time.time()
-            try:
-                res = self.link.call(self._pop, args=[
-                    self.key, self.boost, now, now + self.lease, self.worker, self.scan,
-                    getattr(registry, "redis_prefix", "") or "",
-                ])
-            except RedisError:
-                return None
-            status, extra, payload, requeued, dropped, states = res
-            status = _text(status)
-            if int(requeued):
-                self._requeued(int(requeued))
-            for raw in dropped:
-                self._dead_letter(raw, reason="deadline_expired", error_class="deadline")
-            if registry is not None:
-                for i in range(0, len(states), 2):
-                    registry.refresh(_text(states[i]), states[i + 1])
-            if status == "wait":
-                self._wake(float(_text(extra)))
-                return None
-            if status != "ok":
-                return None
-            entry_id = _text(extra)
-            try:
-                request = self._decode(payload)
-            except SerializationError as exc:
-                self._refuse(entry_id, exc)  # at once: a refused entry must not keep its lease
-                continue
-            request.meta[LEASE] = entry_id
-            self.held[entry_id] = now
-            self.stats.inc_value(f"{STATS}/leased")
-            return request
-        return None
+        request = self._ready.popleft()
+        if len(self._ready) < self.prefetch and self.link.background:
+            self._kick(pops=True)
+        return request
 
     def __len__(self) -> int:
         """Everything not yet finished by anyone, minus what this worker is processing.
 
         Other workers' leases count (their results may add work), ours do not
         (Scrapy tracks those as in-progress itself), so a worker with a leaked
-        lease cannot keep itself open forever.
+        lease cannot keep itself open forever. During a crawl the counts are
+        refreshed in the background; a zero is believed only when it is fresh.
         """
-        buffered = len(self._pending_push)
-        if not self._redis_ok():
+        buffered = len(self._pending_push) + len(self._ready)
+        if self.link.down_since is not None or not self.link.ok():
             return buffered + (1 if self.link.within_outage() else 0)
-        try:
-            ready, delayed, inflight = (int(n) for n in self.link.call(self._counts, args=[self.key]))
-        except RedisError:
-            return buffered + (1 if self.link.within_outage() else 0)
-        return max(0, ready + delayed + inflight - len(self.held)) + buffered
+        fresh = time.time() - self._counts_at
+        if not self.link.background or fresh > 1.0:
+            self._kick(counts=True)
+        ready, delayed, inflight = self._counts_value
+        total = max(0, ready + delayed + inflight - len(self.held)) + buffered
+        if total == 0 and self.link.background and time.time() - self._counts_at > 0.3:
+            self._kick(counts=True)
+            return 1  # not sure yet: ask again in a moment rather than close
+        return total
 
     def clear(self) -> None:
-        suffixes = ("", ":domains", ":served", ":seq", ":count", ":delayed", ":inflight", ":owner",
-                    ":data", ":info", ":released")
-        self.server.delete(*(self.key + s for s in suffixes))
+        for shard in range(self.shards.count):
+            self.server.delete(*self.shards.keys(shard)[:-1])
+            self.server.delete(self.shards.name("seen", shard))
+        for key in [self.key, *self.shards.legacy(), self.key + ":served", self.key + ":seq",
+                    self.key + ":count", self.key + ":info", self.key + ":owner", self.key + ":released"]:
+            self.server.delete(key)
         for part in (":q:", ":a:", ":e:"):
-            keys = list(self.server.scan_iter(match=self.key + part + "*", count=500))
-            if keys:
-                self.server.delete(*keys)
+            for key in list(self.server.scan_iter(match=self.key + part + "*", count=500)):
+                self.server.delete(key)
+
+    def clear_dupefilter(self, dupefilter_key: str) -> None:
+        for shard in range(self.shards.count):
+            self.server.delete(self.shards.seen(dupefilter_key, shard))
+
+    def legacy_keys(self) -> list[str]:
+        """Keys of the pre-sharding layout that hold work (see README, "Migrating")."""
+        return [k for k in self.shards.legacy() if self.server.exists(k)]
 
     # --- leases -----------------------------------------------------------------
 
@@ -313,68 +375,282 @@ class LeasedDeadlineQueue:
         if lease_id is None or self.held.pop(lease_id, None) is None:
             return
         self.stats.inc_value(f"{STATS}/released")
-        if not self._redis_ok():
-            return  # the lease expires and is re-queued then
-        try:
-            _, dead = self.link.call(self._release, args=[self.key, self.boost, self.worker,
-                                                          self.max_releases, lease_id])
-        except RedisError:
-            return
-        for raw in dead:
-            self._dead_letter(raw, reason="item_failed", error_class="item")
+        self._pending_release.append((lease_id, True))
+        self._kick()
 
     def _send_ack(self, lease_id: str) -> None:
         self._pending_ack.add(lease_id)
-        if self._redis_ok():
-            self._flush()
+        self._kick()
 
-    def close(self, reason: str) -> None:
-        """Stop the heartbeat; hand leftover leases back (or drop leaks on a clean finish)."""
+    def close(self, reason: str) -> Any:
+        """Stop the heartbeat; hand leftover leases back (or drop leaks on a clean finish).
+
+        During a crawl: a Deferred fired once Redis has the buffered writes (or
+        after a bounded wait), so the engine waits without blocking the reactor.
+        """
         if self._loop.running:
             self._loop.stop()
         if self._wake_timer is not None:
             self._wake_timer.cancel()
             self._wake_timer = None
         self.link.reset_backoff()
-        self._flush()
+        self._ready.clear()  # leased ahead: in self.held, handed back below
         ids = list(self.held)
-        if not ids:
-            return
-        try:
-            if reason == "finished":  # everything was processed; these were never acked
-                self._ack(args=[self.key, self.boost, self.worker, *ids])
-            else:
-                n, _ = self._release(args=[self.key, self.boost, self.worker, -1, *ids])
-                logger.info("Returned %(n)d leased requests to the Redis queue", {"n": n},
+        self.held.clear()
+        if reason == "finished":  # everything was processed; these were never acked
+            self._pending_ack.update(ids)
+        else:
+            self._pending_release.extend((i, False) for i in ids)
+        job = self._plan(pops=False, counts=False, everything=True)
+        n_ids = len(ids)
+
+        def done(res: _Round) -> None:
+            self._apply(job, res)
+            if res.error is not None and n_ids:
+                logger.warning(
+                    "Could not return %(n)d leases to Redis (%(error)s); they expire in %(lease)ss",
+                    {"n": n_ids, "error": res.error, "lease": self.lease}, extra={"spider": self.spider},
+                )
+            elif n_ids and reason != "finished":
+                logger.info("Returned %(n)d leased requests to the Redis queue", {"n": n_ids},
                             extra={"spider": self.spider})
-            self.held.clear()
-        except RedisError as exc:
-            logger.warning(
-                "Could not return %(n)d leases to Redis (%(error)s); they expire in %(lease)ss",
-                {"n": len(ids), "error": exc, "lease": self.lease}, extra={"spider": self.spider},
-            )
+
+        if not self.link.background:
+            done(self._run(job))
+            return None
+        from twisted.internet import defer
+
+        finished = defer.Deferred()
+        self._busy = True  # no other round from now on
+
+        def fire(res: _Round) -> None:
+            done(res)
+            if not finished.called:
+                finished.callback(None)
+
+        self.link.submit(self._run, job, callback=fire, raw=True)
+        call_later(15.0, lambda: None if finished.called else finished.callback(None))
+        return finished
 
     def _tick(self) -> None:
         """Every poll interval: retry buffered writes, heartbeat, let the engine look for work."""
-        now = time.time()
-        if self._redis_ok():
-            self._flush()
-            if now - self._last_beat >= self.heartbeat and self._redis_ok():
-                self._last_beat = now
-                try:
-                    _, requeued = self.link.call(self._beat, args=[
-                        self.key, self.boost, self.worker, now, now + self.lease, *self.held])
-                except RedisError:
-                    pass
-                else:
-                    if int(requeued):
-                        self._requeued(int(requeued))
+        self._kick(counts=time.time() - self._counts_at > 0.5)
         self._wake_engine()  # work pushed by other workers
 
     def _requeued(self, n: int) -> None:
         self.stats.inc_value(f"{STATS}/lease_expired", n)
         logger.info("Re-queued %(n)d requests whose lease expired (a worker died?)", {"n": n},
                     extra={"spider": self.spider})
+
+    # --- the Redis rounds ---------------------------------------------------------
+
+    def _kick(self, *, pops: bool = False, counts: bool = False) -> None:
+        """Send what is waiting (and pop ahead) in one round on the Redis thread; inline outside a crawl."""
+        if self._busy:
+            self._again = True
+            self._again_pops |= pops
+            self._again_counts |= counts
+            return
+        if not self.link.ok():
+            return
+        job = self._plan(pops=pops, counts=counts)
+        if job is None:
+            return
+        self._busy = True
+        if self.link.background:
+            self.link.submit(self._run, job, callback=lambda res: self._done(job, res), raw=True)
+        else:
+            self._done(job, self._run(job))
+
+    def _plan(self, *, pops: bool, counts: bool, everything: bool = False) -> _Round | None:
+        now = time.time()
+        job = _Round()
+        job.pushes = list(self._pending_push[:500])
+        # an acknowledgement only after every push before it (a page's links first)
+        for lease in (self._pending_ack if len(self._pending_push) <= 500 else ()):
+            shard, entry = _split(lease)
+            job.acks.setdefault(shard, []).append(entry)
+        by_shard: dict[tuple[int, int], list[str]] = {}
+        for lease, counted in self._pending_release:
+            shard, entry = _split(lease)
+            by_shard.setdefault((shard, self.max_releases if counted else -1), []).append(entry)
+        job.releases = [(s, m, ids) for (s, m), ids in by_shard.items()]
+        job.rejects = [(*_split(lease), reason) for lease, reason in self._pending_reject]
+        if not everything and now - self._last_beat >= self.heartbeat:
+            self._last_beat = now
+            beat: dict[int, list[str]] = {}
+            for lease in self.held:
+                shard, entry = _split(lease)
+                beat.setdefault(shard, []).append(entry)
+            job.beat = beat
+            job.foreign = True
+        if not everything and now - self._last_foreign > 30:
+            job.foreign = True
+        if job.foreign:
+            self._last_foreign = now
+        if pops and not everything:
+            want = self.prefetch if self.link.background else 1
+            job.pops = max(0, want - len(self._ready))
+            if job.pops and all(self._shard_wait.get(i, 0) > now for i in range(self.shards.count)):
+                job.pops = 0
+        job.counts = counts and not everything
+        if not (job.pushes or job.acks or job.releases or job.rejects or job.beat is not None
+                or job.pops or job.counts or job.foreign):
+            return None
+        return job
+
+    def _run(self, job: _Round) -> _Round:
+        """The Redis thread: run *job*'s calls in order; stop at the first Redis error."""
+        try:
+            self._run_calls(job)
+        except RedisError as exc:
+            job.error = exc
+        return job
+
+    def _run_calls(self, job: _Round) -> None:
+        now = time.time()
+        for push in job.pushes:
+            job.pushed.append(bool(int(self._push(keys=push.keys, args=push.args))))
+        for shard, ids in job.acks.items():
+            self._ack(keys=self.shards.keys(shard), args=[self.boost, self.worker, *ids])
+        job.acked = True
+        for shard, max_releases, ids in job.releases:
+            _, dead = self._release(keys=self.shards.keys(shard), args=[self.boost, self.worker, max_releases, *ids])
+            job.dead.extend(dead)
+        for shard, entry, reason in job.rejects:
+            self._reject(keys=self.shards.keys(shard), args=[self.boost, entry, self.worker, reason])
+        if job.beat is not None:
+            for shard in range(self.shards.count):
+                _, requeued = self._beat(keys=self.shards.keys(shard), args=[
+                    self.boost, self.worker, now, now + self.lease, *job.beat.get(shard, ())])
+                job.requeued += int(requeued)
+        if job.foreign:
+            self._adopt_foreign(job)
+        if job.pops:
+            self._pop_round(job)
+        if job.counts:
+            total = [0, 0, 0]
+            for shard in range(self.shards.count):
+                for i, n in enumerate(self._counts(keys=self.shards.keys(shard))):
+                    total[i] += int(n)
+            job.count = (total[0], total[1], total[2])
+
+    def _adopt_foreign(self, job: _Round) -> None:
+        """Members of the plain scrapy-redis key (e.g. a pickle pushed by stock scrapy-redis) are
+        moved aside as rejected, never executed."""
+        members = self.server.zrange(self.key, 0, 99)
+        for member in members:
+            self.server.hset(self.shards.name("rejected", 0), member, member)
+            self.server.zrem(self.key, member)
+        job.foreign_found = list(members)
+
+    def _pop_round(self, job: _Round) -> None:
+        """Lease up to ``job.pops`` entries, one shard after the other (round-robin: fair across shards)."""
+        gated = self.registry is not None
+        n = self.shards.count
+        start = self._rr
+        self._rr = (self._rr + 1) % n
+        wait: float | None = None
+        for step in range(n):
+            if len(job.popped) >= job.pops:
+                break
+            shard = (start + step) % n
+            now = time.time()
+            if self._shard_wait.get(shard, 0) > now:
+                at = self._shard_wait[shard]
+                wait = at if wait is None else min(wait, at)
+                continue
+            for _ in range(3):  # 'retry': the due domains were not the expected ones
+                cands = self._cands.get(shard, []) if gated else []
+                keys = self.shards.keys(shard)
+                if cands:
+                    keys = [*keys, *(self.registry.health_key(d) for d in cands)]
+                res = self._pop(keys=keys, args=[self.boost, now, now + self.lease, self.worker, self.scan,
+                                                 1 if gated else 0, *cands])
+                status, extra, payload, requeued, dropped, states, nxt = res
+                self._cands[shard] = [_text(d) for d in nxt]
+                job.requeued += int(requeued)
+                job.dropped.extend(dropped)
+                job.states.extend(states)
+                status = _text(status)
+                if status == "retry":
+                    continue
+                if status == "ok":
+                    job.popped.append((shard, _text(extra), payload))
+                elif status == "wait":
+                    at = float(_text(extra))
+                    self._shard_wait[shard] = at
+                    wait = at if wait is None else min(wait, at)
+                else:  # empty: look again soon (pushes of other workers)
+                    self._shard_wait[shard] = now + 0.25
+                break
+        job.wait = wait
+
+    def _done(self, job: _Round, res: _Round) -> None:
+        self._busy = False
+        if res.error is not None:
+            self.link.failed(res.error)
+        else:
+            self.link.recovered()
+        self._apply(job, res)
+        pops, counts = self._again_pops, self._again_counts
+        again, self._again = self._again, False
+        self._again_pops = self._again_counts = False
+        if res.error is not None:
+            return  # the tick tries again once the link's backoff allows
+        if again or self._pending_push or self._pending_ack or self._pending_release or self._pending_reject:
+            self._kick(pops=pops or (self.link.background and len(self._ready) < self.prefetch and bool(res.popped)),
+                       counts=counts)
+
+    def _apply(self, job: _Round, res: _Round) -> None:
+        """Back on the reactor thread: account for what Redis did."""
+        now = time.time()
+        self._last_push_queued = True
+        for push, queued in zip(job.pushes, res.pushed):
+            if self._pending_push and self._pending_push[0] is push:
+                self._pending_push.pop(0)
+            self._shard_wait.pop(push.shard, None)
+            self._last_push_queued = queued
+            if queued:
+                self.stats.inc_value(f"{STATS}/pushed")
+            elif push.on_dupe is not None:
+                push.on_dupe()
+            elif self.link.background:  # a buffered push whose fingerprint another worker marked meanwhile
+                self.stats.inc_value(f"{STATS}/filtered_on_flush")
+        if res.acked:
+            for shard, ids in job.acks.items():
+                self._pending_ack.difference_update(_lease(shard, e) for e in ids)
+            del self._pending_release[:sum(len(ids) for _, _, ids in job.releases)]
+            del self._pending_reject[:len(job.rejects)]
+            for raw in res.dead:
+                self._dead_letter(raw, reason="item_failed", error_class="item")
+        if res.requeued:
+            self._requeued(res.requeued)
+        for raw in res.dropped:
+            self._dead_letter(raw, reason="deadline_expired", error_class="deadline")
+        if self.registry is not None:
+            states = res.states
+            for i in range(0, len(states), 2):
+                self.registry.refresh(_text(states[i]), states[i + 1])
+        for member in res.foreign_found:
+            self._refuse_foreign(member)
+        for shard, entry, payload in res.popped:
+            lease = _lease(shard, entry)
+            try:
+                request = self._decode(payload)
+            except SerializationError as exc:
+                self._refuse(lease, exc)  # at once: a refused entry must not keep its lease
+                continue
+            request.meta[LEASE] = lease
+            self.held[lease] = now
+            self.stats.inc_value(f"{STATS}/leased")
+            self._ready.append(request)
+        if res.count is not None:
+            self._counts_value, self._counts_at = res.count, now
+        if res.wait is not None and not self._ready:
+            self._wake(res.wait)
+        if res.popped and self.link.background:
+            self._wake_engine()
 
     # --- refused and expired entries -------------------------------------------
 
@@ -392,19 +668,35 @@ class LeasedDeadlineQueue:
         except Exception as exc:  # a custom SCHEDULER_SERIALIZER may raise anything
             raise SerializationError(f"undecodable queue entry: {type(exc).__name__}: {exc}") from None
 
-    def _refuse(self, entry_id: str, exc: Exception) -> None:
+    def _refuse(self, lease: str, exc: Exception) -> None:
         """Move a refused entry aside at once; a refused request (scheme, callback, meta) is a dead letter too."""
         logger.error(
-            "Refused a Redis queue entry of %(key)s (moved to %(key)s:rejected, not executed): %(error)s",
+            "Refused a Redis queue entry of %(key)s (moved to its shard's :rejected, not executed): %(error)s",
             {"key": self.key, "error": exc}, extra={"spider": self.spider},
         )
         self.stats.inc_value(f"{STATS}/rejected")
-        try:
-            self.link.call(self._reject, args=[self.key, self.boost, entry_id, self.worker, str(exc)[:500]])
-        except RedisError:
-            pass  # the lease expires and the next pop refuses it again
+        self.held.pop(lease, None)
+        self._pending_reject.append((lease, str(exc)[:500]))  # (if lost, the lease expires and it is refused again)
+        self._kick()
         if isinstance(exc, RefusedRequest):
             self._refused_dead_letter(exc)
+
+    def _refuse_foreign(self, member: Any) -> None:
+        """A member of the plain scrapy-redis key: kept in ``:rejected`` (never executed) when it
+        is not one of our JSON requests, queued like any other request when it is."""
+        try:
+            request = self._decode(member)
+        except SerializationError as exc:
+            logger.error(
+                "Refused a Redis queue entry of %(key)s (foreign; moved to %(rejected)s, not executed): %(error)s",
+                {"key": self.key, "rejected": self.shards.name("rejected", 0), "error": exc},
+                extra={"spider": self.spider},
+            )
+            self.stats.inc_value(f"{STATS}/rejected")
+            if isinstance(exc, RefusedRequest):
+                self._refused_dead_letter(exc)
+            return
+        self.push(request)
 
     def _refused_dead_letter(self, exc: RefusedRequest) -> None:
         """A record of the refused request for the operator; it holds no request, so it is never replayed."""
@@ -444,31 +736,6 @@ class LeasedDeadlineQueue:
         )
 
     # --- Redis outages -----------------------------------------------------------
-
-    def _call_push(self, args: tuple[Any, ...]) -> bool | None:
-        """True: queued; False: already in the dupefilter; None: Redis unreachable."""
-        if not self._redis_ok():
-            return None
-        try:
-            return bool(int(self.link.call(self._push, args=list(args))))
-        except RedisError:
-            return None
-
-    def _flush(self) -> None:
-        while self._pending_push:
-            queued = self._call_push(self._pending_push[0])
-            if queued is None:
-                return
-            self._pending_push.pop(0)
-            if not queued:  # a buffered push whose fingerprint another worker marked meanwhile
-                self.stats.inc_value(f"{STATS}/filtered_on_flush")
-        if self._pending_ack and self._redis_ok():
-            ids = list(self._pending_ack)
-            try:
-                self.link.call(self._ack, args=[self.key, self.boost, self.worker, *ids])
-            except RedisError:
-                return
-            self._pending_ack.difference_update(ids)
 
     def _redis_ok(self) -> bool:
         return self.link.ok()

@@ -14,6 +14,7 @@ first, as before, and queues unchecked when Redis is down.
 
 from __future__ import annotations
 
+import importlib
 import logging
 from typing import TYPE_CHECKING, Any
 
@@ -38,6 +39,10 @@ class RedisUnavailableError(ConnectionError):
     """Redis did not answer at crawl start."""
 
 
+class LegacyQueueError(RuntimeError):
+    """Redis holds a queue in the single-node key layout from before sharding."""
+
+
 def redis_location(settings: Any) -> str:
     """REDIS_URL (or host:port) with any password masked, for messages."""
     url = settings.get("REDIS_URL")
@@ -54,6 +59,31 @@ def _where(client: Any) -> tuple[Any, ...]:
 
 class OpenClawRedisScheduler(Scheduler):
     """``SCHEDULER`` in distributed mode; behaves as scrapy-redis's otherwise."""
+
+    @classmethod
+    def from_settings(cls, settings: Any) -> OpenClawRedisScheduler:
+        """scrapy-redis's, with our client: one Redis, a Redis Cluster or a Sentinel master."""
+        from scrapy_openclaw.distributed.connection import client_from_settings
+
+        kwargs: dict[str, Any] = {
+            "persist": settings.getbool("SCHEDULER_PERSIST"),
+            "flush_on_start": settings.getbool("SCHEDULER_FLUSH_ON_START"),
+            "idle_before_close": settings.getint("SCHEDULER_IDLE_BEFORE_CLOSE"),
+        }
+        optional = {"queue_key": "SCHEDULER_QUEUE_KEY", "queue_cls": "SCHEDULER_QUEUE_CLASS",
+                    "dupefilter_key": "SCHEDULER_DUPEFILTER_KEY", "dupefilter_cls": "DUPEFILTER_CLASS",
+                    "serializer": "SCHEDULER_SERIALIZER"}
+        for name, setting in optional.items():
+            if settings.get(setting):
+                kwargs[name] = settings.get(setting)
+        dupefilter_cls = load_object(kwargs["dupefilter_cls"])
+        if not hasattr(dupefilter_cls, "from_spider"):
+            kwargs["dupefilter"] = dupefilter_cls.from_settings(settings)
+        if isinstance(kwargs.get("serializer"), str):
+            kwargs["serializer"] = importlib.import_module(kwargs["serializer"])
+        server = client_from_settings(settings)
+        server.ping()
+        return cls(server=server, **kwargs)
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> OpenClawRedisScheduler:
@@ -92,7 +122,7 @@ class OpenClawRedisScheduler(Scheduler):
                 return False  # the engine sends request_dropped
         dupe = self._atomic_dupe(request)
         if dupe is not None:
-            if not self.queue.push(request, dupe=dupe):
+            if not self.queue.push(request, dupe=dupe, on_dupe=lambda: self._seen_after_all(request)):
                 self.df.log(request, self.spider)
                 return False
             if self.stats:
@@ -113,6 +143,12 @@ class OpenClawRedisScheduler(Scheduler):
         self.queue.push(request)
         return True
 
+    def _seen_after_all(self, request: Request) -> None:
+        """A push sent in the background found its fingerprint already seen."""
+        self.df.log(request, self.spider)
+        if self.stats:
+            self.stats.inc_value("scheduler/enqueued/redis", -1)
+
     def open(self, spider: Spider) -> None:
         """scrapy-redis's, but "Resuming crawl" goes through a logger (``Spider.log`` is deprecated)."""
         self.spider = spider
@@ -125,11 +161,36 @@ class OpenClawRedisScheduler(Scheduler):
             raise ValueError(f"Failed to instantiate queue class '{self.queue_cls}': {e}") from e
         if not self.df:
             self.df = load_object(self.dupefilter_cls).from_spider(spider)
+        if isinstance(self.df, RFPDupeFilter) and isinstance(self.queue, LeasedDeadlineQueue):
+            self.df.server = self.server  # the same (possibly cluster) client as the queue
         if self.flush_on_start:
             self.flush()
+        if isinstance(self.queue, LeasedDeadlineQueue):
+            self._refuse_legacy_layout()
         pending = len(self.queue)
         if pending:
             logger.info("Resuming crawl (%(n)d requests scheduled)", {"n": pending}, extra={"spider": spider})
+        if isinstance(self.queue, LeasedDeadlineQueue):
+            self.queue.link.start_background()  # from here on, Redis I/O leaves the reactor thread
+
+    def _refuse_legacy_layout(self) -> None:
+        legacy = self.queue.legacy_keys()
+        if not legacy:
+            return
+        message = (
+            f"scrapy-openclaw distributed mode: Redis at {redis_location(self.queue.crawler.settings)} holds "
+            f"a queue in the single-node layout of earlier versions ({', '.join(legacy)}); this version "
+            f"shards the queue (OPENCLAW_DISTRIBUTED_SHARDS) and does not read it. Finish that crawl with "
+            f"the version that started it, or start over with SCHEDULER_FLUSH_ON_START=True "
+            f"(deletes it); see README, 'Migrating a queue'"
+        )
+        logger.critical(message)
+        raise LegacyQueueError(message)
+
+    def flush(self) -> None:
+        super().flush()
+        if isinstance(self.queue, LeasedDeadlineQueue) and isinstance(self.df, RFPDupeFilter):
+            self.queue.clear_dupefilter(self.df.key)
 
     def next_request(self) -> Request | None:
         """scrapy-redis's, without the ``spider=`` stats argument Scrapy 2.19 deprecates."""
@@ -141,7 +202,10 @@ class OpenClawRedisScheduler(Scheduler):
     def has_pending_requests(self) -> bool:
         return len(self.queue) > 0
 
-    def close(self, reason: str) -> None:
+    def close(self, reason: str) -> Any:
+        """A Deferred during a crawl: fired once the buffered writes reached Redis (bounded)."""
+        finished = None
         if isinstance(self.queue, LeasedDeadlineQueue):
-            self.queue.close(reason)
+            finished = self.queue.close(reason)
         super().close(reason)
+        return finished

@@ -1,0 +1,60 @@
+"""The Redis client of distributed mode: one Redis, a Redis Cluster or a Sentinel-managed master.
+
+``REDIS_URL`` pointing at any node of a cluster is detected (``INFO cluster``)
+and answered with redis-py's cluster client; ``OPENCLAW_REDIS_SENTINELS``
+(``host:port`` of the sentinels) with ``OPENCLAW_REDIS_SENTINEL_MASTER`` asks
+the sentinels for the master. ``REDIS_PARAMS`` (scrapy-redis) apply to the
+connections in every case; a ``redis_cls`` in them is scrapy-redis's business.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from scrapy_openclaw.settings import DEFAULTS
+
+_CLUSTER_PARAMS = ("socket_timeout", "socket_connect_timeout", "health_check_interval", "password",
+                   "username", "retry", "ssl")
+
+
+def client_from_settings(settings: Any) -> Any:
+    from scrapy_redis.connection import get_redis_from_settings
+
+    params = dict(settings.getdict("REDIS_PARAMS") or {})
+    sentinels = settings.getlist("OPENCLAW_REDIS_SENTINELS", DEFAULTS["OPENCLAW_REDIS_SENTINELS"])
+    if sentinels:
+        from redis.sentinel import Sentinel
+
+        hosts = [(s.rsplit(":", 1)[0], int(s.rsplit(":", 1)[1])) for s in sentinels]
+        params.pop("redis_cls", None)
+        master = settings.get("OPENCLAW_REDIS_SENTINEL_MASTER", DEFAULTS["OPENCLAW_REDIS_SENTINEL_MASTER"])
+        timeout = {k: params[k] for k in ("socket_timeout", "socket_connect_timeout") if k in params}
+        return Sentinel(hosts, sentinel_kwargs=timeout, **params).master_for(master)
+    client = get_redis_from_settings(settings)
+    if "redis_cls" in params:
+        return client
+    from redis.exceptions import RedisError
+
+    try:
+        info = client.info("cluster")
+    except RedisError:
+        return client  # unreachable: the scheduler's start-up check names the URL
+    if not int(info.get("cluster_enabled", 0)):
+        return client
+    from redis.cluster import RedisCluster
+
+    url = settings.get("REDIS_URL")
+    kwargs = {k: v for k, v in params.items() if k in _CLUSTER_PARAMS}
+    if url:
+        cluster = RedisCluster.from_url(url, **kwargs)
+    else:
+        cluster = RedisCluster(host=settings.get("REDIS_HOST") or "localhost",
+                               port=int(settings.get("REDIS_PORT") or 6379), **kwargs)
+    client.close()
+    return cluster
+
+
+def is_cluster(client: Any) -> bool:
+    from redis.cluster import RedisCluster
+
+    return isinstance(client, RedisCluster)
