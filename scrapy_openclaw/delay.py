@@ -27,6 +27,7 @@ from scrapy.utils.misc import load_object
 
 from scrapy_openclaw import meta as M
 from scrapy_openclaw.runtime import peek, shared
+from scrapy_openclaw.scrapy_internals import wake_engine as wake_engine  # re-exported: pqueues, distributed
 
 if TYPE_CHECKING:
     from scrapy import Request
@@ -87,22 +88,6 @@ def request_class(request: Request, stats: Any = None) -> str | None:
     if stats is not None:
         stats.inc_value("openclaw/queue/request_class/invalid")
     return None
-
-
-def wake_engine(crawler: Crawler) -> None:
-    """Ask the engine to pull from the scheduler now, not at its 5 s heartbeat.
-
-    Scrapy has no public call for this; ``engine.crawl`` does it internally
-    through the engine slot's ``nextcall``, which we schedule the same way.
-    """
-    try:
-        engine = crawler.engine
-    except (AttributeError, RuntimeError):  # 2.19 raises before the crawl starts
-        return
-    slot = getattr(engine, "_slot", None) or getattr(engine, "slot", None)
-    nextcall = getattr(slot, "nextcall", None)
-    if nextcall is not None:
-        nextcall.schedule()
 
 
 def queue_handles_not_before(settings: BaseSettings) -> bool:

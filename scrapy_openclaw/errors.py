@@ -16,6 +16,8 @@ from scrapy.utils.misc import load_object
 from twisted.internet import error as txerror
 from twisted.python.failure import Failure
 
+from scrapy_openclaw.scrapy_internals import download_error_types, tunnel_error
+
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
     from scrapy.settings import BaseSettings
@@ -119,28 +121,18 @@ BAN_MARKERS: tuple[BanMarker, ...] = (
 BAN_SCAN_BYTES = 256 * 1024
 
 
-def _scrapy_exceptions(*names: str) -> tuple[type[BaseException], ...]:
-    """Scrapy's download exception types that exist in this version (2.16 added most)."""
-    import scrapy.exceptions
-
-    found = (getattr(scrapy.exceptions, name, None) for name in names)
-    return tuple(t for t in found if isinstance(t, type))
-
-
 def _network_table() -> list[tuple[tuple[type[BaseException], ...], str]]:
-    from scrapy.core.downloader.handlers.http11 import TunnelError
-
     return [
         (
-            (*_scrapy_exceptions("DownloadTimeoutError"), txerror.TimeoutError, TimeoutError),
+            (*download_error_types("DownloadTimeoutError"), txerror.TimeoutError, TimeoutError),
             TIMEOUT,
         ),
-        ((*_scrapy_exceptions("CannotResolveHostError"), txerror.DNSLookupError), DNS),
+        ((*download_error_types("CannotResolveHostError"), txerror.DNSLookupError), DNS),
         (
-            (*_scrapy_exceptions("DownloadConnectionRefusedError"), txerror.ConnectionRefusedError),
+            (*download_error_types("DownloadConnectionRefusedError"), txerror.ConnectionRefusedError),
             REFUSED,
         ),
-        (_scrapy_exceptions("ResponseDataLossError"), DATA_LOSS),
+        (download_error_types("ResponseDataLossError"), DATA_LOSS),
         (
             (
                 txerror.ConnectionDone,
@@ -150,9 +142,9 @@ def _network_table() -> list[tuple[tuple[type[BaseException], ...], str]]:
             ),
             CONNECTION_LOST,
         ),
-        ((TunnelError,), TLS),
+        ((tunnel_error(),), TLS),
         (
-            (*_scrapy_exceptions("DownloadFailedError"), txerror.ConnectError, OSError),
+            (*download_error_types("DownloadFailedError"), txerror.ConnectError, OSError),
             CONNECT_FAILED,
         ),
     ]

@@ -25,8 +25,8 @@ Hooking the queue instead of connecting to ``request_scheduled`` also makes
 the checkpoint cheaper: a duplicate costs nothing beyond the filter's own
 work, where a signal handler ran for every link a page yields.
 
-``add_request`` / ``remove_request`` are engine internals (present in Scrapy
-2.14 .. 2.19). Without them the lifecycle refuses (:class:`OpenClawConfigError`
+``add_request`` / ``remove_request`` are engine internals (see
+:func:`~scrapy_openclaw.scrapy_internals.track_engine_requests`). Without them the lifecycle refuses (:class:`OpenClawConfigError`
 naming the components that need it) rather than silently lose requests.
 One per crawler: every listener sees the same hook, installed once.
 """
@@ -40,6 +40,7 @@ from scrapy import signals
 
 from scrapy_openclaw.errors import OpenClawConfigError
 from scrapy_openclaw.runtime import shared
+from scrapy_openclaw.scrapy_internals import engine_of, scheduler_of, track_engine_requests
 
 if TYPE_CHECKING:
     from scrapy import Request
@@ -102,14 +103,13 @@ class RequestLifecycle:
         """Hook the engine slot (idempotent); OpenClawConfigError if this Scrapy has no such hook."""
         if self.installed:
             return
-        engine = self.crawler.engine
-        slot = getattr(engine, "_slot", None) or getattr(engine, "slot", None)
+        engine = engine_of(self.crawler)
         needs_queue = bool(self._enqueued or self._admit)
-        if (
-            slot is None
-            or not hasattr(slot, "add_request")
-            or not hasattr(slot, "remove_request")
-            or (needs_queue and not hasattr(getattr(slot, "scheduler", None), "enqueue_request"))
+        scheduler = scheduler_of(engine)
+        if (needs_queue and not hasattr(scheduler, "enqueue_request")) or not track_engine_requests(
+            engine,
+            lambda request: self._notify(self._started, request),
+            lambda request: self._notify(self._finished, request),
         ):
             users = ", ".join(dict.fromkeys(self._users)) or "scrapy_openclaw"
             raise OpenClawConfigError(
@@ -117,22 +117,8 @@ class RequestLifecycle:
                 f"{' or scheduler' if needs_queue else ''}; cannot track queued, in-flight and "
                 "finished requests"
             )
-        add, remove = slot.add_request, slot.remove_request
-
-        def add_request(request: Request) -> None:
-            add(request)
-            self._notify(self._started, request)
-
-        def remove_request(request: Request) -> None:
-            try:
-                self._notify(self._finished, request)
-            finally:  # the slot must forget it whatever a listener did, or the spider never closes
-                remove(request)
-
-        slot.add_request = add_request
-        slot.remove_request = remove_request
         if needs_queue:
-            self._hook_scheduler(slot.scheduler)
+            self._hook_scheduler(scheduler)
         self.installed = True
 
     def _hook_scheduler(self, scheduler: Any) -> None:

@@ -8,10 +8,10 @@ of the last durable record and appends (``-O`` overwrites only when a new
 crawl starts). Item pipelines that write themselves opt in with
 :func:`durable_writer`.
 
-This is the one module that touches Scrapy's feed export internals
-(``FeedExporter._start_new_batch``, ``FeedSlot`` attributes and
-``JsonItemExporter.first_item``); checked against Scrapy 2.14 and 2.19, see
-the notes at each use.
+Scrapy's feed export internals are touched here only, by subclassing
+(``FeedExporter._start_new_batch``, ``FeedSlot`` attributes; checked against
+Scrapy 2.14 .. 2.19, notes at each use) and through
+:func:`scrapy_openclaw.scrapy_internals.continue_json_array`.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from scrapy.http import Response
 from scrapy_openclaw import runtime
 from scrapy_openclaw._files import fsync_dir
 from scrapy_openclaw.redact import mask_uri
+from scrapy_openclaw.scrapy_internals import continue_json_array
 
 if TYPE_CHECKING:
     from scrapy import Request, Spider
@@ -265,7 +266,7 @@ class DurableFeedExporter(FeedExporter):
         storage.offset = offset
         new.itemcount = items
         # open now: the header an exporter writes at start is already on disk (discarded);
-        # a JSON array with items continues after a comma (2.14/2.19: JsonItemExporter.first_item)
+        # a JSON array with items continues after a comma
         file = storage.open(spider)
         file.base_items = items
         file.discard = offset > 0
@@ -273,7 +274,7 @@ class DurableFeedExporter(FeedExporter):
         file.discard = False
         file.mark_item()
         if items and isinstance(new.exporter, JsonItemExporter):
-            new.exporter.first_item = False
+            continue_json_array(new.exporter)
         self.durable._recorded[f"feed:{template}"] = (uri, state["batch"])
         logger.info("Checkpoint: feed %(uri)s resumed at byte %(offset)d (%(items)d items, batch %(batch)d)",
                     {"uri": uri, "offset": offset, "items": items, "batch": state["batch"]},

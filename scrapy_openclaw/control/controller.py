@@ -17,10 +17,9 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from scrapy.utils.defer import deferred_from_coro
 
-from scrapy_openclaw.delay import wake_engine
-from scrapy_openclaw.health.middleware import resume_slot
 from scrapy_openclaw.health.registry import HealthRegistry
 from scrapy_openclaw.runtime import shared
+from scrapy_openclaw.scrapy_internals import engine_of, resume_slot, wake_engine
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -168,7 +167,7 @@ class Controller:
 
         (The health middleware sets the slot's concurrency at its next request or response.)
         """
-        engine = _engine(self.crawler)
+        engine = engine_of(self.crawler)
         slot = engine.downloader.slots.get(domain) if engine is not None else None
         if slot is not None and self.registry.blocked_until(domain) <= time.time():
             resume_slot(slot, engine.downloader)
@@ -192,7 +191,7 @@ class Controller:
     def domains(self) -> dict[str, Any]:
         pending = self.pending()
         names = sorted(set(self.registry.domains()) | set(pending))
-        engine = _engine(self.crawler)
+        engine = engine_of(self.crawler)
         return {
             "paused": bool(getattr(engine, "paused", False)),
             "domains": [self.domain_row(d, pending) for d in names],
@@ -201,7 +200,7 @@ class Controller:
     # --- the crawl -------------------------------------------------------------------
 
     def _crawl_command(self, cmd: dict[str, Any]) -> dict[str, Any]:
-        engine = _engine(self.crawler)
+        engine = engine_of(self.crawler)
         if engine is None:
             raise ControlError("the crawl is not running")
         name = cmd["command"]
@@ -213,11 +212,3 @@ class Controller:
         elif name == "close":
             deferred_from_coro(engine.close_spider_async(reason=cmd["reason"]))
         return {"paused": bool(engine.paused)}
-
-
-
-def _engine(crawler: Crawler) -> Any:
-    try:
-        return crawler.engine
-    except (AttributeError, RuntimeError):  # 2.19 raises before the crawl starts
-        return None

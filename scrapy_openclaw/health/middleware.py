@@ -13,7 +13,7 @@ not sent and not waited for here (waiting in a middleware would hold one of
 the ``CONCURRENT_REQUESTS`` places): it goes back to the scheduler with a
 not-before time, and the queue (or :class:`~scrapy_openclaw.delay.DelayedRequests`)
 keeps it until then. Requests already queued inside the download slot when a
-hold starts are paused in the slot itself (see :func:`_pause_slot`).
+hold starts are paused in the slot itself (see :func:`~scrapy_openclaw.scrapy_internals.pause_slot`).
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
-import scrapy
 from scrapy import signals
 from scrapy.exceptions import IgnoreRequest, NotConfigured
 
@@ -34,6 +33,13 @@ from scrapy_openclaw.errors import ErrorTaxonomy
 from scrapy_openclaw.health.registry import CLOSED, OPEN, HealthRegistry, affects_health
 from scrapy_openclaw.retry_after import parse_retry_after
 from scrapy_openclaw.runtime import crawl_id, shared
+from scrapy_openclaw.scrapy_internals import (
+    download_slot,
+    drain_slot_queue,
+    engine_of,
+    pause_slot,
+    robots_parsed_signal,
+)
 from scrapy_openclaw.settings import DEFAULTS
 
 if TYPE_CHECKING:
@@ -46,10 +52,6 @@ if TYPE_CHECKING:
     from scrapy_openclaw.health.registry import DomainState
 
 logger = logging.getLogger(__name__)
-
-# The clock of ``Slot.lastseen``: Scrapy 2.16 moved it from time.time() to time.monotonic().
-_SLOT_CLOCK = time.monotonic if scrapy.version_info >= (2, 16) else time.time
-_PAUSE_DELAY = 0.001  # a slot delay of 0 skips Scrapy's delay check, which a pause relies on
 
 
 class DomainHealthMiddleware:
@@ -73,7 +75,7 @@ class DomainHealthMiddleware:
         DelayedRequests.for_crawler(crawler)  # keeps deferred requests when the queue cannot
         shared(crawler, "health_middleware", lambda: self)  # found by BanDetectionMiddleware (record_blocked)
         crawler.signals.connect(self._request_reached_downloader, signal=signals.request_reached_downloader)
-        robots_parsed = getattr(signals, "robots_parsed", None)  # Scrapy >= 2.18
+        robots_parsed = robots_parsed_signal()
         if robots_parsed is not None and self.crawl_delay_max > 0:
             crawler.signals.connect(self._robots_parsed, signal=robots_parsed)
         crawler.signals.connect(self._spider_closed, signal=signals.spider_closed)
@@ -137,9 +139,8 @@ class DomainHealthMiddleware:
         """First sight of a domain given up: say so once, and empty its download slot.
 
         Requests that passed this middleware before the give-up wait in the
-        slot's queue (an engine internal, ``deque[(request, deferred)]`` in
-        Scrapy 2.14 .. 2.19), paused by the circuit; they would trickle out
-        one per cool-down. They fail now with IgnoreRequest, each a dead letter.
+        slot's own queue, paused by the circuit; they would trickle out one per
+        cool-down. They fail now with IgnoreRequest, each a dead letter.
         """
         if domain in self._given_up_logged:
             return
@@ -154,11 +155,7 @@ class DomainHealthMiddleware:
                 "its requests become dead letters (replay them later with scrapy openclaw-dlq replay)",
                 {"domain": domain, "down": self.registry.down_for(domain)}, extra={"spider": self.crawler.spider},
             )
-        engine = self.crawler.engine
-        slot = engine.downloader.slots.get(domain) if engine is not None else None
-        queue = getattr(slot, "queue", None)
-        while queue:
-            request, waiting = queue.popleft()
+        for request, waiting in drain_slot_queue(download_slot(self.crawler, domain)):
             waiting.errback(self._dead_letter(request, domain))
 
     def _dead_letter(self, request: Request, domain: str) -> IgnoreRequest:
@@ -201,7 +198,7 @@ class DomainHealthMiddleware:
         if self.registry.given_up(domain):
             self._given_up(domain)
             return
-        slot = self.crawler.engine.downloader.slots.get(domain) if self.crawler.engine else None
+        slot = download_slot(self.crawler, domain)
         if slot is not None:
             self._apply(domain, slot)
 
@@ -238,7 +235,7 @@ class DomainHealthMiddleware:
     def _request_reached_downloader(self, request: Request, spider: Any = None) -> None:
         """Tune the request's slot right before it queues there (the slot exists by now)."""
         domain = self._domain(request)
-        slot = self.crawler.engine.downloader.slots.get(domain) if domain else None
+        slot = download_slot(self.crawler, domain)
         if slot is not None:
             self._apply(domain, slot)
 
@@ -272,7 +269,7 @@ class DomainHealthMiddleware:
             slot.delay = self.min_delay  # undo a pause's minimal delay
         paused_until = self.registry.blocked_until(domain)
         if paused_until > time.time():
-            _pause_slot(slot, paused_until)
+            pause_slot(slot, paused_until)
 
     def _spider_closed(self, spider: Any = None, reason: str = "") -> None:
         for domain in self.registry.domains():
@@ -282,7 +279,7 @@ class DomainHealthMiddleware:
             self.stats.set_value(f"openclaw/health/held_seconds/{domain}", round(state.blocked_seconds, 1))
 
     def _domain(self, request: Request) -> str:
-        engine = self.crawler.engine
+        engine = engine_of(self.crawler)
         return engine.downloader.get_slot_key(request) if engine is not None else ""
 
 
@@ -292,29 +289,3 @@ def _last_failure(request: Request) -> float | None:
     last = state.get("last") if isinstance(state, dict) else None
     return float(last) if isinstance(last, (int, float)) and not isinstance(last, bool) else None
 
-
-def _pause_slot(slot: Slot, until: float) -> None:
-    """Keep a download slot from starting queued requests before *until* (UNIX time).
-
-    Requests that passed this middleware before a hold began wait in the
-    slot's own queue. Scrapy starts the next one once ``delay`` has passed
-    since ``lastseen``, so moving ``lastseen`` to the end of the hold pauses
-    them; afterwards the slot resumes at its normal pace by itself.
-    """
-    slot.delay = max(slot.delay, _PAUSE_DELAY)
-    slot.lastseen = max(slot.lastseen, _SLOT_CLOCK() + (until - time.time()))
-
-
-def resume_slot(slot: Slot, downloader: Any) -> None:
-    """Undo :func:`_pause_slot` at once (an operator released the hold early).
-
-    The slot's queue waits on a timer Scrapy armed for the end of the pause
-    (``slot.latercall``, run by ``Downloader._latercall`` in 2.14 .. 2.19): it is
-    cancelled and run now.
-    """
-    slot.lastseen = min(slot.lastseen, _SLOT_CLOCK())
-    latercall = getattr(slot, "latercall", None)
-    rerun = getattr(downloader, "_latercall", None)
-    if latercall is not None and rerun is not None:
-        latercall.cancel()
-        rerun(slot)

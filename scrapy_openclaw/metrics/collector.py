@@ -13,12 +13,13 @@ What it relies on, all public or public-ish:
   ``openclaw/checkpoint/...`` (see :data:`CHECKPOINT_KEYS`);
 - ``HealthRegistry.for_crawler(crawler)`` with ``domains()`` and ``state(domain)``,
   when :mod:`scrapy_openclaw.health` is installed;
-- the engine's scheduler (``engine.scheduler`` on Scrapy >= 2.15,
-  ``engine._slot.scheduler`` before) and its ``len()``; with the
+- the engine's scheduler (:func:`~scrapy_openclaw.scrapy_internals.scheduler_of`)
+  and its ``len()``; with the
   DeadlinePriorityQueue, :func:`scrapy_openclaw.pqueues.queue_state` (ready,
   delayed, expired so far, per domain); otherwise the
   :class:`~scrapy_openclaw.delay.DelayedRequests` fallback's ``len()``;
-- ``engine.downloader.active`` and ``engine.downloader.slots[key].active``.
+- the downloader's active requests, overall and per slot
+  (:func:`~scrapy_openclaw.scrapy_internals.downloader_activity`).
 
 Prometheus' Twisted resource renders in a reactor thread-pool thread, so
 :meth:`OpenClawCollector.collect` hands the reading to the reactor thread
@@ -45,6 +46,7 @@ from prometheus_client.metrics_core import (
 from scrapy_openclaw.errors import ErrorClass
 from scrapy_openclaw.pqueues import queue_state as deadline_queue_state
 from scrapy_openclaw.runtime import peek
+from scrapy_openclaw.scrapy_internals import downloader_activity, scheduler_of
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -100,16 +102,6 @@ class DomainLabels:
 def status_class(status: int) -> str:
     """``"2xx"`` for 200 and so on; anything outside 100..599 is ``"unknown"``."""
     return f"{status // 100}xx" if 100 <= status <= 599 else "unknown"
-
-
-def scheduler_of(engine: Any) -> Any | None:
-    """The engine's scheduler, or None before the spider opened / after it closed."""
-    if engine is None:
-        return None
-    scheduler = getattr(engine, "scheduler", None)  # public property since Scrapy 2.15
-    if scheduler is None:
-        scheduler = getattr(getattr(engine, "_slot", None), "scheduler", None)  # 2.14
-    return scheduler
 
 
 def health_registry(crawler: Crawler) -> Any | None:
@@ -393,13 +385,14 @@ class OpenClawCollector:
             labels=["spider", "domain"],
         )
         result = [active, by_domain]
-        downloader = getattr(self.engine, "downloader", None)
-        if downloader is None:
+        activity = downloader_activity(self.engine)
+        if activity is None:
             return result
-        active.add_metric([spider], len(downloader.active))
+        in_flight, per_slot = activity
+        active.add_metric([spider], in_flight)
         per_domain: dict[str, float] = defaultdict(float)
-        for key, slot in list(downloader.slots.items()):
-            per_domain[self.labels(key)] += len(slot.active)
+        for key, count in per_slot.items():
+            per_domain[self.labels(key)] += count
         for label, value in sorted(per_domain.items()):
             by_domain.add_metric([spider, label], value)
         return result

@@ -38,12 +38,12 @@ from scrapy_openclaw.metrics.collector import (
     DomainLabels,
     OpenClawCollector,
     on_reactor_thread,
-    scheduler_of,
     status_class,
 )
 from scrapy_openclaw.metrics.logtable import DomainLogTable, Progress
 from scrapy_openclaw.pqueues import queue_state as deadline_queue_state
 from scrapy_openclaw.runtime import peek
+from scrapy_openclaw.scrapy_internals import downloader_activity, engine_of, scheduler_of
 from scrapy_openclaw.settings import DEFAULTS
 
 if TYPE_CHECKING:
@@ -168,7 +168,7 @@ class MetricsExtension:
 
     def spider_opened(self, spider: Spider) -> None:
         self._spider_name = spider.name
-        self.collector.engine = self.crawler.engine
+        self.collector.engine = engine_of(self.crawler)
         controller = self._controller(spider)
         if self.port:
             self._listen(spider, controller)
@@ -197,16 +197,14 @@ class MetricsExtension:
         """Requests discovered (accepted by the scheduler, retries not counted again) and pending
         by state, overall and per domain; None before the crawl runs."""
         crawler = self.crawler
-        engine = crawler.engine
+        engine = engine_of(crawler)
         scheduler = scheduler_of(engine)
-        downloader = getattr(engine, "downloader", None)
-        if scheduler is None or downloader is None:
+        activity = downloader_activity(engine)
+        if scheduler is None or activity is None:
             return None
-        domains: dict[str, int] = {}
+        in_flight, active = activity
+        domains: dict[str, int] = dict(active)
         due_at: dict[str, float] = {}
-        for key, slot in list(downloader.slots.items()):
-            domains[key] = domains.get(key, 0) + len(slot.active)
-        in_flight = len(downloader.active)
         if peek(crawler, "queues"):  # the DeadlinePriorityQueue: ready and delayed per domain
             state = deadline_queue_state(crawler)
             queued, waiting = int(state["ready"]), int(state["delayed"])

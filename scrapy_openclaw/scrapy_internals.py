@@ -1,0 +1,201 @@
+"""Every Scrapy internal we rely on, in one module, each with the versions it was checked on.
+
+Scrapy has no public API for pausing a download slot, waking the engine or
+seeing a request finish; these functions do it through engine and downloader
+internals, checked against Scrapy 2.14 .. 2.19 (the versions ``pyproject.toml``
+allows). ``tests/test_scrapy_internals.py`` checks each one by behaviour on
+the installed Scrapy, and CI runs it on the lowest supported one too.
+Remaining users outside this module: ``pqueues.py`` (the slot key without
+``urlparse_cached``) and ``distributed/*``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
+
+import scrapy
+import scrapy.exceptions
+from scrapy import signals
+
+if TYPE_CHECKING:
+    from scrapy import Request
+    from scrapy.core.downloader import Downloader, Slot
+    from scrapy.core.engine import ExecutionEngine
+    from scrapy.crawler import Crawler
+    from scrapy.exporters import JsonItemExporter
+    from twisted.internet.defer import Deferred
+
+#: The clock of ``downloader.Slot.lastseen``: ``time.time()`` in 2.14 and 2.15,
+#: ``time.monotonic()`` since 2.16.
+slot_clock: Callable[[], float] = time.monotonic if scrapy.version_info >= (2, 16) else time.time
+
+_PAUSE_DELAY = 0.001  # a slot delay of 0 skips Scrapy's delay check, which a pause relies on
+
+
+# --- the engine -------------------------------------------------------------
+
+
+def engine_of(crawler: Crawler) -> ExecutionEngine | None:
+    """``crawler.engine``, None before the crawl starts.
+
+    2.14 .. 2.17 return None then; since 2.18 reading it raises RuntimeError.
+    """
+    try:
+        return crawler.engine
+    except RuntimeError:
+        return None
+
+
+def engine_slot(engine: ExecutionEngine | None) -> Any | None:
+    """The engine's slot (``engine._slot``, 2.14 .. 2.19), None outside a crawl.
+
+    It holds ``scheduler``, ``nextcall`` and ``add_request``/``remove_request``.
+    """
+    return getattr(engine, "_slot", None)
+
+
+def scheduler_of(engine: ExecutionEngine | None) -> Any | None:
+    """The engine's scheduler, None before the spider opened / after it closed.
+
+    ``engine.scheduler`` is public since 2.19; ``engine._slot.scheduler`` in 2.14 .. 2.18.
+    """
+    scheduler = getattr(engine, "scheduler", None)
+    if scheduler is None:
+        scheduler = getattr(engine_slot(engine), "scheduler", None)
+    return scheduler
+
+
+def wake_engine(crawler: Crawler) -> None:
+    """Ask the engine to pull from the scheduler now, not at its 5 s heartbeat.
+
+    ``engine.crawl`` does this through ``engine._slot.nextcall.schedule()``
+    (a ``CallLaterOnce``, 2.14 .. 2.19); we schedule the same call.
+    """
+    nextcall = getattr(engine_slot(engine_of(crawler)), "nextcall", None)
+    if nextcall is not None:
+        nextcall.schedule()
+
+
+def track_engine_requests(
+    engine: ExecutionEngine | None,
+    on_added: Callable[[Request], None],
+    on_removed: Callable[[Request], None],
+) -> bool:
+    """Call *on_added* after the engine slot takes a request from the scheduler, and
+    *on_removed* right before it forgets it; False when this engine has no such slot.
+
+    ``_Slot.add_request`` / ``remove_request`` (2.14 .. 2.19): ``remove_request``
+    runs only after the download, the callback or errback, the scheduling of
+    every request the callback yielded and the pipelines of every item.
+    """
+    slot = engine_slot(engine)
+    if slot is None or not hasattr(slot, "add_request") or not hasattr(slot, "remove_request"):
+        return False
+    add, remove = slot.add_request, slot.remove_request
+
+    def add_request(request: Request) -> None:
+        add(request)
+        on_added(request)
+
+    def remove_request(request: Request) -> None:
+        try:
+            on_removed(request)
+        finally:  # the slot must forget it whatever a listener did, or the spider never closes
+            remove(request)
+
+    slot.add_request = add_request
+    slot.remove_request = remove_request
+    return True
+
+
+# --- the downloader ---------------------------------------------------------
+
+
+def download_slot(crawler: Crawler, key: str) -> Slot | None:
+    """The downloader's slot for *key* (``downloader.slots``, a dict, 2.14 .. 2.19), None if none yet."""
+    engine = engine_of(crawler)
+    return engine.downloader.slots.get(key) if engine is not None and key else None
+
+
+def downloader_activity(engine: ExecutionEngine | None) -> tuple[int, dict[str, int]] | None:
+    """Requests in the downloader (``downloader.active``, middlewares included) and
+    per slot key (``slots[key].active``: queued for the slot or transferring); 2.14 .. 2.19."""
+    downloader = getattr(engine, "downloader", None)
+    if downloader is None:
+        return None
+    per_slot: dict[str, int] = {}
+    for key, slot in list(downloader.slots.items()):
+        per_slot[key] = per_slot.get(key, 0) + len(slot.active)
+    return len(downloader.active), per_slot
+
+
+def pause_slot(slot: Slot, until: float) -> None:
+    """Keep a download slot from starting queued requests before *until* (UNIX time).
+
+    Scrapy starts a slot's next queued request once ``delay`` has passed since
+    ``lastseen`` (``Downloader._process_queue``, 2.14 .. 2.19; the clock is
+    :data:`slot_clock`), so moving ``lastseen`` to the end of the hold pauses
+    the slot; afterwards it resumes at its normal pace by itself.
+    """
+    slot.delay = max(slot.delay, _PAUSE_DELAY)
+    slot.lastseen = max(slot.lastseen, slot_clock() + (until - time.time()))
+
+
+def resume_slot(slot: Slot, downloader: Downloader) -> None:
+    """Undo :func:`pause_slot` at once (an operator released the hold early).
+
+    The slot's queue waits on a timer Scrapy armed for the end of the pause
+    (``slot.latercall``, which runs ``Downloader._latercall(slot)``, 2.14 ..
+    2.19): it is cancelled and run now.
+    """
+    slot.lastseen = min(slot.lastseen, slot_clock())
+    if slot.latercall is not None:
+        slot.latercall.cancel()
+        downloader._latercall(slot)
+
+
+def drain_slot_queue(slot: Slot | None) -> Iterator[tuple[Request, Deferred[Any]]]:
+    """Take every request waiting in a download slot's own queue, with the Deferred its
+    download waits on (``slot.queue``, a ``deque[(request, deferred)]``, 2.14 .. 2.19).
+
+    The caller must fire each Deferred (an errback drops the request).
+    """
+    queue = getattr(slot, "queue", None)
+    while queue:
+        yield queue.popleft()
+
+
+# --- exceptions, signals, exporters -----------------------------------------
+
+
+def download_error_types(*names: str) -> tuple[type[BaseException], ...]:
+    """Those of Scrapy's download exception types (``DownloadTimeoutError``,
+    ``CannotResolveHostError``, ...) that this version has: added in 2.15."""
+    found = (getattr(scrapy.exceptions, name, None) for name in names)
+    return tuple(t for t in found if isinstance(t, type))
+
+
+def tunnel_error() -> type[BaseException]:
+    """The HTTP/1.1 handler's proxy ``CONNECT`` failure
+    (``scrapy.core.downloader.handlers.http11.TunnelError``, 2.14 .. 2.19)."""
+    from scrapy.core.downloader.handlers.http11 import TunnelError
+
+    return TunnelError
+
+
+def robots_parsed_signal() -> object | None:
+    """``signals.robots_parsed`` (public since 2.18), None before."""
+    return getattr(signals, "robots_parsed", None)
+
+
+def continue_json_array(exporter: JsonItemExporter) -> None:
+    """Make a JSON exporter that reopens a feed holding items write a comma before its
+    next item (``JsonItemExporter.first_item``, 2.14 .. 2.19).
+
+    The other feed export internals (``FeedExporter._start_new_batch``,
+    ``FeedSlot`` attributes) are overridden and read by the subclass in
+    :mod:`scrapy_openclaw.checkpoint.feeds`, notes at each use.
+    """
+    exporter.first_item = False
