@@ -28,7 +28,6 @@ import zlib
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from scrapy.utils.asyncio import create_looping_call
 
 from scrapy_openclaw._files import fsync_dir, open_private
 
@@ -152,7 +151,6 @@ class JournalWriter:
         self._fd = open_private(path, os.O_WRONLY | os.O_APPEND)
         self._buffer: list[bytes] = []
         self._torn = False
-        self._loop: Any = None
         self.records = 0  #: records made durable so far
         self.failures = 0  #: flushes that raised OSError
         if os.fstat(self._fd).st_size == 0:
@@ -204,19 +202,8 @@ class JournalWriter:
                 return False
         return True
 
-    def start(self, interval: float) -> None:
-        """Flush every *interval* seconds from the reactor (group commit)."""
-        self._loop = create_looping_call(self.flush)
-        self._loop.start(interval, now=False)
-
-    def stop(self) -> None:
-        if self._loop is not None and self._loop.running:
-            self._loop.stop()
-        self._loop = None
-
     def close(self) -> bool:
-        """Stop the timer, flush what is buffered and close the file."""
-        self.stop()
+        """Flush what is buffered and close the file."""
         ok = self.flush()
         if self._fd >= 0:
             os.close(self._fd)

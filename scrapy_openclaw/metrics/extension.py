@@ -28,10 +28,9 @@ from scrapy.utils.reactor import is_reactor_installed
 from twisted.internet.defer import DeferredList
 from twisted.internet.error import CannotListenError
 from twisted.internet.threads import deferToThread
-from twisted.web.resource import Resource
-from twisted.web.server import Site
 
 from scrapy_openclaw import meta as M
+from scrapy_openclaw._metrics_http import serve_metrics
 from scrapy_openclaw import signals as openclaw_signals
 from scrapy_openclaw.metrics.collector import (
     PREFIX,
@@ -308,20 +307,15 @@ class MetricsExtension:
         if not is_reactor_installed():
             self._listen_failed(spider, "the HTTP endpoint needs the Twisted reactor")
             return
-        # Imported here: both import the global reactor, installed by now.
-        from prometheus_client.twisted import MetricsResource
-        from twisted.internet import reactor
+        from twisted.internet import reactor  # (the global reactor, installed by now)
 
-        root = Resource()
-        root.putChild(b"metrics", MetricsResource(registry=self.registry))
+        children = {}
         if controller is not None:
             from scrapy_openclaw.control.api import ControlResource
 
-            root.putChild(b"control", ControlResource(controller, self.control_token or ""))
+            children[b"control"] = ControlResource(controller, self.control_token or "")
         try:
-            self._listening = reactor.listenTCP(  # type: ignore[attr-defined]
-                self.port, _QuietSite(root), interface=self.host
-            )
+            self._listening = serve_metrics(reactor, self.port, self.host, self.registry, children=children)
         except CannotListenError as exc:
             self._listen_failed(spider, str(exc.socketError or exc))
             return
@@ -448,11 +442,3 @@ class _Frozen:
     def collect(self) -> list[Metric]:
         return self.metrics
 
-
-class _QuietSite(Site):
-    """A Site without access logging: Prometheus scrapes would flood the crawl log."""
-
-    noisy = False
-
-    def log(self, request: Any) -> None:
-        pass

@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
+from scrapy_openclaw._metrics_http import serve_metrics
+
 if TYPE_CHECKING:
     from scrapy_openclaw.schedule.history import RunRecord
 
@@ -53,18 +55,10 @@ class ScheduleMetrics:
 
     def listen(self, reactor: Any, port: int, host: str) -> None:
         """Serve ``/metrics`` from the reactor; a port in use is logged, the scheduler goes on."""
-        from prometheus_client.twisted import MetricsResource
         from twisted.internet.error import CannotListenError
-        from twisted.web.resource import Resource
-        from twisted.web.server import Site
 
-        root = Resource()
-        root.putChild(b"metrics", MetricsResource(registry=self.registry))
-        site = Site(root)
-        site.noisy = False
-        site.log = lambda request: None  # type: ignore[method-assign] - no access log per scrape
         try:
-            self._listening = reactor.listenTCP(port, site, interface=host)
+            self._listening = serve_metrics(reactor, port, host, self.registry)
         except CannotListenError as exc:
             logger.error("Cannot serve the scheduler's metrics on %(host)s:%(port)s "
                          "(OPENCLAW_SCHEDULE_METRICS_PORT): %(error)s", {"host": host, "port": port, "error": exc})

@@ -264,9 +264,3 @@ def _check_setting(name: str, value: Any, path: tuple, where: Where) -> None:
         except OpenClawConfigError as exc:
             where.fail(path, str(exc))
 
-
-def task_by_id(tasks: list[Task], task_id: str) -> Task:
-    for task in tasks:
-        if task.id == task_id:
-            return task
-    raise OpenClawConfigError(f"no task {task_id!r} (tasks: {', '.join(t.id for t in tasks)})")
