@@ -43,3 +43,35 @@ def tmp_out(tmp_path: Path) -> Path:
     out = tmp_path / "out"
     out.mkdir()
     return out
+
+
+def _bench_distributed() -> Any:
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location(
+        "openclaw_bench_distributed_fixtures", Path(__file__).resolve().parents[1] / "benchmarks" / "distributed.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def _redis_cluster_module() -> Iterator[Any]:
+    with _bench_distributed().RedisClusterServer() as cluster:
+        yield cluster
+
+
+@pytest.fixture
+def redis_cluster(_redis_cluster_module: Any) -> Any:
+    """A 3-master Redis Cluster on loopback (``.url``: its first node), emptied for each test;
+    one cluster per test module (it takes ~3 s to form)."""
+    _redis_cluster_module.flushall()
+    return _redis_cluster_module
+
+
+@pytest.fixture(params=["single", "cluster"])
+def redis_any(request: pytest.FixtureRequest) -> Any:
+    """The test once against one redis-server and once against a 3-master Redis Cluster."""
+    return request.getfixturevalue("redis_server" if request.param == "single" else "redis_cluster")

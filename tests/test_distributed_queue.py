@@ -14,6 +14,7 @@ from scrapy.utils.test import get_crawler
 
 from scrapy_openclaw import meta as M
 from scrapy_openclaw.distributed import configure, serializer
+from scrapy_openclaw.distributed.connection import client_from_settings
 from scrapy_openclaw.distributed.queue import LEASE, LeasedDeadlineQueue
 
 
@@ -30,15 +31,17 @@ def _queue(url: str, **settings: Any) -> LeasedDeadlineQueue:
     crawler = get_crawler(_Spider, base)
     spider = _Spider.from_crawler(crawler)
     crawler.spider = spider
-    return LeasedDeadlineQueue(redis.Redis.from_url(url), spider, "%(spider)s:requests", serializer)
+    server = client_from_settings(crawler.settings)  # a cluster client on a cluster
+    return LeasedDeadlineQueue(server, spider, "%(spider)s:requests", serializer)
 
 
 @pytest.fixture
-def queues(redis_server: Any) -> Any:
+def queues(redis_any: Any) -> Any:
+    """Queues on one Redis, then on a 3-master Redis Cluster (the same scripts)."""
     made: list[LeasedDeadlineQueue] = []
 
     def make(**settings: Any) -> LeasedDeadlineQueue:
-        q = _queue(redis_server.url, **settings)
+        q = _queue(redis_any.url, **settings)
         made.append(q)
         return q
 
