@@ -305,7 +305,10 @@ class DomainIndex:
                 entry = (score, dq.rank, seq, dq)
                 heap = self.aging.setdefault(dq.slope, []) if index == _AGING else self.expired
             entries[index] = entry
-            heapq.heappush(heap, entry)
+            if heap and heap[0] is old:  # (the domain just served: one sift instead of two)
+                heapq.heapreplace(heap, entry)
+            else:
+                heapq.heappush(heap, entry)
             if len(heap) > 2 * self.size + 64:
                 _compact(heap, index)
 
