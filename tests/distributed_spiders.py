@@ -115,3 +115,50 @@ class DieAfterAckQueue(LeasedDeadlineQueue):
                 marker = self.crawler.settings.get("DIE_MARKER")
                 if url and marker and _claim(marker, url):
                     os.kill(os.getpid(), signal.SIGKILL)
+
+
+class StallMeter:
+    """Extension measuring how late a 10 ms reactor timer fires (the reactor's stalls).
+
+    Writes ``STALL_FILE``: ``{"max": seconds, "stalls": [[time, seconds], ...]}`` (stalls over
+    20 ms, with the wall-clock time they ended), at spider close.
+    """
+
+    PERIOD = 0.01
+
+    def __init__(self, crawler: Any):
+        self.path = crawler.settings.get("STALL_FILE")
+        self.stalls: list[list[float]] = []
+        self.max = 0.0
+        self._last = 0.0
+        self._loop: Any = None
+        crawler.signals.connect(self._opened, signal=signals.spider_opened)
+        crawler.signals.connect(self._closed, signal=signals.spider_closed)
+
+    @classmethod
+    def from_crawler(cls, crawler: Any) -> StallMeter:
+        return cls(crawler)
+
+    def _opened(self, spider: Any) -> None:
+        from scrapy.utils.asyncio import create_looping_call
+
+        self._last = time.monotonic()
+        self._loop = create_looping_call(self._beat)
+        self._loop.start(self.PERIOD, now=False)
+
+    def _beat(self) -> None:
+        now = time.monotonic()
+        late = now - self._last - self.PERIOD
+        self._last = now
+        self.max = max(self.max, late)
+        if late > 0.02:
+            self.stalls.append([time.time(), late])
+
+    def _closed(self, spider: Any) -> None:
+        import json
+
+        if self._loop is not None and self._loop.running:
+            self._loop.stop()
+        if self.path:
+            with open(self.path, "w", encoding="utf-8") as f:
+                json.dump({"max": self.max, "stalls": self.stalls}, f)
