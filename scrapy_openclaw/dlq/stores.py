@@ -15,6 +15,7 @@ import fcntl
 import json
 import logging
 import os
+import sys
 import time
 from abc import ABC, abstractmethod
 from collections import Counter, deque
@@ -395,6 +396,7 @@ class RedisStore(DeadLetterStore):
         self._buffer: deque[DeadLetter] = deque()
         self._delay = retry_base
         self._timer: Any = None
+        self._sending = False  # a batch is on its way (in a thread)
         self.failures = 0  # failed attempts to reach Redis, for stats
 
     def stream_key(self, spider: str) -> str:
@@ -417,18 +419,47 @@ class RedisStore(DeadLetterStore):
         return len(self._buffer)
 
     def sync(self) -> None:
-        """Send the buffer in order; on failure keep it and retry later with backoff."""
-        while self._buffer:
-            record = self._buffer[0]
+        """Send the buffer in order; on failure keep it and retry later with backoff.
+
+        With a reactor timer (``schedule``, i.e. in a crawl) the sending runs in a
+        thread (``deferToThread``), one batch at a time, so a slow or paused
+        Redis never stalls the reactor; otherwise (the CLI) it runs inline.
+        """
+        if self._schedule is None or "twisted.internet.reactor" not in sys.modules:
+            sent, exc = self._send(list(self._buffer))
+            self._sent((sent, exc))
+            return
+        if self._sending or not self._buffer:
+            return
+        from twisted.internet.threads import deferToThread
+
+        self._sending = True
+        deferToThread(self._send, list(self._buffer)).addCallback(self._sent)
+
+    def _send(self, records: list[DeadLetter]) -> tuple[int, BaseException | None]:
+        """Add *records* in order; how many went in, and the error that stopped it."""
+        sent = 0
+        for record in records:
             key = self.stream_key(record.spider)
             try:
                 self._add(keys=[key, f"{key}:ids"], args=[record.id, with_crc(record.to_dict())])
             except self._errors as exc:
-                self.failures += 1
-                self._retry_later(exc)
-                return
+                return sent, exc
+            sent += 1
+        return sent, None
+
+    def _sent(self, result: tuple[int, BaseException | None]) -> None:
+        sent, exc = result
+        self._sending = False
+        for _ in range(min(sent, len(self._buffer))):
             self._buffer.popleft()
+        if exc is not None:
+            self.failures += 1
+            self._retry_later(exc)
+            return
         self._delay = self.retry_base
+        if self._buffer and self._schedule is not None and self._timer is None:
+            self.sync()  # appended while the batch was on its way
 
     def _retry_later(self, exc: BaseException) -> None:
         logger.warning(
