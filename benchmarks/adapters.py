@@ -228,6 +228,15 @@ SPECS: dict[str, list[Spec]] = {
             M("limit", "limit req/s", ratio=False), M("requests", "requests", ratio=False),
         ], [Headline("over_limit", "openclaw", "<= 1", at_most(1.0))], key="rate"),
     ],
+    "rediscost": [Spec("rediscost: Redis commands and CPU per crawled page (6 hosts, items via RedisPipeline)", [
+        M("commands_per_page", "Redis commands / page", "lower"),
+        M("queue_commands_per_page", "... without the items' RPUSH", "lower"),
+        M("evalsha_per_page", "scripts / page", "lower"),
+        M("redis_cpu_ms_per_page", "Redis CPU ms / page", "lower"),
+        M("pages_per_s_per_node", "pages/s one node could carry (CPU-bound)", "higher"),
+        M("pages_per_s", "pages/s in this run", ratio=False), M("pages", "pages", ratio=False),
+        M("nodes", "Redis nodes", ratio=False),
+    ], key="cost")],
 }
 
 

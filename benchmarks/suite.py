@@ -79,6 +79,9 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
     Scenario("distributed", "benchmarks.distributed",
              "1-3 workers scaling, worker kill (3 rounds), combined per-domain rate, vs scrapy-redis",
              limit=900, quick_limit=300),
+    Scenario("rediscost", "benchmarks.rediscost",
+             "Redis commands and CPU per crawled page, 1-3 workers, one Redis vs a 3-master Redis Cluster",
+             limit=900, quick_limit=400),
 )}
 
 
