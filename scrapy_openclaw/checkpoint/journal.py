@@ -14,66 +14,33 @@ seconds (what survives a power cut). The extension orders each batch so that any
 consistent state (new requests before "done" marks), so losing the unflushed
 tail after a kill only costs re-fetching, never a lost request.
 
-The first line of every journal file is a JSON header carrying the format
-version; payloads of other lines are small space-separated texts (see
-:mod:`scrapy_openclaw.checkpoint.state`).
+The record format (lines, header, payloads) is in
+:mod:`scrapy_openclaw.checkpoint.records`.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
-import zlib
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-
 from scrapy_openclaw._files import fsync_dir, open_private
+from scrapy_openclaw.checkpoint.records import (  # (re-exported: the format's names as before)
+    FORMAT_VERSION as FORMAT_VERSION,
+    CheckpointError as CheckpointError,
+    CheckpointVersionError as CheckpointVersionError,
+    decode_line,
+    encode_line,
+    header_line,
+    iter_lines,
+    parse_header,
+)
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
     from pathlib import Path
 
 logger = logging.getLogger(__name__)
-
-#: Version of the on-disk format (journal and snapshot). Bump on any change.
-FORMAT_VERSION = 1
-
-
-class CheckpointError(Exception):
-    """A checkpoint directory cannot be used as it is (the message says what and where)."""
-
-
-class CheckpointVersionError(CheckpointError):
-    """The checkpoint was written by an incompatible format version."""
-
-
-def encode_line(payload: str) -> bytes:
-    """One record: ``<crc32 of payload, 8 hex> <payload>\\n`` (payload has no newline)."""
-    body = payload.encode("utf-8")
-    return b"%08x %s\n" % (zlib.crc32(body), body)
-
-
-def decode_line(line: bytes) -> str | None:
-    """The payload of a complete record line, or None if its checksum does not match."""
-    if len(line) < 10 or line[8:9] != b" " or not line.endswith(b"\n"):
-        return None
-    body = line[9:-1]
-    try:
-        if int(line[:8], 16) != zlib.crc32(body):
-            return None
-        return body.decode("utf-8")
-    except (ValueError, UnicodeDecodeError):
-        return None
-
-
-def iter_lines(path: Path) -> Iterator[tuple[int, bytes]]:
-    """``(line number, raw line)`` for every line of *path*; the last one may lack its newline."""
-    with open(path, "rb") as f:
-        for number, line in enumerate(f, 1):
-            yield number, line
-
 
 @dataclass
 class JournalContents:
@@ -111,7 +78,7 @@ def read_journal(path: Path) -> JournalContents:
         contents.corrupt += bad_run
         bad_run = 0
         if contents.header is None and not contents.payloads and payload.startswith("{"):
-            contents.header = _parse_header(payload, path, "journal")
+            contents.header = parse_header(payload, path, "journal")
             continue
         if payload.startswith("{"):
             continue  # a header-like line elsewhere: ignore
@@ -120,28 +87,11 @@ def read_journal(path: Path) -> JournalContents:
     return contents
 
 
-def _parse_header(payload: str, path: Path, kind: str) -> dict[str, Any]:
-    try:
-        header = json.loads(payload)
-    except ValueError:
-        raise CheckpointError(f"{path}: header line is not JSON") from None
-    if not isinstance(header, dict) or header.get("kind") != kind:
-        raise CheckpointError(f"{path}: not a {kind} file (header {payload[:80]!r})")
-    if header.get("v") != FORMAT_VERSION:
-        raise CheckpointVersionError(
-            f"{path}: checkpoint format version {header.get('v')!r}, this scrapy-openclaw "
-            f"reads version {FORMAT_VERSION}; resume with the matching version or set "
-            f"OPENCLAW_CHECKPOINT_RESTART=True to start over"
-        )
-    return header
-
-
 class JournalWriter:
     """Appends records to one journal file; :meth:`flush` writes and fsyncs the batch.
 
     ``append`` only buffers (cheap, on the reactor thread). ``flush`` is
-    called by the looping call started with :meth:`start`, by the extension
-    before a snapshot, and at close. A failed write (disk full) keeps the
+    called by the checkpoint's commit, before a snapshot, and at close. A failed write (disk full) keeps the
     records buffered and is retried at the next flush; a partly written line
     is terminated so it costs only itself.
     """
@@ -154,8 +104,7 @@ class JournalWriter:
         self.records = 0  #: records made durable so far
         self.failures = 0  #: flushes that raised OSError
         if os.fstat(self._fd).st_size == 0:
-            header = {"kind": "journal", "v": FORMAT_VERSION, **header}
-            self._buffer.append(encode_line(json.dumps(header, sort_keys=True)))
+            self._buffer.append(encode_line(header_line("journal", header)))
             self.flush()
             fsync_dir(path.parent)
 

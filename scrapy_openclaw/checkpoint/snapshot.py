@@ -23,13 +23,15 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Callable
 
 from scrapy_openclaw._files import atomic_writer
-from scrapy_openclaw.checkpoint.journal import (
+from scrapy_openclaw.checkpoint.records import (
     FORMAT_VERSION,
     CheckpointError,
-    _parse_header,
     decode_line,
     encode_line,
     iter_lines,
+    parse_header,
+    parse_request_line,
+    request_line,
 )
 
 if TYPE_CHECKING:
@@ -59,15 +61,6 @@ class Snapshot:
     @property
     def finished(self) -> bool:
         return bool(self.header.get("finished"))
-
-
-def request_line(request_id: int, state: str, data: str) -> str:
-    return f"{request_id} {state} {data}"
-
-
-def parse_request_line(payload: str) -> tuple[int, str, str]:
-    rid, state, data = payload.split(" ", 2)
-    return int(rid), state, data
 
 
 def write_snapshot(
@@ -131,7 +124,7 @@ def read_snapshot(path: Path) -> Snapshot:
         if header is None:
             if not payload.startswith("{"):
                 raise CorruptSnapshot(f"{path}: line 1 is not a snapshot header")
-            header = _parse_header(payload, path, "snapshot")
+            header = parse_header(payload, path, "snapshot")
             snapshot = Snapshot(path=path, header=header)
             continue
         assert snapshot is not None

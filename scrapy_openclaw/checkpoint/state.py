@@ -1,4 +1,4 @@
-"""The checkpoint directory: file layout, record payloads, and recovery.
+"""The checkpoint directory: file layout and recovery.
 
 Layout of ``OPENCLAW_CHECKPOINT_DIR``::
 
@@ -18,27 +18,12 @@ is skipped with a warning and the previous one is used (its journals are
 kept until a newer snapshot is written), so one damaged file never costs
 more than re-fetching.
 
-Journal payloads (after the checksum)::
-
-    a <id> <state p|f> <fingerprint hex|-> <request JSON>   a live request (new or changed)
-    f <id>                                                  popped: in flight
-    d <id>                                                  finished (or dropped)
-    s <fingerprint hex>                                     seen, finished before it was journaled
-    S <fingerprint hex>                                     a start request's fingerprint
-    D <JSON>                                                pages done, with the durable outputs
-
-A ``D`` record is one line, so it is atomic: ``{"d": [ids finished], "s":
-[fingerprints seen, finished before they were journaled], "o": {output:
-state}}``, where an output is a feed (``feed:<FEEDS key>``: URI, batch id,
-byte offset to resume from, items) or an opted-in pipeline
-(``writer:<name>``: marker, items); see :mod:`scrapy_openclaw.checkpoint.feeds`.
-The pages it marks done have their items in the outputs below those offsets,
-and the outputs were written before the record.
+The record format (journal and snapshot lines) is in
+:mod:`scrapy_openclaw.checkpoint.records`.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import re
@@ -49,7 +34,8 @@ from typing import Any
 
 from scrapy_openclaw._files import is_temp
 from scrapy_openclaw.checkpoint.feeds import parse_outputs
-from scrapy_openclaw.checkpoint.journal import CheckpointVersionError, read_journal
+from scrapy_openclaw.checkpoint.journal import read_journal
+from scrapy_openclaw.checkpoint.records import CheckpointVersionError, apply_payloads
 from scrapy_openclaw.checkpoint.snapshot import CorruptSnapshot, read_snapshot
 
 logger = logging.getLogger(__name__)
@@ -227,54 +213,6 @@ def load(directory: Path) -> RecoveredState:
             )
         apply_payloads(state, contents.payloads)
     return state
-
-
-def apply_payloads(state: RecoveredState, payloads: list[str]) -> None:
-    """Replay journal records onto *state* (idempotent, order-sensitive)."""
-    requests, fps = state.requests, state.fingerprints
-    next_id = state.next_id
-    for payload in payloads:
-        op = payload[:1]
-        try:
-            if op == "a":
-                _, rid_s, st, fp, data = payload.split(" ", 4)
-                rid = int(rid_s)
-                requests[rid] = [st, data, None if fp == "-" else fp]
-                if fp != "-":
-                    fps.add(bytes.fromhex(fp))
-                next_id = max(next_id, rid + 1)
-            elif op == "d":
-                requests.pop(int(payload[2:]), None)
-            elif op == "f":
-                entry = requests.get(int(payload[2:]))
-                if entry is not None:
-                    entry[0] = "f"
-            elif op == "s":
-                fps.add(bytes.fromhex(payload[2:]))
-            elif op == "S":
-                state.start_fingerprints.add(bytes.fromhex(payload[2:]))
-            elif op == "D":
-                _apply_done(state, json.loads(payload[2:]))
-        except (ValueError, TypeError, AttributeError):
-            state.warnings.append(f"ignored an unreadable journal record {payload[:60]!r}")
-    state.next_id = next_id
-
-
-def _apply_done(state: RecoveredState, record: Any) -> None:
-    if not isinstance(record, dict):
-        raise ValueError("not an object")
-    done, seen = record.get("d", []), record.get("s", [])
-    if not isinstance(done, list) or not isinstance(seen, list):
-        raise ValueError("bad lists")
-    fps = [bytes.fromhex(fp) for fp in seen]  # ValueError/TypeError before anything changes
-    rids = [int(rid) for rid in done if isinstance(rid, int)]
-    outputs, bad = parse_outputs(record.get("o", {}))
-    if bad:
-        state.warnings.append(f"ignored invalid output state(s) {', '.join(bad[:5])} in a journal record")
-    for rid in rids:
-        state.requests.pop(rid, None)
-    state.fingerprints.update(fps)
-    state.outputs.update(outputs)
 
 
 def age(state: RecoveredState, now: float | None = None) -> float | None:

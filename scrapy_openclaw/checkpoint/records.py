@@ -1,0 +1,190 @@
+"""The checkpoint's record format, written and read in one place.
+
+Every line of a journal or snapshot file is ``<crc32 of payload, 8 hex>
+<payload>\\n``: a process killed mid-write leaves at most one torn line at the
+end, and a flipped bit breaks only its own line. The first line is a JSON
+header with ``kind`` and the format version.
+
+Journal payloads::
+
+    a <id> <state p|f> <fingerprint hex|-> <request JSON>   a live request (new or changed)
+    f <id>                                                  popped: in flight
+    d <id>                                                  finished (or dropped)
+    s <fingerprint hex>                                     seen, finished before it was journaled
+    S <fingerprint hex>                                     a start request's fingerprint
+    D <JSON>                                                pages done, with the durable outputs
+
+A ``D`` record is one line, so it is atomic: ``{"d": [ids finished], "s":
+[fingerprints seen, finished before they were journaled], "o": {output:
+state}}``, where an output is a feed (``feed:<FEEDS key>``: URI, batch id,
+byte offset to resume from, items) or an opted-in pipeline
+(``writer:<name>``: marker, items); see :mod:`scrapy_openclaw.checkpoint.feeds`.
+The pages it marks done have their items in the outputs below those offsets,
+and the outputs were written before the record.
+
+Snapshot payloads: ``<id> <state> <request JSON>`` per live request, then
+fingerprint lines and an end line (see :mod:`scrapy_openclaw.checkpoint.snapshot`).
+"""
+
+from __future__ import annotations
+
+import json
+import zlib
+from typing import TYPE_CHECKING, Any
+
+from scrapy_openclaw.checkpoint.feeds import parse_outputs
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
+
+    from scrapy_openclaw.checkpoint.state import RecoveredState
+
+#: Version of the on-disk format (journal and snapshot). Bump on any change.
+FORMAT_VERSION = 1
+
+
+class CheckpointError(Exception):
+    """A checkpoint directory cannot be used as it is (the message says what and where)."""
+
+
+class CheckpointVersionError(CheckpointError):
+    """The checkpoint was written by an incompatible format version."""
+
+
+# --- lines ------------------------------------------------------------------------------
+
+
+def encode_line(payload: str) -> bytes:
+    """One record: ``<crc32 of payload, 8 hex> <payload>\\n`` (payload has no newline)."""
+    body = payload.encode("utf-8")
+    return b"%08x %s\n" % (zlib.crc32(body), body)
+
+
+def decode_line(line: bytes) -> str | None:
+    """The payload of a complete record line, or None if its checksum does not match."""
+    if len(line) < 10 or line[8:9] != b" " or not line.endswith(b"\n"):
+        return None
+    body = line[9:-1]
+    try:
+        if int(line[:8], 16) != zlib.crc32(body):
+            return None
+        return body.decode("utf-8")
+    except (ValueError, UnicodeDecodeError):
+        return None
+
+
+def iter_lines(path: Path) -> Iterator[tuple[int, bytes]]:
+    """``(line number, raw line)`` for every line of *path*; the last one may lack its newline."""
+    with open(path, "rb") as f:
+        yield from enumerate(f, 1)
+
+
+def header_line(kind: str, header: dict[str, Any]) -> str:
+    """The first payload of a *kind* ("journal", "snapshot") file."""
+    return json.dumps({"kind": kind, "v": FORMAT_VERSION, **header}, sort_keys=True)
+
+
+def parse_header(payload: str, path: Path, kind: str) -> dict[str, Any]:
+    """The header of a *kind* file; CheckpointError if it is not one, CheckpointVersionError
+    if another format version wrote it."""
+    try:
+        header = json.loads(payload)
+    except ValueError:
+        raise CheckpointError(f"{path}: header line is not JSON") from None
+    if not isinstance(header, dict) or header.get("kind") != kind:
+        raise CheckpointError(f"{path}: not a {kind} file (header {payload[:80]!r})")
+    if header.get("v") != FORMAT_VERSION:
+        raise CheckpointVersionError(
+            f"{path}: checkpoint format version {header.get('v')!r}, this scrapy-openclaw "
+            f"reads version {FORMAT_VERSION}; resume with the matching version or set "
+            f"OPENCLAW_CHECKPOINT_RESTART=True to start over"
+        )
+    return header
+
+
+# --- journal payloads -------------------------------------------------------------------
+
+
+def live_record(rid: int, state: str, fp: str | None, data: str) -> str:
+    return f"a {rid} {state} {fp or '-'} {data}"
+
+
+def in_flight_record(rid: int) -> str:
+    return f"f {rid}"
+
+
+def start_seen_record(fp: str) -> str:
+    return f"S {fp}"
+
+
+def done_record(done: list[int], seen: list[str], outputs: dict[str, Any] | None = None) -> str:
+    record: dict[str, Any] = {"d": done, "s": seen}
+    if outputs:
+        record["o"] = outputs
+    return "D " + json.dumps(record, separators=(",", ":"))
+
+
+def outputs_record(outputs: dict[str, Any]) -> str:
+    """Durable outputs' starting points, journaled before any of their bytes."""
+    return "D " + json.dumps({"o": outputs}, separators=(",", ":"))
+
+
+def apply_payloads(state: RecoveredState, payloads: list[str]) -> None:
+    """Replay journal records onto *state* (idempotent, order-sensitive)."""
+    requests, fps = state.requests, state.fingerprints
+    next_id = state.next_id
+    for payload in payloads:
+        op = payload[:1]
+        try:
+            if op == "a":
+                _, rid_s, st, fp, data = payload.split(" ", 4)
+                rid = int(rid_s)
+                requests[rid] = [st, data, None if fp == "-" else fp]
+                if fp != "-":
+                    fps.add(bytes.fromhex(fp))
+                next_id = max(next_id, rid + 1)
+            elif op == "d":
+                requests.pop(int(payload[2:]), None)
+            elif op == "f":
+                entry = requests.get(int(payload[2:]))
+                if entry is not None:
+                    entry[0] = "f"
+            elif op == "s":
+                fps.add(bytes.fromhex(payload[2:]))
+            elif op == "S":
+                state.start_fingerprints.add(bytes.fromhex(payload[2:]))
+            elif op == "D":
+                _apply_done(state, json.loads(payload[2:]))
+        except (ValueError, TypeError, AttributeError):
+            state.warnings.append(f"ignored an unreadable journal record {payload[:60]!r}")
+    state.next_id = next_id
+
+
+def _apply_done(state: RecoveredState, record: Any) -> None:
+    if not isinstance(record, dict):
+        raise ValueError("not an object")
+    done, seen = record.get("d", []), record.get("s", [])
+    if not isinstance(done, list) or not isinstance(seen, list):
+        raise ValueError("bad lists")
+    fps = [bytes.fromhex(fp) for fp in seen]  # ValueError/TypeError before anything changes
+    rids = [int(rid) for rid in done if isinstance(rid, int)]
+    outputs, bad = parse_outputs(record.get("o", {}))
+    if bad:
+        state.warnings.append(f"ignored invalid output state(s) {', '.join(bad[:5])} in a journal record")
+    for rid in rids:
+        state.requests.pop(rid, None)
+    state.fingerprints.update(fps)
+    state.outputs.update(outputs)
+
+
+# --- snapshot payloads ------------------------------------------------------------------
+
+
+def request_line(request_id: int, state: str, data: str) -> str:
+    return f"{request_id} {state} {data}"
+
+
+def parse_request_line(payload: str) -> tuple[int, str, str]:
+    rid, state, data = payload.split(" ", 2)
+    return int(rid), state, data
