@@ -167,7 +167,7 @@ def registry_memory(domains: int) -> dict[str, float]:
                 reg.hold(name, now + 10 * IDLE_TTL)  # state that matters: kept
         full = tracemalloc.get_traced_memory()[0] - base
         snapshot = len(json.dumps(reg.snapshot()))
-        evicted = reg.evict_idle(now + IDLE_TTL + 1)
+        evicted = len(reg.evict_idle(now + IDLE_TTL + 1))  # (not the list: it holds the names)
         gc.collect()
         after = tracemalloc.get_traced_memory()[0] - base
     finally:
@@ -178,7 +178,7 @@ def registry_memory(domains: int) -> dict[str, float]:
         "reported_bytes_per_domain": round(HealthRegistry.bytes_per_domain(reg), 1),
         "snapshot_bytes_per_domain": round(snapshot / domains, 1),
         "snapshot_mb": round(snapshot / 1e6, 2),
-        "evicted": len(evicted),
+        "evicted": evicted,
         "kept": len(reg.domains()),
         "mb_after_eviction": round(after / 1e6, 2),
         "mb_before_eviction": round(full / 1e6, 2),
