@@ -206,7 +206,9 @@ class Command(ScrapyCommand):
             raise UsageError("--redis: give a URL or set REDIS_URL", print_help=False)
         if not opts.spider:
             raise UsageError("--redis needs --spider NAME (the crawl's Redis keys start with it)", print_help=False)
-        server = redis.Redis.from_url(url, socket_timeout=TIMEOUT)
+        from scrapy_openclaw.distributed.connection import client_for_url
+
+        server = client_for_url(url, socket_timeout=TIMEOUT)
         try:
             if command["command"] == "domains":
                 queue_key = (self.settings.get("SCHEDULER_QUEUE_KEY") if self.settings else None) or "%(spider)s:requests"

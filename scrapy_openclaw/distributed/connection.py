@@ -58,3 +58,21 @@ def is_cluster(client: Any) -> bool:
     from redis.cluster import RedisCluster
 
     return isinstance(client, RedisCluster)
+
+
+def client_for_url(url: str, **params: Any) -> Any:
+    """A client for *url* alone (the CLI): the cluster client when it points at a Redis Cluster."""
+    import redis
+    from redis.exceptions import RedisError
+
+    client = redis.Redis.from_url(url, **params)
+    try:
+        enabled = int(client.info("cluster").get("cluster_enabled", 0))
+    except RedisError:
+        return client  # the caller's first command reports it
+    if not enabled:
+        return client
+    from redis.cluster import RedisCluster
+
+    client.close()
+    return RedisCluster.from_url(url, **{k: v for k, v in params.items() if k in _CLUSTER_PARAMS})

@@ -1,0 +1,121 @@
+"""Redis Cluster and Sentinel specifics: key layout, the CLI on a cluster, a pre-sharding queue refused."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from scrapy import Spider
+from scrapy.utils.test import get_crawler
+
+from scrapy_openclaw.distributed import configure, lua
+from scrapy_openclaw.distributed.connection import client_for_url, client_from_settings
+from scrapy_openclaw.distributed.shards import QUEUE_KEYS, ShardKeys, ShardLayoutError, health_key, shard_of
+from scrapy_openclaw.testing.servers import RedisServer, find_redis_server, free_port, stop_process
+
+
+class _Spider(Spider):
+    name = "unit"
+
+    def parse(self, response: Any) -> None:
+        pass
+
+
+def _slot(key: str) -> int:
+    from redis.crc import key_slot
+
+    return key_slot(key.encode())
+
+
+def test_a_shard_and_its_domains_health_share_one_slot() -> None:
+    layout = ShardKeys("unit:requests", "unit", 16)
+    for domain in ("a.test", "b.test", "example.com", ""):
+        shard = layout.of(domain)
+        slots = {_slot(k) for k in layout.keys(shard, "unit:dupefilter")}
+        slots.add(_slot(health_key("unit", domain, 16)))
+        assert len(slots) == 1, (domain, slots)
+    assert len({_slot(layout.name("q", i)) for i in range(16)}) == 16  # shards spread over slots
+    assert len(QUEUE_KEYS) == 15 and shard_of("a.test", 1) == 0
+    with pytest.raises(ShardLayoutError, match="hash tag"):
+        ShardKeys("{mine}:requests", "unit", 4)
+
+
+def test_scripts_build_no_key_names() -> None:
+    """Every key a queue script touches comes from KEYS (runs on a cluster, under ACL key patterns)."""
+    for name in ("PUSH", "POP", "ACK", "HEARTBEAT", "RELEASE", "REJECT", "COUNTS"):
+        script = getattr(lua, name)
+        assert ":q:" not in script and "K .. '" not in script and "ARGV[1] .. " not in script, name
+
+
+def test_cli_domains_and_publish_on_a_cluster(redis_cluster: Any) -> None:
+    from scrapy_openclaw.commands.ctl import redis_domains
+    from scrapy_openclaw.control.channel import publish
+    from scrapy_openclaw.distributed.health import RedisHealthRegistry
+
+    crawler = get_crawler(_Spider, {"REDIS_URL": redis_cluster.url})
+    registry = RedisHealthRegistry(crawler)
+    assert type(registry.server).__name__ == "RedisCluster"
+    for domain in ("a.test", "b.test", "c.test"):
+        registry.ensure(domain)
+    server = client_for_url(redis_cluster.url, socket_timeout=5)
+    rows = redis_domains(server, "unit", "unit:requests", 16)["domains"]
+    assert [r["domain"] for r in rows] == ["a.test", "b.test", "c.test"]
+    assert publish(server, "unit", {"command": "pause"}, "tester")
+    owners = {server.keyslot(health_key("unit", d, 16)) for d in ("a.test", "b.test", "c.test")}
+    assert len(owners) >= 2  # the domains' state lives in several slots
+
+
+def test_a_queue_in_the_old_layout_is_refused_with_a_clear_message(redis_server: Any) -> None:
+    from scrapy.settings import Settings
+
+    from scrapy_openclaw.distributed.scheduler import LegacyQueueError, OpenClawRedisScheduler
+
+    redis.Redis.from_url(redis_server.url).hset("unit:requests:data", "x", "{}")
+    settings = Settings()
+    configure(settings)
+    names = ("SCHEDULER_QUEUE_CLASS", "SCHEDULER_SERIALIZER", "DUPEFILTER_CLASS", "SCHEDULER_PERSIST")
+    crawler = get_crawler(_Spider, {"REDIS_URL": redis_server.url, "OPENCLAW_HEALTH_ENABLED": False,
+                                    **{name: settings[name] for name in names}})
+    scheduler = OpenClawRedisScheduler.from_crawler(crawler)
+    spider = _Spider.from_crawler(crawler)
+    crawler.spider = spider
+    try:
+        with pytest.raises(LegacyQueueError, match=r"unit:requests:data.*SCHEDULER_FLUSH_ON_START"):
+            scheduler.open(spider)
+    finally:
+        if scheduler.queue is not None and scheduler.queue._loop.running:
+            scheduler.queue._loop.stop()
+    assert not scheduler.queue.link.background  # refused before any background I/O started
+
+
+def test_sentinel_settings_reach_the_master(redis_server: Any, tmp_path: Path) -> None:
+    port = free_port()
+    conf = tmp_path / "sentinel.conf"
+    conf.write_text(f"port {port}\nbind 127.0.0.1\ndir {tmp_path}\n"
+                    f"sentinel monitor mymaster 127.0.0.1 {redis_server.port} 1\n")
+    proc = subprocess.Popen([find_redis_server(), str(conf), "--sentinel"], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 20
+        while not _answers(port):
+            assert time.monotonic() < deadline and proc.poll() is None, "sentinel did not start"
+            time.sleep(0.05)
+        crawler = get_crawler(_Spider, {"OPENCLAW_REDIS_SENTINELS": [f"127.0.0.1:{port}"],
+                                        "REDIS_PARAMS": {"socket_timeout": 5}})
+        client = client_from_settings(crawler.settings)
+        client.set("via-sentinel", "1")
+        assert redis.Redis.from_url(redis_server.url).get("via-sentinel") == b"1"
+    finally:
+        stop_process(proc)
+
+
+def _answers(port: int) -> bool:
+    try:
+        with redis.Redis(port=port, socket_timeout=1) as conn:
+            return bool(conn.ping())
+    except redis.RedisError:
+        return False
