@@ -119,3 +119,23 @@ def _answers(port: int) -> bool:
             return bool(conn.ping())
     except redis.RedisError:
         return False
+
+
+def test_redis_dead_letter_store_on_a_cluster(redis_cluster: Any) -> None:
+    from test_dlq import letter
+
+    from scrapy_openclaw.dlq import Filters, open_store
+
+    store = open_store(redis_cluster.url)
+    assert type(store.redis).__name__ == "RedisCluster" and store.prefix == "{openclaw:dlq}"
+    a, b, c = letter(1, spider="s1"), letter(2, spider="s1", cls="network"), letter(3, spider="s2")
+    for r in (a, b, c):
+        store.append(r)
+    store.append(a)  # a retried add never duplicates
+    assert store.pending() == 0
+    reader = open_store(redis_cluster.url)
+    assert sorted(r.id for r in reader.iter()) == sorted([a.id, b.id, c.id])
+    assert [r.id for r in reader.iter(Filters(spider="s1"))] == [a.id, b.id]
+    assert reader.mark_replayed([a.id]) == 1
+    assert reader.purge(Filters(spider="s1", error_class="protocol_permanent")) == 1
+    assert sorted(r.id for r in reader.iter()) == sorted([b.id, c.id])

@@ -19,9 +19,10 @@ import sys
 import time
 from abc import ABC, abstractmethod
 from collections import Counter, deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlencode, urlparse, urlunparse
 
 from scrapy_openclaw._files import atomic_writer, open_private, private_dir
@@ -242,7 +243,7 @@ class JsonlStore(DeadLetterStore):
     def _lines(self) -> Iterator[tuple[str, dict[str, Any]]]:
         """(where, checked JSON object) per line; torn/corrupt/unchecked lines skipped with a warning."""
         try:
-            f = open(self.path, "rb")  # noqa: SIM115
+            f = open(self.path, "rb")
         except FileNotFoundError:
             return
         with f:
@@ -385,12 +386,11 @@ class RedisStore(DeadLetterStore):
         # One immediate retry (a pooled connection gone stale after a Redis
         # restart), not redis-py's default of 10 with backoff: a down Redis must
         # not stall the reactor; our own timer retries later.
-        self.redis = client or redis.Redis.from_url(
-            _redis_connection_url(url),
-            socket_timeout=timeout,
-            socket_connect_timeout=timeout,
-            retry=Retry(NoBackoff(), 1),
-        )
+        params = {"socket_timeout": timeout, "socket_connect_timeout": timeout, "retry": Retry(NoBackoff(), 1)}
+        self.redis = client or _redis_client(_redis_connection_url(url), params)
+        if type(self.redis).__name__ == "RedisCluster" and "{" not in self.prefix:
+            # a Redis Cluster: a stream and its :ids/:replayed hashes must share a slot
+            self.prefix = "{" + self.prefix + "}"
         self._add = self.redis.register_script(_ADD_ONCE)
         self._update = self.redis.register_script(_UPDATE)
         self._buffer: deque[DeadLetter] = deque()
@@ -593,6 +593,23 @@ class RedisStore(DeadLetterStore):
                 pipe.hdel(f"{key}:replayed", *[id_ for _, id_ in chunk])
                 n += pipe.execute()[0]
         return n
+
+
+def _redis_client(url: str, params: dict[str, Any]) -> Any:
+    """redis-py's client for *url*; its cluster client when *url* points at a Redis Cluster node."""
+    import redis
+
+    client = redis.Redis.from_url(url, **params)
+    try:
+        enabled = int(client.info("cluster").get("cluster_enabled", 0))
+    except (redis.RedisError, OSError):
+        return client  # unreachable now: buffered and retried like any outage
+    if not enabled:
+        return client
+    from redis.cluster import RedisCluster
+
+    client.close()
+    return RedisCluster.from_url(url, **params)
 
 
 def _redis_connection_url(url: str) -> str:
