@@ -16,8 +16,9 @@ take the report down. A scenario without a spec gets every numeric key.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 Check = Callable[[float | None, float | None], bool | None]  # (value, ratio) -> met?
 

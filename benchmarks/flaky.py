@@ -20,7 +20,6 @@ from benchmarks.suite import crawl_site, run_module
 from scrapy_openclaw.testing.crawl import CrawlTimeout
 from scrapy_openclaw.testing.presets import flaky_site
 
-
 # Same for everybody: hangs must not cost Scrapy's default 180 s.
 COMMON = {"DOWNLOAD_TIMEOUT": 5, "LOG_LEVEL": "INFO", "CONCURRENT_REQUESTS": 16}
 

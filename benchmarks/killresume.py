@@ -42,7 +42,6 @@ from scrapy_openclaw.testing.crawl import read_result, start_crawl
 from scrapy_openclaw.testing.servers import ChaosServer
 
 
-
 def _site(pages: int, latency: float) -> ChaosConfig:
     return ChaosConfig(hosts=tuple(
         HostConfig(address=f"127.0.0.{2 + i}", pages=pages, links_per_page=4, latency=latency,

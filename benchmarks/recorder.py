@@ -86,7 +86,7 @@ class BenchRecorder:
     def spider_opened(self, spider: Any = None) -> None:
         self._registry = self._health_registry()
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 (closed in spider_closed)
+        self._file = open(self.path, "a", encoding="utf-8")  # (closed in spider_closed)
         self._t0 = time.time()
         self._write({"event": "start", "t": self._t0, "health": self._registry is not None})
         self._loop = create_looping_call(self.sample)

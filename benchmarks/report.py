@@ -39,7 +39,7 @@ def machine_info() -> dict[str, Any]:
         from importlib.metadata import version
 
         info["scrapy_openclaw"] = version("scrapy-openclaw")
-    except Exception:  # noqa: BLE001 - not installed as a distribution: report what we can
+    except Exception:  # not installed as a distribution: report what we can
         info["scrapy_openclaw"] = None
     try:
         info["git_commit"] = subprocess.run(

@@ -35,7 +35,7 @@ FOREIGN_READER_STOP = (
 def _scrapy_path_safe(text: str) -> str:
     """``scrapy.pqueues._path_safe``: the directory DownloaderAwarePriorityQueue gives a slot."""
     safe = "".join(c if c.isalnum() or c in "-._" else "_" for c in text)
-    return f"{safe}-{hashlib.md5(text.encode('utf8')).hexdigest()}"  # noqa: S324
+    return f"{safe}-{hashlib.md5(text.encode('utf8')).hexdigest()}"
 
 
 def _stop_foreign_readers(directory: str) -> None:

@@ -34,7 +34,8 @@ One per crawler: every listener sees the same hook, installed once.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from scrapy import signals
 

@@ -7,7 +7,8 @@ state here instead of each keeping a copy.
 from __future__ import annotations
 
 import weakref
-from typing import TYPE_CHECKING, Any, Callable, TypeVar
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler

@@ -15,8 +15,8 @@ from scrapy_openclaw.addon import (
     PRIORITY_QUEUE,
     SPIDER_MIDDLEWARES,
 )
-from scrapy_openclaw.testing.presets import fault_free_site
 from scrapy_openclaw.testing.crawl import run_crawl
+from scrapy_openclaw.testing.presets import fault_free_site
 
 ADDON = {"ADDONS": {Addon: 100}}
 

@@ -273,7 +273,7 @@ def test_stop_drops_hanging_connections(chaos_server: Any) -> None:
     def client() -> None:
         try:
             fetch(server.urls[A], timeout=30)
-        except BaseException as exc:  # noqa: BLE001 - recorded for the assertion
+        except BaseException as exc:  # recorded for the assertion
             errors.append(exc)
 
     thread = threading.Thread(target=client, daemon=True)

@@ -137,7 +137,7 @@ def test_disk_full_during_snapshot_keeps_previous(tmp_path: Path) -> None:
 
     def full_disk(tmp: Path) -> Any:
         tmp.write_bytes(b"partial")  # the temp file exists, then the disk fills up
-        return open("/dev/full", "wb")  # noqa: SIM115
+        return open("/dev/full", "wb")
 
     with pytest.raises(OSError) as info:
         _write_snap(path, 20000, opener=full_disk)

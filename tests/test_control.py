@@ -18,7 +18,6 @@ from scrapy_openclaw.health import HealthRegistry
 from scrapy_openclaw.policy import PolicySet
 
 
-
 class _Spider(Spider):
     name = "ctl"
 

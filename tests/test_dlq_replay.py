@@ -15,7 +15,6 @@ from scrapy_openclaw.dlq.replay import ReplayPlan, select
 from scrapy_openclaw.testing.crawl import run_crawl
 from tests.test_dlq_crawl import assert_clean, cli, dlq_settings, make_project, require_cli, served
 
-
 ADDON = {"ADDONS": {"scrapy_openclaw.Addon": 100}, "LOG_LEVEL": "INFO"}
 
 

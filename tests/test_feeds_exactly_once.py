@@ -26,7 +26,6 @@ from typing import Any
 
 import pytest
 
-from scrapy_openclaw.checkpoint import load
 from scrapy_openclaw.commands.checkpoint import inspect_dir
 from scrapy_openclaw.testing.chaos import ChaosConfig, HostConfig
 from scrapy_openclaw.testing.crawl import read_result, start_crawl

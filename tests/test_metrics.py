@@ -76,7 +76,7 @@ class Pushgateway:
         received = self.received = []  # type: list[tuple[str, str]]
 
         class Handler(BaseHTTPRequestHandler):
-            def do_PUT(self) -> None:  # noqa: N802
+            def do_PUT(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 received.append((self.path, body.decode("utf-8")))
                 self.send_response(200)
@@ -243,7 +243,7 @@ def test_metrics_live_and_final_match_stats(chaos_server, pushgateway, tmp_out):
     # The live per-domain table is in the log, next to Scrapy's own line.
     assert "OpenClaw domains (top" in result.log
     assert "pages/min" in result.log and healthy in result.log
-    assert "Prometheus metrics on http://127.0.0.1:%d/metrics" % port in result.log
+    assert f"Prometheus metrics on http://127.0.0.1:{port}/metrics" in result.log
 
 
 def test_domain_label_cap(chaos_server, pushgateway, tmp_out):

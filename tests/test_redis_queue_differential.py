@@ -116,7 +116,7 @@ def _comparable(request: Request) -> dict[str, Any]:
 def _carry_scrapy_redis(queue: ScrapyRedisPriorityQueue, request: Request) -> Request | None:
     try:
         queue.push(request)
-    except Exception:  # noqa: BLE001 (whatever scrapy-redis raises: it does not carry this shape)
+    except Exception:  # whatever scrapy-redis raises: it does not carry this shape
         return None
     return queue.pop()
 

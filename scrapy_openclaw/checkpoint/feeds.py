@@ -331,7 +331,7 @@ class DurableFeedExporter(FeedExporter):
 
 
 def _csv_header(path: Path, encoding: str) -> list[str] | None:
-    import csv  # noqa: PLC0415
+    import csv
 
     try:
         with open(path, encoding=encoding, newline="") as f:
@@ -502,7 +502,7 @@ def parse_outputs(value: Any) -> tuple[dict[str, dict[str, Any]], list[str]]:
             ok = (isinstance(st.get("uri"), str) and _nonneg(st.get("batch")) and st["batch"] >= 1
                   and (st.get("offset") is None or _nonneg(st.get("offset"))))
         elif ok and key.startswith("writer:"):
-            import json  # noqa: PLC0415
+            import json
 
             try:
                 ok = len(json.dumps(st.get("marker"))) <= MAX_MARKER_CHARS

@@ -28,8 +28,14 @@ from typing import TYPE_CHECKING, Any
 from scrapy_openclaw._files import fsync_dir, open_private
 from scrapy_openclaw.checkpoint.records import (  # (re-exported: the format's names as before)
     FORMAT_VERSION as FORMAT_VERSION,
+)
+from scrapy_openclaw.checkpoint.records import (
     CheckpointError as CheckpointError,
+)
+from scrapy_openclaw.checkpoint.records import (
     CheckpointVersionError as CheckpointVersionError,
+)
+from scrapy_openclaw.checkpoint.records import (
     decode_line,
     encode_line,
     header_line,

@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import base64
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, Callable
+from typing import IO, TYPE_CHECKING, Any
 
 from scrapy_openclaw._files import atomic_writer
 from scrapy_openclaw.checkpoint.records import (

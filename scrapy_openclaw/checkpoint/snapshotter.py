@@ -13,8 +13,9 @@ import json
 import logging
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from scrapy_openclaw.checkpoint.state import generations, journal_path, snapshot_path
 

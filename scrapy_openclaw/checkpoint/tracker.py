@@ -9,7 +9,8 @@ reactor: a unit test drives it with plain Requests.
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 from scrapy.utils.httpobj import urlparse_cached

@@ -83,7 +83,7 @@ def _text(value: Any) -> Any:
 
     try:
         value = decode_value(value)
-    except Exception:  # noqa: BLE001 - a display helper: show what is stored
+    except Exception:  # a display helper: show what is stored
         return value
     if isinstance(value, bytes):
         return value.decode("utf-8", "replace")

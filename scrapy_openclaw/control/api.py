@@ -35,10 +35,10 @@ class ControlResource(Resource):
         self.controller = controller
         self._token = token.encode("utf-8")
 
-    def render_GET(self, request: Request) -> bytes:  # noqa: N802 (twisted's name)
+    def render_GET(self, request: Request) -> bytes:  # (twisted's names)
         return self._handle(request, "GET")
 
-    def render_POST(self, request: Request) -> bytes:  # noqa: N802
+    def render_POST(self, request: Request) -> bytes:
         return self._handle(request, "POST")
 
     def _handle(self, request: Request, method: str) -> bytes:

@@ -18,7 +18,6 @@ import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
-
 from scrapy_openclaw.control.controller import ControlError
 
 if TYPE_CHECKING:

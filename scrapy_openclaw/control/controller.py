@@ -13,7 +13,8 @@ import logging
 import math
 import re
 import time
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from scrapy.utils.defer import deferred_from_coro
 

@@ -30,8 +30,8 @@ from twisted.internet.error import CannotListenError
 from twisted.internet.threads import deferToThread
 
 from scrapy_openclaw import meta as M
-from scrapy_openclaw._metrics_http import serve_metrics
 from scrapy_openclaw import signals as openclaw_signals
+from scrapy_openclaw._metrics_http import serve_metrics
 from scrapy_openclaw.metrics.collector import (
     PREFIX,
     DomainLabels,

@@ -21,7 +21,7 @@ class FlushedItemsPipeline:
     """
 
     def __init__(self, path: str, crawler: Any = None):
-        self.file = open(path, "ab")  # noqa: SIM115
+        self.file = open(path, "ab")
         self.durable = durable_writer(crawler, "FlushedItemsPipeline", self)
 
     @classmethod
