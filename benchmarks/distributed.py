@@ -391,9 +391,6 @@ def run(quick: bool = False) -> dict[str, Any]:
     }}
 
 
-if __name__ == "__main__":
-    print(json.dumps(run("--quick" in sys.argv), indent=1))
-
 
 class RedisClusterServer:
     """A throw-away 3-master Redis Cluster on loopback (no replicas, no persistence).
@@ -479,3 +476,7 @@ class RedisClusterServer:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+if __name__ == "__main__":
+    print(json.dumps(run("--quick" in sys.argv), indent=1))

@@ -293,3 +293,16 @@ def test_item_failures_requeue_a_bounded_number_of_times(queues: Any) -> None:
     assert [(d.url, d.reason) for d in letters] == [("http://a.test/1", "item_failed")]
     assert q.pop() is None and len(q) == 0
     assert q.server.hlen(_key(q, "data")) == 0
+
+
+def test_workers_with_another_aging_boost_leave_no_stale_entry(queues: Any) -> None:
+    policy = {"defaults": {"deadline": {"aging_window": 10}}}
+    a = queues(OPENCLAW_POLICY=policy, OPENCLAW_QUEUE_AGING_BOOST=10.0)
+    b = queues(OPENCLAW_POLICY=policy, OPENCLAW_QUEUE_AGING_BOOST=20.0)
+    a.push(Request("http://a.test/1", meta={M.DEADLINE: time.time() + 60}))
+    first = b.pop()  # b's boost differs: its unindex misses a's aging member
+    assert first is not None and first.url == "http://a.test/1"
+    a.push(Request("http://a.test/2", meta={M.DEADLINE: time.time() + 60}))
+    second = a.pop()
+    assert second is not None and second.url == "http://a.test/2"
+    assert a.server.zcard(_key(a, "a")) == 0  # the stale member was dropped on the way

@@ -502,13 +502,19 @@ local function best_of(dom)
     local info = info_of(id)
     best = {id = id, tier = 1, eff = info.p, info = info}
   end
-  local aging = redis.call('ZRANGEBYLEX', A, lo(dom), hi(dom), 'LIMIT', 0, 1)
-  if aging[1] then
+  for _ = 1, 4 do  -- bounded: an aging member left behind (a worker with another boost) is dropped
+    local aging = redis.call('ZRANGEBYLEX', A, lo(dom), hi(dom), 'LIMIT', 0, 1)
+    if not aging[1] then break end
     local id = id_of(aging[1])
     local info = info_of(id)
-    if info.w > 0 then
-      local eff = math.max(info.p, info.p + boost + (now - info.d) * boost / info.w)
-      if best == nil or eff > best.eff then best = {id = id, tier = 1, eff = eff, info = info} end
+    if not redis.call('ZSCORE', Q, dom .. SEP .. enc(-info.p) .. SEP .. id) then
+      redis.call('ZREM', A, aging[1])
+    else
+      if info.w > 0 then
+        local eff = math.max(info.p, info.p + boost + (now - info.d) * boost / info.w)
+        if best == nil or eff > best.eff then best = {id = id, tier = 1, eff = eff, info = info} end
+      end
+      break
     end
   end
   return best
