@@ -21,14 +21,15 @@ class QuietSite(Site):
 
 
 def serve_metrics(
-    reactor: Any, port: int, host: str, registry: CollectorRegistry, *, children: dict[bytes, Resource] | None = None
+    reactor: Any, port: int, host: str, registry: CollectorRegistry, *, children: dict[bytes, Any] | None = None
 ) -> Any:
     """Listen on *host*:*port* serving *registry* at ``/metrics`` (and *children* beside it);
     the listening port, or CannotListenError for the caller to report."""
     from prometheus_client.twisted import MetricsResource  # (imports the global reactor: installed by now)
 
     root = Resource()
-    root.putChild(b"metrics", MetricsResource(registry=registry))
+    metrics: Any = MetricsResource(registry=registry)  # (an IResource: mypy cannot see zope interfaces)
+    root.putChild(b"metrics", metrics)
     for name, child in (children or {}).items():
         root.putChild(name, child)
     return reactor.listenTCP(port, QuietSite(root), interface=host)

@@ -90,9 +90,11 @@ class RequestLifecycle:
         those some listener needs.
         """
         self._users.append(user)
-        for listeners, listener in ((self._started, on_started), (self._finished, on_finished),
-                                    (self._enqueued, on_enqueued), (self._held, on_held),
-                                    (self._admit, admit)):
+        pairs: tuple[tuple[list[Any], Any], ...] = (
+            (self._started, on_started), (self._finished, on_finished), (self._enqueued, on_enqueued),
+            (self._held, on_held), (self._admit, admit),
+        )
+        for listeners, listener in pairs:
             if listener is not None:
                 listeners.append(listener)
 

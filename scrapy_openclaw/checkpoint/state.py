@@ -69,7 +69,8 @@ def journal_path(directory: Path, gen: int) -> Path:
 
 def generations(directory: Path) -> tuple[list[int], list[int]]:
     """Snapshot and journal generations present, each sorted ascending."""
-    snaps, journals = [], []
+    snaps: list[int] = []
+    journals: list[int] = []
     if directory.is_dir():
         for name in os.listdir(directory):
             parsed = parse_name(name)

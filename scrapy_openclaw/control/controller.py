@@ -169,7 +169,9 @@ class Controller:
         (The health middleware sets the slot's concurrency at its next request or response.)
         """
         engine = engine_of(self.crawler)
-        slot = engine.downloader.slots.get(domain) if engine is not None else None
+        if engine is None:
+            return
+        slot = engine.downloader.slots.get(domain)
         if slot is not None and self.registry.blocked_until(domain) <= time.time():
             resume_slot(slot, engine.downloader)
 

@@ -309,7 +309,7 @@ class MetricsExtension:
             return
         from twisted.internet import reactor  # (the global reactor, installed by now)
 
-        children = {}
+        children: dict[bytes, Any] = {}
         if controller is not None:
             from scrapy_openclaw.control.api import ControlResource
 
