@@ -47,8 +47,9 @@ import math
 import random
 import sys
 import time
+from collections.abc import Callable, Container
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Container
+from typing import TYPE_CHECKING, Any
 
 from scrapy.utils.misc import build_from_crawler
 
