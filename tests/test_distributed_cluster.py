@@ -15,7 +15,7 @@ from scrapy.utils.test import get_crawler
 from scrapy_openclaw.distributed import configure, lua
 from scrapy_openclaw.distributed.connection import client_for_url, client_from_settings
 from scrapy_openclaw.distributed.shards import QUEUE_KEYS, ShardKeys, ShardLayoutError, health_key, shard_of
-from scrapy_openclaw.testing.servers import RedisServer, find_redis_server, free_port, stop_process
+from scrapy_openclaw.testing.servers import find_redis_server, free_port, stop_process
 
 
 class _Spider(Spider):

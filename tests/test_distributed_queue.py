@@ -8,7 +8,6 @@ import time
 from typing import Any
 
 import pytest
-import redis
 from scrapy import Request, Spider
 from scrapy.utils.test import get_crawler
 

@@ -735,10 +735,7 @@ class LeasedDeadlineQueue:
             signal=openclaw_signals.dead_letter, dead_letter=letter, spider=self.spider
         )
 
-    # --- Redis outages -----------------------------------------------------------
-
-    def _redis_ok(self) -> bool:
-        return self.link.ok()
+    # --- waking the engine ----------------------------------------------------------
 
     def _wake(self, at: float) -> None:
         """Wake the engine at *at* (a delayed entry or a domain token becomes due)."""
