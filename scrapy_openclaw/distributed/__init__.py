@@ -39,8 +39,8 @@ DOWNLOADER_ACK_MIDDLEWARE = "scrapy_openclaw.distributed.middleware.LeaseAckDown
 def redis_params() -> dict:
     """Client parameters: short timeouts and a few quick retries (redis-py ``Retry``).
 
-    Longer outages are handled by the queue (buffered writes, backoff), so a
-    call never blocks the reactor for long.
+    Calls run on the Redis thread during a crawl (``link.py``); longer outages
+    are handled by the queue (buffered writes, backoff).
     """
     from redis.backoff import ExponentialBackoff
     from redis.exceptions import ConnectionError as RedisConnectionError
