@@ -305,3 +305,14 @@ def test_workers_with_another_aging_boost_leave_no_stale_entry(queues: Any) -> N
     second = a.pop()
     assert second is not None and second.url == "http://a.test/2"
     assert a.server.zcard(_key(a, "a")) == 0  # the stale member was dropped on the way
+
+
+def test_pops_take_turns_across_shards(queues: Any) -> None:
+    q = queues()
+    a, b = "a.test", next(f"b{i}.test" for i in range(100) if q.shards.of(f"b{i}.test") != q.shards.of("a.test"))
+    for i in range(4):
+        q.push(Request(f"http://{a}/{i}"))
+        q.push(Request(f"http://{b}/{i}"))
+    hosts = [q.pop().url.split("/")[2] for _ in range(6)]
+    assert hosts.count(a) == 3 and hosts.count(b) == 3
+    assert all(x != y for x, y in zip(hosts, hosts[1:]))  # alternating

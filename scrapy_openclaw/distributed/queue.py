@@ -545,11 +545,11 @@ class LeasedDeadlineQueue:
         job.foreign_found = list(members)
 
     def _pop_round(self, job: _Round) -> None:
-        """Lease up to ``job.pops`` entries, one shard after the other (round-robin: fair across shards)."""
+        """Lease up to ``job.pops`` entries, one shard after the other: round-robin from the shard after
+        the last one that served, so every shard with work gets its turn."""
         gated = self.registry is not None
         n = self.shards.count
         start = self._rr
-        self._rr = (self._rr + 1) % n
         wait: float | None = None
         for step in range(n):
             if len(job.popped) >= job.pops:
@@ -577,6 +577,7 @@ class LeasedDeadlineQueue:
                     continue
                 if status == "ok":
                     job.popped.append((shard, _text(extra), payload))
+                    self._rr = (shard + 1) % n  # the next pop starts after the shard that served
                 elif status == "wait":
                     at = float(_text(extra))
                     self._shard_wait[shard] = at
