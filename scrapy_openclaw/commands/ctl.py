@@ -186,7 +186,7 @@ class Command(ScrapyCommand):
                      "X-OpenClaw-Operator": _operator()},
         )
         try:
-            with urllib.request.urlopen(request, timeout=TIMEOUT) as response:  # noqa: S310 (http only)
+            with urllib.request.urlopen(request, timeout=TIMEOUT) as response:  # (http only)
                 return json.loads(response.read() or b"{}"), response.status
         except urllib.error.HTTPError as exc:
             try:
