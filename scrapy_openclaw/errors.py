@@ -11,35 +11,18 @@ import enum
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from scrapy.exceptions import DropItem
 from scrapy.utils.misc import load_object
 from twisted.internet import error as txerror
 from twisted.python.failure import Failure
 
+from scrapy_openclaw.exceptions import ItemValidationError as ItemValidationError  # (re-exported: public names)
+from scrapy_openclaw.exceptions import OpenClawConfigError
+from scrapy_openclaw.exceptions import ParseError as ParseError
 from scrapy_openclaw.scrapy_internals import download_error_types, tunnel_error
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
     from scrapy.settings import BaseSettings
-
-
-class ParseError(Exception):
-    """Raise from a callback when a page did not have what the spider expected.
-
-    The parse-retry middleware refetches the page within the parse budget.
-    """
-
-
-class ItemValidationError(DropItem):
-    """Raise from a pipeline for an item that failed validation.
-
-    The item is dropped as with ``DropItem`` and becomes a dead letter of
-    class ``business``.
-    """
-
-
-class OpenClawConfigError(ValueError):
-    """A setting or policy file is invalid; the message names file, line and key."""
 
 
 class ErrorClass(str, enum.Enum):

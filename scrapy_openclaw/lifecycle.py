@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy import signals
 
-from scrapy_openclaw.errors import OpenClawConfigError
+from scrapy_openclaw.exceptions import OpenClawConfigError
 from scrapy_openclaw.runtime import shared
 from scrapy_openclaw.scrapy_internals import engine_of, scheduler_of, track_engine_requests
 

@@ -31,7 +31,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, get_args, get_origin, get_type_hints
 
-from scrapy_openclaw.errors import OpenClawConfigError
+from scrapy_openclaw.exceptions import OpenClawConfigError
 from scrapy_openclaw.yamlconfig import Where, read_yaml
 
 if TYPE_CHECKING:

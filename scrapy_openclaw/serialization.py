@@ -31,26 +31,13 @@ from typing import TYPE_CHECKING, Any
 from scrapy import Item, Request
 from scrapy.utils.request import request_from_dict
 
+from scrapy_openclaw.exceptions import RefusedRequest as RefusedRequest  # (re-exported)
+from scrapy_openclaw.exceptions import SerializationError as SerializationError
+
 if TYPE_CHECKING:
     from scrapy import Spider
 
 FORMAT_VERSION = 1
-
-
-class SerializationError(ValueError):
-    """A request holds something that cannot be stored as data."""
-
-
-class RefusedRequest(SerializationError):
-    """A stored request that must not be sent (scheme, callback or meta key not allowed).
-
-    ``kind`` is ``"scheme"``, ``"callback"`` or ``"meta"`` (stats and messages);
-    ``url`` is the stored URL, for a dead letter.
-    """
-
-    def __init__(self, message: str, *, kind: str, url: str = ""):
-        super().__init__(message)
-        self.kind, self.url = kind, url
 
 
 # --------------------------------------------------------------------------- values as JSON data

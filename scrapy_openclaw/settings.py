@@ -12,6 +12,8 @@ from __future__ import annotations
 import difflib
 from typing import Any
 
+from scrapy_openclaw.exceptions import OpenClawConfigError
+
 DEFAULTS: dict[str, Any] = {
     "OPENCLAW_CRAWL_ID": None,  # unset: a random id, kept across checkpoint resumes
     # --- policy (per-domain knobs; schema in scrapy_openclaw/policy.py) ---
@@ -145,8 +147,6 @@ _TYPES: dict[str, type] = {"OPENCLAW_RETRY_HTTP_CODES": list}
 
 def validate_settings(settings: Any) -> None:
     """Reject unknown ``OPENCLAW_*`` names, wrong types and out-of-range values."""
-    from scrapy_openclaw.errors import OpenClawConfigError
-
     for name in list(settings.attributes if hasattr(settings, "attributes") else settings):
         if not name.startswith("OPENCLAW_") or name in DEFAULTS:
             continue
@@ -192,8 +192,6 @@ _HTTP_STATUS_LISTS = ("OPENCLAW_RETRY_HTTP_CODES",)
 
 
 def _check_statuses(name: str, values: list[Any]) -> None:
-    from scrapy_openclaw.errors import OpenClawConfigError
-
     for value in values:
         text = str(value).strip()
         if isinstance(value, bool) or not text.isdigit() or not 100 <= int(text[:4]) <= 599 or len(text) != 3:
@@ -206,7 +204,6 @@ def health_registry_class(path: Any) -> type:
     """The class ``OPENCLAW_HEALTH_REGISTRY_CLASS`` names; a config error unless it is a HealthRegistry."""
     from scrapy.utils.misc import load_object
 
-    from scrapy_openclaw.errors import OpenClawConfigError
     from scrapy_openclaw.health.registry import HealthRegistry
 
     try:

@@ -22,7 +22,7 @@ import yaml
 from yaml.composer import ComposerError
 from yaml.constructor import ConstructorError
 
-from scrapy_openclaw.errors import OpenClawConfigError
+from scrapy_openclaw.exceptions import OpenClawConfigError
 
 #: Largest configuration file read, in bytes.
 MAX_BYTES = 4 * 1024 * 1024

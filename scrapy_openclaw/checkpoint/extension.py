@@ -48,7 +48,7 @@ from scrapy_openclaw.checkpoint.snapshot import write_snapshot
 from scrapy_openclaw.checkpoint.snapshotter import Snapshotter, json_copy, json_safe_stats
 from scrapy_openclaw.checkpoint.state import journal_path
 from scrapy_openclaw.checkpoint.tracker import RequestTracker
-from scrapy_openclaw.errors import OpenClawConfigError
+from scrapy_openclaw.exceptions import OpenClawConfigError
 from scrapy_openclaw.lifecycle import RequestLifecycle
 from scrapy_openclaw.serialization import SerializationError, dumps, request_to_data
 from scrapy_openclaw.settings import DEFAULTS

@@ -33,6 +33,8 @@ import zlib
 from typing import TYPE_CHECKING, Any
 
 from scrapy_openclaw.checkpoint.feeds import parse_outputs
+from scrapy_openclaw.exceptions import CheckpointError as CheckpointError  # (re-exported)
+from scrapy_openclaw.exceptions import CheckpointVersionError as CheckpointVersionError
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -42,14 +44,6 @@ if TYPE_CHECKING:
 
 #: Version of the on-disk format (journal and snapshot). Bump on any change.
 FORMAT_VERSION = 1
-
-
-class CheckpointError(Exception):
-    """A checkpoint directory cannot be used as it is (the message says what and where)."""
-
-
-class CheckpointVersionError(CheckpointError):
-    """The checkpoint was written by an incompatible format version."""
 
 
 # --- lines ------------------------------------------------------------------------------

@@ -24,7 +24,7 @@ from scrapy_openclaw import signals as openclaw_signals
 from scrapy_openclaw._files import open_private, private_dir
 from scrapy_openclaw.checkpoint.state import LOCK_FILE, RecoveredState, checkpoint_files, load, temp_files
 from scrapy_openclaw.checkpoint.tracker import entry_url
-from scrapy_openclaw.errors import OpenClawConfigError
+from scrapy_openclaw.exceptions import OpenClawConfigError
 from scrapy_openclaw.scrapy_internals import engine_of
 from scrapy_openclaw.serialization import SerializationError, request_from_data
 

@@ -26,7 +26,6 @@ from typing import IO, TYPE_CHECKING, Any
 from scrapy_openclaw._files import atomic_writer
 from scrapy_openclaw.checkpoint.records import (
     FORMAT_VERSION,
-    CheckpointError,
     decode_line,
     encode_line,
     iter_lines,
@@ -34,6 +33,7 @@ from scrapy_openclaw.checkpoint.records import (
     parse_request_line,
     request_line,
 )
+from scrapy_openclaw.exceptions import CorruptSnapshot as CorruptSnapshot  # (re-exported)
 
 if TYPE_CHECKING:
     from collections.abc import Collection, Iterable
@@ -41,10 +41,6 @@ if TYPE_CHECKING:
 #: Fingerprints per snapshot line (one base64 blob each).
 _FP_CHUNK = 4096
 _WRITE_CHUNK = 8192
-
-
-class CorruptSnapshot(CheckpointError):
-    """A snapshot failed its checksums or is incomplete (truncated)."""
 
 
 @dataclass

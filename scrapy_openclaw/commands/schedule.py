@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from scrapy.commands import ScrapyCommand
 from scrapy.exceptions import UsageError
 
-from scrapy_openclaw.errors import OpenClawConfigError
+from scrapy_openclaw.exceptions import OpenClawConfigError
 from scrapy_openclaw.settings import DEFAULTS
 
 if TYPE_CHECKING:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy.utils.defer import deferred_from_coro
 
+from scrapy_openclaw.exceptions import ControlError as ControlError  # (re-exported)
 from scrapy_openclaw.health.registry import HealthRegistry
 from scrapy_openclaw.runtime import shared
 from scrapy_openclaw.scrapy_internals import engine_of, resume_slot, wake_engine
@@ -35,10 +36,6 @@ CLOSE_REASON = "openclaw_ctl"
 MAX_HOLD = 30 * 86400.0  # seconds: a hold "for" longer than this is a typo
 _DOMAIN_RE = re.compile(r"^[A-Za-z0-9._:\[\]-]{1,253}$")
 _REASON_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
-
-
-class ControlError(ValueError):
-    """A command that cannot be applied as given (the API answers 400 with this text)."""
 
 
 def _number(command: dict[str, Any], name: str, *, low: float, high: float) -> float | None:

@@ -22,7 +22,8 @@ from scrapy.utils.defer import deferred_from_coro, maybe_deferred_to_future
 from scrapy_openclaw import deadletter
 from scrapy_openclaw import signals as openclaw_signals
 from scrapy_openclaw.dlq.stores import JsonlStore, RedisStore, default_uri, expand_uri, open_store
-from scrapy_openclaw.errors import ErrorTaxonomy, OpenClawConfigError
+from scrapy_openclaw.errors import ErrorTaxonomy
+from scrapy_openclaw.exceptions import OpenClawConfigError
 from scrapy_openclaw.runtime import crawl_id, peek, shared
 from scrapy_openclaw.serialization import dumps
 from scrapy_openclaw.settings import DEFAULTS

@@ -16,6 +16,7 @@ from dataclasses import fields
 from typing import Any
 
 from scrapy_openclaw.deadletter import FORMAT_VERSION, DeadLetter
+from scrapy_openclaw.exceptions import InvalidRecord as InvalidRecord  # (re-exported)
 from scrapy_openclaw.serialization import dumps
 
 __all__ = ["CRC", "InvalidRecord", "check_crc", "read_mark", "read_record", "safe_id", "with_crc"]
@@ -34,10 +35,6 @@ _FIELD_TYPES: dict[str, Any] = {
 #: Fields a record must have; the others fall back to DeadLetter's defaults.
 _REQUIRED = ("id", "version", "created_at", "url", "domain", "error_class", "reason", "spider", "crawl_id")
 _NULLABLE = {f.name for f in fields(DeadLetter) if f.default is None}
-
-
-class InvalidRecord(ValueError):
-    """A stored dead letter that cannot be used; the message says which field and why."""
 
 
 def with_crc(data: dict[str, Any]) -> str:

@@ -17,7 +17,7 @@ from scrapy.utils.python import global_object_name
 from scrapy.utils.response import response_status_message
 from twisted.python.failure import Failure
 
-from scrapy_openclaw.errors import OpenClawConfigError
+from scrapy_openclaw.exceptions import OpenClawConfigError
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler

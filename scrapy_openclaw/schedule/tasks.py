@@ -38,7 +38,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import croniter
 
-from scrapy_openclaw.errors import OpenClawConfigError
+from scrapy_openclaw.exceptions import OpenClawConfigError
 from scrapy_openclaw.yamlconfig import Where, read_yaml
 
 _TASK_ID = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}$")
