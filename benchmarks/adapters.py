@@ -234,7 +234,7 @@ SPECS: dict[str, list[Spec]] = {
         M("queue_commands_per_page", "... without the items' RPUSH", "lower"),
         M("evalsha_per_page", "scripts / page", "lower"),
         M("redis_cpu_ms_per_page", "Redis CPU ms / page", "lower"),
-        M("pages_per_s_per_node", "pages/s one node could carry (CPU-bound)", "higher"),
+        M("pages_per_s_cpu_bound", "pages/s the Redis node(s) could carry (CPU-bound)", "higher"),
         M("pages_per_s", "pages/s in this run", ratio=False), M("pages", "pages", ratio=False),
         M("nodes", "Redis nodes", ratio=False),
     ], key="cost")],

@@ -92,8 +92,9 @@ def measure(backend: Any, kind: str, workers: int, pages: int, tmp: Path) -> dic
         "queue_commands_per_page": round(queue_calls / pages_done, 2),
         "evalsha_per_page": round(calls.get("evalsha", 0) / pages_done, 2),
         "redis_cpu_s": round(cpu, 3), "redis_cpu_ms_per_page": round(1000 * cpu / pages_done, 3),
-        # one Redis core saturated by this workload alone (an upper bound; plan for half of it)
-        "pages_per_s_per_node": round(len(urls) * pages_done / cpu, 0) if cpu > 0 else None,
+        # every node's core saturated by this workload alone, load spread evenly over the nodes
+        # (an upper bound; plan for half of it)
+        "pages_per_s_cpu_bound": round(len(urls) * pages_done / cpu, 0) if cpu > 0 else None,
         "top_commands": dict(sorted(calls.items(), key=lambda kv: -kv[1])[:8]),
     }
 
