@@ -286,9 +286,9 @@ def _header_lines(headers: Any) -> frozenset[str]:
 
 
 def _getlist(settings: BaseSettings, name: str) -> list[Any]:
-    from scrapy_openclaw.settings import DEFAULTS
+    from scrapy_openclaw.settings import read_setting
 
-    return settings.getlist(name, DEFAULTS[name])
+    return list(read_setting(settings, name))
 
 
 def _scrapy_default(name: str) -> Any:

@@ -17,15 +17,15 @@ try:
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError("scrapy_openclaw.monitors needs Spidermon: pip install spidermon") from exc
 
-from scrapy_openclaw.settings import DEFAULTS
+from scrapy_openclaw.settings import read_setting
 
 
 @monitors.name("scrapy-openclaw dead letters")
 class DeadLetterMonitor(BaseScrapyMonitor):
     """Dead letters stay within OPENCLAW_DLQ_ALERT_COUNT and OPENCLAW_DLQ_ALERT_RATIO (0: no limit)."""
 
-    def _setting(self, name: str, getter: str = "getint") -> float:
-        return getattr(self.crawler.settings, getter)(name, DEFAULTS[name])
+    def _setting(self, name: str) -> float:
+        return read_setting(self.crawler.settings, name)
 
     @monitors.name("Dead-letter count")
     def test_dead_letter_count(self) -> None:
@@ -37,7 +37,7 @@ class DeadLetterMonitor(BaseScrapyMonitor):
 
     @monitors.name("Dead-letter ratio")
     def test_dead_letter_ratio(self) -> None:
-        limit = self._setting("OPENCLAW_DLQ_ALERT_RATIO", "getfloat")
+        limit = self._setting("OPENCLAW_DLQ_ALERT_RATIO")
         if not limit:
             self.skipTest("OPENCLAW_DLQ_ALERT_RATIO is 0")
         requests = self.data.stats.get("downloader/request_count", 0)

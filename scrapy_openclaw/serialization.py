@@ -447,13 +447,10 @@ class StoredRequestRules:
         """From crawl settings; without them (a bare spider), from the defaults."""
         from scrapy.settings import BaseSettings
 
-        from scrapy_openclaw.settings import DEFAULTS
+        from scrapy_openclaw.settings import read_setting
 
-        names = ("OPENCLAW_STORED_SCHEMES", "OPENCLAW_STORED_META_DENY")
-        values = BaseSettings({name: DEFAULTS[name] for name in names})
-        if settings is not None:
-            values.update({name: settings[name] for name in names if settings.get(name) is not None})
-        schemes, deny = (values.getlist(name) for name in names)
+        values = BaseSettings() if settings is None else settings
+        schemes, deny = (read_setting(values, name) for name in ("OPENCLAW_STORED_SCHEMES", "OPENCLAW_STORED_META_DENY"))
         return cls(frozenset(str(s).lower() for s in schemes), frozenset(str(k) for k in deny))
 
     @classmethod

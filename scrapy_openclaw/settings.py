@@ -1,7 +1,8 @@
 """Every ``OPENCLAW_*`` setting and its default, in one place.
 
-Components read these through ``crawler.settings`` with typed getters; the
-defaults below are what they fall back to. The add-on writes them at
+Components read them through :class:`OpenClawSettings`, built and validated
+once per crawl, so a bad value fails at start with or without the add-on; the
+defaults below are what unset settings fall back to. The add-on writes them at
 ``"addon"`` priority, so a project's own ``settings.py`` always wins.
 Per-domain knobs (health, retry, deadline) are not flat settings: they live in
 the policy (``OPENCLAW_POLICY`` / ``OPENCLAW_POLICY_FILE``, see ``policy.py``).
@@ -10,9 +11,16 @@ the policy (``OPENCLAW_POLICY`` / ``OPENCLAW_POLICY_FILE``, see ``policy.py``).
 from __future__ import annotations
 
 import difflib
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from scrapy_openclaw.exceptions import OpenClawConfigError
+from scrapy_openclaw.runtime import shared
+
+if TYPE_CHECKING:
+    from os import PathLike
+
+    from scrapy.crawler import Crawler
 
 DEFAULTS: dict[str, Any] = {
     "OPENCLAW_CRAWL_ID": None,  # unset: a random id, kept across checkpoint resumes
@@ -180,6 +188,107 @@ def validate_settings(settings: Any) -> None:
         inline_policy(settings.get("OPENCLAW_POLICY"))  # a JSON text must hold an object
     if settings.get("OPENCLAW_HEALTH_REGISTRY_CLASS") is not None:
         health_registry_class(settings.get("OPENCLAW_HEALTH_REGISTRY_CLASS"))
+
+
+PREFIX = "OPENCLAW_"
+
+
+def field_name(name: str) -> str:
+    """``OPENCLAW_DLQ_ALERT_RATIO`` -> ``dlq_alert_ratio``, its field in :class:`OpenClawSettings`."""
+    return name[len(PREFIX):].lower()
+
+
+def read_setting(settings: Any, name: str) -> Any:
+    """One ``OPENCLAW_*`` setting, typed as its default, the default when unset.
+
+    Lists come back as tuples; a string setting with a default also falls back
+    to it when set to "". Call :func:`validate_settings` first: a value of the
+    wrong type raises here as Scrapy's getters do.
+    """
+    default = DEFAULTS[name]
+    kind = _TYPES.get(name, type(default))
+    value = settings.get(name)
+    if value is None:
+        return tuple(default) if isinstance(default, list) else default
+    getter = _GETTERS.get(kind)
+    if getter is None:
+        return value if value or default is None else default
+    value = getattr(settings, getter)(name)
+    return tuple(value) if kind is list else value
+
+
+@dataclass(frozen=True)
+class OpenClawSettings:
+    """Every ``OPENCLAW_*`` setting of a crawl, validated, one field each (see :data:`DEFAULTS`).
+
+    Components take it from :meth:`for_crawler`; built once per crawl, so a
+    bad value raises :class:`OpenClawConfigError` at start in the first
+    component that asks, with or without the add-on.
+    """
+
+    crawl_id: str | None
+    policy_file: str | PathLike[str] | None
+    policy: dict[str, Any]
+    retry_http_codes: tuple[int | str, ...] | None
+    parse_exceptions: tuple[str | type, ...]
+    validation_exceptions: tuple[str | type, ...]
+    health_enabled: bool
+    health_registry_class: str | type
+    crawl_delay_max: float
+    health_idle_ttl: float
+    ban_enabled: bool
+    retry_enabled: bool
+    dlq_permanent: bool
+    queue_aging_boost: float
+    checkpoint_dir: str | PathLike[str] | None
+    checkpoint_flush: float
+    checkpoint_snapshot_interval: float
+    checkpoint_snapshot_records: int
+    checkpoint_restart: bool
+    dlq_uri: str | PathLike[str] | None
+    dlq_enabled: bool
+    dlq_alert_count: int
+    dlq_alert_ratio: float
+    dlq_alert_min_requests: int
+    dlq_alert_close: bool
+    snapshot_count: int
+    snapshot_max_bytes: int
+    snapshot_dir: str | PathLike[str] | None
+    stored_schemes: tuple[str, ...]
+    stored_meta_deny: tuple[str, ...]
+    metrics_port: int
+    metrics_host: str
+    metrics_max_domains: int
+    metrics_pushgateway: str | None
+    log_domains: int
+    control_token: str | None
+    control_poll: float
+    distributed: bool
+    distributed_lease: float
+    distributed_heartbeat: float
+    distributed_scan: int
+    distributed_max_releases: int
+    distributed_max_outage: float
+    distributed_shards: int
+    distributed_prefetch: int
+    redis_sentinels: tuple[str, ...]
+    redis_sentinel_master: str
+    schedule_state_dir: str
+    schedule_lock_ttl: float
+    schedule_stop_timeout: float
+    schedule_redis_prefix: str
+    schedule_metrics_port: int
+    schedule_run_file: str | PathLike[str] | None
+    @classmethod
+    def from_settings(cls, settings: Any) -> OpenClawSettings:
+        """Validate *settings* (:func:`validate_settings`) and read every ``OPENCLAW_*`` setting."""
+        validate_settings(settings)
+        return cls(**{field_name(name): read_setting(settings, name) for name in DEFAULTS})
+
+    @classmethod
+    def for_crawler(cls, crawler: Crawler) -> OpenClawSettings:
+        """The crawl's one instance, built from ``crawler.settings`` by the first caller."""
+        return shared(crawler, "openclaw_settings", lambda: cls.from_settings(crawler.settings))
 
 
 def _short(value: Any) -> str:

@@ -51,7 +51,7 @@ from scrapy_openclaw.checkpoint.tracker import RequestTracker
 from scrapy_openclaw.exceptions import OpenClawConfigError
 from scrapy_openclaw.lifecycle import RequestLifecycle
 from scrapy_openclaw.serialization import SerializationError, dumps, request_to_data
-from scrapy_openclaw.settings import DEFAULTS
+from scrapy_openclaw.settings import OpenClawSettings
 
 if TYPE_CHECKING:
     from scrapy import Request, Spider
@@ -75,7 +75,8 @@ class CheckpointExtension:
 
     def __init__(self, crawler: Crawler):
         settings = crawler.settings
-        directory = settings.get("OPENCLAW_CHECKPOINT_DIR")
+        config = OpenClawSettings.for_crawler(crawler)
+        directory = config.checkpoint_dir
         if not directory:
             raise NotConfigured
         if settings.get("JOBDIR"):
@@ -87,16 +88,10 @@ class CheckpointExtension:
         self.crawler = crawler
         self.stats = crawler.stats
         self.dir = Path(directory)
-        self.flush_interval = settings.getfloat("OPENCLAW_CHECKPOINT_FLUSH", DEFAULTS["OPENCLAW_CHECKPOINT_FLUSH"])
-        self.snapshot_interval = settings.getfloat(
-            "OPENCLAW_CHECKPOINT_SNAPSHOT_INTERVAL", DEFAULTS["OPENCLAW_CHECKPOINT_SNAPSHOT_INTERVAL"]
-        )
-        self.snapshot_records = settings.getint(
-            "OPENCLAW_CHECKPOINT_SNAPSHOT_RECORDS", DEFAULTS["OPENCLAW_CHECKPOINT_SNAPSHOT_RECORDS"]
-        )
-        self.restart = settings.getbool("OPENCLAW_CHECKPOINT_RESTART", DEFAULTS["OPENCLAW_CHECKPOINT_RESTART"])
-        if self.flush_interval <= 0 or self.snapshot_interval <= 0:
-            raise NotConfigured("OPENCLAW_CHECKPOINT_FLUSH and _SNAPSHOT_INTERVAL must be > 0")
+        self.flush_interval = config.checkpoint_flush
+        self.snapshot_interval = config.checkpoint_snapshot_interval
+        self.snapshot_records = config.checkpoint_snapshot_records
+        self.restart = config.checkpoint_restart
         dupefilter = load_object(settings.get("DUPEFILTER_CLASS") or "scrapy.dupefilters.BaseDupeFilter")
         #: whether the crawl filters duplicates at all (BaseDupeFilter does not)
         self.filtering = isinstance(dupefilter, type) and dupefilter is not BaseDupeFilter

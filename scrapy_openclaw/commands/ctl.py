@@ -25,7 +25,7 @@ from scrapy.exceptions import UsageError
 from scrapy_openclaw.commands.dlq import parse_time
 from scrapy_openclaw.control.controller import CRAWL_COMMANDS, DOMAIN_COMMANDS, ControlError, validate
 from scrapy_openclaw.redact import mask_uri
-from scrapy_openclaw.settings import DEFAULTS
+from scrapy_openclaw.settings import DEFAULTS, read_setting
 
 if TYPE_CHECKING:
     import argparse
@@ -172,11 +172,11 @@ class Command(ScrapyCommand):
         url = opts.url
         if not url:
             settings = self.settings
-            port = settings.getint("OPENCLAW_METRICS_PORT", 0) if settings else 0
+            port = read_setting(settings, "OPENCLAW_METRICS_PORT") if settings else 0
             if not port:
                 raise UsageError("no endpoint: give --url http://HOST:PORT (or set OPENCLAW_METRICS_PORT), "
                                  "or --redis", print_help=False)
-            host = (settings.get("OPENCLAW_METRICS_HOST") if settings else None) or DEFAULTS["OPENCLAW_METRICS_HOST"]
+            host = read_setting(settings, "OPENCLAW_METRICS_HOST") if settings else DEFAULTS["OPENCLAW_METRICS_HOST"]
             url = f"http://{host}:{port}"
         name = command["command"]
         body = None if name == "domains" else json.dumps(command).encode("utf-8")

@@ -20,7 +20,7 @@ from scrapy.commands import ScrapyCommand
 from scrapy.exceptions import UsageError
 
 from scrapy_openclaw.exceptions import OpenClawConfigError
-from scrapy_openclaw.settings import DEFAULTS
+from scrapy_openclaw.settings import read_setting
 
 if TYPE_CHECKING:
     import argparse
@@ -118,7 +118,7 @@ class Command(ScrapyCommand):
         from scrapy_openclaw.schedule.scheduler import open_stores
 
         tasks = self._load(tasks_path) if tasks_path else []
-        state_dir = Path(self.settings.get("OPENCLAW_SCHEDULE_STATE_DIR") or DEFAULTS["OPENCLAW_SCHEDULE_STATE_DIR"])
+        state_dir = Path(read_setting(self.settings, "OPENCLAW_SCHEDULE_STATE_DIR"))
         _locks, history, _cursors = open_stores(self.settings, state_dir.absolute(), 60.0)
         runs = history.runs()
         now = time.time()

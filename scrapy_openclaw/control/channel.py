@@ -59,11 +59,10 @@ class ControlChannel:
         self.spider_name = name
         self.key = stream_key(name)
         from scrapy_openclaw.distributed.shards import ShardKeys
-        from scrapy_openclaw.settings import DEFAULTS
+        from scrapy_openclaw.settings import OpenClawSettings
 
         queue_key = (crawler.settings.get("SCHEDULER_QUEUE_KEY") or "%(spider)s:requests") % {"spider": name}
-        self._layout = ShardKeys(queue_key, name, crawler.settings.getint(
-            "OPENCLAW_DISTRIBUTED_SHARDS", DEFAULTS["OPENCLAW_DISTRIBUTED_SHARDS"]))
+        self._layout = ShardKeys(queue_key, name, OpenClawSettings.for_crawler(crawler).distributed_shards)
         self._reading = False
         self.worker = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         self.last_id = "$"

@@ -26,7 +26,7 @@ from scrapy_openclaw.errors import ErrorTaxonomy
 from scrapy_openclaw.exceptions import OpenClawConfigError
 from scrapy_openclaw.runtime import crawl_id, peek, shared
 from scrapy_openclaw.serialization import dumps
-from scrapy_openclaw.settings import DEFAULTS
+from scrapy_openclaw.settings import OpenClawSettings, read_setting
 
 if TYPE_CHECKING:
     from scrapy import Spider
@@ -56,19 +56,12 @@ class DeadLetterPipeline:
         settings = crawler.settings
         self.crawler = crawler
         self.uri_template = default_uri(settings)
-        self.fsync_interval = settings.getfloat(
-            "OPENCLAW_CHECKPOINT_FLUSH", DEFAULTS["OPENCLAW_CHECKPOINT_FLUSH"]
-        )
-        self.alert_count = settings.getint("OPENCLAW_DLQ_ALERT_COUNT", DEFAULTS["OPENCLAW_DLQ_ALERT_COUNT"])
-        self.alert_ratio = settings.getfloat("OPENCLAW_DLQ_ALERT_RATIO", DEFAULTS["OPENCLAW_DLQ_ALERT_RATIO"])
-        self.alert_min_requests = settings.getint(
-            "OPENCLAW_DLQ_ALERT_MIN_REQUESTS", DEFAULTS["OPENCLAW_DLQ_ALERT_MIN_REQUESTS"]
-        )
-        self.alert_close = settings.getbool("OPENCLAW_DLQ_ALERT_CLOSE", DEFAULTS["OPENCLAW_DLQ_ALERT_CLOSE"])
-        if self.alert_count < 0 or not 0.0 <= self.alert_ratio <= 1.0:
-            raise NotConfigured(
-                "OPENCLAW_DLQ_ALERT_COUNT must be >= 0 and OPENCLAW_DLQ_ALERT_RATIO within [0, 1]"
-            )
+        config = OpenClawSettings.for_crawler(crawler)
+        self.fsync_interval = config.checkpoint_flush
+        self.alert_count = config.dlq_alert_count
+        self.alert_ratio = config.dlq_alert_ratio
+        self.alert_min_requests = config.dlq_alert_min_requests
+        self.alert_close = config.dlq_alert_close
         self.taxonomy = _taxonomy(crawler)
         self.store: DeadLetterStore | None = None
         self._early: list[DeadLetter] = []  # arrived before the spider opened
@@ -83,7 +76,7 @@ class DeadLetterPipeline:
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> DeadLetterPipeline:
-        if not crawler.settings.getbool("OPENCLAW_DLQ_ENABLED", DEFAULTS["OPENCLAW_DLQ_ENABLED"]):
+        if not OpenClawSettings.for_crawler(crawler).dlq_enabled:
             raise NotConfigured
         return cls(crawler)
 
@@ -285,7 +278,7 @@ class DeadLetterPipeline:
 def _taxonomy(crawler: Crawler) -> ErrorTaxonomy:
     """The crawl's taxonomy with DEFAULTS filled in (works without the add-on)."""
     names = ("OPENCLAW_RETRY_HTTP_CODES", "OPENCLAW_PARSE_EXCEPTIONS", "OPENCLAW_VALIDATION_EXCEPTIONS")
-    settings = BaseSettings({name: crawler.settings.get(name, DEFAULTS[name]) for name in names})
+    settings = BaseSettings({name: read_setting(crawler.settings, name) for name in names})
     return shared(crawler, "dlq_taxonomy", lambda: ErrorTaxonomy.from_settings(settings))
 
 

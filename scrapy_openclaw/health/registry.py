@@ -56,7 +56,7 @@ from scrapy.utils.misc import build_from_crawler
 from scrapy_openclaw.errors import ErrorClass
 from scrapy_openclaw.policy import HealthPolicy, PolicySet
 from scrapy_openclaw.runtime import shared
-from scrapy_openclaw.settings import DEFAULTS, health_registry_class
+from scrapy_openclaw.settings import OpenClawSettings, health_registry_class, read_setting
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -235,9 +235,7 @@ class HealthRegistry:
         """The registry of this crawl, of the class ``OPENCLAW_HEALTH_REGISTRY_CLASS`` names."""
 
         def build() -> HealthRegistry:
-            path = crawler.settings.get(
-                "OPENCLAW_HEALTH_REGISTRY_CLASS", DEFAULTS["OPENCLAW_HEALTH_REGISTRY_CLASS"]
-            )
+            path = OpenClawSettings.for_crawler(crawler).health_registry_class
             return build_from_crawler(health_registry_class(path), crawler)  # never any other callable
 
         return shared(crawler, "health", build)
@@ -707,7 +705,7 @@ def scrapy_limits(settings: Any) -> dict[str, Any]:
     return {
         "default_concurrency": per_ip or settings.getint("CONCURRENT_REQUESTS_PER_DOMAIN"),
         "reported_rate_cap": 1.0 / delay if delay > 0 else math.inf,
-        "idle_ttl": settings.getfloat("OPENCLAW_HEALTH_IDLE_TTL", DEFAULTS["OPENCLAW_HEALTH_IDLE_TTL"]),
+        "idle_ttl": read_setting(settings, "OPENCLAW_HEALTH_IDLE_TTL"),
     }
 
 

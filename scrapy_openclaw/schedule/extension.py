@@ -31,7 +31,7 @@ from scrapy.utils.asyncio import create_looping_call
 
 from scrapy_openclaw._files import atomic_write, private_dir
 from scrapy_openclaw.schedule.tasks import CURSOR_ARG
-from scrapy_openclaw.settings import DEFAULTS
+from scrapy_openclaw.settings import OpenClawSettings
 
 if TYPE_CHECKING:
     from scrapy import Spider
@@ -77,8 +77,7 @@ class RunStatsExtension:
         self._kernel_watch = False
         self._orphaned_at: float | None = None
         self._watch: Any = None
-        self._grace = crawler.settings.getfloat(
-            "OPENCLAW_SCHEDULE_STOP_TIMEOUT", DEFAULTS["OPENCLAW_SCHEDULE_STOP_TIMEOUT"])
+        self._grace = OpenClawSettings.for_crawler(crawler).schedule_stop_timeout
         parent = os.environ.get(PARENT_ENV, "")
         if parent.isdigit():
             self._parent = int(parent)

@@ -50,7 +50,7 @@ from scrapy_openclaw.schedule.history import UNFINISHED, JsonlHistory, RedisHist
 from scrapy_openclaw.schedule.locks import FileLocks, RedisLocks, redis_client
 from scrapy_openclaw.schedule.metrics import ScheduleMetrics
 from scrapy_openclaw.schedule.tasks import CURSOR_ARG, Task, window_id
-from scrapy_openclaw.settings import DEFAULTS
+from scrapy_openclaw.settings import OpenClawSettings, read_setting
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -120,12 +120,13 @@ class Scheduler:
         self.reactor = reactor
         self.tasks = tasks
         self.settings = settings
+        self.config = OpenClawSettings.from_settings(settings)
         self.cwd = str(cwd or os.getcwd())
-        self.state_dir = Path(settings.get("OPENCLAW_SCHEDULE_STATE_DIR") or DEFAULTS["OPENCLAW_SCHEDULE_STATE_DIR"])
+        self.state_dir = Path(self.config.schedule_state_dir)
         if not self.state_dir.is_absolute():
             self.state_dir = Path(self.cwd) / self.state_dir
-        self.lock_ttl = settings.getfloat("OPENCLAW_SCHEDULE_LOCK_TTL", DEFAULTS["OPENCLAW_SCHEDULE_LOCK_TTL"])
-        self.stop_timeout = settings.getfloat("OPENCLAW_SCHEDULE_STOP_TIMEOUT", DEFAULTS["OPENCLAW_SCHEDULE_STOP_TIMEOUT"])
+        self.lock_ttl = self.config.schedule_lock_ttl
+        self.stop_timeout = self.config.schedule_stop_timeout
         self.node = f"{socket.gethostname()}:{os.getpid()}"
         self.locks, self.history, self.cursors = open_stores(settings, self.state_dir, self.lock_ttl)
         self.metrics = ScheduleMetrics()
@@ -143,10 +144,9 @@ class Scheduler:
         logger.info("Scheduler started: %(n)d task(s); state in %(dir)s; %(locks)s; history in %(history)s",
                     {"n": len(self.tasks), "dir": self.state_dir, "locks": self.locks.describe(),
                      "history": self.history.describe()})
-        port = self.settings.getint("OPENCLAW_SCHEDULE_METRICS_PORT", DEFAULTS["OPENCLAW_SCHEDULE_METRICS_PORT"])
+        port = self.config.schedule_metrics_port
         if port:
-            host = self.settings.get("OPENCLAW_METRICS_HOST") or DEFAULTS["OPENCLAW_METRICS_HOST"]
-            self.metrics.listen(self.reactor, port, host)
+            self.metrics.listen(self.reactor, port, self.config.metrics_host)
         d = Deferred.fromCoroutine(self._start())
         d.addErrback(self._log_failure, "starting")
         return d
@@ -520,7 +520,7 @@ def open_stores(settings: BaseSettings, state_dir: Path, lock_ttl: float) -> tup
     """(locks, history, cursors): in Redis with ``REDIS_URL``, else under *state_dir*."""
     url = settings.get("REDIS_URL")
     if url:
-        prefix = settings.get("OPENCLAW_SCHEDULE_REDIS_PREFIX") or DEFAULTS["OPENCLAW_SCHEDULE_REDIS_PREFIX"]
+        prefix = read_setting(settings, "OPENCLAW_SCHEDULE_REDIS_PREFIX")
         client = redis_client(url)
         return (RedisLocks(client, prefix=prefix, ttl=lock_ttl), RedisHistory(client, f"{prefix}:history"),
                 RedisCursors(client, prefix))
