@@ -17,6 +17,7 @@ from urllib.parse import urlparse
 from twisted.python.failure import Failure
 
 from scrapy_openclaw import meta as M
+from scrapy_openclaw.scrapy_internals import slot_key
 from scrapy_openclaw.serialization import SerializationError, encode_value, request_to_data
 
 if TYPE_CHECKING:
@@ -125,7 +126,7 @@ def for_request(
         data["meta"] = {k: v for k, v in data["meta"].items() if k not in ENGINE_META}
     letter = DeadLetter(
         url=request.url,
-        domain=urlparse(request.url).hostname or "",
+        domain=slot_key(getattr(spider, "crawler", None), request),
         error_class=str(error_class),
         reason=reason,
         spider=spider.name,

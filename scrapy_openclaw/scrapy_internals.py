@@ -5,8 +5,12 @@ seeing a request finish; these functions do it through engine and downloader
 internals, checked against Scrapy 2.14 .. 2.19 (the versions ``pyproject.toml``
 allows). ``tests/test_scrapy_internals.py`` checks each one by behaviour on
 the installed Scrapy, and CI runs it on the lowest supported one too.
-Remaining users outside this module: ``pqueues.py`` (the slot key without
-``urlparse_cached``) and ``distributed/*``.
+Remaining users outside this module: ``distributed/*``.
+
+"Domain" in this package always means :func:`slot_key`, the download-slot
+key: the health registry, the queue, retry budgets, policy matching,
+metrics labels and dead letters all use it, so they agree when
+``meta["download_slot"]`` or ``CONCURRENT_REQUESTS_PER_IP`` is set.
 """
 
 from __future__ import annotations
@@ -14,14 +18,16 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlparse
 
 import scrapy
 import scrapy.exceptions
 from scrapy import signals
+from scrapy.core.downloader import Downloader
 
 if TYPE_CHECKING:
     from scrapy import Request
-    from scrapy.core.downloader import Downloader, Slot
+    from scrapy.core.downloader import Slot
     from scrapy.core.engine import ExecutionEngine
     from scrapy.crawler import Crawler
     from scrapy.exporters import JsonItemExporter
@@ -111,6 +117,27 @@ def track_engine_requests(
 
 
 # --- the downloader ---------------------------------------------------------
+
+
+def slot_key(crawler: Crawler | None, request: Request) -> str:
+    """The request's download-slot key: what this package calls its "domain".
+
+    ``Downloader.get_slot_key`` (public, identical in 2.14 .. 2.19):
+    ``meta["download_slot"]`` if set, else the URL's host name, resolved to
+    its IP through ``scrapy.resolver.dnscache`` when ``ip_concurrency``
+    (``CONCURRENT_REQUESTS_PER_IP``) is set. A subclassed downloader's own
+    method is asked; for the stock one without ``ip_concurrency`` the same key
+    is computed without ``urlparse_cached``, which would keep a parsed URL per
+    pending request (~400 bytes). Without a running engine (unit tests, before
+    the crawl) it is the meta slot or the host name.
+    """
+    downloader = getattr(engine_of(crawler), "downloader", None) if crawler is not None else None
+    if downloader is not None and (
+        type(downloader).get_slot_key is not Downloader.get_slot_key or downloader.ip_concurrency
+    ):
+        return downloader.get_slot_key(request)
+    slot = request.meta.get(Downloader.DOWNLOAD_SLOT)
+    return slot if slot is not None else urlparse(request.url).hostname or ""
 
 
 def download_slot(crawler: Crawler, key: str) -> Slot | None:

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 from scrapy import signals
 
 from scrapy_openclaw.runtime import shared
+from scrapy_openclaw.scrapy_internals import slot_key
 
 if TYPE_CHECKING:
     from scrapy import Request
@@ -104,6 +105,7 @@ class RetryBudgets:
         self._policy_for = policy_for
         self._clock = clock
         self._budgets: dict[str, RetryBudget] = {}
+        self._crawler: Crawler | None = None  # for the slot key of requests seen by the signal
 
     @classmethod
     def for_crawler(cls, crawler: Crawler) -> RetryBudgets:
@@ -114,6 +116,7 @@ class RetryBudgets:
 
             policies = PolicySet.for_crawler(crawler)
             budgets = cls(lambda domain: policies.for_domain(domain).retry)
+            budgets._crawler = crawler
             crawler.signals.connect(budgets._request_reached, signal=signals.request_reached_downloader)
             return budgets
 
@@ -134,6 +137,4 @@ class RetryBudgets:
         return self.budget(domain).try_spend(self._clock() if now is None else now)
 
     def _request_reached(self, request: Request, spider: object = None) -> None:
-        from scrapy_openclaw.retry.middleware import request_domain
-
-        self.record_request(request_domain(request))
+        self.record_request(slot_key(self._crawler, request))

@@ -38,12 +38,12 @@ from scrapy_openclaw.retry.budget import RetryBudgets
 from scrapy_openclaw.retry.middleware import (
     STATS_PREFIX,
     get_classified_retry_request,
-    request_domain,
     retries_left,
     retry_cap,
     retry_enabled,
     taxonomy_for,
 )
+from scrapy_openclaw.scrapy_internals import slot_key
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterable
@@ -86,7 +86,7 @@ class ParseRetryMiddleware:
     def _may_retry(self, request: Request | None) -> bool:
         if request is None or request.meta.get("dont_retry", False):
             return False
-        policy = self.policies.for_domain(request_domain(request)).retry.parse
+        policy = self.policies.for_domain(slot_key(self.crawler, request)).retry.parse
         return retries_left(request, _PARSE, policy, retry_cap(self.crawler, request, _PARSE))
 
     async def process_spider_output(
