@@ -95,12 +95,14 @@ def _claim(path: str, text: str) -> bool:
 
 
 class DieAfterAckQueue(LeasedDeadlineQueue):
-    """The leased queue of a worker that kills itself (SIGKILL) right after its first
-    acknowledgement reached Redis, writing the acknowledged URL to ``DIE_MARKER``."""
+    """The leased queue of a worker that kills itself (SIGKILL) right after the first
+    acknowledgement of a start page reached Redis, writing the acknowledged URL to ``DIE_MARKER``."""
 
     def pop(self, timeout: float = 0) -> Any:
         request = super().pop(timeout)
-        if request is not None:
+        if request is not None and not request.meta.get("depth"):  # a start page
+            # (only those: under load a child can be fetched and acknowledged before its
+            # parent's acknowledgement is confirmed, which is not the moment this queue is for)
             self._urls = getattr(self, "_urls", {})
             self._urls[request.meta[LEASE]] = request.url
         return request
