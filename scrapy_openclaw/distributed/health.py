@@ -34,7 +34,8 @@ import json
 import logging
 import math
 import time
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import RedisError
 from scrapy.utils.misc import build_from_crawler
