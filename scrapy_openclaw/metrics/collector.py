@@ -11,8 +11,8 @@ What it relies on, all public or public-ish:
 - ``crawler.stats.get_stats()`` — ``item_scraped_count``, ``item_dropped_count``,
   ``openclaw/retry/<class>/count`` and ``.../max_reached`` (retry middleware),
   ``openclaw/checkpoint/...`` (see :data:`CHECKPOINT_KEYS`);
-- ``HealthRegistry.for_crawler(crawler)`` with ``domains()`` and ``state(domain)``,
-  when :mod:`scrapy_openclaw.health` is installed;
+- ``health_registry(crawler)`` (:mod:`scrapy_openclaw.health.reader`) with ``domains()`` and ``state(domain)``,
+  when the health middleware runs;
 - the engine's scheduler (:func:`~scrapy_openclaw.scrapy_internals.scheduler_of`)
   and its ``len()``; with the
   DeadlinePriorityQueue, :func:`scrapy_openclaw.pqueues.queue_state` (ready,
@@ -44,6 +44,7 @@ from prometheus_client.metrics_core import (
 )
 
 from scrapy_openclaw.errors import ErrorClass
+from scrapy_openclaw.health.reader import HealthReader, health_registry
 from scrapy_openclaw.pqueues import queue_state as deadline_queue_state
 from scrapy_openclaw.runtime import peek
 from scrapy_openclaw.scrapy_internals import downloader_activity, scheduler_of
@@ -104,20 +105,6 @@ def status_class(status: int) -> str:
     return f"{status // 100}xx" if 100 <= status <= 599 else "unknown"
 
 
-def health_registry(crawler: Crawler) -> Any | None:
-    """The crawl's HealthRegistry, or None when :mod:`scrapy_openclaw.health` is absent."""
-    import importlib.util
-
-    if importlib.util.find_spec("scrapy_openclaw.health") is None:
-        return None
-    try:
-        from scrapy_openclaw.health import HealthRegistry
-    except ImportError as exc:
-        logger.warning("Metrics: no per-domain health metrics, scrapy_openclaw.health: %(error)s", {"error": exc})
-        return None
-    return HealthRegistry.for_crawler(crawler)
-
-
 def on_reactor_thread(func: Callable[[], Any], timeout: float = _SCRAPE_TIMEOUT) -> Any:
     """Run *func* on the reactor thread and return its result (bounded wait)."""
     from twisted.python import threadable
@@ -156,14 +143,14 @@ class OpenClawCollector:
         #: Set by the extension at spider_opened (``crawler.engine`` raises before).
         self.engine: Any = None
         self._failed_sources: set[str] = set()
-        self._health: Any = None
+        self._health: HealthReader | None = None
         self._health_resolved = False
 
     def collect(self) -> Iterable[Metric]:
         return on_reactor_thread(self.families)
 
-    def health(self) -> Any | None:
-        """The HealthRegistry (resolved once, lazily: it may be created after us)."""
+    def health(self) -> HealthReader | None:
+        """The health registry (resolved once, lazily: it may be created after us)."""
         if not self._health_resolved:
             self._health = health_registry(self.crawler)
             self._health_resolved = True
