@@ -59,12 +59,13 @@ from scrapy.utils.asyncio import call_later, create_looping_call
 from scrapy.utils.misc import load_object
 
 from scrapy_openclaw import meta as M
-from scrapy_openclaw.delay import not_before, request_class, wake_engine
+from scrapy_openclaw.delay import not_before, request_class
 from scrapy_openclaw.distributed import lua
 from scrapy_openclaw.distributed import serializer as json_serializer
 from scrapy_openclaw.distributed.link import RedisLink
 from scrapy_openclaw.distributed.shards import ShardKeys
 from scrapy_openclaw.runtime import crawl_id, shared
+from scrapy_openclaw.scrapy_internals import slot_key, wake_engine
 from scrapy_openclaw.serialization import RefusedRequest, SerializationError, request_from_data, request_to_data
 from scrapy_openclaw.settings import DEFAULTS
 
@@ -231,7 +232,7 @@ class LeasedDeadlineQueue:
         cannot be stored is refused without being marked as seen. It writes the
         policy's default deadline into meta (the entry carries it), nothing else.
         """
-        domain = urlparse(request.url).hostname or ""
+        domain = slot_key(self.crawler, request)
         if request.meta.get(M.DEADLINE) is None:
             policy = self._policy(domain).deadline
             seconds = policy.classes.get(request_class(request, self.stats), policy.default)
@@ -274,7 +275,7 @@ class LeasedDeadlineQueue:
         now = time.time()
         lease = request.meta.pop(LEASE, None)
         ack_id = lease if lease is not None and self.held.pop(lease, None) is not None else None
-        domain = urlparse(request.url).hostname or ""
+        domain = slot_key(self.crawler, request)
         shard = self.shards.of(domain)
         policy = self._policy(domain).deadline
         deadline = request.meta.get(M.DEADLINE)
