@@ -212,7 +212,11 @@ class Command(ScrapyCommand):
         try:
             if command["command"] == "domains":
                 queue_key = (self.settings.get("SCHEDULER_QUEUE_KEY") if self.settings else None) or "%(spider)s:requests"
-                shards = self.settings.getint("OPENCLAW_DISTRIBUTED_SHARDS", 16) if self.settings else 16
+                shards = (
+                    read_setting(self.settings, "OPENCLAW_DISTRIBUTED_SHARDS")
+                    if self.settings
+                    else DEFAULTS["OPENCLAW_DISTRIBUTED_SHARDS"]
+                )
                 return redis_domains(server, opts.spider, queue_key % {"spider": opts.spider}, shards), 200
             eid = publish(server, opts.spider, command, _operator())
         except redis.RedisError as exc:
