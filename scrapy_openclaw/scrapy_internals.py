@@ -122,7 +122,7 @@ def track_engine_requests(
 def slot_key(crawler: Crawler | None, request: Request) -> str:
     """The request's download-slot key: what this package calls its "domain".
 
-    ``Downloader.get_slot_key`` (public, identical in 2.14 .. 2.19):
+    ``Downloader.get_slot_key`` (public; the same code in 2.14.2 and 2.19.0):
     ``meta["download_slot"]`` if set, else the URL's host name, resolved to
     its IP through ``scrapy.resolver.dnscache`` when ``ip_concurrency``
     (``CONCURRENT_REQUESTS_PER_IP``) is set. A subclassed downloader's own
