@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from scrapy_openclaw.settings import DEFAULTS
+from scrapy_openclaw.settings import read_setting
 
 _CLUSTER_PARAMS = ("socket_timeout", "socket_connect_timeout", "health_check_interval", "password",
                    "username", "retry", "ssl")
@@ -21,13 +21,13 @@ def client_from_settings(settings: Any) -> Any:
     from scrapy_redis.connection import get_redis_from_settings
 
     params = dict(settings.getdict("REDIS_PARAMS") or {})
-    sentinels = settings.getlist("OPENCLAW_REDIS_SENTINELS", DEFAULTS["OPENCLAW_REDIS_SENTINELS"])
+    sentinels = read_setting(settings, "OPENCLAW_REDIS_SENTINELS")
     if sentinels:
         from redis.sentinel import Sentinel
 
         hosts = [(s.rsplit(":", 1)[0], int(s.rsplit(":", 1)[1])) for s in sentinels]
         params.pop("redis_cls", None)
-        master = settings.get("OPENCLAW_REDIS_SENTINEL_MASTER", DEFAULTS["OPENCLAW_REDIS_SENTINEL_MASTER"])
+        master = read_setting(settings, "OPENCLAW_REDIS_SENTINEL_MASTER")
         timeout = {k: params[k] for k in ("socket_timeout", "socket_connect_timeout") if k in params}
         return Sentinel(hosts, sentinel_kwargs=timeout, **params).master_for(master)
     client = get_redis_from_settings(settings)

@@ -96,7 +96,7 @@ class RedisHealthRegistry(HealthRegistry):
     def __init__(self, crawler: Crawler, server: Any = None, *,
                  uniform: Callable[[float, float], float] | None = None):
         from scrapy_openclaw.distributed.connection import client_from_settings
-        from scrapy_openclaw.settings import DEFAULTS
+        from scrapy_openclaw.settings import OpenClawSettings
 
         super().__init__(PolicySet.for_crawler(crawler), uniform=uniform, **scrapy_limits(crawler.settings))
         self.crawler = crawler
@@ -104,7 +104,7 @@ class RedisHealthRegistry(HealthRegistry):
         self.link = RedisLink.for_crawler(crawler)
         name = crawler.spidercls.name if crawler.spidercls else "openclaw"
         self.spider_name = name
-        self.shards = crawler.settings.getint("OPENCLAW_DISTRIBUTED_SHARDS", DEFAULTS["OPENCLAW_DISTRIBUTED_SHARDS"])
+        self.shards = OpenClawSettings.for_crawler(crawler).distributed_shards
         #: marks a registry living in Redis (the queue's pop script gates on it); keys: :meth:`health_key`.
         self.redis_prefix = f"{name}:health:"
         self._ensuring: set[str] = set()

@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from scrapy_openclaw.runtime import shared
-from scrapy_openclaw.settings import DEFAULTS
+from scrapy_openclaw.settings import OpenClawSettings
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -39,9 +39,7 @@ class RedisLink:
     def __init__(self, crawler: Crawler):
         self.crawler = crawler
         self.stats = crawler.stats
-        self.max_outage = crawler.settings.getfloat(
-            "OPENCLAW_DISTRIBUTED_MAX_OUTAGE", DEFAULTS["OPENCLAW_DISTRIBUTED_MAX_OUTAGE"]
-        )
+        self.max_outage = OpenClawSettings.for_crawler(crawler).distributed_max_outage
         self.down_since: float | None = None
         self._retry_at = 0.0
         self._backoff = 0.0

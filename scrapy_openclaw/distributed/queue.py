@@ -67,7 +67,7 @@ from scrapy_openclaw.distributed.shards import ShardKeys
 from scrapy_openclaw.runtime import crawl_id, shared
 from scrapy_openclaw.scrapy_internals import slot_key, wake_engine
 from scrapy_openclaw.serialization import RefusedRequest, SerializationError, request_from_data, request_to_data
-from scrapy_openclaw.settings import DEFAULTS
+from scrapy_openclaw.settings import OpenClawSettings
 
 if TYPE_CHECKING:
     from scrapy import Request, Spider
@@ -88,10 +88,6 @@ def active_queue(crawler: Any) -> LeasedDeadlineQueue | None:
 
 def _text(value: Any) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
-
-
-def _setting(settings: Any, name: str, getter: str) -> Any:
-    return getattr(settings, getter)(name, DEFAULTS[name])
 
 
 class _Push:
@@ -154,15 +150,15 @@ class LeasedDeadlineQueue:
         self.key = key % {"spider": spider.name}
         self.serializer = serializer
         self.crawler = spider.crawler
-        settings = self.crawler.settings
+        config = OpenClawSettings.for_crawler(self.crawler)
         self.stats = self.crawler.stats
-        self.lease = _setting(settings, "OPENCLAW_DISTRIBUTED_LEASE", "getfloat")
-        self.heartbeat = _setting(settings, "OPENCLAW_DISTRIBUTED_HEARTBEAT", "getfloat") or self.lease / 3
-        self.scan = _setting(settings, "OPENCLAW_DISTRIBUTED_SCAN", "getint")
-        self.max_releases = _setting(settings, "OPENCLAW_DISTRIBUTED_MAX_RELEASES", "getint")
-        self.boost = _setting(settings, "OPENCLAW_QUEUE_AGING_BOOST", "getfloat")
-        self.prefetch = _setting(settings, "OPENCLAW_DISTRIBUTED_PREFETCH", "getint")
-        self.shards = ShardKeys(self.key, spider.name, _setting(settings, "OPENCLAW_DISTRIBUTED_SHARDS", "getint"))
+        self.lease = config.distributed_lease
+        self.heartbeat = config.distributed_heartbeat or self.lease / 3
+        self.scan = config.distributed_scan
+        self.max_releases = config.distributed_max_releases
+        self.boost = config.queue_aging_boost
+        self.prefetch = config.distributed_prefetch
+        self.shards = ShardKeys(self.key, spider.name, config.distributed_shards)
         self.worker = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         self.held: dict[str, float] = {}  # lease id ("shard/entry") -> time leased
         self._pending_push: list[_Push] = []  # pushes waiting for Redis, in order
@@ -202,7 +198,7 @@ class LeasedDeadlineQueue:
     def _health_registry(self) -> Any:
         """The Redis health registry whose token buckets the pop script takes from."""
         settings = self.crawler.settings
-        if not settings.getbool("OPENCLAW_HEALTH_ENABLED", True):
+        if not OpenClawSettings.for_crawler(self.crawler).health_enabled:
             return None
         try:
             from scrapy_openclaw.health import HealthRegistry
