@@ -27,7 +27,6 @@ from scrapy.utils.misc import load_object
 
 from scrapy_openclaw import meta as M
 from scrapy_openclaw.runtime import peek, shared
-from scrapy_openclaw.scrapy_internals import wake_engine as wake_engine  # re-exported: pqueues, distributed
 
 if TYPE_CHECKING:
     from scrapy import Request

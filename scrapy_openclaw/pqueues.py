@@ -52,21 +52,20 @@ import math
 import sys
 import time
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlparse
 
 from scrapy import signals
-from scrapy.core.downloader import Downloader
 from scrapy.utils.asyncio import call_later
-from scrapy.utils.conf import build_component_list
 
 from scrapy_openclaw import _queuefile
 from scrapy_openclaw import meta as M
 from scrapy_openclaw import signals as openclaw_signals
 from scrapy_openclaw._heaps import DomainIndex, DomainQueue, Timed
 from scrapy_openclaw.deadletter import for_request
-from scrapy_openclaw.delay import not_before, request_class, wake_engine
+from scrapy_openclaw.delay import not_before, request_class
+from scrapy_openclaw.health.reader import HealthReader, health_registry
 from scrapy_openclaw.policy import PolicySet
 from scrapy_openclaw.runtime import crawl_id, shared
+from scrapy_openclaw.scrapy_internals import engine_of, slot_key, wake_engine
 from scrapy_openclaw.serialization import SerializationError, request_from_data, request_to_data
 from scrapy_openclaw.settings import DEFAULTS
 
@@ -79,7 +78,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-HEALTH_MIDDLEWARE = "scrapy_openclaw.health.DomainHealthMiddleware"
 #: When a domain's ``ready_at`` has passed but ``try_acquire`` still says no
 #: (e.g. another worker took the half-open probe), look again this much later.
 _RETRY_POLL = 0.05
@@ -103,23 +101,6 @@ def _is_lifo(queue_cls: type | None, default: bool) -> bool:
         if "fifo" in name:
             return False
     return default
-
-
-def _health_registry(crawler: Crawler) -> Any | None:
-    """The crawl's HealthRegistry when the health middleware runs, else None (all ready)."""
-    settings = crawler.settings
-    if not settings.getbool("OPENCLAW_HEALTH_ENABLED", DEFAULTS["OPENCLAW_HEALTH_ENABLED"]):
-        return None
-    enabled = build_component_list(settings.getwithbase("DOWNLOADER_MIDDLEWARES"))
-    names = {c if isinstance(c, str) else f"{c.__module__}.{c.__qualname__}" for c in enabled}
-    if not any(n == HEALTH_MIDDLEWARE or n.endswith(".DomainHealthMiddleware") for n in names):
-        return None
-    try:
-        from scrapy_openclaw.health import HealthRegistry
-    except ImportError:
-        logger.warning("scrapy_openclaw.health is not importable; every domain is treated as ready")
-        return None
-    return HealthRegistry.for_crawler(crawler)
 
 
 class DeadlinePriorityQueue:
@@ -162,7 +143,7 @@ class DeadlinePriorityQueue:
         if not (self._boost > 0 and math.isfinite(self._boost)):
             raise ValueError(f"setting OPENCLAW_QUEUE_AGING_BOOST: {self._boost!r} must be > 0")
         self.policies = PolicySet.for_crawler(crawler)
-        self.registry: Any | None = _health_registry(crawler)
+        self.registry: HealthReader | None = health_registry(crawler)
         self._clock = time.time  # replaceable in tests
         self._downloader_obj: Any | None = None
         self._seq = itertools.count()
@@ -268,32 +249,20 @@ class DeadlinePriorityQueue:
             "domains": {name: dq.count for name, dq in self._domains.items()},
         }
 
+    def delayed_requests(self) -> list[tuple[float, Request]]:
+        """The requests waiting for their not-before time, with it (a copy, unordered)."""
+        return [(due, request) for due, _seq, request in self._delayed]
+
     # --- push helpers ---------------------------------------------------------
 
     def _downloader(self) -> Any | None:
         """The engine's downloader (None before the crawl starts, e.g. in unit tests)."""
         if self._downloader_obj is None:
-            try:
-                self._downloader_obj = self.crawler.engine.downloader
-            except (RuntimeError, AttributeError):  # Crawler.engine raises before the crawl
-                return None
+            self._downloader_obj = getattr(engine_of(self.crawler), "downloader", None)
         return self._downloader_obj
 
     def _domain_of(self, request: Request) -> str:
-        """The request's download slot key, as ``Downloader.get_slot_key`` computes it.
-
-        Scrapy's own method goes through ``urlparse_cached``, which keeps a
-        parsed URL per request for as long as the request lives (~400 bytes
-        per pending request); for the stock downloader we compute the same
-        key without the cache.
-        """
-        downloader = self._downloader()
-        if downloader is not None and (
-            type(downloader).get_slot_key is not Downloader.get_slot_key or downloader.ip_concurrency
-        ):
-            return downloader.get_slot_key(request)
-        slot = request.meta.get(Downloader.DOWNLOAD_SLOT)
-        return slot if slot is not None else urlparse(request.url).hostname or ""
+        return slot_key(self.crawler, request)
 
     def _apply_default_deadline(self, request: Request, domain: str, now: float) -> None:
         if M.DEADLINE in request.meta:

@@ -31,6 +31,7 @@ from scrapy_openclaw.dlq.stores import default_uri, expand_uri
 from scrapy_openclaw.errors import ErrorTaxonomy
 from scrapy_openclaw.redact import MASK, mask_uri
 from scrapy_openclaw.runtime import crawl_id, peek, shared
+from scrapy_openclaw.scrapy_internals import slot_key
 from scrapy_openclaw.settings import DEFAULTS
 
 if TYPE_CHECKING:
@@ -145,7 +146,7 @@ class ErrorSnapshots:
             return
         if isinstance(exception, Failure):
             exception = exception.value
-        domain = urlparse(request.url).hostname or ""
+        domain = slot_key(self.crawler, request)
         exc_type = type(exception).__name__ if exception is not None else None
         sig = signature(classification.error_class.value, classification.status, exc_type, domain)
         seen = self._seen[sig] if self.directory is not None else None

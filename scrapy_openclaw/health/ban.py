@@ -22,12 +22,12 @@ from scrapy_openclaw.errors import ErrorTaxonomy
 from scrapy_openclaw.policy import PolicySet
 from scrapy_openclaw.retry.middleware import (
     get_classified_retry_request,
-    request_domain,
     retry_enabled,
     send_dead_letter,
 )
 from scrapy_openclaw.retry_after import parse_retry_after
 from scrapy_openclaw.runtime import peek
+from scrapy_openclaw.scrapy_internals import slot_key
 from scrapy_openclaw.settings import DEFAULTS
 
 if TYPE_CHECKING:
@@ -57,7 +57,7 @@ class BanDetectionMiddleware:
         return cls(crawler)
 
     def process_response(self, request: Request, response: Response) -> Request | Response:
-        domain = _domain(request)
+        domain = slot_key(self.crawler, request)
         policy = self.policies.for_domain(domain).health
         classification = self.taxonomy.classify_ban(
             response.status, response.headers, response.body,
@@ -99,10 +99,3 @@ class BanDetectionMiddleware:
             return retry
         self.stats.inc_value(f"{STATS_PREFIX}/gave_up")
         raise IgnoreRequest(f"ban page from {domain} ({classification.reason}): given up")
-
-
-def _domain(request: Request) -> str:
-    """The download-slot key (the domain everywhere in this package): the downloader wrote it
-    into the meta before the request was sent; the host name if it did not."""
-    slot = request.meta.get("download_slot")
-    return slot if isinstance(slot, str) and slot else request_domain(request)

@@ -36,9 +36,9 @@ from scrapy_openclaw.runtime import crawl_id, shared
 from scrapy_openclaw.scrapy_internals import (
     download_slot,
     drain_slot_queue,
-    engine_of,
     pause_slot,
     robots_parsed_signal,
+    slot_key,
 )
 from scrapy_openclaw.settings import DEFAULTS
 
@@ -279,8 +279,7 @@ class DomainHealthMiddleware:
             self.stats.set_value(f"openclaw/health/held_seconds/{domain}", round(state.blocked_seconds, 1))
 
     def _domain(self, request: Request) -> str:
-        engine = engine_of(self.crawler)
-        return engine.downloader.get_slot_key(request) if engine is not None else ""
+        return slot_key(self.crawler, request)
 
 
 def _last_failure(request: Request) -> float | None:

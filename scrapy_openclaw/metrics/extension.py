@@ -18,12 +18,10 @@ from __future__ import annotations
 
 import logging
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlparse
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, push_to_gateway
 from scrapy import signals
 from scrapy.exceptions import NotConfigured
-from scrapy.utils.httpobj import urlparse_cached
 from scrapy.utils.reactor import is_reactor_installed
 from twisted.internet.defer import DeferredList
 from twisted.internet.error import CannotListenError
@@ -42,7 +40,7 @@ from scrapy_openclaw.metrics.collector import (
 from scrapy_openclaw.metrics.logtable import DomainLogTable, Progress
 from scrapy_openclaw.pqueues import queue_state as deadline_queue_state
 from scrapy_openclaw.runtime import peek
-from scrapy_openclaw.scrapy_internals import downloader_activity, engine_of, scheduler_of
+from scrapy_openclaw.scrapy_internals import downloader_activity, engine_of, scheduler_of, slot_key
 from scrapy_openclaw.settings import DEFAULTS
 
 if TYPE_CHECKING:
@@ -210,8 +208,8 @@ class MetricsExtension:
             for domain, n in state["domains"].items():
                 domains[domain] = domains.get(domain, 0) + int(n)
             for queue in peek(crawler, "queues") or ():  # delayed ones (retries), per domain
-                for due, _seq, request in list(getattr(queue, "_delayed", ())):
-                    domain = request.meta.get("download_slot") or urlparse(request.url).hostname or ""
+                for due, request in queue.delayed_requests():
+                    domain = slot_key(crawler, request)
                     domains[domain] = domains.get(domain, 0) + 1
                     due_at[domain] = min(due_at.get(domain, due), due)
         else:
@@ -225,7 +223,7 @@ class MetricsExtension:
         return Progress(discovered, queued, waiting, in_flight, domains, due_at)
 
     def request_reached_downloader(self, request: Request, spider: Spider) -> None:
-        domain = _domain(request)
+        domain = slot_key(self.crawler, request)
         label = self.labels(domain)
         self.requests.labels(self._spider_name, label).inc()
         if self.logtable is not None:
@@ -237,7 +235,7 @@ class MetricsExtension:
 
     def response_downloaded(self, response: Response, request: Request, spider: Spider) -> None:
         self._answered.add(id(request))
-        domain = _domain(request)
+        domain = slot_key(self.crawler, request)
         label = self.labels(domain)
         self.responses.labels(self._spider_name, label, status_class(response.status)).inc()
         latency = request.meta.get("download_latency")
@@ -255,9 +253,9 @@ class MetricsExtension:
         if key in self._answered:
             self._answered.discard(key)
         else:
-            self.errors.labels(self._spider_name, self.labels(_domain(request))).inc()
+            self.errors.labels(self._spider_name, self.labels(slot_key(self.crawler, request))).inc()
             if self.logtable is not None:
-                self.logtable.count_failure(_domain(request))
+                self.logtable.count_failure(slot_key(self.crawler, request))
 
     def dead_letter(self, dead_letter: DeadLetter, spider: Spider | None = None) -> None:
         if dead_letter.internal:  # robots.txt and other Scrapy-internal downloads: never stored
@@ -367,14 +365,6 @@ class MetricsExtension:
 
         d.addCallbacks(pushed, failed)
         return d
-
-
-def _domain(request: Request) -> str:
-    """The download slot key (what the HealthRegistry keys domains by)."""
-    slot = request.meta.get("download_slot")
-    if isinstance(slot, str) and slot:
-        return slot
-    return urlparse_cached(request).hostname or ""
 
 
 def _is_retry(request: Request) -> bool:

@@ -28,9 +28,7 @@ from __future__ import annotations
 import logging
 import time
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlparse
 
-from scrapy.core.downloader import Downloader
 from scrapy.exceptions import NotConfigured
 from twisted.python.failure import Failure
 
@@ -44,7 +42,8 @@ from scrapy_openclaw.retry.backoff import Uniform, for_policy
 from scrapy_openclaw.retry.budget import RetryBudgets
 from scrapy_openclaw.retry.compat import SCRAPY_STATS_PREFIX, ScrapyRetrySettings, log_level, scrapy_reason
 from scrapy_openclaw.retry_after import parse_retry_after
-from scrapy_openclaw.runtime import crawl_id, peek
+from scrapy_openclaw.runtime import crawl_id
+from scrapy_openclaw.scrapy_internals import slot_key
 from scrapy_openclaw.settings import DEFAULTS
 
 if TYPE_CHECKING:
@@ -59,11 +58,6 @@ logger = logging.getLogger(__name__)
 STATS_PREFIX = "openclaw/retry"
 #: Upper bounds (seconds) of the cumulative delay histogram, ``delay_le/<bucket>``.
 DELAY_BUCKETS: tuple[float, ...] = (0.1, 0.5, 1, 2, 5, 10, 30, 60, 300, 3600)
-
-
-def request_domain(request: Request) -> str:
-    """The domain a request counts against: its host name (Scrapy's default slot key)."""
-    return urlparse(request.url).hostname or ""
 
 
 def retry_enabled(crawler: Crawler) -> bool:
@@ -110,7 +104,7 @@ def retry_cap(crawler: Crawler, request: Request, classification: Classification
     if retry_times is None:
         return None
     schedule = schedule_name(request, classification)
-    if PolicySet.for_crawler(crawler).names(request_domain(request), "retry", schedule, "max_attempts"):
+    if PolicySet.for_crawler(crawler).names(slot_key(crawler, request), "retry", schedule, "max_attempts"):
         return None
     return retry_times
 
@@ -174,7 +168,7 @@ def get_classified_retry_request(
     klass = classification.error_class.value
     if not classification.retryable:
         return None
-    domain = request_domain(request)
+    domain = slot_key(crawler, request)
     domain_policy = PolicySet.for_crawler(crawler).for_domain(domain)
     schedule = schedule_name(request, classification)
     policy: RetryClassPolicy | None = getattr(domain_policy.retry, schedule, None)
@@ -306,10 +300,12 @@ def _domain_reopens(crawler: Crawler, request: Request) -> float:
     (Whatever the due time, waiting costs the request no attempt: only a
     response or a download error does.)
     """
-    registry = peek(crawler, "health")  # the HealthRegistry, when the health middleware runs
+    from scrapy_openclaw.health.reader import health_registry  # (health imports this module)
+
+    registry = health_registry(crawler)
     if registry is None:
         return 0.0
-    slot = request.meta.get(Downloader.DOWNLOAD_SLOT) or request_domain(request)
+    slot = slot_key(crawler, request)
     return registry.blocked_until(slot) if slot else 0.0
 
 
