@@ -67,7 +67,7 @@ from scrapy_openclaw.policy import PolicySet
 from scrapy_openclaw.runtime import crawl_id, shared
 from scrapy_openclaw.scrapy_internals import engine_of, slot_key, wake_engine
 from scrapy_openclaw.serialization import SerializationError, request_from_data, request_to_data
-from scrapy_openclaw.settings import DEFAULTS
+from scrapy_openclaw.settings import OpenClawSettings
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -137,11 +137,7 @@ class DeadlinePriorityQueue:
         self._start_queue_cls = start_queue_cls
         self._lifo = _is_lifo(downstream_queue_cls, default=True)
         self._start_lifo = _is_lifo(start_queue_cls, default=self._lifo) if start_queue_cls else self._lifo
-        self._boost = crawler.settings.getfloat(
-            "OPENCLAW_QUEUE_AGING_BOOST", DEFAULTS["OPENCLAW_QUEUE_AGING_BOOST"]
-        )
-        if not (self._boost > 0 and math.isfinite(self._boost)):
-            raise ValueError(f"setting OPENCLAW_QUEUE_AGING_BOOST: {self._boost!r} must be > 0")
+        self._boost = OpenClawSettings.for_crawler(crawler).queue_aging_boost
         self.policies = PolicySet.for_crawler(crawler)
         self.registry: HealthReader | None = health_registry(crawler)
         self._clock = time.time  # replaceable in tests

@@ -32,7 +32,7 @@ from scrapy_openclaw.errors import ErrorTaxonomy
 from scrapy_openclaw.redact import MASK, mask_uri
 from scrapy_openclaw.runtime import crawl_id, peek, shared
 from scrapy_openclaw.scrapy_internals import slot_key
-from scrapy_openclaw.settings import DEFAULTS
+from scrapy_openclaw.settings import OpenClawSettings
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -111,10 +111,10 @@ class ErrorSnapshots:
     """The crawl's snapshot store: decides on the reactor thread, writes from a thread."""
 
     def __init__(self, crawler: Crawler):
-        settings = crawler.settings
+        config = OpenClawSettings.for_crawler(crawler)
         self.crawler = crawler
-        self.count = settings.getint("OPENCLAW_SNAPSHOT_COUNT", DEFAULTS["OPENCLAW_SNAPSHOT_COUNT"])
-        self.max_bytes = settings.getint("OPENCLAW_SNAPSHOT_MAX_BYTES", DEFAULTS["OPENCLAW_SNAPSHOT_MAX_BYTES"])
+        self.count = config.snapshot_count
+        self.max_bytes = config.snapshot_max_bytes
         self.directory: Path | None = None
         self._seen: dict[tuple[str, ...], set[str]] = defaultdict(set)  # signature -> content hashes
         self._tries: dict[tuple[str, ...], int] = defaultdict(int)
@@ -295,7 +295,7 @@ class ErrorSnapshotMiddleware:
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> ErrorSnapshotMiddleware:
-        if crawler.settings.getint("OPENCLAW_SNAPSHOT_COUNT", DEFAULTS["OPENCLAW_SNAPSHOT_COUNT"]) <= 0:
+        if OpenClawSettings.for_crawler(crawler).snapshot_count <= 0:
             raise NotConfigured
         return cls(crawler)
 
@@ -321,7 +321,7 @@ class ParseErrorSnapshotMiddleware:
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> ParseErrorSnapshotMiddleware:
-        if crawler.settings.getint("OPENCLAW_SNAPSHOT_COUNT", DEFAULTS["OPENCLAW_SNAPSHOT_COUNT"]) <= 0:
+        if OpenClawSettings.for_crawler(crawler).snapshot_count <= 0:
             raise NotConfigured
         return cls(crawler)
 

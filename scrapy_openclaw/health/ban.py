@@ -28,7 +28,7 @@ from scrapy_openclaw.retry.middleware import (
 from scrapy_openclaw.retry_after import parse_retry_after
 from scrapy_openclaw.runtime import peek
 from scrapy_openclaw.scrapy_internals import slot_key
-from scrapy_openclaw.settings import DEFAULTS
+from scrapy_openclaw.settings import OpenClawSettings
 
 if TYPE_CHECKING:
     from scrapy import Request
@@ -52,7 +52,7 @@ class BanDetectionMiddleware:
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> BanDetectionMiddleware:
-        if not crawler.settings.getbool("OPENCLAW_BAN_ENABLED", DEFAULTS["OPENCLAW_BAN_ENABLED"]):
+        if not OpenClawSettings.for_crawler(crawler).ban_enabled:
             raise NotConfigured
         return cls(crawler)
 

@@ -40,7 +40,7 @@ from scrapy_openclaw.scrapy_internals import (
     robots_parsed_signal,
     slot_key,
 )
-from scrapy_openclaw.settings import DEFAULTS
+from scrapy_openclaw.settings import OpenClawSettings
 
 if TYPE_CHECKING:
     from scrapy import Request
@@ -67,9 +67,7 @@ class DomainHealthMiddleware:
         self.paces_slots = not queue_handles_not_before(crawler.settings)
         self.min_delay = crawler.settings.getfloat("DOWNLOAD_DELAY")
         self.autothrottle = crawler.settings.getbool("AUTOTHROTTLE_ENABLED")
-        self.crawl_delay_max = crawler.settings.getfloat(
-            "OPENCLAW_CRAWL_DELAY_MAX", DEFAULTS["OPENCLAW_CRAWL_DELAY_MAX"]
-        )
+        self.crawl_delay_max = OpenClawSettings.for_crawler(crawler).crawl_delay_max
         self._given_up_logged: set[str] = set()
         self._slot_concurrency: dict[str, int] = {}  # each slot's own concurrency, before we scaled it
         DelayedRequests.for_crawler(crawler)  # keeps deferred requests when the queue cannot
@@ -87,7 +85,7 @@ class DomainHealthMiddleware:
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> DomainHealthMiddleware:
-        if not crawler.settings.getbool("OPENCLAW_HEALTH_ENABLED", DEFAULTS["OPENCLAW_HEALTH_ENABLED"]):
+        if not OpenClawSettings.for_crawler(crawler).health_enabled:
             raise NotConfigured
         return cls(crawler)
 

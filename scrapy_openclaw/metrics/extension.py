@@ -41,7 +41,7 @@ from scrapy_openclaw.metrics.logtable import DomainLogTable, Progress
 from scrapy_openclaw.pqueues import queue_state as deadline_queue_state
 from scrapy_openclaw.runtime import peek
 from scrapy_openclaw.scrapy_internals import downloader_activity, engine_of, scheduler_of, slot_key
-from scrapy_openclaw.settings import DEFAULTS
+from scrapy_openclaw.settings import OpenClawSettings
 
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
@@ -64,25 +64,24 @@ class MetricsExtension:
 
     def __init__(self, crawler: Crawler):
         settings = crawler.settings
+        config = OpenClawSettings.for_crawler(crawler)
         self.crawler = crawler
-        self.port = settings.getint("OPENCLAW_METRICS_PORT", DEFAULTS["OPENCLAW_METRICS_PORT"])
-        self.host = settings.get("OPENCLAW_METRICS_HOST") or DEFAULTS["OPENCLAW_METRICS_HOST"]
-        self.pushgateway: str | None = settings.get("OPENCLAW_METRICS_PUSHGATEWAY") or None
-        self.labels = DomainLabels(
-            settings.getint("OPENCLAW_METRICS_MAX_DOMAINS", DEFAULTS["OPENCLAW_METRICS_MAX_DOMAINS"])
-        )
+        self.port = config.metrics_port
+        self.host = config.metrics_host
+        self.pushgateway: str | None = config.metrics_pushgateway or None
+        self.labels = DomainLabels(config.metrics_max_domains)
         self.registry = CollectorRegistry()
         self._spider_name = ""
         self._listening: Any = None  # twisted IListeningPort
         self._answered: set[int] = set()  # ids of requests that got a response
-        self.control_token: str | None = settings.get("OPENCLAW_CONTROL_TOKEN") or None
-        self.control_poll = settings.getfloat("OPENCLAW_CONTROL_POLL", DEFAULTS["OPENCLAW_CONTROL_POLL"])
+        self.control_token: str | None = config.control_token or None
+        self.control_poll = config.control_poll
         self._channel: Any = None
         self._build_metrics()
         self.collector = OpenClawCollector(crawler, self.labels, lambda: self._spider_name)
         self.registry.register(self.collector)
         self.registry.register(_ProgressCollector(self))
-        rows = settings.getint("OPENCLAW_LOG_DOMAINS", DEFAULTS["OPENCLAW_LOG_DOMAINS"])
+        rows = config.log_domains
         interval = settings.getfloat("LOGSTATS_INTERVAL")
         self.logtable = (
             DomainLogTable(rows=rows, interval=interval, health=self.collector.health, progress=self.progress,
@@ -101,15 +100,12 @@ class MetricsExtension:
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> MetricsExtension:
-        settings = crawler.settings
-        port = settings.getint("OPENCLAW_METRICS_PORT", DEFAULTS["OPENCLAW_METRICS_PORT"])
-        if not 0 <= port <= 65535:
-            raise NotConfigured(f"OPENCLAW_METRICS_PORT={port} is not a TCP port")
+        config = OpenClawSettings.for_crawler(crawler)
         if (
-            not port
-            and not settings.get("OPENCLAW_METRICS_PUSHGATEWAY")
-            and settings.getint("OPENCLAW_LOG_DOMAINS", DEFAULTS["OPENCLAW_LOG_DOMAINS"]) <= 0
-            and not settings.get("OPENCLAW_CONTROL_TOKEN")
+            not config.metrics_port
+            and not config.metrics_pushgateway
+            and config.log_domains <= 0
+            and not config.control_token
         ):
             raise NotConfigured
         return cls(crawler)

@@ -44,7 +44,7 @@ from scrapy_openclaw.retry.compat import SCRAPY_STATS_PREFIX, ScrapyRetrySetting
 from scrapy_openclaw.retry_after import parse_retry_after
 from scrapy_openclaw.runtime import crawl_id
 from scrapy_openclaw.scrapy_internals import slot_key
-from scrapy_openclaw.settings import DEFAULTS
+from scrapy_openclaw.settings import OpenClawSettings
 
 if TYPE_CHECKING:
     from scrapy import Request, Spider
@@ -61,10 +61,7 @@ DELAY_BUCKETS: tuple[float, ...] = (0.1, 0.5, 1, 2, 5, 10, 30, 60, 300, 3600)
 
 
 def retry_enabled(crawler: Crawler) -> bool:
-    settings = crawler.settings
-    return settings.getbool("RETRY_ENABLED") and settings.getbool(
-        "OPENCLAW_RETRY_ENABLED", DEFAULTS["OPENCLAW_RETRY_ENABLED"]
-    )
+    return crawler.settings.getbool("RETRY_ENABLED") and OpenClawSettings.for_crawler(crawler).retry_enabled
 
 
 def taxonomy_for(crawler: Crawler) -> ErrorTaxonomy:
@@ -362,9 +359,7 @@ class ClassifiedRetryMiddleware:
     def __init__(self, crawler: Crawler):
         self.crawler = crawler
         self.taxonomy = taxonomy_for(crawler)
-        self.dlq_permanent = crawler.settings.getbool(
-            "OPENCLAW_DLQ_PERMANENT", DEFAULTS["OPENCLAW_DLQ_PERMANENT"]
-        )
+        self.dlq_permanent = OpenClawSettings.for_crawler(crawler).dlq_permanent
         PolicySet.for_crawler(crawler)  # validate policies at start, not at the first failure
         ScrapyRetrySettings.for_crawler(crawler)  # and RETRY_GIVE_UP_LOG_LEVEL
         RetryBudgets.for_crawler(crawler)  # starts counting requests
