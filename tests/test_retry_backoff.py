@@ -215,7 +215,7 @@ def test_retry_waits_until_its_domain_reopens():
 
     from scrapy_openclaw.health import HealthRegistry
 
-    crawler = _spider_crawler()
+    crawler = _spider_crawler({"DOWNLOADER_MIDDLEWARES": {"scrapy_openclaw.health.DomainHealthMiddleware": 560}})
     registry = HealthRegistry.for_crawler(crawler)  # as the health middleware creates it
     c = Classification(ErrorClass.PROTOCOL_RETRYABLE, "http_503", 503)
     now = time.time()
