@@ -79,3 +79,22 @@ class CheckpointVersionError(CheckpointError):
 
 class CorruptSnapshot(CheckpointError):
     """A snapshot failed its checksums or is incomplete (truncated)."""
+
+
+# --- distributed mode --------------------------------------------------------------------
+
+
+class RefusedPayload(SerializationError):
+    """A queue entry that is not one of our JSON requests (pickle, garbage)."""
+
+
+class RedisUnavailableError(OpenClawError, ConnectionError):
+    """Redis did not answer at crawl start."""
+
+
+class LegacyQueueError(OpenClawError, RuntimeError):
+    """Redis holds a queue in the single-node key layout from before sharding."""
+
+
+class ShardLayoutError(OpenClawError, ValueError):
+    """A key or spider name that cannot carry a shard's hash tag."""

@@ -29,6 +29,10 @@ def test_every_exception_has_the_one_root(cls):
     ("scrapy_openclaw.checkpoint.snapshot", "CorruptSnapshot", Exception),
     ("scrapy_openclaw.dlq.records", "InvalidRecord", ValueError),
     ("scrapy_openclaw.control.controller", "ControlError", ValueError),
+    ("scrapy_openclaw.distributed.serializer", "RefusedPayload", ValueError),
+    ("scrapy_openclaw.distributed.scheduler", "RedisUnavailableError", ConnectionError),
+    ("scrapy_openclaw.distributed.scheduler", "LegacyQueueError", RuntimeError),
+    ("scrapy_openclaw.distributed.shards", "ShardLayoutError", ValueError),
 ])
 def test_old_import_paths_and_standard_bases_still_hold(old_home, name, base):
     module = __import__(old_home, fromlist=[name])

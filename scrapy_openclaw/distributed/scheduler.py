@@ -24,6 +24,8 @@ from scrapy_redis.dupefilter import RFPDupeFilter
 from scrapy_redis.scheduler import Scheduler
 
 from scrapy_openclaw.distributed.queue import LeasedDeadlineQueue
+from scrapy_openclaw.exceptions import LegacyQueueError as LegacyQueueError  # (re-exported)
+from scrapy_openclaw.exceptions import RedisUnavailableError as RedisUnavailableError
 from scrapy_openclaw.redact import mask_uri
 from scrapy_openclaw.serialization import SerializationError
 from scrapy_openclaw.unstorable import refuse_unstorable
@@ -33,14 +35,6 @@ if TYPE_CHECKING:
     from scrapy.crawler import Crawler
 
 logger = logging.getLogger(__name__)
-
-
-class RedisUnavailableError(ConnectionError):
-    """Redis did not answer at crawl start."""
-
-
-class LegacyQueueError(RuntimeError):
-    """Redis holds a queue in the single-node key layout from before sharding."""
 
 
 def redis_location(settings: Any) -> str:

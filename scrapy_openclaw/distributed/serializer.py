@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from scrapy_openclaw.serialization import SerializationError
+from scrapy_openclaw.exceptions import RefusedPayload as RefusedPayload  # (re-exported)
 from scrapy_openclaw.serialization import dumps as _json_dumps
 
 __all__ = ["RefusedPayload", "dumps", "loads"]
@@ -21,10 +21,6 @@ __all__ = ["RefusedPayload", "dumps", "loads"]
 _PICKLE_PROTO = 0x80  # protocol 2+ pickles start with PROTO (0x80)
 #: A request body beyond this is not something a crawl queues (Redis's own limit is 512 MB).
 MAX_ENTRY_BYTES = 64 * 1024 * 1024
-
-
-class RefusedPayload(SerializationError):
-    """A queue entry that is not one of our JSON requests (pickle, garbage)."""
 
 
 def _describe(raw: bytes) -> str:
