@@ -59,8 +59,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if args.profile:  # read by benchmarks.overhead in its child process
         os.environ["BENCH_PROFILE"] = "1"
-    meta = {"date": report.now_iso(), "command": report.command_line(), "quick": args.quick,
-            "machine": report.machine_info(), "scenarios": names, "repeat": args.repeat}
+    meta = {
+        "date": report.now_iso(),
+        "command": report.command_line(),
+        "quick": args.quick,
+        "machine": report.machine_info(),
+        "scenarios": names,
+        "repeat": args.repeat,
+    }
     result = suite.run_suite(names, quick=args.quick, repeat=args.repeat, out=out, progress=_progress)
     result = {"meta": meta, **result}
     finish(result, out)
@@ -82,23 +88,30 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def cmd_list(args: argparse.Namespace) -> int:
     for s in suite.SCENARIOS.values():
-        print(f"{s.name:12} {s.about} (default repeats {s.repeat}, limit {s.limit:.0f} s, "
-              f"quick {s.quick_limit:.0f} s{', recorded for the plot' if s.record else ''})")
+        print(
+            f"{s.name:12} {s.about} (default repeats {s.repeat}, limit {s.limit:.0f} s, "
+            f"quick {s.quick_limit:.0f} s{', recorded for the plot' if s.record else ''})"
+        )
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks",
-                                     description="scrapy-openclaw side by side with plain Scrapy, in one run")
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks", description="scrapy-openclaw side by side with plain Scrapy, in one run"
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run scenarios and report")
     run.add_argument("scenarios", nargs="*", metavar="SCENARIO", help=f"any of: {', '.join(suite.SCENARIOS)}")
-    run.add_argument("--repeat", type=int, default=None,
-                     help="runs per scenario (default: each scenario's own, 3 for the fast ones)")
+    run.add_argument(
+        "--repeat", type=int, default=None, help="runs per scenario (default: each scenario's own, 3 for the fast ones)"
+    )
     run.add_argument("--quick", action="store_true", help="small sizes, for the CI smoke run")
     run.add_argument("--out", default=str(DEFAULT_OUT), help=f"output directory (default {DEFAULT_OUT})")
-    run.add_argument("--profile", action="store_true",
-                     help="overhead: also profile one add-on crawl, top functions in DIR/profile-overhead.txt")
+    run.add_argument(
+        "--profile",
+        action="store_true",
+        help="overhead: also profile one add-on crawl, top functions in DIR/profile-overhead.txt",
+    )
     run.set_defaults(func=cmd_run)
     rep = sub.add_parser("report", help="re-render DIR/results.json (after changing the report code)")
     rep.add_argument("dir", nargs="?", default=str(DEFAULT_OUT))

@@ -65,13 +65,15 @@ def _num(value: Any) -> float | None:
 
 
 def at_least(limit: float, on: str = "value") -> Check:
-    return lambda value, ratio: None if (value if on == "value" else ratio) is None else (
-        (value if on == "value" else ratio) >= limit)
+    return lambda value, ratio: (
+        None if (value if on == "value" else ratio) is None else ((value if on == "value" else ratio) >= limit)
+    )
 
 
 def at_most(limit: float, on: str = "value") -> Check:
-    return lambda value, ratio: None if (value if on == "value" else ratio) is None else (
-        (value if on == "value" else ratio) <= limit)
+    return lambda value, ratio: (
+        None if (value if on == "value" else ratio) is None else ((value if on == "value" else ratio) <= limit)
+    )
 
 
 def no_target(value: float | None, ratio: float | None) -> None:
@@ -81,163 +83,315 @@ def no_target(value: float | None, ratio: float | None) -> None:
 M = Metric
 SWEEP_LIMITS = (3, 12, 40, 60, 150)  # benchmarks.sweep.LIMITS (not imported: the report must not need it)
 SPECS: dict[str, list[Spec]] = {
-    "overhead": [Spec("overhead: fault-free fast site, one host x 5,000 pages (quick 500), no latency", [
-        M("pages_per_s", "pages/s", "higher"), M("peak_rss_mb", "peak RSS MB", "lower"),
-        M("wall_s", "wall s", "lower"), M("scraped", "pages scraped", ratio=False),
-        M("duplicates", "duplicates", ratio=False), M("complete", "done within the cap", ratio=False),
-    ], [Headline("pages_per_s", "openclaw", ">= 0.95 x", at_least(0.95, on="ratio"))])],
-    "flaky": [Spec("flaky: 4 hosts, 503 windows ~30%, drops and hangs", [
-        M("success_rate", "success rate", "higher"), M("seconds", "wall s", "lower"),
-        M("requests_at_server", "requests at server", "lower"), M("retries", "retries", ratio=False),
-        M("dead_letters", "dead letters", ratio=False),
-    ], [Headline("success_rate", "openclaw", ">= 0.99", at_least(0.99))])],
-    "ratelimit": [Spec("ratelimit: 3 hosts, 10 req/s + burst 5 each, 429 beyond", [
-        M("share_429_after_5s", "429 share after 5 s", "lower"), M("share_429", "429 share", "lower"),
-        M("rate_2xx_fraction_after_5s", "2xx rate / limit after 5 s", "higher"),
-        M("rate_2xx_fraction", "2xx rate / limit", "higher"), M("scraped_fraction", "pages scraped", "higher"),
-        M("seconds", "wall s", "lower"),
-    ], [Headline("share_429_after_5s", "openclaw", "<= 0.02", at_most(0.02)),
-        # plain Scrapy may give up within 5 s: the whole crawl compares them too
-        Headline("share_429", "openclaw", "(whole crawl, no target)", no_target),
-        Headline("rate_2xx_fraction_after_5s", "openclaw", ">= 0.85", at_least(0.85))])],
-    "hol": [Spec("hol: 8 fast hosts + 2 slow (1.5 s) hosts, by priority queue", [
-        M("total_vs_bound", "total / lower bound", "lower"), M("fast_vs_alone", "fast done / fast alone", "lower"),
-        M("total", "total s", "lower"), M("fast_done", "fast hosts done s", "lower"),
-        M("pages", "pages", ratio=False),
-    ], [Headline("total_vs_bound", "deadline", "<= 1.15", at_most(1.15)),
-        Headline("fast_vs_alone", "deadline", "<= 1.2", at_most(1.2))])],
-    "queue": [Spec("queue: push/pop at 1,000,000 pending requests (quick 100,000); memory traced at "
-                   "100,000 (quick 20,000)", [
-        M("push_per_s", "push/s", "higher"), M("pop_per_s", "pop/s", "higher"),
-        M("total_bytes_per_request", "bytes per pending request", "lower"),
-        # near zero for Scrapy's own queue: a ratio to it means nothing
-        M("overhead_bytes_per_request", "queue overhead bytes/request", "lower", ratio=False),
-    ], [Headline("total_bytes_per_request", "deadline", "<= 1.10 x", at_most(1.10, on="ratio"))])],
+    "overhead": [
+        Spec(
+            "overhead: fault-free fast site, one host x 5,000 pages (quick 500), no latency",
+            [
+                M("pages_per_s", "pages/s", "higher"),
+                M("peak_rss_mb", "peak RSS MB", "lower"),
+                M("wall_s", "wall s", "lower"),
+                M("scraped", "pages scraped", ratio=False),
+                M("duplicates", "duplicates", ratio=False),
+                M("complete", "done within the cap", ratio=False),
+            ],
+            [Headline("pages_per_s", "openclaw", ">= 0.95 x", at_least(0.95, on="ratio"))],
+        )
+    ],
+    "flaky": [
+        Spec(
+            "flaky: 4 hosts, 503 windows ~30%, drops and hangs",
+            [
+                M("success_rate", "success rate", "higher"),
+                M("seconds", "wall s", "lower"),
+                M("requests_at_server", "requests at server", "lower"),
+                M("retries", "retries", ratio=False),
+                M("dead_letters", "dead letters", ratio=False),
+            ],
+            [Headline("success_rate", "openclaw", ">= 0.99", at_least(0.99))],
+        )
+    ],
+    "ratelimit": [
+        Spec(
+            "ratelimit: 3 hosts, 10 req/s + burst 5 each, 429 beyond",
+            [
+                M("share_429_after_5s", "429 share after 5 s", "lower"),
+                M("share_429", "429 share", "lower"),
+                M("rate_2xx_fraction_after_5s", "2xx rate / limit after 5 s", "higher"),
+                M("rate_2xx_fraction", "2xx rate / limit", "higher"),
+                M("scraped_fraction", "pages scraped", "higher"),
+                M("seconds", "wall s", "lower"),
+            ],
+            [
+                Headline("share_429_after_5s", "openclaw", "<= 0.02", at_most(0.02)),
+                # plain Scrapy may give up within 5 s: the whole crawl compares them too
+                Headline("share_429", "openclaw", "(whole crawl, no target)", no_target),
+                Headline("rate_2xx_fraction_after_5s", "openclaw", ">= 0.85", at_least(0.85)),
+            ],
+        )
+    ],
+    "hol": [
+        Spec(
+            "hol: 8 fast hosts + 2 slow (1.5 s) hosts, by priority queue",
+            [
+                M("total_vs_bound", "total / lower bound", "lower"),
+                M("fast_vs_alone", "fast done / fast alone", "lower"),
+                M("total", "total s", "lower"),
+                M("fast_done", "fast hosts done s", "lower"),
+                M("pages", "pages", ratio=False),
+            ],
+            [
+                Headline("total_vs_bound", "deadline", "<= 1.15", at_most(1.15)),
+                Headline("fast_vs_alone", "deadline", "<= 1.2", at_most(1.2)),
+            ],
+        )
+    ],
+    "queue": [
+        Spec(
+            "queue: push/pop at 1,000,000 pending requests (quick 100,000); memory traced at 100,000 (quick 20,000)",
+            [
+                M("push_per_s", "push/s", "higher"),
+                M("pop_per_s", "pop/s", "higher"),
+                M("total_bytes_per_request", "bytes per pending request", "lower"),
+                # near zero for Scrapy's own queue: a ratio to it means nothing
+                M("overhead_bytes_per_request", "queue overhead bytes/request", "lower", ratio=False),
+            ],
+            [Headline("total_bytes_per_request", "deadline", "<= 1.10 x", at_most(1.10, on="ratio"))],
+        )
+    ],
     "broad": [
-        Spec("broad: pop cost (microseconds) at 1,000 / 10,000 / 100,000 domains x 10 pages (quick 2)", [
-            M("pop_us_1000", "pop us, 1k domains", "lower"), M("pop_us_10000", "pop us, 10k", "lower"),
-            M("pop_us_100000", "pop us, 100k", "lower"),
-            M("pop_growth", "pop us 100k / 1k", "lower", ratio=False),
-            M("push_us_100000", "push us, 100k", "lower"),
-        ], [Headline("pop_growth", "deadline", "<= 1.5 (flat)", at_most(1.5))], key="pop"),
-        Spec("broad: memory traced, 20,000 domains x 10 pages (quick 3,000)", [
-            M("bytes_per_request", "bytes per pending request", "lower"),
-            M("queue_bytes_per_domain", "queue bytes per domain", "lower"),
-            M("reported_queue_bytes_per_domain", "estimate in stats", ratio=False),
-        ], [Headline("bytes_per_request", "deadline", "<= 1.10 x DownloaderAware",
-                     at_most(1.10, on="ratio"))], key="memory"),
-        Spec("broad: health registry, 100,000 domains (quick 20,000), 1 in 100 held, then all idle", [
-            M("bytes_per_domain", "bytes per domain", ratio=False),
-            M("reported_bytes_per_domain", "estimate in stats", ratio=False),
-            M("snapshot_bytes_per_domain", "snapshot bytes per domain", ratio=False),
-            M("snapshot_mb", "snapshot MB", ratio=False), M("kept", "kept after eviction", ratio=False),
-            M("mb_before_eviction", "MB before", ratio=False), M("mb_after_eviction", "MB after", ratio=False),
-            M("snapshot_mb_after_eviction", "snapshot MB after", ratio=False),
-            M("checkpoint_bytes_per_request", "checkpoint bytes per pending request", ratio=False),
-        ], key="registry"),
-        Spec("broad: crawl, 5,000 download slots x 4 pages on one chaos host (quick 500 x 2)", [
-            M("pages_per_s", "pages/s", "higher"), M("pages", "pages", ratio=False),
-            M("peak_rss_mb", "peak RSS MB", "lower"), M("health_domains", "domains known at close", ratio=False),
-            M("health_evicted", "domains evicted", ratio=False),
-            M("health_bytes_per_domain", "registry bytes/domain (stats)", ratio=False),
-            M("complete", "complete", ratio=False),
-        ], key="crawl"),
+        Spec(
+            "broad: pop cost (microseconds) at 1,000 / 10,000 / 100,000 domains x 10 pages (quick 2)",
+            [
+                M("pop_us_1000", "pop us, 1k domains", "lower"),
+                M("pop_us_10000", "pop us, 10k", "lower"),
+                M("pop_us_100000", "pop us, 100k", "lower"),
+                M("pop_growth", "pop us 100k / 1k", "lower", ratio=False),
+                M("push_us_100000", "push us, 100k", "lower"),
+            ],
+            [Headline("pop_growth", "deadline", "<= 1.5 (flat)", at_most(1.5))],
+            key="pop",
+        ),
+        Spec(
+            "broad: memory traced, 20,000 domains x 10 pages (quick 3,000)",
+            [
+                M("bytes_per_request", "bytes per pending request", "lower"),
+                M("queue_bytes_per_domain", "queue bytes per domain", "lower"),
+                M("reported_queue_bytes_per_domain", "estimate in stats", ratio=False),
+            ],
+            [Headline("bytes_per_request", "deadline", "<= 1.10 x DownloaderAware", at_most(1.10, on="ratio"))],
+            key="memory",
+        ),
+        Spec(
+            "broad: health registry, 100,000 domains (quick 20,000), 1 in 100 held, then all idle",
+            [
+                M("bytes_per_domain", "bytes per domain", ratio=False),
+                M("reported_bytes_per_domain", "estimate in stats", ratio=False),
+                M("snapshot_bytes_per_domain", "snapshot bytes per domain", ratio=False),
+                M("snapshot_mb", "snapshot MB", ratio=False),
+                M("kept", "kept after eviction", ratio=False),
+                M("mb_before_eviction", "MB before", ratio=False),
+                M("mb_after_eviction", "MB after", ratio=False),
+                M("snapshot_mb_after_eviction", "snapshot MB after", ratio=False),
+                M("checkpoint_bytes_per_request", "checkpoint bytes per pending request", ratio=False),
+            ],
+            key="registry",
+        ),
+        Spec(
+            "broad: crawl, 5,000 download slots x 4 pages on one chaos host (quick 500 x 2)",
+            [
+                M("pages_per_s", "pages/s", "higher"),
+                M("pages", "pages", ratio=False),
+                M("peak_rss_mb", "peak RSS MB", "lower"),
+                M("health_domains", "domains known at close", ratio=False),
+                M("health_evicted", "domains evicted", ratio=False),
+                M("health_bytes_per_domain", "registry bytes/domain (stats)", ratio=False),
+                M("complete", "complete", ratio=False),
+            ],
+            key="crawl",
+        ),
     ],
     "killresume": [
-        Spec("killresume: kill -9 up to 3 times (after 1/8 of the pages each), then finish", [
-            M("pages_lost", "pages lost", "lower", ratio=False), M("kills", "kills", ratio=False),
-            M("duplicate_fetches", "duplicate fetches", "lower", ratio=False),
-            M("feed_items_lost", "feed items lost", "lower", ratio=False),
-            M("feed_items_duplicated", "feed items duplicated", "lower", ratio=False),
-            M("feed_torn_lines", "torn feed lines", "lower", ratio=False),
-            M("reachable_pages", "reachable pages", ratio=False), M("seconds", "wall s", "lower"),
-        ], [Headline("pages_lost", "openclaw_checkpoint", "== 0", at_most(0)),
-            Headline("feed_items_lost", "openclaw_checkpoint", "== 0", at_most(0)),
-            Headline("feed_items_duplicated", "openclaw_checkpoint", "== 0", at_most(0))], key="kill"),
-        Spec("killresume: throughput with checkpointing (medians of 4 off/on pairs, ABBA order)", [
-            M("pages_per_s", "pages/s", "higher"),
-            M("paired_ratio", "median paired ratio on/off", "higher", ratio=False),
-        ], [Headline("paired_ratio", "checkpoint_on", ">= 0.95", at_least(0.95))], key="throughput"),
-        Spec("killresume: throughput with durable feeds (checkpoint on, jsonlines feed; medians of 4 "
-             "off/on pairs, ABBA order)", [
-            M("pages_per_s", "pages/s", "higher"),
-            M("paired_ratio", "median paired ratio on/off", "higher", ratio=False),
-        ], [Headline("paired_ratio", "durable_feeds_on", ">= 0.95", at_least(0.95))], key="feeds"),
-        Spec("killresume: checkpoint at scale", [
-            M("pending_requests", "pending requests"), M("checkpoint_bytes", "checkpoint bytes"),
-            M("bytes_per_request", "bytes per request"), M("track_seconds", "track s"),
-            M("snapshot_inline_stall_seconds", "reactor stall, inline snapshot s"),
-            M("snapshot_background_stall_seconds", "reactor stall, background snapshot s"),
-            M("snapshot_write_seconds", "snapshot write s"), M("resume_seconds_total", "resume s"),
-        ], key="scale"),
+        Spec(
+            "killresume: kill -9 up to 3 times (after 1/8 of the pages each), then finish",
+            [
+                M("pages_lost", "pages lost", "lower", ratio=False),
+                M("kills", "kills", ratio=False),
+                M("duplicate_fetches", "duplicate fetches", "lower", ratio=False),
+                M("feed_items_lost", "feed items lost", "lower", ratio=False),
+                M("feed_items_duplicated", "feed items duplicated", "lower", ratio=False),
+                M("feed_torn_lines", "torn feed lines", "lower", ratio=False),
+                M("reachable_pages", "reachable pages", ratio=False),
+                M("seconds", "wall s", "lower"),
+            ],
+            [
+                Headline("pages_lost", "openclaw_checkpoint", "== 0", at_most(0)),
+                Headline("feed_items_lost", "openclaw_checkpoint", "== 0", at_most(0)),
+                Headline("feed_items_duplicated", "openclaw_checkpoint", "== 0", at_most(0)),
+            ],
+            key="kill",
+        ),
+        Spec(
+            "killresume: throughput with checkpointing (medians of 4 off/on pairs, ABBA order)",
+            [
+                M("pages_per_s", "pages/s", "higher"),
+                M("paired_ratio", "median paired ratio on/off", "higher", ratio=False),
+            ],
+            [Headline("paired_ratio", "checkpoint_on", ">= 0.95", at_least(0.95))],
+            key="throughput",
+        ),
+        Spec(
+            "killresume: throughput with durable feeds (checkpoint on, jsonlines feed; medians of 4 "
+            "off/on pairs, ABBA order)",
+            [
+                M("pages_per_s", "pages/s", "higher"),
+                M("paired_ratio", "median paired ratio on/off", "higher", ratio=False),
+            ],
+            [Headline("paired_ratio", "durable_feeds_on", ">= 0.95", at_least(0.95))],
+            key="feeds",
+        ),
+        Spec(
+            "killresume: checkpoint at scale",
+            [
+                M("pending_requests", "pending requests"),
+                M("checkpoint_bytes", "checkpoint bytes"),
+                M("bytes_per_request", "bytes per request"),
+                M("track_seconds", "track s"),
+                M("snapshot_inline_stall_seconds", "reactor stall, inline snapshot s"),
+                M("snapshot_background_stall_seconds", "reactor stall, background snapshot s"),
+                M("snapshot_write_seconds", "snapshot write s"),
+                M("resume_seconds_total", "resume s"),
+            ],
+            key="scale",
+        ),
     ],
-    "mixed": [Spec("mixed: 2 hosts x 200 pages (quick 60), on one every 5th page always 503 and a few 404", [
-        M("scraped_fraction", "reachable pages scraped", "higher"), M("failed_urls", "failed URLs", ratio=False),
-        M("dead_letter_urls", "failed URLs dead-lettered", ratio=False),
-        M("dead_letters_per_failed_url", "dead letters per failed URL", ratio=False),
-        M("dead_letter_duplicates", "duplicate dead letters", "lower", ratio=False),
-        M("dead_letters_on_good_pages", "dead letters on good pages", "lower", ratio=False),
-        M("seconds", "wall s", "lower"), M("seconds_over_scrapy", "wall s over plain Scrapy", "lower", ratio=False),
-        M("broken_host_health", "broken host's final health", "higher", ratio=False),
-        M("finished", "ended by itself", ratio=False),
-    ], [Headline("scraped_fraction", "openclaw", ">= 1.0", at_least(1.0)),
-        Headline("dead_letters_per_failed_url", "openclaw", "== 1", lambda v, r: None if v is None else v == 1),
-        Headline("dead_letter_duplicates", "openclaw", "== 0", at_most(0)),
-        Headline("seconds_over_scrapy", "openclaw", "<= 10 s", at_most(10.0)),
-        Headline("finished", "openclaw", "== 1", at_least(1))])],
-    "sweep": [Spec("sweep: one host each at 3, 12, 40, 60 (and 150) req/s, burst 2-15, 429 + Retry-After 1", [
-        M("rate_after_5s_min_host", "min host 2xx rate / limit after 5 s", "higher"),
-        M("share_429", "429 share", "lower"), M("share_429_max_host", "max host 429 share", "lower"),
-        M("wall_vs_bound", "wall / lower bound", "lower"), M("scraped_fraction", "pages scraped", "higher"),
-        M("finished", "ended by itself", ratio=False),
-    ], [Headline("rate_after_5s_min_host", "openclaw", ">= 0.9 (every host)", at_least(0.9)),
-        Headline("share_429", "openclaw", "<= 0.02", at_most(0.02)),
-        Headline("share_429_max_host", "openclaw", "<= 0.02 (every host)", at_most(0.02))]),
-        Spec("sweep per host: 2xx rate / limit after the host's first 5 s, and 429 share", [
-            *(M(f"rate_after_5s_{limit}", f"{limit}/s: rate", "higher", ratio=False) for limit in SWEEP_LIMITS),
-            *(M(f"share_429_{limit}", f"{limit}/s: 429s", "lower", ratio=False) for limit in SWEEP_LIMITS),
-        ])],
-    "deadhosts": [Spec("deadhosts: 2 healthy hosts + 40 URLs on a refused and 40 on an unresolvable host", [
-        M("seconds", "wall s", "lower"), M("seconds_over_scrapy", "wall s over plain Scrapy", "lower", ratio=False),
-        M("dead_letter_urls", "dead URLs dead-lettered (of 80)", ratio=False),
-        M("dead_letter_duplicates", "duplicate dead letters", "lower", ratio=False),
-        M("scraped_fraction", "healthy pages scraped", "higher"), M("dead_attempts", "failed attempts", "lower"),
-        M("finished", "ended by itself", ratio=False), M("killed_after_s", "killed after s", ratio=False),
-    ], [Headline("seconds_over_scrapy", "openclaw", "<= 20 s", at_most(20.0)),
-        Headline("finished", "openclaw", "== 1", at_least(1)),
-        Headline("dead_letter_urls", "openclaw", "== 80", at_least(80)),
-        Headline("dead_letter_duplicates", "openclaw", "== 0", at_most(0))])],
+    "mixed": [
+        Spec(
+            "mixed: 2 hosts x 200 pages (quick 60), on one every 5th page always 503 and a few 404",
+            [
+                M("scraped_fraction", "reachable pages scraped", "higher"),
+                M("failed_urls", "failed URLs", ratio=False),
+                M("dead_letter_urls", "failed URLs dead-lettered", ratio=False),
+                M("dead_letters_per_failed_url", "dead letters per failed URL", ratio=False),
+                M("dead_letter_duplicates", "duplicate dead letters", "lower", ratio=False),
+                M("dead_letters_on_good_pages", "dead letters on good pages", "lower", ratio=False),
+                M("seconds", "wall s", "lower"),
+                M("seconds_over_scrapy", "wall s over plain Scrapy", "lower", ratio=False),
+                M("broken_host_health", "broken host's final health", "higher", ratio=False),
+                M("finished", "ended by itself", ratio=False),
+            ],
+            [
+                Headline("scraped_fraction", "openclaw", ">= 1.0", at_least(1.0)),
+                Headline("dead_letters_per_failed_url", "openclaw", "== 1", lambda v, r: None if v is None else v == 1),
+                Headline("dead_letter_duplicates", "openclaw", "== 0", at_most(0)),
+                Headline("seconds_over_scrapy", "openclaw", "<= 10 s", at_most(10.0)),
+                Headline("finished", "openclaw", "== 1", at_least(1)),
+            ],
+        )
+    ],
+    "sweep": [
+        Spec(
+            "sweep: one host each at 3, 12, 40, 60 (and 150) req/s, burst 2-15, 429 + Retry-After 1",
+            [
+                M("rate_after_5s_min_host", "min host 2xx rate / limit after 5 s", "higher"),
+                M("share_429", "429 share", "lower"),
+                M("share_429_max_host", "max host 429 share", "lower"),
+                M("wall_vs_bound", "wall / lower bound", "lower"),
+                M("scraped_fraction", "pages scraped", "higher"),
+                M("finished", "ended by itself", ratio=False),
+            ],
+            [
+                Headline("rate_after_5s_min_host", "openclaw", ">= 0.9 (every host)", at_least(0.9)),
+                Headline("share_429", "openclaw", "<= 0.02", at_most(0.02)),
+                Headline("share_429_max_host", "openclaw", "<= 0.02 (every host)", at_most(0.02)),
+            ],
+        ),
+        Spec(
+            "sweep per host: 2xx rate / limit after the host's first 5 s, and 429 share",
+            [
+                *(M(f"rate_after_5s_{limit}", f"{limit}/s: rate", "higher", ratio=False) for limit in SWEEP_LIMITS),
+                *(M(f"share_429_{limit}", f"{limit}/s: 429s", "lower", ratio=False) for limit in SWEEP_LIMITS),
+            ],
+        ),
+    ],
+    "deadhosts": [
+        Spec(
+            "deadhosts: 2 healthy hosts + 40 URLs on a refused and 40 on an unresolvable host",
+            [
+                M("seconds", "wall s", "lower"),
+                M("seconds_over_scrapy", "wall s over plain Scrapy", "lower", ratio=False),
+                M("dead_letter_urls", "dead URLs dead-lettered (of 80)", ratio=False),
+                M("dead_letter_duplicates", "duplicate dead letters", "lower", ratio=False),
+                M("scraped_fraction", "healthy pages scraped", "higher"),
+                M("dead_attempts", "failed attempts", "lower"),
+                M("finished", "ended by itself", ratio=False),
+                M("killed_after_s", "killed after s", ratio=False),
+            ],
+            [
+                Headline("seconds_over_scrapy", "openclaw", "<= 20 s", at_most(20.0)),
+                Headline("finished", "openclaw", "== 1", at_least(1)),
+                Headline("dead_letter_urls", "openclaw", "== 80", at_least(80)),
+                Headline("dead_letter_duplicates", "openclaw", "== 0", at_most(0)),
+            ],
+        )
+    ],
     "distributed": [
-        Spec("distributed: scaling, 3 hosts x 150 pages (quick 60) at 50 ms, no rate limit, add-on on defaults "
-             "(2 requests in flight per worker)", [
-            M("pages_per_s", "pages/s at the server", "higher"),
-            M("speedup", "pages/s vs 1 worker of its kind", "higher", ratio=False),
-            M("vs_scrapy_redis", "pages/s vs scrapy-redis, same workers", "higher", ratio=False),
-            M("seconds", "wall s (start-up included)", "lower"), M("unique", "pages", ratio=False),
-            M("expected", "reachable", ratio=False),
-        ], [Headline("speedup", "openclaw_3_workers", ">= 2.5", at_least(2.5)),
-            *(Headline("vs_scrapy_redis", f"openclaw_{n}_workers", ">= 1", at_least(1.0)) for n in (1, 2, 3))],
-            key="scaling"),
-        Spec("distributed: 3 workers, one killed -9 (several rounds)", [
-            M("lost_total", "pages lost (all rounds)", "lower", ratio=False),
-            M("rounds_with_loss", "rounds with a loss", "lower", ratio=False), M("rounds", "rounds", ratio=False),
-            M("duplicates_median", "duplicates (median)", "lower", ratio=False),
-            M("expected", "reachable per round", ratio=False),
-        ], [Headline("lost_total", "openclaw", "== 0", at_most(0))], key="kill"),
-        Spec("distributed: combined per-domain rate, 3 workers", [
-            M("over_limit", "busiest 1 s / (limit + burst)", "lower"), M("max_1s_window", "busiest 1 s", "lower"),
-            M("limit", "limit req/s", ratio=False), M("requests", "requests", ratio=False),
-        ], [Headline("over_limit", "openclaw", "<= 1", at_most(1.0))], key="rate"),
+        Spec(
+            "distributed: scaling, 3 hosts x 150 pages (quick 60) at 50 ms, no rate limit, add-on on defaults "
+            "(2 requests in flight per worker)",
+            [
+                M("pages_per_s", "pages/s at the server", "higher"),
+                M("speedup", "pages/s vs 1 worker of its kind", "higher", ratio=False),
+                M("vs_scrapy_redis", "pages/s vs scrapy-redis, same workers", "higher", ratio=False),
+                M("seconds", "wall s (start-up included)", "lower"),
+                M("unique", "pages", ratio=False),
+                M("expected", "reachable", ratio=False),
+            ],
+            [
+                Headline("speedup", "openclaw_3_workers", ">= 2.5", at_least(2.5)),
+                *(Headline("vs_scrapy_redis", f"openclaw_{n}_workers", ">= 1", at_least(1.0)) for n in (1, 2, 3)),
+            ],
+            key="scaling",
+        ),
+        Spec(
+            "distributed: 3 workers, one killed -9 (several rounds)",
+            [
+                M("lost_total", "pages lost (all rounds)", "lower", ratio=False),
+                M("rounds_with_loss", "rounds with a loss", "lower", ratio=False),
+                M("rounds", "rounds", ratio=False),
+                M("duplicates_median", "duplicates (median)", "lower", ratio=False),
+                M("expected", "reachable per round", ratio=False),
+            ],
+            [Headline("lost_total", "openclaw", "== 0", at_most(0))],
+            key="kill",
+        ),
+        Spec(
+            "distributed: combined per-domain rate, 3 workers",
+            [
+                M("over_limit", "busiest 1 s / (limit + burst)", "lower"),
+                M("max_1s_window", "busiest 1 s", "lower"),
+                M("limit", "limit req/s", ratio=False),
+                M("requests", "requests", ratio=False),
+            ],
+            [Headline("over_limit", "openclaw", "<= 1", at_most(1.0))],
+            key="rate",
+        ),
     ],
-    "rediscost": [Spec("rediscost: Redis commands and CPU per crawled page (6 hosts, items via RedisPipeline)", [
-        M("commands_per_page", "Redis commands / page", "lower"),
-        M("queue_commands_per_page", "... without the items' RPUSH", "lower"),
-        M("evalsha_per_page", "scripts / page", "lower"),
-        M("redis_cpu_ms_per_page", "Redis CPU ms / page", "lower"),
-        M("pages_per_s_cpu_bound", "pages/s the Redis node(s) could carry (CPU-bound)", "higher"),
-        M("pages_per_s", "pages/s in this run", ratio=False), M("pages", "pages", ratio=False),
-        M("nodes", "Redis nodes", ratio=False),
-    ], key="cost")],
+    "rediscost": [
+        Spec(
+            "rediscost: Redis commands and CPU per crawled page (6 hosts, items via RedisPipeline)",
+            [
+                M("commands_per_page", "Redis commands / page", "lower"),
+                M("queue_commands_per_page", "... without the items' RPUSH", "lower"),
+                M("evalsha_per_page", "scripts / page", "lower"),
+                M("redis_cpu_ms_per_page", "Redis CPU ms / page", "lower"),
+                M("pages_per_s_cpu_bound", "pages/s the Redis node(s) could carry (CPU-bound)", "higher"),
+                M("pages_per_s", "pages/s in this run", ratio=False),
+                M("pages", "pages", ratio=False),
+                M("nodes", "Redis nodes", ratio=False),
+            ],
+            key="cost",
+        )
+    ],
 }
 
 

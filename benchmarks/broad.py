@@ -78,8 +78,9 @@ def _crawler() -> Any:
 def _requests(domains: int, pages: int) -> list[Request]:
     """Page-major (every domain's first page, then every second page...), as a broad crawl
     discovers them; a few priorities."""
-    return [Request(f"http://d{d}.example/page/{p}", priority=(d + p) % 3 - 1)
-            for p in range(pages) for d in range(domains)]
+    return [
+        Request(f"http://d{d}.example/page/{p}", priority=(d + p) % 3 - 1) for p in range(pages) for d in range(domains)
+    ]
 
 
 def _build(cls: type, crawler: Any) -> Any:
@@ -114,8 +115,11 @@ def pop_cost(cls: type, requests: list[Request], crawler: Any, seconds: float) -
         gc.enable()
     if hasattr(q, "close"):
         q.close()
-    return {"push_us": round(push / len(requests) * 1e6, 2), "pop_us": round(pop / max(popped, 1) * 1e6, 2),
-            "pops_timed": popped}
+    return {
+        "push_us": round(push / len(requests) * 1e6, 2),
+        "pop_us": round(pop / max(popped, 1) * 1e6, 2),
+        "pops_timed": popped,
+    }
 
 
 def memory(cls: type, domains: int, pages: int, crawler: Any) -> dict[str, float]:
@@ -136,9 +140,11 @@ def memory(cls: type, domains: int, pages: int, crawler: Any) -> dict[str, float
     finally:
         tracemalloc.stop()
     n = len(requests)
-    row = {"bytes_per_request": round(pending / n, 1),
-           "queue_bytes_per_domain": round((pending - with_meta) / domains, 1),
-           "request_bytes": round(bare / n, 1)}
+    row = {
+        "bytes_per_request": round(pending / n, 1),
+        "queue_bytes_per_domain": round((pending - with_meta) / domains, 1),
+        "request_bytes": round(bare / n, 1),
+    }
     if hasattr(q, "overhead_bytes"):  # what the queue reports in its stats (an estimate)
         row["reported_queue_bytes_per_domain"] = round(q.overhead_bytes() / domains, 1)
     if hasattr(q, "close"):
@@ -191,8 +197,10 @@ def checkpoint_bytes_per_request(crawler: Any, n: int = 2000) -> float:
     from scrapy_openclaw.serialization import request_to_data
 
     requests = _requests(max(1, n // PAGES), PAGES)
-    total = sum(len(json.dumps(request_to_data(r, spider=crawler.spider, compact=True), separators=(",", ":")))
-                for r in requests)
+    total = sum(
+        len(json.dumps(request_to_data(r, spider=crawler.spider, compact=True), separators=(",", ":")))
+        for r in requests
+    )
     return round(total / len(requests), 1)
 
 
@@ -205,8 +213,9 @@ class BroadSpider(Spider):
 
     name = "broad"
 
-    def __init__(self, *args: Any, base: str = "", domains: str = "100", pages: str = "2", site_pages: str = "1",
-                 **kwargs: Any):
+    def __init__(
+        self, *args: Any, base: str = "", domains: str = "100", pages: str = "2", site_pages: str = "1", **kwargs: Any
+    ):
         super().__init__(*args, **kwargs)
         self.base, self.domains, self.pages = base.rstrip("/"), int(domains), int(pages)
         self.site_pages = int(site_pages)
@@ -214,14 +223,20 @@ class BroadSpider(Spider):
     async def start(self) -> Any:
         for p in range(self.pages):
             for d in range(self.domains):
-                yield Request(f"{self.base}/page/{(d * self.pages + p) % self.site_pages}?d={d}&p={p}",
-                              meta={"download_slot": f"d{d}.example"}, callback=self.parse)
+                yield Request(
+                    f"{self.base}/page/{(d * self.pages + p) % self.site_pages}?d={d}&p={p}",
+                    meta={"download_slot": f"d{d}.example"},
+                    callback=self.parse,
+                )
 
     def start_requests(self) -> Any:  # Scrapy < 2.13
         for p in range(self.pages):
             for d in range(self.domains):
-                yield Request(f"{self.base}/page/{(d * self.pages + p) % self.site_pages}?d={d}&p={p}",
-                              meta={"download_slot": f"d{d}.example"}, callback=self.parse)
+                yield Request(
+                    f"{self.base}/page/{(d * self.pages + p) % self.site_pages}?d={d}&p={p}",
+                    meta={"download_slot": f"d{d}.example"},
+                    callback=self.parse,
+                )
 
     def parse(self, response: Any) -> None:
         return None
@@ -242,13 +257,21 @@ def crawl(name: str, settings: dict[str, Any], domains: int, pages: int, cap: fl
 
     out = work / name
     site_pages = 500
-    merged = {"LOG_LEVEL": "INFO", "CLOSESPIDER_TIMEOUT": cap, "CONCURRENT_REQUESTS": 64,
-              "OPENCLAW_DLQ_URI": str(out / "deadletters.jsonl"), **settings}
+    merged = {
+        "LOG_LEVEL": "INFO",
+        "CLOSESPIDER_TIMEOUT": cap,
+        "CONCURRENT_REQUESTS": 64,
+        "OPENCLAW_DLQ_URI": str(out / "deadletters.jsonl"),
+        **settings,
+    }
     with ChaosServer(fast_site(pages=site_pages)) as server:
         started = time.monotonic()
-        proc = start_crawl("benchmarks.broad.BroadSpider", merged,
-                           {"base": server.start_urls[0], "domains": domains, "pages": pages,
-                            "site_pages": site_pages}, out_dir=out)
+        proc = start_crawl(
+            "benchmarks.broad.BroadSpider",
+            merged,
+            {"base": server.start_urls[0], "domains": domains, "pages": pages, "site_pages": site_pages},
+            out_dir=out,
+        )
         returncode, max_rss_kib, timed_out = wait_with_rusage(proc, cap + 120)
         wall = time.monotonic() - started
     result = read_result(out, returncode)
@@ -256,12 +279,19 @@ def crawl(name: str, settings: dict[str, Any], domains: int, pages: int, cap: fl
     ok = stats.get("downloader/response_status_count/200", 0)
     elapsed = stats.get("elapsed_time_seconds") or wall
     row: dict[str, Any] = {
-        "pages": ok, "requests": domains * pages, "pages_per_s": round(ok / elapsed, 1) if elapsed else None,
-        "peak_rss_mb": round(max_rss_kib / 1024, 1), "finish_reason": stats.get("finish_reason"),
+        "pages": ok,
+        "requests": domains * pages,
+        "pages_per_s": round(ok / elapsed, 1) if elapsed else None,
+        "peak_rss_mb": round(max_rss_kib / 1024, 1),
+        "finish_reason": stats.get("finish_reason"),
         "complete": int(stats.get("finish_reason") == "finished" and ok == domains * pages),
     }
-    for key in ("openclaw/health/domains", "openclaw/health/evicted", "openclaw/health/bytes_per_domain",
-                "openclaw/queue/bytes_per_request"):
+    for key in (
+        "openclaw/health/domains",
+        "openclaw/health/evicted",
+        "openclaw/health/bytes_per_domain",
+        "openclaw/queue/bytes_per_request",
+    ):
         if key in stats:
             row[key.split("/", 1)[1].replace("/", "_")] = stats[key]
     if timed_out or returncode != 0:
@@ -282,9 +312,14 @@ def run(quick: bool = False) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="openclaw-bench-broad-") as tmp:
         for name, settings in CRAWL_CONFIGS.items():
             started = time.monotonic()
-            crawl_rows[name] = crawl(name, settings, QUICK_CRAWL_DOMAINS if quick else CRAWL_DOMAINS,
-                                     QUICK_CRAWL_PAGES if quick else CRAWL_PAGES,
-                                     QUICK_CRAWL_CAP if quick else CRAWL_CAP, Path(tmp))
+            crawl_rows[name] = crawl(
+                name,
+                settings,
+                QUICK_CRAWL_DOMAINS if quick else CRAWL_DOMAINS,
+                QUICK_CRAWL_PAGES if quick else CRAWL_PAGES,
+                QUICK_CRAWL_CAP if quick else CRAWL_CAP,
+                Path(tmp),
+            )
             timings[f"crawl {name}"] = round(time.monotonic() - started, 1)
     crawler = _crawler()
     queues = _queues()
@@ -310,16 +345,30 @@ def run(quick: bool = False) -> dict[str, Any]:
     registry = registry_memory(QUICK_REGISTRY_DOMAINS if quick else REGISTRY_DOMAINS)
     registry["checkpoint_bytes_per_request"] = checkpoint_bytes_per_request(crawler)
     timings["registry"] = round(time.monotonic() - started, 1)
-    return {"tables": {
-        "pop": {"baseline": "downloader_aware", "domains": list(DOMAIN_COUNTS), "pages_per_domain": pages,
-                "configs": pop_rows},
-        "memory": {"baseline": "downloader_aware", "domains": mem_domains, "pages_per_domain": PAGES,
-                   "configs": mem_rows},
-        "registry": {"baseline": None, "configs": {"health_registry": registry}},
-        "crawl": {"baseline": "scrapy", "configs": crawl_rows,
-                  "domains": QUICK_CRAWL_DOMAINS if quick else CRAWL_DOMAINS,
-                  "pages_per_domain": QUICK_CRAWL_PAGES if quick else CRAWL_PAGES},
-    }, "seconds": timings}
+    return {
+        "tables": {
+            "pop": {
+                "baseline": "downloader_aware",
+                "domains": list(DOMAIN_COUNTS),
+                "pages_per_domain": pages,
+                "configs": pop_rows,
+            },
+            "memory": {
+                "baseline": "downloader_aware",
+                "domains": mem_domains,
+                "pages_per_domain": PAGES,
+                "configs": mem_rows,
+            },
+            "registry": {"baseline": None, "configs": {"health_registry": registry}},
+            "crawl": {
+                "baseline": "scrapy",
+                "configs": crawl_rows,
+                "domains": QUICK_CRAWL_DOMAINS if quick else CRAWL_DOMAINS,
+                "pages_per_domain": QUICK_CRAWL_PAGES if quick else CRAWL_PAGES,
+            },
+        },
+        "seconds": timings,
+    }
 
 
 if __name__ == "__main__":

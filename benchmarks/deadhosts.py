@@ -52,14 +52,20 @@ CONFIGS: dict[str, dict[str, Any]] = {
 }
 
 
-def one(name: str, settings: dict[str, Any], pages: int, out: Path, limit: float,
-        dead_per_host: int = DEAD_URLS, grace: float = GRACE) -> dict[str, Any]:
+def one(
+    name: str,
+    settings: dict[str, Any],
+    pages: int,
+    out: Path,
+    limit: float,
+    dead_per_host: int = DEAD_URLS,
+    grace: float = GRACE,
+) -> dict[str, Any]:
     dead = page_urls(refused_base_url(REFUSED_ADDRESS), dead_per_host)
     dead += page_urls(f"http://{UNRESOLVABLE_HOST}/", dead_per_host)
     site = fault_free_site(n_hosts=2, pages=pages)
     try:
-        crawl = crawl_site(site, name, {**COMMON, **settings}, out, limit=limit, extra_start_urls=dead,
-                           grace=grace)
+        crawl = crawl_site(site, name, {**COMMON, **settings}, out, limit=limit, extra_start_urls=dead, grace=grace)
     except CrawlTimeout as exc:  # not even closing ended: a result in itself, not a broken benchmark
         return {"finished": 0, "killed_after_s": limit + grace, "seconds": None, "note": str(exc)[:300]}
     result, ok = crawl.result, crawl.reachable
@@ -77,11 +83,13 @@ def one(name: str, settings: dict[str, Any], pages: int, out: Path, limit: float
     letters = dead_letters(crawl)
     if letters is not None:
         on_dead = {u: letters[u] for u in dead if letters[u]}
-        row.update({
-            "dead_letter_urls": len(on_dead),
-            "dead_letter_duplicates": sum(n - 1 for n in on_dead.values()),
-            "dead_letters_on_good_pages": sum(n for u, n in letters.items() if u not in on_dead),
-        })
+        row.update(
+            {
+                "dead_letter_urls": len(on_dead),
+                "dead_letter_duplicates": sum(n - 1 for n in on_dead.values()),
+                "dead_letters_on_good_pages": sum(n for u, n in letters.items() if u not in on_dead),
+            }
+        )
     if result.returncode != 0:
         row["log_tail"] = result.log[-1500:]
     return row
@@ -93,10 +101,16 @@ def run(quick: bool = False) -> dict[str, Any]:
     results: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="openclaw-bench-deadhosts-") as tmp:
         for name, settings in CONFIGS.items():
-            results[name] = one(name, settings, pages, Path(tmp), QUICK_LIMIT if quick else LIMIT,
-                                grace=QUICK_GRACE if quick else GRACE)
-    return {"baseline": "scrapy", "quick": quick, "pages_per_host": pages, "dead_urls_per_host": DEAD_URLS,
-            "configs": with_differences(results)}
+            results[name] = one(
+                name, settings, pages, Path(tmp), QUICK_LIMIT if quick else LIMIT, grace=QUICK_GRACE if quick else GRACE
+            )
+    return {
+        "baseline": "scrapy",
+        "quick": quick,
+        "pages_per_host": pages,
+        "dead_urls_per_host": DEAD_URLS,
+        "configs": with_differences(results),
+    }
 
 
 def main() -> None:

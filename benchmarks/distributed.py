@@ -58,12 +58,14 @@ def _cluster_settings(redis_url: str) -> dict[str, Any]:
     """On a cluster, scrapy-redis's own connections (items, start URLs) need redis-py's cluster client."""
     if not is_cluster(redis_url):
         return {}
-    return {"REDIS_PARAMS": {"redis_cls": "redis.cluster.RedisCluster", "socket_timeout": 10,
-                             "socket_connect_timeout": 2}}
+    return {
+        "REDIS_PARAMS": {"redis_cls": "redis.cluster.RedisCluster", "socket_timeout": 10, "socket_connect_timeout": 2}
+    }
 
 
-def queue_size(redis_url: str, what: str, *, key: str = "chaos:requests", spider: str = "chaos",
-               shards: int = 16) -> int:
+def queue_size(
+    redis_url: str, what: str, *, key: str = "chaos:requests", spider: str = "chaos", shards: int = 16
+) -> int:
     """Entries in the queue's *what* ("inflight", "data", "domains", ...) summed over its shards."""
     from scrapy_openclaw.distributed.shards import ShardKeys
 
@@ -81,8 +83,7 @@ def health_state(redis_url: str, domain: str, *, spider: str = "chaos", shards: 
 
 
 def ours(redis_url: str, *, rate: float = 200.0, burst: int = 20, lease: float = 3.0) -> dict[str, Any]:
-    policy = {"defaults": {"health": {"initial_rate": rate, "base_rate": rate, "burst": burst,
-                                      "base_concurrency": 16}}}
+    policy = {"defaults": {"health": {"initial_rate": rate, "base_rate": rate, "burst": burst, "base_concurrency": 16}}}
     return {
         **_cluster_settings(redis_url),
         "ADDONS": {"scrapy_openclaw.Addon": 100},
@@ -116,8 +117,7 @@ def plain(redis_url: str, *, delay: float = 0.0) -> dict[str, Any]:
 class Workers:
     """N crawl subprocesses; the first one gets the start URLs."""
 
-    def __init__(self, n: int, settings: dict[str, Any], start_urls: list[str], out: Path,
-                 spider: str = SPIDER):
+    def __init__(self, n: int, settings: dict[str, Any], start_urls: list[str], out: Path, spider: str = SPIDER):
         self.procs: list[subprocess.Popen[bytes]] = []
         self.outs: list[Path] = []
         out.mkdir(parents=True, exist_ok=True)
@@ -125,12 +125,24 @@ class Workers:
         cfg.write_text(json.dumps(settings), encoding="utf-8")
         for i in range(n):
             wout = out / f"w{i}"
-            args = [sys.executable, "-m", "scrapy_openclaw.testing.runcrawl", "--spider", spider,
-                    "--settings-json", str(cfg), "--out", str(wout)]
+            args = [
+                sys.executable,
+                "-m",
+                "scrapy_openclaw.testing.runcrawl",
+                "--spider",
+                spider,
+                "--settings-json",
+                str(cfg),
+                "--out",
+                str(wout),
+            ]
             if i == 0 and start_urls:
                 args += ["-a", "start_urls=" + ",".join(start_urls)]
-            self.procs.append(subprocess.Popen(args, cwd=ROOT, env=subprocess_env(),
-                                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+            self.procs.append(
+                subprocess.Popen(
+                    args, cwd=ROOT, env=subprocess_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+                )
+            )
             self.outs.append(wout)
 
     def kill(self, i: int) -> None:
@@ -237,9 +249,17 @@ def scenario_scaling(kind: str, n: int, pages: int, tmp: Path) -> dict[str, Any]
         codes = w.wait(300)
         urls = scraped_urls(redis_server.url)
         pages_per_s, span = served_pages_per_s(site.truth())
-    return {"kind": kind, "workers": n, "seconds": round(elapsed, 2), "pages_per_s": pages_per_s,
-            "span_s": span, "pages": sum(urls.values()), "unique": len(urls), "expected": expected,
-            "exit_codes": codes}
+    return {
+        "kind": kind,
+        "workers": n,
+        "seconds": round(elapsed, 2),
+        "pages_per_s": pages_per_s,
+        "span_s": span,
+        "pages": sum(urls.values()),
+        "unique": len(urls),
+        "expected": expected,
+        "exit_codes": codes,
+    }
 
 
 def leased_urls(redis_url: str, pid: int, key: str = "chaos:requests") -> list[str]:
@@ -280,10 +300,14 @@ def _evidence(kind: str, round_: int, lost: set[str], leased: list[str] | None, 
             if wout.exists():
                 shutil.copytree(wout, target / f"w{i}")
         saved = str(target)
-    return {"lost_urls": sorted(lost), "leased_by_killed_worker_at_kill": leased,
-            "lost_and_leased_by_killed": sorted(lost & set(leased or [])),
-            "log_lines_naming_lost_urls": lines, "exit_codes": [p.returncode for p in w.procs],
-            "worker_logs_saved_to": saved}
+    return {
+        "lost_urls": sorted(lost),
+        "leased_by_killed_worker_at_kill": leased,
+        "lost_and_leased_by_killed": sorted(lost & set(leased or [])),
+        "log_lines_naming_lost_urls": lines,
+        "exit_codes": [p.returncode for p in w.procs],
+        "worker_logs_saved_to": saved,
+    }
 
 
 def scenario_kill(kind: str, pages: int, tmp: Path, round_: int = 0, after: int = 5) -> dict[str, Any]:
@@ -310,10 +334,17 @@ def scenario_kill(kind: str, pages: int, tmp: Path, round_: int = 0, after: int 
         w.wait(300)
         urls = scraped_urls(redis_server.url)
     lost = expected - set(urls)
-    row = {"kind": kind, "round": round_, "expected": len(expected), "killed_after_items": done,
-           "its_items": own, "killed_worker_leases": None if leased is None else len(leased),
-           "scraped_unique": len(set(urls) & expected), "lost": len(lost),
-           "duplicates": sum(c - 1 for c in urls.values() if c > 1)}
+    row = {
+        "kind": kind,
+        "round": round_,
+        "expected": len(expected),
+        "killed_after_items": done,
+        "its_items": own,
+        "killed_worker_leases": None if leased is None else len(leased),
+        "scraped_unique": len(set(urls) & expected),
+        "lost": len(lost),
+        "duplicates": sum(c - 1 for c in urls.values() if c > 1),
+    }
     if lost and kind == "openclaw":
         row["evidence"] = _evidence(kind, round_, lost, leased, w)
     return row
@@ -333,8 +364,14 @@ def scenario_rate(kind: str, limit: float, pages: int, tmp: Path) -> dict[str, A
         w.wait(300)
         truth = site.truth(include_requests=False)
     host = next(iter(truth["hosts"].values()))
-    return {"kind": kind, "limit": limit, "burst": burst, "max_1s_window": host["max_1s_window"],
-            "ratio_to_limit": round(host["max_1s_window"] / limit, 2), "requests": host["total"]}
+    return {
+        "kind": kind,
+        "limit": limit,
+        "burst": burst,
+        "max_1s_window": host["max_1s_window"],
+        "ratio_to_limit": round(host["max_1s_window"] / limit, 2),
+        "requests": host["total"],
+    }
 
 
 KILL_ROUNDS = 3
@@ -362,10 +399,14 @@ def _name(kind: str) -> str:
 def _kill_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     import statistics
 
-    return {"rounds": len(rows), "lost_total": sum(r["lost"] for r in rows),
-            "rounds_with_loss": sum(1 for r in rows if r["lost"]),
-            "duplicates_median": statistics.median(r["duplicates"] for r in rows),
-            "expected": rows[0]["expected"], "per_round": rows}
+    return {
+        "rounds": len(rows),
+        "lost_total": sum(r["lost"] for r in rows),
+        "rounds_with_loss": sum(1 for r in rows if r["lost"]),
+        "duplicates_median": statistics.median(r["duplicates"] for r in rows),
+        "expected": rows[0]["expected"],
+        "per_round": rows,
+    }
 
 
 def run(quick: bool = False) -> dict[str, Any]:
@@ -376,20 +417,28 @@ def run(quick: bool = False) -> dict[str, Any]:
         tmp = Path(d)
         scaling = scaling_rows(scale_pages, tmp)
         # interleaved rounds (ours, plain, ours, plain, ...): a loss is rare, so look several times
-        kill = [scenario_kill(k, pages, tmp, r) for r in range(1 if quick else KILL_ROUNDS)
-                for k in ("openclaw", "plain")]
+        kill = [
+            scenario_kill(k, pages, tmp, r) for r in range(1 if quick else KILL_ROUNDS) for k in ("openclaw", "plain")
+        ]
         # >= 16 s at the limit, so plain workers (joining on the 5-s heartbeat) overlap
         rate = [scenario_rate(k, 5.0, 80 if quick else 90, tmp) for k in ("openclaw", "plain")]
     for row in rate:
         row["over_limit"] = round(row["max_1s_window"] / (row["limit"] + row["burst"]), 3)
-    return {"tables": {
-        "scaling": {"baseline": "scrapy_redis_1_workers",
-                    "configs": {f"{_name(r['kind'])}_{r['workers']}_workers": r for r in scaling}},
-        "kill": {"baseline": "scrapy_redis", "configs": {
-            _name(k): _kill_summary([r for r in kill if r["kind"] == k]) for k in ("openclaw", "plain")}},
-        "rate": {"baseline": "scrapy_redis", "configs": {_name(r["kind"]): r for r in rate}},
-    }}
-
+    return {
+        "tables": {
+            "scaling": {
+                "baseline": "scrapy_redis_1_workers",
+                "configs": {f"{_name(r['kind'])}_{r['workers']}_workers": r for r in scaling},
+            },
+            "kill": {
+                "baseline": "scrapy_redis",
+                "configs": {
+                    _name(k): _kill_summary([r for r in kill if r["kind"] == k]) for k in ("openclaw", "plain")
+                },
+            },
+            "rate": {"baseline": "scrapy_redis", "configs": {_name(r["kind"]): r for r in rate}},
+        }
+    }
 
 
 class RedisClusterServer:
@@ -411,9 +460,27 @@ class RedisClusterServer:
                 from scrapy_openclaw.testing.servers import _ping, stop_process
 
                 assert self._tmp is not None
-                args = [self.executable, "--port", str(port), "--bind", self.host, "--dir", self._tmp.name,
-                        "--save", "", "--appendonly", "no", "--daemonize", "no", "--cluster-enabled", "yes",
-                        "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "5000"]
+                args = [
+                    self.executable,
+                    "--port",
+                    str(port),
+                    "--bind",
+                    self.host,
+                    "--dir",
+                    self._tmp.name,
+                    "--save",
+                    "",
+                    "--appendonly",
+                    "no",
+                    "--daemonize",
+                    "no",
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-config-file",
+                    "nodes.conf",
+                    "--cluster-node-timeout",
+                    "5000",
+                ]
                 with open(self._log_path, "ab") as log:
                     proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
                 deadline = _time.monotonic() + self.startup_timeout
@@ -447,8 +514,12 @@ class RedisClusterServer:
             deadline = time.monotonic() + 30
             while time.monotonic() < deadline:
                 infos = [c.execute_command("CLUSTER INFO") for c in conns]  # (redis-py parses it)
-                if all(str(i.get("cluster_state")) == "ok" and int(i.get("cluster_known_nodes", 0)) == len(conns)
-                       and int(i.get("cluster_slots_ok", 0)) == 16384 for i in infos):
+                if all(
+                    str(i.get("cluster_state")) == "ok"
+                    and int(i.get("cluster_known_nodes", 0)) == len(conns)
+                    and int(i.get("cluster_slots_ok", 0)) == 16384
+                    for i in infos
+                ):
                     break
                 time.sleep(0.1)  # test-side helper: never runs on a reactor
             else:

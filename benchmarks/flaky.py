@@ -57,9 +57,8 @@ def _one(name: str, settings: dict[str, Any], quick: bool, out: Path) -> dict[st
         "requests_at_server": sum(h["total"] for h in truth["hosts"].values()),
         "seconds": round(elapsed, 1),
         "finish_reason": stats.get("finish_reason"),
-        "retries": stats.get("retry/count", 0) + sum(
-            v for k, v in stats.items() if k.startswith("openclaw/retry/") and k.endswith("/count")
-        ),
+        "retries": stats.get("retry/count", 0)
+        + sum(v for k, v in stats.items() if k.startswith("openclaw/retry/") and k.endswith("/count")),
         "dead_letters": stats.get("openclaw/retry/dead_letters", 0),
         "log_tail": None if result.returncode == 0 else result.log[-1500:],
     }

@@ -38,8 +38,12 @@ SETTINGS = {"CONCURRENT_REQUESTS": 32, "CONCURRENT_REQUESTS_PER_DOMAIN": 8, "LOG
 def _measure(server: ChaosServer, hosts: list[str], queue: str, out: Path) -> dict[str, float]:
     server.reset()
     urls = [server.urls[h] for h in hosts]
-    result = run_crawl(settings={**SETTINGS, "SCHEDULER_PRIORITY_QUEUE": queue},
-                       spider_args={"start_urls": urls}, out_dir=out, timeout=600)
+    result = run_crawl(
+        settings={**SETTINGS, "SCHEDULER_PRIORITY_QUEUE": queue},
+        spider_args={"start_urls": urls},
+        out_dir=out,
+        timeout=600,
+    )
     if result.stats.get("finish_reason") != "finished":
         raise RuntimeError(f"crawl with {queue} did not finish:\n{result.log[-2000:]}")
     truth = server.truth()["hosts"]
@@ -61,8 +65,12 @@ def run(quick: bool = False) -> dict[str, Any]:
     hosts = [h.address for h in config.hosts]
     fast_hosts, slow_hosts = hosts[:FAST], hosts[FAST:]
     # Scrapy's default queue (DownloaderAwarePriorityQueue) is the plain-Scrapy baseline.
-    report: dict[str, Any] = {"baseline": "downloader_aware", "pages_per_host": pages, "settings": SETTINGS,
-                              "configs": {}}
+    report: dict[str, Any] = {
+        "baseline": "downloader_aware",
+        "pages_per_host": pages,
+        "settings": SETTINGS,
+        "configs": {},
+    }
     with ChaosServer(config) as server, tempfile.TemporaryDirectory(prefix="openclaw-hol-") as tmp:
         base = Path(tmp)
         # Baselines with the queue under test (alone, every queue behaves the same).

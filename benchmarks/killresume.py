@@ -43,9 +43,15 @@ from scrapy_openclaw.testing.servers import ChaosServer
 
 
 def _site(pages: int, latency: float) -> ChaosConfig:
-    return ChaosConfig(hosts=tuple(
-        HostConfig(address=f"127.0.0.{2 + i}", pages=pages, links_per_page=4, latency=latency,
-                   latency_jitter=latency) for i in range(2)), seed=7)
+    return ChaosConfig(
+        hosts=tuple(
+            HostConfig(
+                address=f"127.0.0.{2 + i}", pages=pages, links_per_page=4, latency=latency, latency_jitter=latency
+            )
+            for i in range(2)
+        ),
+        seed=7,
+    )
 
 
 def _items(path: Path) -> list[dict[str, Any]]:
@@ -83,8 +89,10 @@ def _wait(predicate: Any, timeout: float) -> None:
 
 KILLS = 3
 #: Scrapy's feed exporter replaced by ours (what the add-on does)
-DURABLE_FEEDS = {"scrapy.extensions.feedexport.FeedExporter": None,
-                 "scrapy_openclaw.checkpoint.feeds.DurableFeedExporter": 0}
+DURABLE_FEEDS = {
+    "scrapy.extensions.feedexport.FeedExporter": None,
+    "scrapy_openclaw.checkpoint.feeds.DurableFeedExporter": 0,
+}
 
 
 def _torn(path: Path) -> int:
@@ -120,9 +128,14 @@ def kill_scenario(mode: str, quick: bool, work: Path) -> dict[str, Any]:
             "LOG_LEVEL": "INFO",
         }
         if mode == "openclaw":
-            cfg.update({"OPENCLAW_CHECKPOINT_DIR": str(state_dir), "OPENCLAW_CHECKPOINT_FLUSH": 0.5,
-                        "OPENCLAW_CHECKPOINT_SNAPSHOT_INTERVAL": 5.0,
-                        "EXTENSIONS": {**DURABLE_FEEDS, "scrapy_openclaw.checkpoint.CheckpointExtension": 10}})
+            cfg.update(
+                {
+                    "OPENCLAW_CHECKPOINT_DIR": str(state_dir),
+                    "OPENCLAW_CHECKPOINT_FLUSH": 0.5,
+                    "OPENCLAW_CHECKPOINT_SNAPSHOT_INTERVAL": 5.0,
+                    "EXTENSIONS": {**DURABLE_FEEDS, "scrapy_openclaw.checkpoint.CheckpointExtension": 10},
+                }
+            )
         else:
             cfg["JOBDIR"] = str(state_dir)
         kills, starts, finished = 0, 0, False
@@ -184,8 +197,12 @@ def throughput(quick: bool, work: Path, pairs: int | None = None, feeds: bool = 
                 cfg: dict[str, Any] = {"CONCURRENT_REQUESTS": 16, "LOG_LEVEL": "INFO", "RETRY_ENABLED": False}
                 tag = "fd" if feeds else "tp"
                 if mode == "on" or feeds:  # runcrawl always writes its items.jsonl feed too
-                    cfg.update({"OPENCLAW_CHECKPOINT_DIR": str(work / f"{tag}-{mode}-{i}"),
-                                "EXTENSIONS": {"scrapy_openclaw.checkpoint.CheckpointExtension": 10}})
+                    cfg.update(
+                        {
+                            "OPENCLAW_CHECKPOINT_DIR": str(work / f"{tag}-{mode}-{i}"),
+                            "EXTENSIONS": {"scrapy_openclaw.checkpoint.CheckpointExtension": 10},
+                        }
+                    )
                 if feeds:
                     cfg["FEEDS"] = {str(work / f"{tag}-{mode}-{i}.jsonl"): {"format": "jsonlines"}}
                     if mode == "on":
@@ -197,11 +214,14 @@ def throughput(quick: bool, work: Path, pairs: int | None = None, feeds: bool = 
                 elapsed = max(stats.get("elapsed_time_seconds", 1.0), 1e-6)
                 rates[mode].append(stats.get("response_received_count", 0) / elapsed)
     ratios = [on / off for off, on in zip(rates["off"], rates["on"]) if off]
-    return {"pages_per_s_off": round(statistics.median(rates["off"]), 1),
-            "pages_per_s_on": round(statistics.median(rates["on"]), 1),
-            "ratio_on_off": round(statistics.median(ratios), 3) if ratios else None,
-            "runs_off": [round(r, 1) for r in rates["off"]], "runs_on": [round(r, 1) for r in rates["on"]],
-            "pair_ratios": [round(r, 3) for r in ratios]}
+    return {
+        "pages_per_s_off": round(statistics.median(rates["off"]), 1),
+        "pages_per_s_on": round(statistics.median(rates["on"]), 1),
+        "ratio_on_off": round(statistics.median(ratios), 3) if ratios else None,
+        "runs_off": [round(r, 1) for r in rates["off"]],
+        "runs_on": [round(r, 1) for r in rates["on"]],
+        "pair_ratios": [round(r, 3) for r in ratios],
+    }
 
 
 def scale(quick: bool, work: Path) -> dict[str, Any]:
@@ -224,8 +244,13 @@ def scale(quick: bool, work: Path) -> dict[str, Any]:
     ext = build_from_crawler(CheckpointExtension, crawler)
     t0 = time.monotonic()
     for i in range(n):  # what request scheduling does, without the crawl around it
-        ext._new_request(Request(f"http://host{i % 50}.example/page/{i}", priority=i % 7,
-                                 meta={"openclaw_deadline": 1.9e9 + i, "depth": i % 9}))
+        ext._new_request(
+            Request(
+                f"http://host{i % 50}.example/page/{i}",
+                priority=i % 7,
+                meta={"openclaw_deadline": 1.9e9 + i, "depth": i % 9},
+            )
+        )
     ext.commit()
     t1 = time.monotonic()
     ext.snapshot()
@@ -241,8 +266,9 @@ def scale(quick: bool, work: Path) -> dict[str, Any]:
     state = load(directory)
     t5 = time.monotonic()
     spider = _S()
-    rebuilt = sum(1 for _st, data, _fp in state.requests.values()
-                  if request_from_data(json.loads(data), spider) is not None)
+    rebuilt = sum(
+        1 for _st, data, _fp in state.requests.values() if request_from_data(json.loads(data), spider) is not None
+    )
     t6 = time.monotonic()
     assert rebuilt == n
     return {
@@ -262,22 +288,34 @@ def scale(quick: bool, work: Path) -> dict[str, Any]:
 def run(quick: bool) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="openclaw-killresume-") as tmp:
         work = Path(tmp)
-        kills = {"openclaw_checkpoint": kill_scenario("openclaw", quick, work),
-                 "scrapy_jobdir": kill_scenario("jobdir", quick, work)}
+        kills = {
+            "openclaw_checkpoint": kill_scenario("openclaw", quick, work),
+            "scrapy_jobdir": kill_scenario("jobdir", quick, work),
+        }
         tp = throughput(quick, work)
         fd = throughput(quick, work, feeds=True)
-        return {"tables": {
-            "kill": {"baseline": "scrapy_jobdir", "configs": kills},
-            "throughput": {"baseline": "checkpoint_off", "runs": tp, "configs": {
-                "checkpoint_off": {"pages_per_s": tp["pages_per_s_off"]},
-                "checkpoint_on": {"pages_per_s": tp["pages_per_s_on"], "paired_ratio": tp["ratio_on_off"]},
-            }},
-            "feeds": {"baseline": "durable_feeds_off", "runs": fd, "configs": {
-                "durable_feeds_off": {"pages_per_s": fd["pages_per_s_off"]},
-                "durable_feeds_on": {"pages_per_s": fd["pages_per_s_on"], "paired_ratio": fd["ratio_on_off"]},
-            }},
-            "scale": {"baseline": None, "configs": {"openclaw_checkpoint": scale(quick, work)}},
-        }}
+        return {
+            "tables": {
+                "kill": {"baseline": "scrapy_jobdir", "configs": kills},
+                "throughput": {
+                    "baseline": "checkpoint_off",
+                    "runs": tp,
+                    "configs": {
+                        "checkpoint_off": {"pages_per_s": tp["pages_per_s_off"]},
+                        "checkpoint_on": {"pages_per_s": tp["pages_per_s_on"], "paired_ratio": tp["ratio_on_off"]},
+                    },
+                },
+                "feeds": {
+                    "baseline": "durable_feeds_off",
+                    "runs": fd,
+                    "configs": {
+                        "durable_feeds_off": {"pages_per_s": fd["pages_per_s_off"]},
+                        "durable_feeds_on": {"pages_per_s": fd["pages_per_s_on"], "paired_ratio": fd["ratio_on_off"]},
+                    },
+                },
+                "scale": {"baseline": None, "configs": {"openclaw_checkpoint": scale(quick, work)}},
+            }
+        }
 
 
 def main() -> None:

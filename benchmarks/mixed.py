@@ -66,12 +66,14 @@ def measure(crawl: Any) -> dict[str, Any]:
     }
     if letters is not None:
         on_failed = {u: n for u, n in letters.items() if u in failing}
-        row.update({
-            "dead_letter_urls": len(on_failed),
-            "dead_letter_duplicates": sum(n - 1 for n in on_failed.values()),
-            "dead_letters_per_failed_url": round(sum(on_failed.values()) / len(failing), 3) if failing else None,
-            "dead_letters_on_good_pages": sum(n for u, n in letters.items() if u not in failing),
-        })
+        row.update(
+            {
+                "dead_letter_urls": len(on_failed),
+                "dead_letter_duplicates": sum(n - 1 for n in on_failed.values()),
+                "dead_letters_per_failed_url": round(sum(on_failed.values()) / len(failing), 3) if failing else None,
+                "dead_letters_on_good_pages": sum(n for u, n in letters.items() if u not in failing),
+            }
+        )
     if result.returncode != 0:
         row["log_tail"] = result.log[-1500:]
     return row
@@ -101,8 +103,13 @@ def run(quick: bool = False) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="openclaw-bench-mixed-") as tmp:
         for name, settings in CONFIGS.items():
             results[name] = one(name, settings, pages, Path(tmp), QUICK_LIMIT if quick else LIMIT)
-    return {"baseline": "scrapy", "quick": quick, "pages_per_host": pages, "broken_host": BROKEN_HOST,
-            "configs": with_differences(results)}
+    return {
+        "baseline": "scrapy",
+        "quick": quick,
+        "pages_per_host": pages,
+        "broken_host": BROKEN_HOST,
+        "configs": with_differences(results),
+    }
 
 
 def main() -> None:

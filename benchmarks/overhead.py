@@ -90,8 +90,9 @@ def wait_with_rusage(proc: subprocess.Popen[bytes], timeout: float) -> tuple[int
     return proc.returncode, usage.ru_maxrss, timed_out
 
 
-def crawl_once(name: str, settings: dict[str, Any], pages: int, work: Path, cap: float = CAP,
-               profile: Path | None = None) -> dict[str, Any]:
+def crawl_once(
+    name: str, settings: dict[str, Any], pages: int, work: Path, cap: float = CAP, profile: Path | None = None
+) -> dict[str, Any]:
     """One crawl of a fresh fault-free site; numbers from the server and Scrapy's stats."""
     out = work / name
     merged = {**COMMON, "CLOSESPIDER_TIMEOUT": cap, **settings}
@@ -100,8 +101,7 @@ def crawl_once(name: str, settings: dict[str, Any], pages: int, work: Path, cap:
     with ChaosServer(fast_site(pages=pages)) as server:
         reachable = server.reachable().ok
         started = time.monotonic()
-        proc = start_crawl(DEFAULT_SPIDER, merged, {"start_urls": server.start_urls}, out_dir=out,
-                           profile=profile)
+        proc = start_crawl(DEFAULT_SPIDER, merged, {"start_urls": server.start_urls}, out_dir=out, profile=profile)
         returncode, max_rss_kib, timed_out = wait_with_rusage(proc, TIMEOUT)
         wall = time.monotonic() - started
         truth = server.truth()
@@ -137,8 +137,10 @@ def write_profile(stats_path: Path, target: Path, about: str) -> Path:
     entries = stats.stats.items()  # type: ignore[attr-defined]
     ours = sum(own for (file, _, _), (_, _, own, _, _) in entries if re.search(OURS, file))
     text = io.StringIO()
-    text.write(f"{about}\n\nTotal {stats.total_tt:.2f} s profiled; own time in scrapy_openclaw functions "
-               f"(the test spider excluded) {ours:.2f} s ({ours / stats.total_tt:.1%}).\n\n")
+    text.write(
+        f"{about}\n\nTotal {stats.total_tt:.2f} s profiled; own time in scrapy_openclaw functions "
+        f"(the test spider excluded) {ours:.2f} s ({ours / stats.total_tt:.1%}).\n\n"
+    )
     for order, label in (("cumulative", "cumulative time"), ("tottime", "own time")):
         text.write(f"=== top {PROFILE_TOP} scrapy_openclaw functions by {label} ===\n")
         stats.stream = text  # type: ignore[attr-defined]
@@ -160,24 +162,34 @@ def run(quick: bool = False, profile: bool | None = None) -> dict[str, Any]:
     cap = QUICK_CAP if quick else CAP
     if profile is None:
         profile = os.environ.get(PROFILE_ENV, "") not in ("", "0")
-    report: dict[str, Any] = {"hosts": HOSTS, "pages_per_host": pages, "cap_s": cap, "baseline": BASELINE,
-                              "configs": {}}
+    report: dict[str, Any] = {
+        "hosts": HOSTS,
+        "pages_per_host": pages,
+        "cap_s": cap,
+        "baseline": BASELINE,
+        "configs": {},
+    }
     with tempfile.TemporaryDirectory(prefix="openclaw-bench-overhead-") as tmp:
         for name, settings in CONFIGS.items():
             report["configs"][name] = crawl_once(name, settings, pages, Path(tmp), cap)
         if profile:
             dump = Path(tmp) / "openclaw.pstats"
             row = crawl_once("openclaw_profiled", CONFIGS["openclaw"], pages, Path(tmp), cap, profile=dump)
-            about = (f"cProfile of the add-on on defaults, fast site ({pages} pages, one host): "
-                     f"{row.get('scraped')} pages in {row.get('crawl_span_s')} s at the server, "
-                     f"finish reason {row.get('finish_reason')}")
+            about = (
+                f"cProfile of the add-on on defaults, fast site ({pages} pages, one host): "
+                f"{row.get('scraped')} pages in {row.get('crawl_span_s')} s at the server, "
+                f"finish reason {row.get('finish_reason')}"
+            )
             written = write_profile(dump, profile_dir() / PROFILE_FILE, about) if dump.exists() else None
             report["profile"] = str(written) if written else None
     base = report["configs"][BASELINE].get("pages_per_s")
     ours = report["configs"]["openclaw"].get("pages_per_s")
     report["ratio_pages_per_s"] = round(ours / base, 3) if base and ours else None
-    report["target_met"] = {"openclaw >= 0.95 x scrapy pages/s": bool(
-        report["ratio_pages_per_s"] is not None and report["ratio_pages_per_s"] >= 0.95)}
+    report["target_met"] = {
+        "openclaw >= 0.95 x scrapy pages/s": bool(
+            report["ratio_pages_per_s"] is not None and report["ratio_pages_per_s"] >= 0.95
+        )
+    }
     return report
 
 

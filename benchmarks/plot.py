@@ -47,8 +47,9 @@ def series(samples: list[dict[str, Any]], domain: str, key: str) -> tuple[list[f
     return xs, ys
 
 
-def rate_series(samples: list[dict[str, Any]], domain: str,
-                count: Any = lambda d: d.get("done", 0)) -> tuple[list[float], list[float]]:
+def rate_series(
+    samples: list[dict[str, Any]], domain: str, count: Any = lambda d: d.get("done", 0)
+) -> tuple[list[float], list[float]]:
     """Events per second over the last ``WINDOW`` seconds, from cumulative counts."""
     points = [(s["elapsed"], count(s["domains"].get(domain, {}))) for s in samples]
     xs, ys = [], []

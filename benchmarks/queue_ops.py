@@ -121,8 +121,7 @@ def request_bytes(n: int) -> int:
     return size
 
 
-def memory(cls: type, requests: list[Request], bare_bytes: int, deadlines: bool,
-           crawler: Any) -> dict[str, float]:
+def memory(cls: type, requests: list[Request], bare_bytes: int, deadlines: bool, crawler: Any) -> dict[str, float]:
     """Traced: each request's meta (as :func:`_fresh_meta` makes it) and the queue holding them all."""
     n = len(requests)
     for r in requests:
@@ -168,8 +167,14 @@ def run(quick: bool = False) -> dict[str, Any]:
     for name, (cls, deadlines) in CASES.items():
         configs[name].update(memory(cls, requests, bare, deadlines, crawler))
     timings["memory pass"] = round(time.monotonic() - started, 1)
-    return {"baseline": BASELINE, "throughput_requests": n_tp, "memory_requests": n_mem,
-            "domains": DOMAINS, "configs": configs, "seconds": timings}
+    return {
+        "baseline": BASELINE,
+        "throughput_requests": n_tp,
+        "memory_requests": n_mem,
+        "domains": DOMAINS,
+        "configs": configs,
+        "seconds": timings,
+    }
 
 
 if __name__ == "__main__":

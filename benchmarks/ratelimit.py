@@ -96,8 +96,12 @@ def run(quick: bool) -> dict[str, Any]:
             if res.get("log_tail") is None:
                 res.pop("log_tail", None)
             results[name] = res
-    return {"baseline": "scrapy", "quick": quick, "limit": {"rate": RATE, "burst": BURST, "hosts": HOSTS},
-            "configs": results}
+    return {
+        "baseline": "scrapy",
+        "quick": quick,
+        "limit": {"rate": RATE, "burst": BURST, "hosts": HOSTS},
+        "configs": results,
+    }
 
 
 def main() -> None:

@@ -132,8 +132,12 @@ class BenchRecorder:
             state = states.get(domain)
             if state is not None:
                 entry.update(
-                    health=round(state.health, 2), rate=round(state.rate, 3), tokens=round(state.tokens, 2),
-                    burst=state.burst, concurrency=state.concurrency, circuit=state.circuit,
+                    health=round(state.health, 2),
+                    rate=round(state.rate, 3),
+                    tokens=round(state.tokens, 2),
+                    burst=state.burst,
+                    concurrency=state.concurrency,
+                    circuit=state.circuit,
                     latency=None if state.latency is None else round(state.latency, 4),
                     hold=round(max(0.0, state.hold_until - now), 3),
                 )

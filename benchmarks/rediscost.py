@@ -86,12 +86,20 @@ def measure(backend: Any, kind: str, workers: int, pages: int, tmp: Path) -> dic
     queue_calls = total - calls.get("rpush", 0)
     pages_done = max(1, crawled)
     return {
-        "backend": kind, "workers": workers, "nodes": len(urls), "pages": crawled, "expected": expected,
-        "exit_codes": codes, "seconds": round(seconds, 2), "pages_per_s": round(crawled / seconds, 1),
-        "commands": total, "commands_per_page": round(total / pages_done, 2),
+        "backend": kind,
+        "workers": workers,
+        "nodes": len(urls),
+        "pages": crawled,
+        "expected": expected,
+        "exit_codes": codes,
+        "seconds": round(seconds, 2),
+        "pages_per_s": round(crawled / seconds, 1),
+        "commands": total,
+        "commands_per_page": round(total / pages_done, 2),
         "queue_commands_per_page": round(queue_calls / pages_done, 2),
         "evalsha_per_page": round(calls.get("evalsha", 0) / pages_done, 2),
-        "redis_cpu_s": round(cpu, 3), "redis_cpu_ms_per_page": round(1000 * cpu / pages_done, 3),
+        "redis_cpu_s": round(cpu, 3),
+        "redis_cpu_ms_per_page": round(1000 * cpu / pages_done, 3),
         # every node's core saturated by this workload alone, load spread evenly over the nodes
         # (an upper bound; plan for half of it)
         "pages_per_s_cpu_bound": round(len(urls) * pages_done / cpu, 0) if cpu > 0 else None,

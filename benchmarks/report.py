@@ -45,8 +45,9 @@ def machine_info() -> dict[str, Any]:
         info["git_commit"] = subprocess.run(
             ["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, timeout=10, check=True
         ).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain"], cwd=ROOT, capture_output=True, text=True,
-                               timeout=10, check=True).stdout
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain"], cwd=ROOT, capture_output=True, text=True, timeout=10, check=True
+        ).stdout
         info["git_dirty"] = bool(dirty.strip())
     except (OSError, subprocess.SubprocessError):
         info["git_commit"] = None
@@ -115,8 +116,13 @@ def scenario_tables(name: str, scenario: dict[str, Any]) -> list[str]:
     for table in scenario["tables"]:
         metrics = table["metrics"]
         header = "| configuration | " + " | ".join(m["label"] for m in metrics) + " |"
-        lines += ["", f"**{table['title']}**" + (f" (ratios to `{table['baseline']}`)" if table["baseline"] else ""),
-                  "", header, "| --- |" + " ---: |" * len(metrics)]
+        lines += [
+            "",
+            f"**{table['title']}**" + (f" (ratios to `{table['baseline']}`)" if table["baseline"] else ""),
+            "",
+            header,
+            "| --- |" + " ---: |" * len(metrics),
+        ]
         for config, cells in table["rows"].items():
             row = [f"`{config}`" + (" (baseline)" if config == table["baseline"] else "")]
             for m in metrics:

@@ -50,39 +50,99 @@ class Scenario:
     record: bool = False  # enable the recorder in its crawls (for the plot)
 
 
-SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
-    Scenario("overhead", "benchmarks.overhead",
-             "pages/s and peak memory on a fault-free fast site (one host, 5,000 pages), add-on on defaults",
-             repeat=3, limit=300,
-             quick_limit=120),
-    Scenario("flaky", "benchmarks.flaky", "success rate on a flaky 4-host site (503 windows, drops, hangs)",
-             limit=900, quick_limit=300, record=True),
-    Scenario("ratelimit", "benchmarks.ratelimit", "429 share and achieved rate on a rate-limited 3-host site",
-             limit=900, quick_limit=300, record=True),
-    Scenario("hol", "benchmarks.hol", "head-of-line blocking: wall time vs lower bound, fast-host finish",
-             limit=600, quick_limit=240),
-    Scenario("queue", "benchmarks.queue_ops", "push/pop rate for 1,000,000 pending requests, memory per request",
-             limit=600, quick_limit=240),
-    Scenario("broad", "benchmarks.broad",
-             "100,000 domains x 10 pages: pop cost at 1k/10k/100k domains, memory per request and per domain, "
-             "registry eviction and snapshot size, a 5,000-slot crawl; vs Scrapy's queues",
-             limit=900, quick_limit=120),
-    Scenario("killresume", "benchmarks.killresume", "lost/duplicated requests after up to 3 kill -9, vs JOBDIR",
-             limit=900, quick_limit=300),
-    Scenario("mixed", "benchmarks.mixed",
-             "pages broken for good (every 5th page 503, a few 404) on a healthy 2-host site",
-             limit=600, quick_limit=180),
-    Scenario("sweep", "benchmarks.sweep", "hosts limited at 3-150 req/s: 2xx rate / limit and 429 share per host",
-             limit=600, quick_limit=180),
-    Scenario("deadhosts", "benchmarks.deadhosts",
-             "2 healthy hosts + 40 URLs on a refused and 40 on an unresolvable host", limit=600, quick_limit=180),
-    Scenario("distributed", "benchmarks.distributed",
-             "1-3 workers scaling, worker kill (3 rounds), combined per-domain rate, vs scrapy-redis",
-             limit=900, quick_limit=300),
-    Scenario("rediscost", "benchmarks.rediscost",
-             "Redis commands and CPU per crawled page, 1-3 workers, one Redis vs a 3-master Redis Cluster",
-             limit=900, quick_limit=400),
-)}
+SCENARIOS: dict[str, Scenario] = {
+    s.name: s
+    for s in (
+        Scenario(
+            "overhead",
+            "benchmarks.overhead",
+            "pages/s and peak memory on a fault-free fast site (one host, 5,000 pages), add-on on defaults",
+            repeat=3,
+            limit=300,
+            quick_limit=120,
+        ),
+        Scenario(
+            "flaky",
+            "benchmarks.flaky",
+            "success rate on a flaky 4-host site (503 windows, drops, hangs)",
+            limit=900,
+            quick_limit=300,
+            record=True,
+        ),
+        Scenario(
+            "ratelimit",
+            "benchmarks.ratelimit",
+            "429 share and achieved rate on a rate-limited 3-host site",
+            limit=900,
+            quick_limit=300,
+            record=True,
+        ),
+        Scenario(
+            "hol",
+            "benchmarks.hol",
+            "head-of-line blocking: wall time vs lower bound, fast-host finish",
+            limit=600,
+            quick_limit=240,
+        ),
+        Scenario(
+            "queue",
+            "benchmarks.queue_ops",
+            "push/pop rate for 1,000,000 pending requests, memory per request",
+            limit=600,
+            quick_limit=240,
+        ),
+        Scenario(
+            "broad",
+            "benchmarks.broad",
+            "100,000 domains x 10 pages: pop cost at 1k/10k/100k domains, memory per request and per domain, "
+            "registry eviction and snapshot size, a 5,000-slot crawl; vs Scrapy's queues",
+            limit=900,
+            quick_limit=120,
+        ),
+        Scenario(
+            "killresume",
+            "benchmarks.killresume",
+            "lost/duplicated requests after up to 3 kill -9, vs JOBDIR",
+            limit=900,
+            quick_limit=300,
+        ),
+        Scenario(
+            "mixed",
+            "benchmarks.mixed",
+            "pages broken for good (every 5th page 503, a few 404) on a healthy 2-host site",
+            limit=600,
+            quick_limit=180,
+        ),
+        Scenario(
+            "sweep",
+            "benchmarks.sweep",
+            "hosts limited at 3-150 req/s: 2xx rate / limit and 429 share per host",
+            limit=600,
+            quick_limit=180,
+        ),
+        Scenario(
+            "deadhosts",
+            "benchmarks.deadhosts",
+            "2 healthy hosts + 40 URLs on a refused and 40 on an unresolvable host",
+            limit=600,
+            quick_limit=180,
+        ),
+        Scenario(
+            "distributed",
+            "benchmarks.distributed",
+            "1-3 workers scaling, worker kill (3 rounds), combined per-domain rate, vs scrapy-redis",
+            limit=900,
+            quick_limit=300,
+        ),
+        Scenario(
+            "rediscost",
+            "benchmarks.rediscost",
+            "Redis commands and CPU per crawled page, 1-3 workers, one Redis vs a 3-master Redis Cluster",
+            limit=900,
+            quick_limit=400,
+        ),
+    )
+}
 
 
 # --------------------------------------------------------------------------- recorder
@@ -112,8 +172,15 @@ class SiteCrawl:
 
 
 def crawl_site(
-    site: Any, name: str, settings: dict[str, Any], out: Path, *, limit: float, requests: bool = False,
-    extra_start_urls: list[str] | tuple[str, ...] = (), grace: float = 60.0,
+    site: Any,
+    name: str,
+    settings: dict[str, Any],
+    out: Path,
+    *,
+    limit: float,
+    requests: bool = False,
+    extra_start_urls: list[str] | tuple[str, ...] = (),
+    grace: float = 60.0,
 ) -> SiteCrawl:
     """Serve *site*, crawl it with ChaosSpider under *settings* (recorded, bounded by
     *limit* seconds) and stop the server; raises ``CrawlTimeout`` if the crawl is still
@@ -132,8 +199,10 @@ def crawl_site(
         dlq = {"OPENCLAW_DLQ_URI": str(out / name / "deadletters.jsonl")} if "ADDONS" in settings else {}
         merged = with_recorder({"CLOSESPIDER_TIMEOUT": limit, **dlq, **settings}, name)
         result = run_crawl(
-            "scrapy_openclaw.testing.spiders.ChaosSpider", settings=merged,
-            spider_args={"start_urls": [*server.start_urls, *extra_start_urls]}, timeout=limit + grace,
+            "scrapy_openclaw.testing.spiders.ChaosSpider",
+            settings=merged,
+            spider_args={"start_urls": [*server.start_urls, *extra_start_urls]},
+            timeout=limit + grace,
             out_dir=out / name,
         )
         seconds = time.monotonic() - started
@@ -194,8 +263,9 @@ class RunOutcome:
     peak_rss_mb: float | None = None  # the scenario's own process (not its crawls)
 
 
-def run_once(scenario: Scenario, quick: bool, work: Path, record_dir: Path | None,
-             out: Path | None = None) -> RunOutcome:
+def run_once(
+    scenario: Scenario, quick: bool, work: Path, record_dir: Path | None, out: Path | None = None
+) -> RunOutcome:
     """One ``run(quick)`` in a child process group, killed (whole group) after the scenario's limit."""
     from scrapy_openclaw.testing.servers import subprocess_env
 
@@ -212,9 +282,12 @@ def run_once(scenario: Scenario, quick: bool, work: Path, record_dir: Path | Non
     started = time.monotonic()
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "benchmarks.suite", scenario.name, "quick" if quick else "full",
-             str(result_path)],
-            cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+            [sys.executable, "-m", "benchmarks.suite", scenario.name, "quick" if quick else "full", str(result_path)],
+            cwd=ROOT,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
             start_new_session=True,  # its own process group: a timeout kills everything it started
         )
     error = None
@@ -307,20 +380,30 @@ def summarise(scenario: str, raws: list[dict[str, Any]]) -> list[dict[str, Any]]
         for h in table.headlines:
             cell = rows.get(h.ours, {}).get(h.metric, {})
             base = rows.get(table.baseline or "", {}).get(h.metric, {})
-            headlines.append({
-                "metric": h.metric, "ours": h.ours, "target": h.target,
-                "value": cell.get("median"), "ratio": cell.get("ratio"), "baseline_value": base.get("median"),
-                "met": h.check(cell.get("median"), cell.get("ratio")),
-            })
-        out.append({
-            "title": table.title, "baseline": table.baseline,
-            "metrics": [asdict(m) for m in table.metrics], "rows": rows, "headlines": headlines,
-        })
+            headlines.append(
+                {
+                    "metric": h.metric,
+                    "ours": h.ours,
+                    "target": h.target,
+                    "value": cell.get("median"),
+                    "ratio": cell.get("ratio"),
+                    "baseline_value": base.get("median"),
+                    "met": h.check(cell.get("median"), cell.get("ratio")),
+                }
+            )
+        out.append(
+            {
+                "title": table.title,
+                "baseline": table.baseline,
+                "metrics": [asdict(m) for m in table.metrics],
+                "rows": rows,
+                "headlines": headlines,
+            }
+        )
     return out
 
 
-def run_scenario(scenario: Scenario, quick: bool, repeat: int, out: Path,
-                 progress: Any = None) -> dict[str, Any]:
+def run_scenario(scenario: Scenario, quick: bool, repeat: int, out: Path, progress: Any = None) -> dict[str, Any]:
     """``repeat`` interleaved runs of one scenario; raw results, errors, timings and the tables."""
     runs = []
     for i in range(repeat):
@@ -347,8 +430,7 @@ def run_scenario(scenario: Scenario, quick: bool, repeat: int, out: Path,
     }
 
 
-def run_suite(names: list[str], *, quick: bool, repeat: int | None, out: Path,
-              progress: Any = None) -> dict[str, Any]:
+def run_suite(names: list[str], *, quick: bool, repeat: int | None, out: Path, progress: Any = None) -> dict[str, Any]:
     unknown = [n for n in names if n not in SCENARIOS]
     if unknown:
         raise SystemExit(f"unknown scenario(s) {', '.join(unknown)}; known: {', '.join(SCENARIOS)}")
@@ -365,8 +447,9 @@ def run_suite(names: list[str], *, quick: bool, repeat: int | None, out: Path,
 
 if __name__ == "__main__":
     if len(sys.argv) != 4 or sys.argv[2] not in ("quick", "full"):
-        raise SystemExit("internal: python -m benchmarks.suite SCENARIO quick|full RESULT_JSON "
-                         "(use python -m benchmarks run)")
+        raise SystemExit(
+            "internal: python -m benchmarks.suite SCENARIO quick|full RESULT_JSON (use python -m benchmarks run)"
+        )
     sys.exit(_child(sys.argv[1], sys.argv[2] == "quick", sys.argv[3]))
 
 

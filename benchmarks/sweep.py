@@ -46,8 +46,12 @@ def measure(crawl: Any, limits: dict[str, float], pages: dict[str, int]) -> dict
     """The sweep's numbers for one crawl; ``limits``/``pages`` by host address."""
     result, truth = crawl.result, crawl.truth["hosts"]
     reason = result.stats.get("finish_reason")
-    row: dict[str, Any] = {"returncode": result.returncode, "finish_reason": reason,
-                           "finished": int(reason == "finished"), "seconds": round(crawl.seconds, 1)}
+    row: dict[str, Any] = {
+        "returncode": result.returncode,
+        "finish_reason": reason,
+        "finished": int(reason == "finished"),
+        "seconds": round(crawl.seconds, 1),
+    }
     requests = total_429 = 0
     starts, ends, rates, shares = [], [], [], []
     for address, limit in limits.items():
@@ -66,17 +70,19 @@ def measure(crawl: Any, limits: dict[str, float], pages: dict[str, int]) -> dict
     bound = max(pages[a] / limit for a, limit in limits.items())
     span = max(ends) - min(starts) if starts else None
     scraped = {item["url"] for item in result.items} & crawl.reachable
-    row.update({
-        "requests_at_server": requests,
-        "share_429": round(total_429 / requests, 4) if requests else None,
-        "share_429_max_host": max(shares) if shares else None,
-        # a host with too short a span after its first 5 s counts as missing the target
-        "rate_after_5s_min_host": None if None in rates else min(rates),
-        "span_s": _round(span, 2),
-        "lower_bound_s": round(bound, 2),
-        "wall_vs_bound": _round(span / bound if span is not None else None, 3),
-        "scraped_fraction": round(len(scraped) / len(crawl.reachable), 4) if crawl.reachable else None,
-    })
+    row.update(
+        {
+            "requests_at_server": requests,
+            "share_429": round(total_429 / requests, 4) if requests else None,
+            "share_429_max_host": max(shares) if shares else None,
+            # a host with too short a span after its first 5 s counts as missing the target
+            "rate_after_5s_min_host": None if None in rates else min(rates),
+            "span_s": _round(span, 2),
+            "lower_bound_s": round(bound, 2),
+            "wall_vs_bound": _round(span / bound if span is not None else None, 3),
+            "scraped_fraction": round(len(scraped) / len(crawl.reachable), 4) if crawl.reachable else None,
+        }
+    )
     return row
 
 
@@ -84,8 +90,9 @@ def _round(value: float | None, digits: int) -> float | None:
     return None if value is None else round(value, digits)
 
 
-def one(name: str, settings: dict[str, Any], limits: tuple[float, ...], seconds: float, out: Path,
-        limit: float) -> dict[str, Any]:
+def one(
+    name: str, settings: dict[str, Any], limits: tuple[float, ...], seconds: float, out: Path, limit: float
+) -> dict[str, Any]:
     site = limit_sweep_site(limits=limits, seconds=seconds)
     by_address = {h.address: float(h.rate_limit.rate) for h in site.hosts if h.rate_limit}
     pages = {h.address: h.pages for h in site.hosts}
@@ -107,8 +114,13 @@ def run(quick: bool = False) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="openclaw-bench-sweep-") as tmp:
         for name, settings in CONFIGS.items():
             results[name] = one(name, settings, limits, seconds, Path(tmp), QUICK_LIMIT if quick else LIMIT)
-    return {"baseline": "scrapy", "quick": quick, "limits": list(limits), "seconds_per_host": seconds,
-            "configs": results}
+    return {
+        "baseline": "scrapy",
+        "quick": quick,
+        "limits": list(limits),
+        "seconds_per_host": seconds,
+        "configs": results,
+    }
 
 
 def main() -> None:

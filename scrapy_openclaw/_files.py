@@ -65,7 +65,9 @@ def is_temp(name: str) -> bool:
 
 @contextlib.contextmanager
 def atomic_writer(
-    path: str | os.PathLike[str], *, opener: Callable[[Path], IO[bytes]] | None = None,
+    path: str | os.PathLike[str],
+    *,
+    opener: Callable[[Path], IO[bytes]] | None = None,
 ) -> Iterator[IO[bytes]]:
     """Write *path* through an exclusive temp file in its directory; replace it only on success.
 

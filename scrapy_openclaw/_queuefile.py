@@ -40,8 +40,10 @@ def _scrapy_path_safe(text: str) -> str:
 
 def _stop_foreign_readers(directory: str) -> None:
     # (info.json as a directory stops FIFO disk queues too, which would read an empty one)
-    for path in (Path(directory, FOREIGN_READER_STOP),  # ScrapyPriorityQueue: a queue per key
-                 Path(directory, _scrapy_path_safe(FOREIGN_READER_STOP), FOREIGN_READER_STOP)):  # per slot
+    for path in (
+        Path(directory, FOREIGN_READER_STOP),  # ScrapyPriorityQueue: a queue per key
+        Path(directory, _scrapy_path_safe(FOREIGN_READER_STOP), FOREIGN_READER_STOP),
+    ):  # per slot
         Path(path, "info.json").mkdir(parents=True, exist_ok=True)
 
 

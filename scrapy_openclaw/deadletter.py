@@ -70,11 +70,25 @@ class DeadLetter:
 
 #: Meta keys the engine and our own components set on every request: bookkeeping of
 #: one attempt, never stored in a dead letter and never carried by a replay.
-ENGINE_META = frozenset({
-    "download_slot", "download_latency", "download_timeout", "depth", "retry_times",
-    "redirect_times", "redirect_ttl", "redirect_urls", "redirect_reasons", "_slot",
-    M.RETRY_STATE, M.NOT_BEFORE, M.FAILURE_SCOPE, M.LEASE, M.REPLAY_OF,
-})
+ENGINE_META = frozenset(
+    {
+        "download_slot",
+        "download_latency",
+        "download_timeout",
+        "depth",
+        "retry_times",
+        "redirect_times",
+        "redirect_ttl",
+        "redirect_urls",
+        "redirect_reasons",
+        "_slot",
+        M.RETRY_STATE,
+        M.NOT_BEFORE,
+        M.FAILURE_SCOPE,
+        M.LEASE,
+        M.REPLAY_OF,
+    }
+)
 
 
 def is_internal(request: Request) -> bool:

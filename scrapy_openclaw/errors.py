@@ -71,9 +71,7 @@ class Classification:
         return self.reason == TIMEOUT
 
 
-RETRYABLE_CLASSES = frozenset(
-    {ErrorClass.NETWORK, ErrorClass.PROTOCOL_RETRYABLE, ErrorClass.PARSE, ErrorClass.BLOCKED}
-)
+RETRYABLE_CLASSES = frozenset({ErrorClass.NETWORK, ErrorClass.PROTOCOL_RETRYABLE, ErrorClass.PARSE, ErrorClass.BLOCKED})
 
 
 @dataclass(frozen=True)
@@ -92,8 +90,11 @@ BAN_STATUSES = frozenset({403, 429, 503})
 #: The built-in challenge markers, kept small: each is specific to a bot-protection
 #: vendor's challenge or block page, so an ordinary error page does not match.
 BAN_MARKERS: tuple[BanMarker, ...] = (
-    BanMarker("cloudflare", body=("cf-chl", "<title>just a moment...</title>", "attention required! | cloudflare"),
-              headers=("cf-mitigated: challenge",)),
+    BanMarker(
+        "cloudflare",
+        body=("cf-chl", "<title>just a moment...</title>", "attention required! | cloudflare"),
+        headers=("cf-mitigated: challenge",),
+    ),
     BanMarker("captcha", body=("g-recaptcha", "h-captcha", "cf-turnstile", "captcha-form")),
     BanMarker("datadome", body=("captcha-delivery.com",), headers=("x-datadome: protected",)),
     BanMarker("perimeterx", body=("px-captcha", "_pxappid")),
@@ -187,9 +188,7 @@ class ErrorTaxonomy:
         return cls(
             retry_http_codes=_status_codes(codes),
             parse_exceptions=_load_types(settings, "OPENCLAW_PARSE_EXCEPTIONS"),
-            validation_exceptions=_load_types(
-                settings, "OPENCLAW_VALIDATION_EXCEPTIONS"
-            ),
+            validation_exceptions=_load_types(settings, "OPENCLAW_VALIDATION_EXCEPTIONS"),
             network_exceptions=network,
         )
 
@@ -205,9 +204,7 @@ class ErrorTaxonomy:
         if status < 400:
             return None
         if status in self.retry_http_codes:
-            return Classification(
-                ErrorClass.PROTOCOL_RETRYABLE, f"http_{status}", status
-            )
+            return Classification(ErrorClass.PROTOCOL_RETRYABLE, f"http_{status}", status)
         return Classification(ErrorClass.PROTOCOL_PERMANENT, f"http_{status}", status)
 
     def classify_ban(
@@ -238,9 +235,7 @@ class ErrorTaxonomy:
                 return Classification(ErrorClass.BLOCKED, f"blocked_{known.name}", status)
         return None
 
-    def classify_download_error(
-        self, exc: BaseException | Failure
-    ) -> Classification | None:
+    def classify_download_error(self, exc: BaseException | Failure) -> Classification | None:
         """Classify an exception raised while downloading; None if not a network error."""
         if isinstance(exc, Failure):
             exc = exc.value
@@ -251,9 +246,7 @@ class ErrorTaxonomy:
             reason = type(exc).__name__
         return Classification(ErrorClass.NETWORK, reason)
 
-    def classify_callback_error(
-        self, exc: BaseException | Failure
-    ) -> Classification | None:
+    def classify_callback_error(self, exc: BaseException | Failure) -> Classification | None:
         """Classify an exception raised by a spider callback; None if it is a bug."""
         if isinstance(exc, Failure):
             exc = exc.value
@@ -261,9 +254,7 @@ class ErrorTaxonomy:
             return Classification(ErrorClass.PARSE, type(exc).__name__)
         return None
 
-    def classify_item_error(
-        self, exc: BaseException | Failure
-    ) -> Classification | None:
+    def classify_item_error(self, exc: BaseException | Failure) -> Classification | None:
         """Classify an exception raised by a pipeline; None if not a validation error."""
         if isinstance(exc, Failure):
             exc = exc.value
@@ -306,9 +297,7 @@ def _status_codes(codes: Any) -> frozenset[int]:
         raise OpenClawConfigError(f"retryable HTTP codes: expected a list of status codes, got {codes!r}") from None
 
 
-def _load_types(
-    settings: BaseSettings, name: str, values: list[Any] | None = None
-) -> tuple[type[BaseException], ...]:
+def _load_types(settings: BaseSettings, name: str, values: list[Any] | None = None) -> tuple[type[BaseException], ...]:
     types: list[type[BaseException]] = []
     for path in _getlist(settings, name) if values is None else values:
         try:
@@ -316,9 +305,7 @@ def _load_types(
         except OpenClawConfigError as exc:
             raise OpenClawConfigError(f"setting {name}: {exc}") from None
         if not (isinstance(obj, type) and issubclass(obj, BaseException)):
-            raise OpenClawConfigError(
-                f"setting {name}: {path!r} is not an exception type"
-            )
+            raise OpenClawConfigError(f"setting {name}: {path!r} is not an exception type")
         types.append(obj)
     return tuple(types)
 

@@ -91,8 +91,11 @@ class RequestLifecycle:
         """
         self._users.append(user)
         pairs: tuple[tuple[list[Any], Any], ...] = (
-            (self._started, on_started), (self._finished, on_finished), (self._enqueued, on_enqueued),
-            (self._held, on_held), (self._admit, admit),
+            (self._started, on_started),
+            (self._finished, on_finished),
+            (self._enqueued, on_enqueued),
+            (self._held, on_held),
+            (self._admit, admit),
         )
         for listeners, listener in pairs:
             if listener is not None:

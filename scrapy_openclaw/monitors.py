@@ -45,7 +45,8 @@ class DeadLetterMonitor(BaseScrapyMonitor):
             self.skipTest(f"only {requests} requests (OPENCLAW_DLQ_ALERT_MIN_REQUESTS)")
         count = self.data.stats.get("openclaw/dlq/count", 0)
         self.assertLessEqual(
-            count / requests, limit,
+            count / requests,
+            limit,
             msg=f"{count} dead letters for {requests} requests > OPENCLAW_DLQ_ALERT_RATIO={limit}",
         )
 

@@ -41,6 +41,7 @@ if TYPE_CHECKING:
 JitterMode = Literal["full", "equal", "decorrelated", "none"]
 ExpiredMode = Literal["boost", "drop"]
 
+
 # Field metadata: the allowed closed range of a number.
 def _range(lo: float | None = None, hi: float | None = None) -> dict[str, Any]:
     return {"range": (lo, hi)}
@@ -145,7 +146,9 @@ class RetryPolicy:
 class DeadlinePolicy:
     default: float | None = field(default=None, metadata=_range(0, None))  # seconds from first scheduling
     expired: ExpiredMode = "boost"
-    aging_window: float = field(default=300.0, metadata=_range(0.001, None))  # aging starts this long before the deadline
+    aging_window: float = field(
+        default=300.0, metadata=_range(0.001, None)
+    )  # aging starts this long before the deadline
     # default deadline (seconds) by request class, meta["openclaw_request_class"]
     classes: dict[str, float] = field(default_factory=dict)
 
@@ -323,9 +326,13 @@ class _Loader:
                     other = "the built-in default"
                 else:
                     line = high_at[0].line(high_at[1])
-                    other = f"{high_at[0].source}{f', line {line}' if line else ''}, key {'.'.join(map(str, high_at[1]))}"
-                low_at[0].fail(low_at[1], f"{lower} ({low}) is greater than {upper} ({high}, set by {other}); "
-                                          f"{lower} must be <= {upper}")
+                    other = (
+                        f"{high_at[0].source}{f', line {line}' if line else ''}, key {'.'.join(map(str, high_at[1]))}"
+                    )
+                low_at[0].fail(
+                    low_at[1],
+                    f"{lower} ({low}) is greater than {upper} ({high}, set by {other}); {lower} must be <= {upper}",
+                )
 
     def _set_at(self, scope: tuple, section: str, name: str) -> tuple[Where, tuple] | None:
         """Where the key in effect for *scope* was set: the domain's own layer first, then defaults."""

@@ -197,7 +197,8 @@ class DeadlinePriorityQueue:
             logger.error(
                 "%(request)s cannot be stored in the JOBDIR queue; Scrapy keeps it in memory, so it is "
                 "lost if this crawl is paused: %(error)s",
-                {"request": request, "error": exc}, extra={"spider": self.crawler.spider},
+                {"request": request, "error": exc},
+                extra={"spider": self.crawler.spider},
             )
             self.stats.inc_value("openclaw/unstorable/jobdir")
             raise
@@ -415,8 +416,9 @@ class DeadlinePriorityQueue:
         timed = 0
         if self._expiry:  # a deadline request: its Timed, the expiry and aging tuples, their floats
             deadline, _, entry = self._expiry[0]
-            timed = len(self._expiry) * (sys.getsizeof(entry) + 2 * (sys.getsizeof(self._expiry[0]) + 8)
-                                         + 2 * sys.getsizeof(deadline))
+            timed = len(self._expiry) * (
+                sys.getsizeof(entry) + 2 * (sys.getsizeof(self._expiry[0]) + 8) + 2 * sys.getsizeof(deadline)
+            )
         return per_domain / n * len(self._domains) + entries + timed
 
     def _readiness_epoch(self) -> int:
@@ -465,9 +467,7 @@ class DeadlinePriorityQueue:
             error_class="deadline",
             reason="deadline_expired",
         )
-        self.crawler.signals.send_catch_log(
-            signal=openclaw_signals.dead_letter, dead_letter=letter, spider=spider
-        )
+        self.crawler.signals.send_catch_log(signal=openclaw_signals.dead_letter, dead_letter=letter, spider=spider)
 
     def _choose(self, now: float, *, acquire: bool) -> tuple[DomainQueue, str] | None:
         """The domain and index to take from: best effective priority among ready domains.
@@ -563,8 +563,11 @@ class DeadlinePriorityQueue:
                 records.append(request_to_data(request, spider=spider, compact=True))
             except SerializationError as exc:
                 lost += 1
-                logger.error("Cannot persist %(request)s: %(error)s", {"request": request, "error": exc},
-                             extra={"spider": spider})
+                logger.error(
+                    "Cannot persist %(request)s: %(error)s",
+                    {"request": request, "error": exc},
+                    extra={"spider": spider},
+                )
         state = _queuefile.write(self.key, records)
         self.stats.set_value("openclaw/queue/persisted", len(records))
         if lost:

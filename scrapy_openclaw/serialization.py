@@ -53,8 +53,10 @@ _DATETIME, _DATE, _TIME, _TIMEDELTA, _DECIMAL = "__datetime__", "__date__", "__t
 _ITEM, _DATACLASS = "__item__", "__dataclass__"
 _ODICT, _UUID, _PATH = "__odict__", "__uuid__", "__path__"
 #: pathlib classes by name (a fixed table: no class is looked up from stored data)
-_PATHS = {cls.__name__: cls for cls in (pathlib.PurePosixPath, pathlib.PureWindowsPath,
-                                          pathlib.PosixPath, pathlib.WindowsPath)}
+_PATHS = {
+    cls.__name__: cls
+    for cls in (pathlib.PurePosixPath, pathlib.PureWindowsPath, pathlib.PosixPath, pathlib.WindowsPath)
+}
 
 
 def encode_value(value: Any, where: str) -> Any:
@@ -370,9 +372,7 @@ def request_from_data(data: Any, spider: Spider | None = None) -> Request:
             module, _, name = str(cls_path).rpartition(".")
             cls = getattr(sys.modules.get(module), name, None)
             if not (isinstance(cls, type) and issubclass(cls, Request)):
-                raise SerializationError(
-                    f"request class {cls_path!r} is not a loaded scrapy.Request subclass"
-                )
+                raise SerializationError(f"request class {cls_path!r} is not a loaded scrapy.Request subclass")
         rules = StoredRequestRules.for_spider(spider)
         url = raw.get("url")
         if not isinstance(url, str):
@@ -401,8 +401,21 @@ def request_from_data(data: Any, spider: Spider | None = None) -> Request:
 #: is Spider API (``start``, ``close``, ``from_crawler``, ...), never a callback.
 FRAMEWORK_CALLBACKS = frozenset({"parse", "parse_start_url", "_callback", "_errback", "_parse_sitemap"})
 #: Hooks Scrapy calls by name that a spider may define itself.
-SPIDER_HOOKS = frozenset({"start", "start_requests", "closed", "close", "from_crawler", "update_settings",
-                          "handles_request", "set_crawler", "make_requests_from_url", "log", "logger"})
+SPIDER_HOOKS = frozenset(
+    {
+        "start",
+        "start_requests",
+        "closed",
+        "close",
+        "from_crawler",
+        "update_settings",
+        "handles_request",
+        "set_crawler",
+        "make_requests_from_url",
+        "log",
+        "logger",
+    }
+)
 _FRAMEWORK_PACKAGES = ("scrapy", "scrapy_redis")
 
 
@@ -417,6 +430,7 @@ def _framework_names(cls: type) -> frozenset[str]:
 
 def _check_callback(name: Any, spider: Spider | None, which: str, url: str) -> None:
     """A stored callback must name one of the spider's own public methods (or a Scrapy rule callback)."""
+
     def refuse(why: str) -> RefusedRequest:
         return RefusedRequest(f"request {url}: {which} {name!r} refused: {why}", kind="callback", url=url)
 
@@ -450,7 +464,9 @@ class StoredRequestRules:
         from scrapy_openclaw.settings import read_setting
 
         values = BaseSettings() if settings is None else settings
-        schemes, deny = (read_setting(values, name) for name in ("OPENCLAW_STORED_SCHEMES", "OPENCLAW_STORED_META_DENY"))
+        schemes, deny = (
+            read_setting(values, name) for name in ("OPENCLAW_STORED_SCHEMES", "OPENCLAW_STORED_META_DENY")
+        )
         return cls(frozenset(str(s).lower() for s in schemes), frozenset(str(k) for k in deny))
 
     @classmethod
@@ -468,13 +484,16 @@ class StoredRequestRules:
         if scheme not in self.schemes:
             raise RefusedRequest(
                 f"request {request.url}: scheme {scheme!r} refused (OPENCLAW_STORED_SCHEMES: "
-                f"{', '.join(sorted(self.schemes))})", kind="scheme", url=request.url,
+                f"{', '.join(sorted(self.schemes))})",
+                kind="scheme",
+                url=request.url,
             )
         denied = sorted(k for k in request.meta if k in self.meta_deny)
         if denied:
             raise RefusedRequest(
                 f"request {request.url}: meta key(s) {', '.join(denied)} refused (OPENCLAW_STORED_META_DENY)",
-                kind="meta", url=request.url,
+                kind="meta",
+                url=request.url,
             )
 
 

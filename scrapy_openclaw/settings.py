@@ -166,7 +166,11 @@ def validate_settings(settings: Any) -> None:
             continue
         getter = _GETTERS.get(_TYPES.get(name, type(default)))
         if getter is None:  # str or path settings: any string is fine
-            if not isinstance(settings.get(name), (str, bytes)) and default is None and not hasattr(settings.get(name), "__fspath__"):
+            if (
+                not isinstance(settings.get(name), (str, bytes))
+                and default is None
+                and not hasattr(settings.get(name), "__fspath__")
+            ):
                 raise OpenClawConfigError(f"setting {name}: expected a string, got {_short(settings.get(name))}")
             continue
         try:
@@ -177,9 +181,7 @@ def validate_settings(settings: Any) -> None:
             ) from None
         bounds = _RANGES.get(name)
         if bounds and not bounds[0] <= value <= bounds[1]:
-            raise OpenClawConfigError(
-                f"setting {name}: {value!r} is out of range [{bounds[0]}, {bounds[1]}]"
-            )
+            raise OpenClawConfigError(f"setting {name}: {value!r} is out of range [{bounds[0]}, {bounds[1]}]")
         if name in _HTTP_STATUS_LISTS:
             _check_statuses(name, value)
     if settings.get("OPENCLAW_POLICY") is not None:
@@ -195,7 +197,7 @@ PREFIX = "OPENCLAW_"
 
 def field_name(name: str) -> str:
     """``OPENCLAW_DLQ_ALERT_RATIO`` -> ``dlq_alert_ratio``, its field in :class:`OpenClawSettings`."""
-    return name[len(PREFIX):].lower()
+    return name[len(PREFIX) :].lower()
 
 
 def read_setting(settings: Any, name: str) -> Any:
@@ -279,6 +281,7 @@ class OpenClawSettings:
     schedule_redis_prefix: str
     schedule_metrics_port: int
     schedule_run_file: str | PathLike[str] | None
+
     @classmethod
     def from_settings(cls, settings: Any) -> OpenClawSettings:
         """Validate *settings* (:func:`validate_settings`) and read every ``OPENCLAW_*`` setting."""

@@ -37,9 +37,16 @@ def refuse_unstorable(crawler: Crawler, request: Request, error: SerializationEr
     logger.error(
         "Refused %(request)s: it cannot be stored in the %(store)s queue, so it is not scheduled "
         "(and not marked as seen): %(error)s",
-        {"request": request, "store": store, "error": error}, extra={"spider": spider},
+        {"request": request, "store": store, "error": error},
+        extra={"spider": spider},
     )
     crawler.stats.inc_value(f"{STATS}/{store}")
-    letter = for_request(request, spider=spider, crawl_id=crawl_id(crawler),
-                         error_class="unstorable", reason="unstorable", exception=error)
+    letter = for_request(
+        request,
+        spider=spider,
+        crawl_id=crawl_id(crawler),
+        error_class="unstorable",
+        reason="unstorable",
+        exception=error,
+    )
     crawler.signals.send_catch_log(signal=openclaw_signals.dead_letter, dead_letter=letter, spider=spider)

@@ -172,9 +172,7 @@ def _check_graph(root: yaml.Node, source: str) -> None:
                     f"{where}: invalid YAML: aliases expand to more than {MAX_NODES} nodes (an alias bomb?)"
                 )
             if depth > MAX_DEPTH:
-                raise OpenClawConfigError(
-                    f"{where}: invalid YAML: aliases nest deeper than {MAX_DEPTH} levels"
-                )
+                raise OpenClawConfigError(f"{where}: invalid YAML: aliases nest deeper than {MAX_DEPTH} levels")
             measured[nid] = (size, depth)
             continue
         if nid in measured:

@@ -65,8 +65,14 @@ def cases() -> dict[str, Any]:
         "bytes": b"\x00\xff\x80",
         "int_keys": {1: "a", 2: {3: "b"}},
         "mixed_keys": {None: 1, True: 2, 2.5: 3, b"raw": 4, (1, "t"): 5, frozenset({1}): 6},
-        "tag_like_dicts": [{"__tuple__": [1, 2]}, {"__bytes__": "AA=="}, {"__dict__": []},
-                           {"__item__": ["x", {}]}, {"__x__": 1, "y": 2}, {"__set__": {"__set__": []}}],
+        "tag_like_dicts": [
+            {"__tuple__": [1, 2]},
+            {"__bytes__": "AA=="},
+            {"__dict__": []},
+            {"__item__": ["x", {}]},
+            {"__x__": 1, "y": 2},
+            {"__set__": {"__set__": []}},
+        ],
         "item": Product(name="n", price=Decimal("1.5"), seen=datetime.date(2020, 1, 1)),
         "dataclass": Point(1, 2.5, frozenset({"a"})),
         "nested": Offer(Product(name="m"), datetime.datetime(2022, 5, 1, 8), {1: {2, 3}}),
@@ -121,8 +127,12 @@ class TypedSpider(scrapy.Spider):
 
     def typed_requests(self, **meta: Any) -> list[scrapy.Request]:
         return [
-            scrapy.Request(url, callback=self.parse_typed, meta={"case": name, "value": value, **meta},
-                           cb_kwargs={"value": value, "case": name})
+            scrapy.Request(
+                url,
+                callback=self.parse_typed,
+                meta={"case": name, "value": value, **meta},
+                cb_kwargs={"value": value, "case": name},
+            )
             for (name, value), url in zip(cases().items(), self.urls)
         ]
 
@@ -157,8 +167,14 @@ class TypedSpider(scrapy.Spider):
         self.dropped.append(request.url)
 
     def _dead_letter(self, dead_letter: Any, spider: Any = None) -> None:
-        self.dead_letters.append({"url": dead_letter.url, "reason": dead_letter.reason,
-                                  "message": dead_letter.exception_message, "request": dead_letter.request})
+        self.dead_letters.append(
+            {
+                "url": dead_letter.url,
+                "reason": dead_letter.reason,
+                "message": dead_letter.exception_message,
+                "request": dead_letter.request,
+            }
+        )
 
     def _idle(self) -> None:
         if self.mode == "none" and time.time() - self.opened_at < self.grace:
@@ -167,6 +183,10 @@ class TypedSpider(scrapy.Spider):
     def _closed(self, spider: Any, reason: str) -> None:
         path = self.settings.get("TYPED_REPORT")
         if path:
-            report = {"results": self.results, "dropped": self.dropped, "dead_letters": self.dead_letters,
-                      "reason": reason}
+            report = {
+                "results": self.results,
+                "dropped": self.dropped,
+                "dead_letters": self.dead_letters,
+                "reason": reason,
+            }
             Path(path).write_text(json.dumps(report), encoding="utf-8")

@@ -64,8 +64,7 @@ class SlotKeySpider(ChaosSpider):
         crawler = self.crawler
         metrics = next(e for e in crawler.extensions.middlewares if isinstance(e, MetricsExtension))
         labels = {
-            s.labels["domain"]
-            for family in metrics.registry.collect() for s in family.samples if "domain" in s.labels
+            s.labels["domain"] for family in metrics.registry.collect() for s in family.samples if "domain" in s.labels
         }
         records = {
             "health": sorted(HealthRegistry.for_crawler(crawler).domains()),

@@ -60,6 +60,7 @@ def test_broken_pages_on_a_healthy_host_are_the_pages_trouble(chaos_server: Any,
     server = chaos_server(mixed_failures_site(pages=120))
     result = _crawl(server, tmp_path)
     truth = server.truth()
+
     def url(host: str, record: dict[str, Any]) -> str:
         return server.urls[host].rstrip("/") + record["path"]
 
@@ -87,8 +88,7 @@ def test_dead_hosts_end_as_dead_letters_within_seconds(chaos_server: Any, tmp_pa
     beside a healthy host: all 20 dead URLs become one dead letter each and the crawl ends."""
     server = chaos_server(fault_free_site(n_hosts=1, pages=30))
     dead = page_urls(refused_base_url("127.0.0.254"), 10) + page_urls(f"http://{UNRESOLVABLE_HOST}/", 10)
-    result = _crawl(server, tmp_path, starts=server.start_urls + dead,
-                    **resolver_settings({UNRESOLVABLE_HOST: None}))
+    result = _crawl(server, tmp_path, starts=server.start_urls + dead, **resolver_settings({UNRESOLVABLE_HOST: None}))
     stats = result.stats
     assert stats["finish_reason"] == "finished"
     assert stats["elapsed_time_seconds"] < 25  # unreachable_give_up (5 s) after the circuit opened
@@ -99,8 +99,11 @@ def test_dead_hosts_end_as_dead_letters_within_seconds(chaos_server: Any, tmp_pa
     assert stats["openclaw/health/given_up_domains"] == 2
     assert "Giving up on" in result.log
     # each dead host was tried a few times, not 6 attempts x 10 URLs (IgnoreRequest: the dead letters)
-    attempts = sum(v for k, v in stats.items()
-                   if k.startswith("downloader/exception_type_count/") and not k.endswith("IgnoreRequest"))
+    attempts = sum(
+        v
+        for k, v in stats.items()
+        if k.startswith("downloader/exception_type_count/") and not k.endswith("IgnoreRequest")
+    )
     assert attempts <= 20  # (10 URLs each: a fraction of one attempt per URL)
 
 
@@ -132,9 +135,15 @@ def test_a_healthy_site_is_not_paced(chaos_server: Any, tmp_path: Path) -> None:
 def test_autothrottle_keeps_its_meaning(chaos_server: Any, tmp_path: Path) -> None:
     """A project's AutoThrottle owns the slot delay: the add-on does not reset it."""
     server = chaos_server(fault_free_site(n_hosts=1, pages=8, links_per_page="all"))
-    result = _crawl(server, tmp_path, AUTOTHROTTLE_ENABLED=True, AUTOTHROTTLE_START_DELAY=0.5,
-                    AUTOTHROTTLE_MAX_DELAY=0.5, AUTOTHROTTLE_TARGET_CONCURRENCY=0.001,
-                    RANDOMIZE_DOWNLOAD_DELAY=False)
+    result = _crawl(
+        server,
+        tmp_path,
+        AUTOTHROTTLE_ENABLED=True,
+        AUTOTHROTTLE_START_DELAY=0.5,
+        AUTOTHROTTLE_MAX_DELAY=0.5,
+        AUTOTHROTTLE_TARGET_CONCURRENCY=0.001,
+        RANDOMIZE_DOWNLOAD_DELAY=False,
+    )
     truth = server.truth()
     (host,) = truth["hosts"]
     times = sorted(r["t"] for r in _served(truth, host))
@@ -147,8 +156,9 @@ def test_the_projects_concurrency_and_download_delay_keep_their_meaning(chaos_se
     down), and DOWNLOAD_DELAY bounds the rate the add-on reports."""
     server = chaos_server(fault_free_site(n_hosts=1, pages=30, links_per_page="all"))
     server_slow = server  # (one host, 0 latency: concurrency shows in the server's record below)
-    result = _crawl(server_slow, tmp_path, CONCURRENT_REQUESTS_PER_DOMAIN=2, DOWNLOAD_DELAY=0.2,
-                    RANDOMIZE_DOWNLOAD_DELAY=False)
+    result = _crawl(
+        server_slow, tmp_path, CONCURRENT_REQUESTS_PER_DOMAIN=2, DOWNLOAD_DELAY=0.2, RANDOMIZE_DOWNLOAD_DELAY=False
+    )
     truth = server.truth()
     (host,) = truth["hosts"]
     times = sorted(r["t"] for r in _served(truth, host))
@@ -171,8 +181,12 @@ def test_slot_concurrency_is_the_slots_own_scaled_by_health() -> None:
 
     crawler = get_crawler(Spider, {"CONCURRENT_REQUESTS_PER_DOMAIN": 2})
     middleware = build_from_crawler(DomainHealthMiddleware, crawler)
+
     def slot(concurrency: int) -> Slot:  # (Scrapy < 2.16 requires randomize_delay; later ones deprecate it)
-        legacy = "randomize_delay" in inspect.signature(Slot).parameters and "jitter" not in inspect.signature(Slot).parameters
+        legacy = (
+            "randomize_delay" in inspect.signature(Slot).parameters
+            and "jitter" not in inspect.signature(Slot).parameters
+        )
         return Slot(concurrency, 0.0, False) if legacy else Slot(concurrency, 0.0)
 
     own, listed = slot(2), slot(5)  # a DOWNLOAD_SLOTS entry of concurrency 5

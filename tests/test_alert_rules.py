@@ -90,22 +90,36 @@ def test_every_metric_and_label_a_rule_uses_is_served(chaos_server: Any, tmp_out
     port = free_port()
     gateway = Pushgateway()
     settings: dict[str, Any] = {
-        "ADDONS": {"scrapy_openclaw.Addon": 100}, "LOG_LEVEL": "INFO",
+        "ADDONS": {"scrapy_openclaw.Addon": 100},
+        "LOG_LEVEL": "INFO",
         "OPENCLAW_DLQ_URI": str(tmp_out / "dead.jsonl"),
-        "OPENCLAW_METRICS_PORT": port, "OPENCLAW_METRICS_PUSHGATEWAY": gateway.address,
-        "OPENCLAW_POLICY": {"domains": {banned: {
-            "health": {"ban_markers": [BAN_MARKER], "blocked_hold": 0.3, "give_up_after": 2,
-                       "circuit_cooldown": 0.5, "circuit_cooldown_max": 1.0},
-            "retry": {"blocked": {"max_attempts": 2, "base_delay": 0.1, "max_delay": 0.2}},
-        }}},
+        "OPENCLAW_METRICS_PORT": port,
+        "OPENCLAW_METRICS_PUSHGATEWAY": gateway.address,
+        "OPENCLAW_POLICY": {
+            "domains": {
+                banned: {
+                    "health": {
+                        "ban_markers": [BAN_MARKER],
+                        "blocked_hold": 0.3,
+                        "give_up_after": 2,
+                        "circuit_cooldown": 0.5,
+                        "circuit_cooldown_max": 1.0,
+                    },
+                    "retry": {"blocked": {"max_attempts": 2, "base_delay": 0.1, "max_delay": 0.2}},
+                }
+            }
+        },
         "OPENCLAW_DLQ_ALERT_COUNT": 3,
     }
     spidermon = _spidermon_available()
     if spidermon:
-        settings.update({
-            "SPIDERMON_ENABLED": True, "EXTENSIONS": {"spidermon.contrib.scrapy.extensions.Spidermon": 600},
-            "SPIDERMON_SPIDER_CLOSE_MONITORS": ["scrapy_openclaw.monitors.DeadLetterMonitorSuite"],
-        })
+        settings.update(
+            {
+                "SPIDERMON_ENABLED": True,
+                "EXTENSIONS": {"spidermon.contrib.scrapy.extensions.Spidermon": 600},
+                "SPIDERMON_SPIDER_CLOSE_MONITORS": ["scrapy_openclaw.monitors.DeadLetterMonitorSuite"],
+            }
+        )
     served: dict[str, set[str]] = {}
     proc = start_crawl(settings=settings, spider_args={"start_urls": server.start_urls}, out_dir=tmp_out)
     try:

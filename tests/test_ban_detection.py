@@ -36,16 +36,24 @@ TAXONOMY = ErrorTaxonomy(frozenset({503}), (), ())
 # --------------------------------------------------------------------------- markers
 
 
-@pytest.mark.parametrize(("status", "headers", "body", "reason"), [
-    (403, {}, b"<html><title>Just a moment...</title><script src='/cdn-cgi/challenge-platform/cf-chl'>", "blocked_cloudflare"),
-    (503, {"cf-mitigated": "challenge"}, b"", "blocked_cloudflare"),
-    (403, {}, b"<title>Attention Required! | Cloudflare</title>", "blocked_cloudflare"),
-    (429, {}, b'<div class="g-recaptcha" data-sitekey="x"></div>', "blocked_captcha"),
-    (403, {}, b"<script src='https://geo.captcha-delivery.com/captcha/'></script>", "blocked_datadome"),
-    (403, {"X-DataDome": "protected"}, b"", "blocked_datadome"),
-    (403, {}, b'<div id="px-captcha"></div>', "blocked_perimeterx"),
-    (403, {}, b"Reference #18.1 https://errors.edgesuite.net/18.1", "blocked_akamai"),
-])
+@pytest.mark.parametrize(
+    ("status", "headers", "body", "reason"),
+    [
+        (
+            403,
+            {},
+            b"<html><title>Just a moment...</title><script src='/cdn-cgi/challenge-platform/cf-chl'>",
+            "blocked_cloudflare",
+        ),
+        (503, {"cf-mitigated": "challenge"}, b"", "blocked_cloudflare"),
+        (403, {}, b"<title>Attention Required! | Cloudflare</title>", "blocked_cloudflare"),
+        (429, {}, b'<div class="g-recaptcha" data-sitekey="x"></div>', "blocked_captcha"),
+        (403, {}, b"<script src='https://geo.captcha-delivery.com/captcha/'></script>", "blocked_datadome"),
+        (403, {"X-DataDome": "protected"}, b"", "blocked_datadome"),
+        (403, {}, b'<div id="px-captcha"></div>', "blocked_perimeterx"),
+        (403, {}, b"Reference #18.1 https://errors.edgesuite.net/18.1", "blocked_akamai"),
+    ],
+)
 def test_builtin_markers_on_ban_statuses(status: int, headers: dict[str, str], body: bytes, reason: str) -> None:
     c = TAXONOMY.classify_ban(status, Headers(headers), body)
     assert c == Classification(ErrorClass.BLOCKED, reason, status)
@@ -97,9 +105,12 @@ def test_a_ban_is_a_domain_signal_with_its_own_penalty() -> None:
 
 def test_middleware_holds_retries_and_signals() -> None:
     """Unit level, the real middleware chain's first step: a ban page becomes a delayed retry."""
-    crawler = get_crawler(Spider, {
-        "OPENCLAW_POLICY": {"defaults": {"health": {"ban_markers": [BAN_MARKER], "blocked_hold": 7}}},
-    })
+    crawler = get_crawler(
+        Spider,
+        {
+            "OPENCLAW_POLICY": {"defaults": {"health": {"ban_markers": [BAN_MARKER], "blocked_hold": 7}}},
+        },
+    )
     crawler.spider = crawler._create_spider("s")
     seen: list[dict[str, Any]] = []
 
@@ -189,11 +200,20 @@ def test_a_ban_for_good_without_circuit_ends_as_blocked_dead_letters(chaos_serve
 def _ban_for_good(chaos_server: Any, tmp_path: Path, health: dict[str, Any], classes: set[str]) -> None:
     server = chaos_server(ban_site(pages=12, ban_after=4, ban_seconds=None))
     banned_host = address(1)
-    policy = {"domains": {banned_host: {
-        "health": {"ban_markers": [BAN_MARKER], "blocked_hold": 0.5,
-                   "circuit_cooldown": 0.5, "circuit_cooldown_max": 1.0, **health},
-        "retry": {"blocked": {"max_attempts": 2, "base_delay": 0.2, "max_delay": 0.5}},
-    }}}
+    policy = {
+        "domains": {
+            banned_host: {
+                "health": {
+                    "ban_markers": [BAN_MARKER],
+                    "blocked_hold": 0.5,
+                    "circuit_cooldown": 0.5,
+                    "circuit_cooldown_max": 1.0,
+                    **health,
+                },
+                "retry": {"blocked": {"max_attempts": 2, "base_delay": 0.2, "max_delay": 0.5}},
+            }
+        }
+    }
     result = _crawl(server, tmp_path, OPENCLAW_POLICY=policy)
     truth = server.truth()
     assert truth["hosts"][banned_host]["banned"] >= 1

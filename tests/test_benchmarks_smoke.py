@@ -33,7 +33,11 @@ def test_quick_run_reports_numbers_for_every_configuration(tmp_path):
     out = tmp_path / "results"
     proc = subprocess.run(
         [sys.executable, "-m", "benchmarks", "run", *SMOKE, "--quick", "--repeat", "1", "--out", str(out)],
-        cwd=ROOT, env=subprocess_env(), capture_output=True, text=True, timeout=600,
+        cwd=ROOT,
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     result = json.loads((out / "results.json").read_text(encoding="utf-8"))
@@ -57,11 +61,16 @@ def test_quick_run_reports_numbers_for_every_configuration(tmp_path):
 
 
 def test_summary_takes_medians_and_paired_ratios():
-    raw = {"baseline": "scrapy", "hosts": 4, "pages_per_host": 10, "configs": {
-        "scrapy": {"pages_per_s": 100.0, "peak_rss_mb": 90.0, "wall_s": 3.0, "scraped": 40, "duplicates": 0},
-        "openclaw": {"pages_per_s": 96.0, "peak_rss_mb": 95.0, "wall_s": 3.1, "scraped": 40, "duplicates": 0},
-        "openclaw_defaults": {"error": "exit 1"},
-    }}
+    raw = {
+        "baseline": "scrapy",
+        "hosts": 4,
+        "pages_per_host": 10,
+        "configs": {
+            "scrapy": {"pages_per_s": 100.0, "peak_rss_mb": 90.0, "wall_s": 3.0, "scraped": 40, "duplicates": 0},
+            "openclaw": {"pages_per_s": 96.0, "peak_rss_mb": 95.0, "wall_s": 3.1, "scraped": 40, "duplicates": 0},
+            "openclaw_defaults": {"error": "exit 1"},
+        },
+    }
     tables = suite.summarise("overhead", [raw, raw])
     row = tables[0]["rows"]["openclaw"]["pages_per_s"]
     assert row["median"] == 96.0 and row["ratio"] == pytest.approx(0.96)
@@ -70,8 +79,13 @@ def test_summary_takes_medians_and_paired_ratios():
 
 
 def test_scenarios_with_several_tables_read_them_by_key():
-    kill = {"baseline": "scrapy_jobdir", "configs": {
-        "scrapy_jobdir": {"pages_lost": 700, "kills": 1}, "openclaw_checkpoint": {"pages_lost": 0, "kills": 3}}}
+    kill = {
+        "baseline": "scrapy_jobdir",
+        "configs": {
+            "scrapy_jobdir": {"pages_lost": 700, "kills": 1},
+            "openclaw_checkpoint": {"pages_lost": 0, "kills": 3},
+        },
+    }
     tables = suite.summarise("killresume", [{"tables": {"kill": kill}}])
     assert tables[0]["rows"]["scrapy_jobdir"]["kills"]["median"] == 1
     assert tables[0]["headlines"][0]["met"] is True
@@ -92,8 +106,9 @@ def test_recorder_samples_health_and_the_plot_draws_it(tmp_path, monkeypatch, ch
     settings = suite.with_recorder(settings, "openclaw")
     assert suite.with_recorder(settings, "openclaw") == settings  # idempotent
     assert not any(k.startswith("OPENCLAW_") for k in suite.recorder_settings("x"))
-    result = run_crawl(settings=settings, spider_args={"start_urls": server.start_urls}, timeout=120,
-                       out_dir=tmp_path / "crawl")
+    result = run_crawl(
+        settings=settings, spider_args={"start_urls": server.start_urls}, timeout=120, out_dir=tmp_path / "crawl"
+    )
     assert result.stats.get("finish_reason") == "finished", result.log[-2000:]
     path = tmp_path / "recordings" / "ratelimit" / "run1" / "openclaw.jsonl"
     samples = plot.read_recording(path)

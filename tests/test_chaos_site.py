@@ -74,11 +74,24 @@ def wait_for(predicate: Any, timeout: float = 10.0) -> bool:
 
 
 def test_config_round_trips_through_json_and_validates() -> None:
-    for config in (flaky_site(), rate_limited_site(), fault_free_site(), hol_site(), mixed_failures_site(),
-                   limit_sweep_site(), fast_site(), crawl_delay_site()):
+    for config in (
+        flaky_site(),
+        rate_limited_site(),
+        fault_free_site(),
+        hol_site(),
+        mixed_failures_site(),
+        limit_sweep_site(),
+        fast_site(),
+        crawl_delay_site(),
+    ):
         assert ChaosConfig.from_dict(json.loads(json.dumps(config.to_dict()))) == config
-    built = HostConfig(address=A, fail_windows={"period": 2, "down": 1}, parse_fail={"3": 1},
-                       status_script={"4": [503, 200]}, not_found=[5])
+    built = HostConfig(
+        address=A,
+        fail_windows={"period": 2, "down": 1},
+        parse_fail={"3": 1},
+        status_script={"4": [503, 200]},
+        not_found=[5],
+    )
     assert built.fail_windows == FailWindows(period=2, down=1)
     assert built.parse_fail == {3: 1} and built.status_script == {4: (503, 200)}
     with pytest.raises(ValueError, match="127.0.0.2.*drop_rate"):
@@ -118,7 +131,12 @@ def test_issue_15_presets_shape() -> None:
     sweep = limit_sweep_site(limits=(3, 12, 40, 60, 150), seconds=20)
     assert [h.pages for h in sweep.hosts] == [60, 240, 800, 1200, 3000]
     assert [(h.rate_limit.rate, h.rate_limit.burst, h.rate_limit.retry_after) for h in sweep.hosts if h.rate_limit] == [
-        (3, 2, "1"), (12, 3, "1"), (40, 10, "1"), (60, 15, "1"), (150, 15, "1")]
+        (3, 2, "1"),
+        (12, 3, "1"),
+        (40, 10, "1"),
+        (60, 15, "1"),
+        (150, 15, "1"),
+    ]
     fast = fast_site(pages=5000)
     assert len(fast.hosts) == 1 and fast.hosts[0].latency == 0 and fast.hosts[0].links_per_page == "all"
     assert "Crawl-delay: 2\n" in (crawl_delay_site().hosts[0].robots_txt or "")
@@ -301,8 +319,9 @@ def test_not_found_pages_and_unknown_paths(chaos_server: Any) -> None:
 
 def test_robots_txt_is_served_and_recorded_apart(chaos_server: Any) -> None:
     robots = "User-agent: *\nCrawl-delay: 2\n"
-    server = chaos_server(ChaosConfig(hosts=(HostConfig(address=A, pages=3, robots_txt=robots),
-                                             HostConfig(address=B, pages=3))))
+    server = chaos_server(
+        ChaosConfig(hosts=(HostConfig(address=A, pages=3, robots_txt=robots), HostConfig(address=B, pages=3)))
+    )
     status, headers, body = fetch(server.urls[A] + "robots.txt")
     assert (status, body) == (200, robots) and headers["Content-Type"].startswith("text/plain")
     assert fetch(server.urls[B] + "robots.txt")[0] == 404  # not configured: an unknown path
@@ -472,8 +491,9 @@ def test_real_crawl_scrapes_every_reachable_page(chaos_server: Any, tmp_out: Any
 
 def test_crawl_obeying_robots_txt_fetches_it_once_per_host(chaos_server: Any, tmp_out: Any) -> None:
     server = chaos_server(crawl_delay_site(pages=4, crawl_delay=0.2))
-    result = run_crawl(settings={"ROBOTSTXT_OBEY": True}, spider_args={"start_urls": server.start_urls},
-                       out_dir=tmp_out, timeout=90)
+    result = run_crawl(
+        settings={"ROBOTSTXT_OBEY": True}, spider_args={"start_urls": server.start_urls}, out_dir=tmp_out, timeout=90
+    )
     assert result.stats.get("finish_reason") == "finished", result.log[-3000:]
     assert {item["url"] for item in result.items} == set(server.reachable().ok)
     reqs = records(server)

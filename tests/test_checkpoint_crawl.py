@@ -28,8 +28,9 @@ TESTS_DIR = str(Path(__file__).resolve().parent)
 def site(pages: int = 80, latency: float = 0.05, hosts: int = 2) -> ChaosConfig:
     return ChaosConfig(
         hosts=tuple(
-            HostConfig(address=f"127.0.0.{2 + i}", pages=pages, links_per_page=4, latency=latency,
-                       latency_jitter=latency)
+            HostConfig(
+                address=f"127.0.0.{2 + i}", pages=pages, links_per_page=4, latency=latency, latency_jitter=latency
+            )
             for i in range(hosts)
         ),
         seed=3,
@@ -211,7 +212,7 @@ def test_corrupted_checkpoint_files_are_survived(chaos_server: Any, tmp_path: Pa
     newest.write_bytes(newest.read_bytes()[: newest.stat().st_size // 2])
     journal = ckpt / f"journal-{journals[-1]:08d}.log"
     with open(journal, "ab") as f:
-        f.write(b"0badc0de a 99999 p - {\"url\": \"http://127.0.0.2:1/x\"")  # torn, no newline
+        f.write(b'0badc0de a 99999 p - {"url": "http://127.0.0.2:1/x"')  # torn, no newline
     result = run_to_end(server, cfg, tmp_path / "r2")
     assert result.returncode == 0, result.log[-3000:]
     assert "skipped damaged snapshot" in result.log
@@ -223,8 +224,12 @@ def test_unserialisable_meta_reported_at_enqueue(chaos_server: Any, tmp_path: Pa
     server = chaos_server(site(pages=5, latency=0.0, hosts=1))
     ckpt, items = tmp_path / "ckpt", tmp_path / "items.jsonl"
     cfg = settings(ckpt, items)
-    proc = start_crawl(spider="test_checkpoint_crawl.BadMetaSpider", settings=cfg,
-                       spider_args={"start_urls": server.start_urls}, out_dir=tmp_path / "r1")
+    proc = start_crawl(
+        spider="test_checkpoint_crawl.BadMetaSpider",
+        settings=cfg,
+        spider_args={"start_urls": server.start_urls},
+        out_dir=tmp_path / "r1",
+    )
     proc.wait(60)
     result = read_result(tmp_path / "r1", proc.returncode)
     assert result.returncode == 0, result.log[-3000:]
@@ -233,23 +238,45 @@ def test_unserialisable_meta_reported_at_enqueue(chaos_server: Any, tmp_path: Pa
     assert result.stats["openclaw/checkpoint/unserializable"] >= 1
 
 
-@pytest.mark.parametrize("queue", [None, "scrapy_openclaw.pqueues.DeadlinePriorityQueue"],
-                         ids=["scrapy-queue-delayed-requests", "deadline-queue"])
+@pytest.mark.parametrize(
+    "queue",
+    [None, "scrapy_openclaw.pqueues.DeadlinePriorityQueue"],
+    ids=["scrapy-queue-delayed-requests", "deadline-queue"],
+)
 def test_kill9_while_retries_wait_loses_none(chaos_server: Any, tmp_path: Path, queue: str | None) -> None:
     """Retries waiting out their backoff (held by DelayedRequests, or in our queue's timer
     heap) are live requests too: killed mid-wait, the resumed crawl fetches each retry once."""
     pages = 10
-    server = chaos_server(ChaosConfig(hosts=(HostConfig(
-        address="127.0.0.2", pages=pages, links_per_page="all",
-        status_script={p: (503, 200) for p in range(1, pages)}),)))
+    server = chaos_server(
+        ChaosConfig(
+            hosts=(
+                HostConfig(
+                    address="127.0.0.2",
+                    pages=pages,
+                    links_per_page="all",
+                    status_script={p: (503, 200) for p in range(1, pages)},
+                ),
+            )
+        )
+    )
     ckpt, items = tmp_path / "ckpt", tmp_path / "items.jsonl"
     cfg = settings(
-        ckpt, items, RETRY_ENABLED=True, CONCURRENT_REQUESTS=4,
-        DOWNLOADER_MIDDLEWARES={"scrapy_openclaw.retry.ClassifiedRetryMiddleware": 550,
-                                "scrapy.downloadermiddlewares.retry.RetryMiddleware": None},
-        OPENCLAW_POLICY={"defaults": {"retry": {
-            "protocol_retryable": {"base_delay": 5.0, "max_delay": 5.0, "jitter": "none"},
-            "budget_min_retries": 1000}}},
+        ckpt,
+        items,
+        RETRY_ENABLED=True,
+        CONCURRENT_REQUESTS=4,
+        DOWNLOADER_MIDDLEWARES={
+            "scrapy_openclaw.retry.ClassifiedRetryMiddleware": 550,
+            "scrapy.downloadermiddlewares.retry.RetryMiddleware": None,
+        },
+        OPENCLAW_POLICY={
+            "defaults": {
+                "retry": {
+                    "protocol_retryable": {"base_delay": 5.0, "max_delay": 5.0, "jitter": "none"},
+                    "budget_min_retries": 1000,
+                }
+            }
+        },
     )
     if queue:
         cfg["SCHEDULER_PRIORITY_QUEUE"] = queue
@@ -280,8 +307,12 @@ def test_requests_vetoed_before_the_queue_are_not_kept(chaos_server: Any, tmp_pa
     (it would be re-injected by every resume, and a finished crawl would look unfinished)."""
     server = chaos_server(site(pages=10, latency=0.0, hosts=1))
     ckpt, items = tmp_path / "ckpt", tmp_path / "items.jsonl"
-    proc = start_crawl(spider="test_checkpoint_crawl.OffsiteLinkSpider", settings=settings(ckpt, items),
-                       spider_args={"start_urls": server.start_urls}, out_dir=tmp_path / "r1")
+    proc = start_crawl(
+        spider="test_checkpoint_crawl.OffsiteLinkSpider",
+        settings=settings(ckpt, items),
+        spider_args={"start_urls": server.start_urls},
+        out_dir=tmp_path / "r1",
+    )
     proc.wait(60)
     result = read_result(tmp_path / "r1", proc.returncode)
     assert result.returncode == 0, result.log[-3000:]
@@ -294,19 +325,34 @@ def test_requests_vetoed_before_the_queue_are_not_kept(chaos_server: Any, tmp_pa
 def test_resume_without_a_callback_dead_letters_and_stays_resumable(chaos_server: Any, tmp_path: Path) -> None:
     server = chaos_server(site(pages=60, latency=0.2, hosts=1))
     ckpt, items, dead = tmp_path / "ckpt", tmp_path / "items.jsonl", tmp_path / "dead.jsonl"
-    cfg = settings(ckpt, items, CONCURRENT_REQUESTS=2, OPENCLAW_DLQ_URI=str(dead), ITEM_PIPELINES={
-        "scrapy_openclaw.testing.pipelines.FlushedItemsPipeline": 100,
-        "scrapy_openclaw.dlq.DeadLetterPipeline": 200})
-    proc = start_crawl(spider="test_checkpoint_crawl.CallbackSpider", settings=cfg,
-                       spider_args={"start_urls": server.start_urls}, out_dir=tmp_path / "r1")
+    cfg = settings(
+        ckpt,
+        items,
+        CONCURRENT_REQUESTS=2,
+        OPENCLAW_DLQ_URI=str(dead),
+        ITEM_PIPELINES={
+            "scrapy_openclaw.testing.pipelines.FlushedItemsPipeline": 100,
+            "scrapy_openclaw.dlq.DeadLetterPipeline": 200,
+        },
+    )
+    proc = start_crawl(
+        spider="test_checkpoint_crawl.CallbackSpider",
+        settings=cfg,
+        spider_args={"start_urls": server.start_urls},
+        out_dir=tmp_path / "r1",
+    )
     assert wait_for(lambda: len(items_of(items)) >= 4, 60)
     time.sleep(0.5)  # a journal batch or two
     proc.send_signal(signal.SIGKILL)
     proc.wait(10)
     assert any(json.loads(data).get("callback") == "parse_page" for _st, data, _fp in load(ckpt).requests.values())
 
-    proc = start_crawl(spider="test_checkpoint_crawl.CallbackGoneSpider", settings=cfg,
-                       spider_args={"start_urls": server.start_urls}, out_dir=tmp_path / "r2")
+    proc = start_crawl(
+        spider="test_checkpoint_crawl.CallbackGoneSpider",
+        settings=cfg,
+        spider_args={"start_urls": server.start_urls},
+        out_dir=tmp_path / "r2",
+    )
     proc.wait(90)
     result = read_result(tmp_path / "r2", proc.returncode)
     assert result.returncode == 0, result.log[-3000:]
@@ -322,9 +368,15 @@ def test_resume_without_a_callback_dead_letters_and_stays_resumable(chaos_server
 
 
 def test_jobdir_is_refused(tmp_path: Path) -> None:
-    proc = start_crawl(settings={"OPENCLAW_CHECKPOINT_DIR": str(tmp_path / "c"), "JOBDIR": str(tmp_path / "c"),
-                                 "EXTENSIONS": {"scrapy_openclaw.checkpoint.CheckpointExtension": 10}},
-                       spider_args={"start_urls": "http://127.0.0.1:9/"}, out_dir=tmp_path / "r")
+    proc = start_crawl(
+        settings={
+            "OPENCLAW_CHECKPOINT_DIR": str(tmp_path / "c"),
+            "JOBDIR": str(tmp_path / "c"),
+            "EXTENSIONS": {"scrapy_openclaw.checkpoint.CheckpointExtension": 10},
+        },
+        spider_args={"start_urls": "http://127.0.0.1:9/"},
+        out_dir=tmp_path / "r",
+    )
     proc.wait(60)
     result = read_result(tmp_path / "r", proc.returncode)
     assert "cannot be combined with OPENCLAW_CHECKPOINT_DIR" in result.log
@@ -373,4 +425,3 @@ if ChaosSpider is not None:
 
             yield scrapy.Request("http://offsite.invalid/elsewhere", callback=self.parse)
             yield from super().parse(response)
-

@@ -12,8 +12,9 @@ from scrapy_openclaw.checkpoint.tracker import RequestTracker
 
 
 def _tracker(filtering: bool = True) -> RequestTracker:
-    return RequestTracker(lambda r: hashlib.sha1(r.url.encode()).digest(), lambda r: f'{{"url":"{r.url}"}}',
-                          filtering=filtering)
+    return RequestTracker(
+        lambda r: hashlib.sha1(r.url.encode()).digest(), lambda r: f'{{"url":"{r.url}"}}', filtering=filtering
+    )
 
 
 def _replay(payloads: list[str], state: RecoveredState | None = None) -> RecoveredState:

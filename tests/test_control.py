@@ -24,17 +24,29 @@ class _Spider(Spider):
 
 def test_validate_normalises_and_refuses():
     assert validate({"command": "hold", "domain": "a.example", "for": 60}, now=1000.0) == {
-        "command": "hold", "domain": "a.example", "until": 1060.0}
-    assert validate({"command": "limit", "domain": "a", "rate": None}) == {"command": "limit", "domain": "a",
-                                                                           "rate": None}
+        "command": "hold",
+        "domain": "a.example",
+        "until": 1060.0,
+    }
+    assert validate({"command": "limit", "domain": "a", "rate": None}) == {
+        "command": "limit",
+        "domain": "a",
+        "rate": None,
+    }
     assert validate({"command": "close"})["reason"] == "openclaw_ctl"
     for bad in (
-        [], {"command": "rm -rf"}, {"command": "hold", "domain": "a"}, {"command": "hold", "domain": "a", "for": 1,
-                                                                        "until": 5},
-        {"command": "hold", "domain": "a b", "for": 1}, {"command": "hold", "domain": "a", "for": math.inf},
-        {"command": "hold", "domain": "a", "for": True}, {"command": "limit", "domain": "a"},
-        {"command": "limit", "domain": "a", "rate": -1}, {"command": "limit", "domain": "a", "concurrency": 1.5},
-        {"command": "close", "reason": "x\n"}, {"command": "release"},
+        [],
+        {"command": "rm -rf"},
+        {"command": "hold", "domain": "a"},
+        {"command": "hold", "domain": "a", "for": 1, "until": 5},
+        {"command": "hold", "domain": "a b", "for": 1},
+        {"command": "hold", "domain": "a", "for": math.inf},
+        {"command": "hold", "domain": "a", "for": True},
+        {"command": "limit", "domain": "a"},
+        {"command": "limit", "domain": "a", "rate": -1},
+        {"command": "limit", "domain": "a", "concurrency": 1.5},
+        {"command": "close", "reason": "x\n"},
+        {"command": "release"},
     ):
         with pytest.raises(ControlError):
             validate(bad)
@@ -69,8 +81,23 @@ def test_overrides_in_the_registry():
 
 
 def test_restore_ends_an_automatic_give_up_and_restarts_its_clock():
-    policies = PolicySet.for_crawler(get_crawler(_Spider, {"OPENCLAW_POLICY": {"defaults": {"health": {
-        "give_up_after": 10.0, "circuit_failures": 1, "circuit_cooldown": 50.0, "circuit_jitter": 0.0}}}}))
+    policies = PolicySet.for_crawler(
+        get_crawler(
+            _Spider,
+            {
+                "OPENCLAW_POLICY": {
+                    "defaults": {
+                        "health": {
+                            "give_up_after": 10.0,
+                            "circuit_failures": 1,
+                            "circuit_cooldown": 50.0,
+                            "circuit_jitter": 0.0,
+                        }
+                    }
+                }
+            },
+        )
+    )
     reg = HealthRegistry(policies)
     reg.record_failure("a", Classification(ErrorClass.NETWORK, "connection_refused"), now=1000.0)
     assert reg.given_up("a", 1011.0)
@@ -111,7 +138,11 @@ def _opts(**kw):
 def test_cli_builds_commands():
     assert Command.build(["hold", "a"], _opts(for_="15m"))["for"] == 900
     assert Command.build(["limit", "a"], _opts(rate="2.5", concurrency="off")) == {
-        "command": "limit", "domain": "a", "rate": 2.5, "concurrency": None}
+        "command": "limit",
+        "domain": "a",
+        "rate": 2.5,
+        "concurrency": None,
+    }
     assert Command.build(["give-up", "a"], _opts()) == {"command": "give_up", "domain": "a"}
     assert Command.build(["close"], _opts(reason="maintenance")) == {"command": "close", "reason": "maintenance"}
     assert parse_duration("90") == 90 and parse_duration("2h") == 7200
@@ -123,12 +154,34 @@ def test_cli_builds_commands():
 
 
 def test_cli_table():
-    text = format_domains({"paused": True, "domains": [
-        {"domain": "shop.example", "health": 91.5, "rate": 2.0, "concurrency": 2, "circuit": "closed",
-         "held_until": 1.8e9, "given_up": False, "pending": 12,
-         "overrides": {"hold_until": 1.8e9, "rate": 2.0, "concurrency": None, "given_up": False}},
-        {"domain": "evil\x1b[2J", "health": 0, "rate": None, "concurrency": 1, "circuit": "open",
-         "held_until": None, "given_up": True, "pending": 0, "overrides": {"given_up": True}},
-    ]})
+    text = format_domains(
+        {
+            "paused": True,
+            "domains": [
+                {
+                    "domain": "shop.example",
+                    "health": 91.5,
+                    "rate": 2.0,
+                    "concurrency": 2,
+                    "circuit": "closed",
+                    "held_until": 1.8e9,
+                    "given_up": False,
+                    "pending": 12,
+                    "overrides": {"hold_until": 1.8e9, "rate": 2.0, "concurrency": None, "given_up": False},
+                },
+                {
+                    "domain": "evil\x1b[2J",
+                    "health": 0,
+                    "rate": None,
+                    "concurrency": 1,
+                    "circuit": "open",
+                    "held_until": None,
+                    "given_up": True,
+                    "pending": 0,
+                    "overrides": {"given_up": True},
+                },
+            ],
+        }
+    )
     assert "hold, rate<=2" in text and "GIVEN UP (operator)" in text and "crawl: PAUSED" in text
     assert "\x1b" not in text

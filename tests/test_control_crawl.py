@@ -24,14 +24,19 @@ from scrapy_openclaw.testing.servers import free_port, stop_process
 TOKEN = "test-token-0123456789abcdef"
 
 
-def api(port: int, name: str, body: dict[str, Any] | None = None, token: str | None = TOKEN,
-        method: str | None = None) -> tuple[int, dict[str, Any]]:
+def api(
+    port: int, name: str, body: dict[str, Any] | None = None, token: str | None = TOKEN, method: str | None = None
+) -> tuple[int, dict[str, Any]]:
     data = None if body is None else json.dumps(body).encode()
     headers = {"X-OpenClaw-Operator": "pytest"}
     if token is not None:
         headers["Authorization"] = f"Bearer {token}"
-    req = urllib.request.Request(f"http://127.0.0.1:{port}/control/{name}", data=data, headers=headers,
-                                 method=method or ("GET" if body is None else "POST"))
+    req = urllib.request.Request(
+        f"http://127.0.0.1:{port}/control/{name}",
+        data=data,
+        headers=headers,
+        method=method or ("GET" if body is None else "POST"),
+    )
     try:
         with urllib.request.urlopen(req, timeout=10) as resp:
             return resp.status, json.loads(resp.read())
@@ -57,8 +62,14 @@ def row(port: int, domain: str) -> dict[str, Any]:
 
 def cli(*args: str, token: str | None = None) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "OPENCLAW_CONTROL_TOKEN": token} if token is not None else None
-    return subprocess.run([sys.executable, "-m", "scrapy", "openclaw-ctl", *args], capture_output=True, text=True,
-                          timeout=60, env=env, cwd="/")
+    return subprocess.run(
+        [sys.executable, "-m", "scrapy", "openclaw-ctl", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        cwd="/",
+    )
 
 
 class Truth:
@@ -75,9 +86,15 @@ class Truth:
 def test_control_commands_change_what_the_site_sees(chaos_server, tmp_out):
     a, b = address(0), address(1)
     # (b is slow: it keeps the crawl open until the test closes it)
-    site = chaos_server(ChaosConfig(hosts=(
-        HostConfig(address=a, pages=400, links_per_page=3, latency=0.15),
-        HostConfig(address=b, pages=400, links_per_page=3, latency=0.6)), seed=5))
+    site = chaos_server(
+        ChaosConfig(
+            hosts=(
+                HostConfig(address=a, pages=400, links_per_page=3, latency=0.15),
+                HostConfig(address=b, pages=400, links_per_page=3, latency=0.6),
+            ),
+            seed=5,
+        )
+    )
     truth = Truth(site)
     port = free_port()
     settings = {
@@ -157,8 +174,17 @@ def test_control_commands_change_what_the_site_sees(chaos_server, tmp_out):
     stats = result.stats
     assert result.returncode == 0, result.log[-3000:]
     assert stats["finish_reason"] == "ops_maintenance"
-    for name, n in {"hold": 1, "release": 1, "limit": 2, "pause": 1, "resume": 1, "give_up": 1, "restore": 1,
-                    "close": 1, "unauthorized": 4}.items():
+    for name, n in {
+        "hold": 1,
+        "release": 1,
+        "limit": 2,
+        "pause": 1,
+        "resume": 1,
+        "give_up": 1,
+        "restore": 1,
+        "close": 1,
+        "unauthorized": 4,
+    }.items():
         assert stats.get(f"openclaw/control/{name}") == n, name
     assert "Control command hold {'domain': '127.0.0.2', 'until': " in result.log
     assert "by pytest@127.0.0.1 (via api)" in result.log
@@ -170,9 +196,15 @@ def test_control_commands_change_what_the_site_sees(chaos_server, tmp_out):
 
 def test_overrides_survive_a_checkpoint_resume(chaos_server, tmp_path):
     a, b = address(0), address(1)
-    site = chaos_server(ChaosConfig(hosts=(
-        HostConfig(address=a, pages=300, links_per_page=3, latency=0.15),
-        HostConfig(address=b, pages=300, links_per_page=3, latency=0.6)), seed=6))
+    site = chaos_server(
+        ChaosConfig(
+            hosts=(
+                HostConfig(address=a, pages=300, links_per_page=3, latency=0.15),
+                HostConfig(address=b, pages=300, links_per_page=3, latency=0.6),
+            ),
+            seed=6,
+        )
+    )
     truth = Truth(site)
     port = free_port()
     settings = {

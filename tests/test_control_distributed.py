@@ -34,16 +34,41 @@ class _Spider(Spider):
 
 
 def test_overrides_lua_matches_python(redis_server):
-    crawler = get_crawler(_Spider, {"REDIS_URL": redis_server.url, "OPENCLAW_POLICY": {"defaults": {"health": {
-        "base_rate": 50.0, "initial_rate": 10.0, "give_up_after": 5.0, "circuit_failures": 2,
-        "circuit_jitter": 0.0}}}})
+    crawler = get_crawler(
+        _Spider,
+        {
+            "REDIS_URL": redis_server.url,
+            "OPENCLAW_POLICY": {
+                "defaults": {
+                    "health": {
+                        "base_rate": 50.0,
+                        "initial_rate": 10.0,
+                        "give_up_after": 5.0,
+                        "circuit_failures": 2,
+                        "circuit_jitter": 0.0,
+                    }
+                }
+            },
+        },
+    )
     local = HealthRegistry(PolicySet.for_crawler(crawler))
     shared = RedisHealthRegistry(crawler)
     t = 1000.0
     events: list[tuple[str, dict[str, Any]]] = [
-        ("ok", {}), ("ctl", {"ctl_hold": t + 30}), ("acquire", {}), ("ctl", {"ctl_rate": 2.0, "ctl_concurrency": 3}),
-        ("ok", {}), ("ok", {}), ("ctl", {"ctl_hold": 0}), ("acquire", {}), ("fail", {}), ("fail", {}),
-        ("ctl", {"ctl_down": 1}), ("ctl", {"ctl_down": 0, "ctl_rate": 0}), ("ok", {}), ("acquire", {}),
+        ("ok", {}),
+        ("ctl", {"ctl_hold": t + 30}),
+        ("acquire", {}),
+        ("ctl", {"ctl_rate": 2.0, "ctl_concurrency": 3}),
+        ("ok", {}),
+        ("ok", {}),
+        ("ctl", {"ctl_hold": 0}),
+        ("acquire", {}),
+        ("fail", {}),
+        ("fail", {}),
+        ("ctl", {"ctl_down": 1}),
+        ("ctl", {"ctl_down": 0, "ctl_rate": 0}),
+        ("ok", {}),
+        ("acquire", {}),
     ]
     for i, (kind, changes) in enumerate(events):
         now = t + i * 0.7
@@ -65,8 +90,11 @@ def test_overrides_lua_matches_python(redis_server):
                 assert math.isclose(value, other, rel_tol=1e-9, abs_tol=1e-9), (i, name, value, other)
             else:
                 assert value == other, (i, name, value, other)
-    assert shared.overrides("a") == local.overrides("a") == {
-        "hold_until": None, "rate": None, "concurrency": 3, "given_up": False}
+    assert (
+        shared.overrides("a")
+        == local.overrides("a")
+        == {"hold_until": None, "rate": None, "concurrency": 3, "given_up": False}
+    )
 
 
 def ctl(capsys: Any, *argv: str) -> str:
@@ -83,9 +111,15 @@ def ctl(capsys: Any, *argv: str) -> str:
 
 def test_a_hold_issued_to_one_worker_holds_both(chaos_server, redis_server, tmp_path, capsys):
     a, b = address(0), address(1)
-    site = chaos_server(ChaosConfig(hosts=(
-        HostConfig(address=a, pages=400, links_per_page=3, latency=0.1),
-        HostConfig(address=b, pages=400, links_per_page=3, latency=0.4)), seed=7))
+    site = chaos_server(
+        ChaosConfig(
+            hosts=(
+                HostConfig(address=a, pages=400, links_per_page=3, latency=0.1),
+                HostConfig(address=b, pages=400, links_per_page=3, latency=0.4),
+            ),
+            seed=7,
+        )
+    )
     port = free_port()
     common = {
         "ADDONS": {"scrapy_openclaw.Addon": 100},
@@ -100,8 +134,9 @@ def test_a_hold_issued_to_one_worker_holds_both(chaos_server, redis_server, tmp_
         "LOG_LEVEL": "INFO",
     }
     workers = [
-        start_crawl(SPIDER, {**common, "OPENCLAW_METRICS_PORT": port}, {"start_urls": site.start_urls},
-                    out_dir=tmp_path / "w0"),
+        start_crawl(
+            SPIDER, {**common, "OPENCLAW_METRICS_PORT": port}, {"start_urls": site.start_urls}, out_dir=tmp_path / "w0"
+        ),
         start_crawl(SPIDER, common, {}, out_dir=tmp_path / "w1"),
     ]
     client = redis.Redis.from_url(redis_server.url)

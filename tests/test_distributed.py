@@ -45,8 +45,9 @@ def test_worker_killed_before_a_child_reaches_redis_loses_nothing(
     expected = site.reachable().ok
     marker = tmp_path / "died-on"
     settings = bench.ours(redis_server.url)
-    settings.update(SCHEDULER_QUEUE_CLASS="tests.distributed_spiders.DieBeforePushQueue",
-                    DIE_MARKER=str(marker), DIE_AFTER_PUSHES=6)
+    settings.update(
+        SCHEDULER_QUEUE_CLASS="tests.distributed_spiders.DieBeforePushQueue", DIE_MARKER=str(marker), DIE_AFTER_PUSHES=6
+    )
     workers = bench.Workers(2, settings, site.start_urls, tmp_path)
     codes = workers.wait(240)
     assert marker.exists() and sorted(codes) == [-9, 0], codes
@@ -56,9 +57,7 @@ def test_worker_killed_before_a_child_reaches_redis_loses_nothing(
     assert bench.queue_size(redis_server.url, "inflight") == 0 and bench.queue_size(redis_server.url, "data") == 0
 
 
-def test_worker_killed_right_after_an_ack_loses_no_link(
-    chaos_server: Any, redis_server: Any, tmp_path: Path
-) -> None:
+def test_worker_killed_right_after_an_ack_loses_no_link(chaos_server: Any, redis_server: Any, tmp_path: Path) -> None:
     """The lease of a page is acknowledged only after the links its callback yielded are in
     Redis. Acknowledging when the callback's generator ended was too early: under the asyncio
     reactor Scrapy drains the generator before it schedules what it yielded. Here the start page
@@ -70,8 +69,7 @@ def test_worker_killed_right_after_an_ack_loses_no_link(
     marker = tmp_path / "died-on"
     settings = bench.ours(redis_server.url, lease=1.0)
     spider = "tests.distributed_spiders.LinksOnlyStartSpider"
-    dying = dict(settings, SCHEDULER_QUEUE_CLASS="tests.distributed_spiders.DieAfterAckQueue",
-                 DIE_MARKER=str(marker))
+    dying = dict(settings, SCHEDULER_QUEUE_CLASS="tests.distributed_spiders.DieAfterAckQueue", DIE_MARKER=str(marker))
     first = bench.Workers(1, dying, site.start_urls, tmp_path / "first", spider=spider)
     assert first.wait(120) == [-9]
     assert marker.read_text() in start  # it died right after acknowledging a start page
@@ -89,7 +87,9 @@ def test_combined_rate_stays_within_domain_limit(chaos_server: Any, redis_any: A
     limit, burst = 5.0, 2
     cfg = bench._site(40, hosts=1, latency=0.01, rate_limit={"rate": 100, "burst": 100})
     site = chaos_server(cfg)
-    workers = bench.Workers(3, bench.ours(redis_server.url, rate=limit, burst=burst), site.start_urls, tmp_path / "ours")
+    workers = bench.Workers(
+        3, bench.ours(redis_server.url, rate=limit, burst=burst), site.start_urls, tmp_path / "ours"
+    )
     assert workers.wait(240) == [0, 0, 0]
     ours = next(iter(site.truth(include_requests=False)["hosts"].values()))
     assert ours["max_1s_window"] <= limit + burst

@@ -78,8 +78,10 @@ def test_a_queue_in_the_old_layout_is_refused_with_a_clear_message(redis_server:
     settings = Settings()
     configure(settings)
     names = ("SCHEDULER_QUEUE_CLASS", "SCHEDULER_SERIALIZER", "DUPEFILTER_CLASS", "SCHEDULER_PERSIST")
-    crawler = get_crawler(_Spider, {"REDIS_URL": redis_server.url, "OPENCLAW_HEALTH_ENABLED": False,
-                                    **{name: settings[name] for name in names}})
+    crawler = get_crawler(
+        _Spider,
+        {"REDIS_URL": redis_server.url, "OPENCLAW_HEALTH_ENABLED": False, **{name: settings[name] for name in names}},
+    )
     scheduler = OpenClawRedisScheduler.from_crawler(crawler)
     spider = _Spider.from_crawler(crawler)
     crawler.spider = spider
@@ -95,17 +97,20 @@ def test_a_queue_in_the_old_layout_is_refused_with_a_clear_message(redis_server:
 def test_sentinel_settings_reach_the_master(redis_server: Any, tmp_path: Path) -> None:
     port = free_port()
     conf = tmp_path / "sentinel.conf"
-    conf.write_text(f"port {port}\nbind 127.0.0.1\ndir {tmp_path}\n"
-                    f"sentinel monitor mymaster 127.0.0.1 {redis_server.port} 1\n")
-    proc = subprocess.Popen([find_redis_server(), str(conf), "--sentinel"], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    conf.write_text(
+        f"port {port}\nbind 127.0.0.1\ndir {tmp_path}\nsentinel monitor mymaster 127.0.0.1 {redis_server.port} 1\n"
+    )
+    proc = subprocess.Popen(
+        [find_redis_server(), str(conf), "--sentinel"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     try:
         deadline = time.monotonic() + 20
         while not _answers(port):
             assert time.monotonic() < deadline and proc.poll() is None, "sentinel did not start"
             time.sleep(0.05)
-        crawler = get_crawler(_Spider, {"OPENCLAW_REDIS_SENTINELS": [f"127.0.0.1:{port}"],
-                                        "REDIS_PARAMS": {"socket_timeout": 5}})
+        crawler = get_crawler(
+            _Spider, {"OPENCLAW_REDIS_SENTINELS": [f"127.0.0.1:{port}"], "REDIS_PARAMS": {"socket_timeout": 5}}
+        )
         client = client_from_settings(crawler.settings)
         client.set("via-sentinel", "1")
         assert redis.Redis.from_url(redis_server.url).get("via-sentinel") == b"1"

@@ -36,15 +36,18 @@ def _get_metrics(port: int) -> float:
     return time.monotonic() - start
 
 
-def test_paused_redis_stalls_neither_reactor_nor_metrics(chaos_server: Any, redis_server: Any,
-                                                         tmp_path: Path) -> None:
+def test_paused_redis_stalls_neither_reactor_nor_metrics(chaos_server: Any, redis_server: Any, tmp_path: Path) -> None:
     site = chaos_server(bench._site(60, hosts=2, latency=0.05))
     expected = site.reachable().ok
     port = free_port()
     stall_file = tmp_path / "stalls.json"
     settings = bench.ours(redis_server.url)
-    settings.update(OPENCLAW_METRICS_PORT=port, STALL_FILE=str(stall_file),
-                    EXTENSIONS={"tests.distributed_spiders.StallMeter": 0}, CONCURRENT_REQUESTS=4)
+    settings.update(
+        OPENCLAW_METRICS_PORT=port,
+        STALL_FILE=str(stall_file),
+        EXTENSIONS={"tests.distributed_spiders.StallMeter": 0},
+        CONCURRENT_REQUESTS=4,
+    )
     workers = bench.Workers(1, settings, site.start_urls, tmp_path / "w")
     try:
         assert bench.wait_for_items(redis_server.url, 8, 120) >= 8
@@ -72,7 +75,9 @@ def test_paused_redis_stalls_neither_reactor_nor_metrics(chaos_server: Any, redi
     assert max(during, default=0.0) < 0.1, stalls["stalls"]
     # the crawl really needed Redis meanwhile: it was not over when the pause ended
     assert items_at_resume < len(expected)
-    print(f"paused {PAUSE}s: /metrics max {max(latencies) * 1000:.1f} ms over {len(latencies)} GETs; "
-          f"longest reactor stall during the pause {max(during, default=0.0) * 1000:.1f} ms "
-          f"(whole crawl {stalls['max'] * 1000:.1f} ms); items at resume {items_at_resume}/{len(expected)}")
+    print(
+        f"paused {PAUSE}s: /metrics max {max(latencies) * 1000:.1f} ms over {len(latencies)} GETs; "
+        f"longest reactor stall during the pause {max(during, default=0.0) * 1000:.1f} ms "
+        f"(whole crawl {stalls['max'] * 1000:.1f} ms); items at resume {items_at_resume}/{len(expected)}"
+    )
     assert workers.stats(0)["finish_reason"] == "finished"

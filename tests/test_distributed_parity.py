@@ -44,8 +44,10 @@ def _pair(url: str, health: dict[str, Any] | None = None) -> tuple[HealthRegistr
     def pinned(a: float, b: float) -> float:  # the jitter's random source, the same for both
         return a + 0.3 * (b - a)
 
-    return (HealthRegistry(PolicySet.for_crawler(crawler), uniform=pinned),
-            RedisHealthRegistry(crawler, uniform=pinned))
+    return (
+        HealthRegistry(PolicySet.for_crawler(crawler), uniform=pinned),
+        RedisHealthRegistry(crawler, uniform=pinned),
+    )
 
 
 def _compare(local: HealthRegistry, shared: RedisHealthRegistry, where: str) -> None:
@@ -82,24 +84,35 @@ def _drive(local: HealthRegistry, shared: RedisHealthRegistry, events: list[tupl
 def test_scripted_story_matches(redis_server: Any) -> None:
     """Slow start, a 429 without Retry-After (brief hold, threshold), latency congestion,
     Retry-After, the circuit opening, half-open probe, closing: field for field."""
-    local, shared = _pair(redis_server.url, {"initial_rate": 2.0, "base_rate": 50.0, "burst": 3,
-                                             "circuit_failures": 3, "circuit_cooldown": 5.0})
+    local, shared = _pair(
+        redis_server.url,
+        {"initial_rate": 2.0, "base_rate": 50.0, "burst": 3, "circuit_failures": 3, "circuit_cooldown": 5.0},
+    )
     t = 1_000_000.0
     events: list[tuple[Any, ...]] = [("acquire", "a", t, True)]
     for i in range(12):  # slow start: +50% per success while nothing is learned
         events += [("acquire", "a", t + i * 0.25, True), ("ok", "a", t + i * 0.25 + 0.1, 0.1)]
     t += 4
-    events += [("fail", "a", t, C429, None), ("acquire", "a", t + 0.01, True),
-               ("acquire", "a", t + 0.5, True)]
+    events += [("fail", "a", t, C429, None), ("acquire", "a", t + 0.01, True), ("acquire", "a", t + 0.5, True)]
     for i in range(8):  # latency climbs: congestion from latency alone
         events.append(("ok", "a", t + 1 + i * 0.3, 0.1 + i * 0.4))
     t += 5
     events += [("fail", "a", t, C503, 2.0), ("acquire", "a", t + 1, False), ("acquire", "a", t + 2.5, False)]
-    events += [("fail", "a", t + 3, TIMEOUT, None), ("fail", "a", t + 3.1, REFUSED, None),
-               ("fail", "a", t + 3.2, C500, None), ("fail", "a", t + 3.3, C404, None)]
-    events += [("acquire", "a", t + 4, True), ("acquire", "a", t + 9, False),  # cooldown over: probe
-               ("acquire", "a", t + 9.1, False), ("fail", "a", t + 9.5, TIMEOUT, None),  # re-opens
-               ("acquire", "a", t + 15, True), ("ok", "a", t + 15.2, 0.2), ("acquire", "a", t + 15.3, True)]
+    events += [
+        ("fail", "a", t + 3, TIMEOUT, None),
+        ("fail", "a", t + 3.1, REFUSED, None),
+        ("fail", "a", t + 3.2, C500, None),
+        ("fail", "a", t + 3.3, C404, None),
+    ]
+    events += [
+        ("acquire", "a", t + 4, True),
+        ("acquire", "a", t + 9, False),  # cooldown over: probe
+        ("acquire", "a", t + 9.1, False),
+        ("fail", "a", t + 9.5, TIMEOUT, None),  # re-opens
+        ("acquire", "a", t + 15, True),
+        ("ok", "a", t + 15.2, 0.2),
+        ("acquire", "a", t + 15.3, True),
+    ]
     events += [("ok", "b", t + 16, None), ("fail", "b", t + 16.5, C429, 600.0), ("acquire", "b", t + 17, True)]
     _drive(local, shared, events)
 
@@ -107,8 +120,9 @@ def test_scripted_story_matches(redis_server: Any) -> None:
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_random_event_sequences_match(redis_server: Any, seed: int) -> None:
     rng = random.Random(seed)
-    local, shared = _pair(redis_server.url, {"circuit_failures": 4, "circuit_cooldown": 3.0,
-                                             "initial_rate": rng.choice([1.0, 4.0, 10.0])})
+    local, shared = _pair(
+        redis_server.url, {"circuit_failures": 4, "circuit_cooldown": 3.0, "initial_rate": rng.choice([1.0, 4.0, 10.0])}
+    )
     now = 2_000_000.0
     events = []
     for _ in range(400):
@@ -135,10 +149,15 @@ def test_ban_pages_match(redis_server: Any) -> None:
     events: list[tuple[Any, ...]] = []
     for i in range(10):
         events += [("acquire", "s.test", t + 0.1 * i, True), ("ok", "s.test", t + 0.1 * i + 0.05, 0.05)]
-    events += [("fail", "s.test", t + 2, BAN200, 30.0), ("acquire", "s.test", t + 3, True),
-               ("fail", "s.test", t + 40, BAN403, 30.0, t + 2),  # a retry, banned again
-               ("fail", "s.test", t + 40.2, BAN429, 60.0), ("fail", "s.test", t + 40.3, BAN200, 0.0),
-               ("acquire", "s.test", t + 200, False), ("ok", "s.test", t + 200.1, 0.05)]
+    events += [
+        ("fail", "s.test", t + 2, BAN200, 30.0),
+        ("acquire", "s.test", t + 3, True),
+        ("fail", "s.test", t + 40, BAN403, 30.0, t + 2),  # a retry, banned again
+        ("fail", "s.test", t + 40.2, BAN429, 60.0),
+        ("fail", "s.test", t + 40.3, BAN200, 0.0),
+        ("acquire", "s.test", t + 200, False),
+        ("ok", "s.test", t + 200.1, 0.05),
+    ]
     events += [("fail", "u.test", t + 1, BAN200, None), ("fail", "u.test", t + 1.5, BAN403, None, t)]
     _drive(local, shared, events)
     state = local.state("s.test", t + 2.5)
@@ -159,8 +178,12 @@ def test_page_and_domain_verdicts_match(redis_server: Any) -> None:
     for i in range(8):  # then the whole host goes down
         events.append(("fail", "m.test", t + 3 + 0.01 * i, C503, None))
     events += [("fail", "dead.test", t + 0.1 * i, REFUSED, None) for i in range(4)]
-    events += [("crawl_delay", "m.test", t + 9, 2.0), ("acquire", "m.test", t + 20, True),
-               ("acquire", "m.test", t + 20.5, True), ("acquire", "m.test", t + 22.1, True)]
+    events += [
+        ("crawl_delay", "m.test", t + 9, 2.0),
+        ("acquire", "m.test", t + 20, True),
+        ("acquire", "m.test", t + 20.5, True),
+        ("acquire", "m.test", t + 22.1, True),
+    ]
     _drive(local, shared, events)
     for reg in (local, shared):
         assert reg.given_up("dead.test", t + 10) and not reg.given_up("m.test", t + 10)
@@ -202,8 +225,14 @@ def test_each_circuit_change_is_reported_by_the_worker_that_caused_it(redis_serv
 def test_give_up_clock_matches(redis_server: Any) -> None:
     """down_since (the outage clock) is a shared field: both sides start it at the opening
     that began the outage, keep it through failed probes, stop it when a probe comes back."""
-    health = {"circuit_failures": 2, "circuit_cooldown": 1.0, "circuit_cooldown_max": 2.0,
-              "circuit_jitter": 0.0, "give_up_after": 10.0, "unreachable_give_up": None}
+    health = {
+        "circuit_failures": 2,
+        "circuit_cooldown": 1.0,
+        "circuit_cooldown_max": 2.0,
+        "circuit_jitter": 0.0,
+        "give_up_after": 10.0,
+        "unreachable_give_up": None,
+    }
     local, shared = _pair(redis_server.url, health)
     t = 4_000_000.0
     events: list[tuple[Any, ...]] = [("fail", d, t + dt, TIMEOUT, None) for dt in (0, 0.5) for d in ("g", "h")]

@@ -76,8 +76,9 @@ def test_expired_drop_becomes_dead_letter(queues: Any) -> None:
 
     q = queues(OPENCLAW_POLICY={"defaults": {"deadline": {"expired": "drop"}}})
     letters: list[Any] = []
-    q.crawler.signals.connect(lambda dead_letter, **kw: letters.append(dead_letter),
-                              signal=openclaw_signals.dead_letter, weak=False)
+    q.crawler.signals.connect(
+        lambda dead_letter, **kw: letters.append(dead_letter), signal=openclaw_signals.dead_letter, weak=False
+    )
     q.push(Request("http://a.test/late", meta={M.DEADLINE: time.time() - 1}))
     q.push(Request("http://a.test/ok"))
     assert q.pop().url == "http://a.test/ok"
@@ -233,8 +234,11 @@ def test_redis_health_registry_shares_tokens(redis_server: Any) -> None:
 
 def test_held_domain_does_not_stall_others(queues: Any) -> None:
     """Per-domain ready sets: a held domain with many (higher-priority) requests steps aside."""
-    q = queues(OPENCLAW_HEALTH_ENABLED=True, OPENCLAW_DISTRIBUTED_SCAN=2,
-               OPENCLAW_HEALTH_REGISTRY_CLASS="scrapy_openclaw.distributed.health.RedisHealthRegistry")
+    q = queues(
+        OPENCLAW_HEALTH_ENABLED=True,
+        OPENCLAW_DISTRIBUTED_SCAN=2,
+        OPENCLAW_HEALTH_REGISTRY_CLASS="scrapy_openclaw.distributed.health.RedisHealthRegistry",
+    )
     assert q.registry is not None
     for host in ("h1", "h2", "h3", "h4", "h5"):
         for i in range(40):
@@ -255,10 +259,13 @@ def test_given_up_domain_is_handed_out_ungated(queues: Any) -> None:
     from scrapy_openclaw.errors import Classification, ErrorClass
 
     refused = Classification(ErrorClass.NETWORK, "connection_refused")
-    q = queues(OPENCLAW_HEALTH_ENABLED=True,
-               OPENCLAW_POLICY={"defaults": {"health": {"give_up_after": 2.0, "circuit_failures": 1,
-                                                        "circuit_cooldown": 60.0}}},
-               OPENCLAW_HEALTH_REGISTRY_CLASS="scrapy_openclaw.distributed.health.RedisHealthRegistry")
+    q = queues(
+        OPENCLAW_HEALTH_ENABLED=True,
+        OPENCLAW_POLICY={
+            "defaults": {"health": {"give_up_after": 2.0, "circuit_failures": 1, "circuit_cooldown": 60.0}}
+        },
+        OPENCLAW_HEALTH_REGISTRY_CLASS="scrapy_openclaw.distributed.health.RedisHealthRegistry",
+    )
     for i in range(3):
         q.push(Request(f"http://down.test/{i}", priority=1))
     q.push(Request("http://flaky.test/0"))
@@ -280,8 +287,9 @@ def test_item_failures_requeue_a_bounded_number_of_times(queues: Any) -> None:
 
     q = queues(OPENCLAW_DISTRIBUTED_MAX_RELEASES=2)
     letters: list[Any] = []
-    q.crawler.signals.connect(lambda dead_letter, **kw: letters.append(dead_letter),
-                              signal=openclaw_signals.dead_letter, weak=False)
+    q.crawler.signals.connect(
+        lambda dead_letter, **kw: letters.append(dead_letter), signal=openclaw_signals.dead_letter, weak=False
+    )
     q.push(Request("http://a.test/1"))
     for _ in range(2):
         req = q.pop()

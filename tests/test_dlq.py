@@ -180,8 +180,13 @@ def test_replay_request_resets_the_failed_attempt():
     request = Request(
         "http://a.test/page/1",
         callback=spider.parse_page,
-        meta={M.RETRY_STATE: {"attempts": {"network": 5}}, M.DEADLINE: 1.0, M.NOT_BEFORE: 2.0,
-              "retry_times": 5, "keep": "me"},
+        meta={
+            M.RETRY_STATE: {"attempts": {"network": 5}},
+            M.DEADLINE: 1.0,
+            M.NOT_BEFORE: 2.0,
+            "retry_times": 5,
+            "keep": "me",
+        },
     )
     record = deadletter.for_classified(
         request, Classification(ErrorClass.NETWORK, "timeout"), spider=spider, crawl_id="c"
@@ -192,9 +197,7 @@ def test_replay_request_resets_the_failed_attempt():
     assert rebuilt.dont_filter
     assert rebuilt.meta == {"keep": "me", M.REPLAY_OF: record.id}
 
-    item_letter = deadletter.for_item(
-        {"a": 1}, spider=spider, crawl_id="c", exception=ItemValidationError("bad price")
-    )
+    item_letter = deadletter.for_item({"a": 1}, spider=spider, crawl_id="c", exception=ItemValidationError("bad price"))
     assert item_letter.error_class == "business" and item_letter.validation_error == "bad price"
     with pytest.raises(SerializationError, match="holds no request"):
         replay_request(item_letter, spider)
@@ -264,7 +267,9 @@ def test_pipeline_is_switched_off_by_setting():
 
     with pytest.raises(NotConfigured):
         build_from_crawler(DeadLetterPipeline, get_crawler(settings_dict={"OPENCLAW_DLQ_ENABLED": False}))
-    pipeline = build_from_crawler(DeadLetterPipeline, get_crawler(settings_dict={"OPENCLAW_DLQ_URI": "x/%(name)s.jsonl"}))
+    pipeline = build_from_crawler(
+        DeadLetterPipeline, get_crawler(settings_dict={"OPENCLAW_DLQ_URI": "x/%(name)s.jsonl"})
+    )
     assert pipeline.uri_template == "x/%(name)s.jsonl"
     # the taxonomy works without the add-on: validation errors are business failures
     assert pipeline.taxonomy.classify_item_error(ItemValidationError("bad")) is not None

@@ -65,12 +65,14 @@ def url_path(url: str) -> str:
 
 
 def test_every_failed_request_lands_exactly_once(chaos_server, tmp_path):
-    server = chaos_server({
-        "hosts": [
-            {"address": "127.0.0.2", "pages": 30, "links_per_page": 3, "not_found": [4, 9, 14, 20, 25]},
-            {"address": "127.0.0.3", "pages": 5, "fail_windows": {"period": 100000, "down": 100000, "status": 503}},
-        ]
-    })
+    server = chaos_server(
+        {
+            "hosts": [
+                {"address": "127.0.0.2", "pages": 30, "links_per_page": 3, "not_found": [4, 9, 14, 20, 25]},
+                {"address": "127.0.0.3", "pages": 5, "fail_windows": {"period": 100000, "down": 100000, "status": 503}},
+            ]
+        }
+    )
     good, bad = server.urls["127.0.0.2"], server.urls["127.0.0.3"]
     ok_pages = sorted(url_path(u) for u in server.reachable([good]).ok if url_path(u).startswith("/page/"))
     invalid, filtered = ok_pages[:2], ok_pages[2:3]
@@ -83,7 +85,8 @@ def test_every_failed_request_lands_exactly_once(chaos_server, tmp_path):
             DLQ_TEST_FILTERED_PATHS=filtered,
         ),
         spider_args={"start_urls": [good, bad, bad + "page/2"]},
-        timeout=120, out_dir=tmp_path / "crawl",
+        timeout=120,
+        out_dir=tmp_path / "crawl",
     )
     assert result.stats.get("finish_reason") == "finished", result.log[-3000:]
     truth = served(server.truth())
@@ -128,13 +131,16 @@ def test_every_failed_request_lands_exactly_once(chaos_server, tmp_path):
 
 
 def test_alert_threshold_closes_the_spider(chaos_server, tmp_path):
-    server = chaos_server({"hosts": [{"address": "127.0.0.2", "pages": 30, "links_per_page": "all",
-                                      "not_found": list(range(1, 30, 2))}]})
+    server = chaos_server(
+        {"hosts": [{"address": "127.0.0.2", "pages": 30, "links_per_page": "all", "not_found": list(range(1, 30, 2))}]}
+    )
     result = run_crawl(
-        settings=dlq_settings(str(tmp_path / "dl.jsonl"), OPENCLAW_DLQ_ALERT_COUNT=3,
-                              OPENCLAW_DLQ_ALERT_CLOSE=True, CONCURRENT_REQUESTS=1),
+        settings=dlq_settings(
+            str(tmp_path / "dl.jsonl"), OPENCLAW_DLQ_ALERT_COUNT=3, OPENCLAW_DLQ_ALERT_CLOSE=True, CONCURRENT_REQUESTS=1
+        ),
         spider_args={"start_urls": [server.urls["127.0.0.2"]]},
-        timeout=120, out_dir=tmp_path / "crawl",
+        timeout=120,
+        out_dir=tmp_path / "crawl",
     )
     stats = result.stats
     assert stats.get("finish_reason") == "openclaw_dlq_threshold", result.log[-3000:]
@@ -171,33 +177,47 @@ def make_project(root: Path, settings: dict[str, Any]) -> Path:
     """A minimal Scrapy project whose spiders are the chaos spiders."""
     root.mkdir(parents=True, exist_ok=True)
     (root / "scrapy.cfg").write_text("[settings]\ndefault = dlqproj_settings\n", encoding="utf-8")
-    body = {"SPIDER_MODULES": ["scrapy_openclaw.testing.spiders"], "TELNETCONSOLE_ENABLED": False,
-            "LOG_LEVEL": "INFO", **settings}
-    (root / "dlqproj_settings.py").write_text(
-        "".join(f"{k} = {v!r}\n" for k, v in body.items()), encoding="utf-8"
-    )
+    body = {
+        "SPIDER_MODULES": ["scrapy_openclaw.testing.spiders"],
+        "TELNETCONSOLE_ENABLED": False,
+        "LOG_LEVEL": "INFO",
+        **settings,
+    }
+    (root / "dlqproj_settings.py").write_text("".join(f"{k} = {v!r}\n" for k, v in body.items()), encoding="utf-8")
     return root
 
 
 def cli(project: Path, *args: str, input: str | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "scrapy", "openclaw-dlq", *args],
-        cwd=project, env=subprocess_env(), input=input if input is not None else "",
-        capture_output=True, text=True, timeout=timeout, check=False,
+        cwd=project,
+        env=subprocess_env(),
+        input=input if input is not None else "",
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
     )
 
 
 def test_replay_after_recovery_and_cli(chaos_server, tmp_path):
-    server = chaos_server({"hosts": [{
-        "address": "127.0.0.2", "pages": 12, "links_per_page": "all",
-        "status_script": {"3": [503, 503, 503, 200], "7": [503, 503, 503, 200]},
-        "not_found": [5],
-    }]})
+    server = chaos_server(
+        {
+            "hosts": [
+                {
+                    "address": "127.0.0.2",
+                    "pages": 12,
+                    "links_per_page": "all",
+                    "status_script": {"3": [503, 503, 503, 200], "7": [503, 503, 503, 200]},
+                    "not_found": [5],
+                }
+            ]
+        }
+    )
     base = server.urls["127.0.0.2"]
     path = tmp_path / "dl.jsonl"
     settings = dlq_settings(str(path), max_attempts=2)
-    first = run_crawl(settings=settings, spider_args={"start_urls": [base]}, timeout=120,
-                      out_dir=tmp_path / "crawl")
+    first = run_crawl(settings=settings, spider_args={"start_urls": [base]}, timeout=120, out_dir=tmp_path / "crawl")
     assert first.stats.get("finish_reason") == "finished", first.log[-3000:]
     missing = {f"{base}page/3", f"{base}page/7"}
     assert {i["url"] for i in first.items} == server.reachable().ok - missing
@@ -205,9 +225,13 @@ def test_replay_after_recovery_and_cli(chaos_server, tmp_path):
 
     require_cli()
     replay_items = tmp_path / "replay-items.jsonl"
-    project = make_project(tmp_path / "proj", {
-        **settings, "FEEDS": {str(replay_items): {"format": "jsonlines"}},
-    })
+    project = make_project(
+        tmp_path / "proj",
+        {
+            **settings,
+            "FEEDS": {str(replay_items): {"format": "jsonlines"}},
+        },
+    )
 
     # list / show / stats
     listed = cli(project, "list")
@@ -251,10 +275,19 @@ def test_replay_after_recovery_and_cli(chaos_server, tmp_path):
 
 
 def test_redis_store_survives_a_restart_mid_crawl(chaos_server, redis_server, tmp_path):
-    server = chaos_server({"hosts": [{
-        "address": "127.0.0.2", "pages": 40, "links_per_page": 4, "latency": 0.25,
-        "not_found": list(range(2, 40, 2)),
-    }]})
+    server = chaos_server(
+        {
+            "hosts": [
+                {
+                    "address": "127.0.0.2",
+                    "pages": 40,
+                    "links_per_page": 4,
+                    "latency": 0.25,
+                    "not_found": list(range(2, 40, 2)),
+                }
+            ]
+        }
+    )
     client = redis.Redis.from_url(redis_server.url)
     client.config_set("save", "3600 1")  # a production Redis persists: restart keeps its data
     uri = redis_server.url + "?prefix=test:dlq"
@@ -295,11 +328,26 @@ def test_cli_on_the_redis_store(redis_server, tmp_path):
     uri = redis_server.url + "?prefix=cli:dlq"
     store = open_store(uri)
     for n in range(4):
-        store.append(DeadLetter(url=f"http://127.0.0.2/page/{n}", domain="127.0.0.2", spider="chaos",
-                                error_class="network" if n % 2 else "protocol_permanent",
-                                reason="timeout" if n % 2 else "http_404", crawl_id="c"))
-    store.append(DeadLetter(url="http://127.0.0.3/", domain="127.0.0.3", spider="other",
-                            error_class="network", reason="refused", crawl_id="c"))
+        store.append(
+            DeadLetter(
+                url=f"http://127.0.0.2/page/{n}",
+                domain="127.0.0.2",
+                spider="chaos",
+                error_class="network" if n % 2 else "protocol_permanent",
+                reason="timeout" if n % 2 else "http_404",
+                crawl_id="c",
+            )
+        )
+    store.append(
+        DeadLetter(
+            url="http://127.0.0.3/",
+            domain="127.0.0.3",
+            spider="other",
+            error_class="network",
+            reason="refused",
+            crawl_id="c",
+        )
+    )
     project = make_project(tmp_path / "proj", {"OPENCLAW_DLQ_URI": uri})
     listed = cli(project, "list", "--spider", "chaos")
     assert listed.returncode == 0, listed.stderr[-3000:]
@@ -315,12 +363,14 @@ def test_cli_on_the_redis_store(redis_server, tmp_path):
 def test_unreachable_redis_never_drops_records(chaos_server, tmp_path):
     from scrapy_openclaw.testing.servers import free_port
 
-    server = chaos_server({"hosts": [{"address": "127.0.0.2", "pages": 8, "links_per_page": "all",
-                                      "not_found": [2, 4, 6]}]})
+    server = chaos_server(
+        {"hosts": [{"address": "127.0.0.2", "pages": 8, "links_per_page": "all", "not_found": [2, 4, 6]}]}
+    )
     result = run_crawl(
         settings=dlq_settings(f"redis://127.0.0.1:{free_port()}/0", OPENCLAW_CHECKPOINT_DIR=str(tmp_path / "cp")),
         spider_args={"start_urls": [server.urls["127.0.0.2"]]},
-        timeout=120, out_dir=tmp_path / "crawl",
+        timeout=120,
+        out_dir=tmp_path / "crawl",
     )
     assert result.stats.get("finish_reason") == "finished", result.log[-3000:]
     assert result.stats["openclaw/dlq/count"] == 3

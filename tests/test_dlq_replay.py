@@ -21,16 +21,23 @@ ADDON = {"ADDONS": {"scrapy_openclaw.Addon": 100}, "LOG_LEVEL": "INFO"}
 @pytest.mark.parametrize("addon", [False, True], ids=["components", "addon"])
 def test_replay_is_idempotent_and_quick(chaos_server, tmp_path, addon):
     attempts = 6 if addon else 2  # the add-on's page schedule, or the test policy
-    server = chaos_server({"hosts": [{
-        "address": "127.0.0.2", "pages": 12, "links_per_page": "all",
-        "status_script": {"3": [503] * attempts + [200], "7": [503] * 40},
-        "not_found": [5],
-    }]})
+    server = chaos_server(
+        {
+            "hosts": [
+                {
+                    "address": "127.0.0.2",
+                    "pages": 12,
+                    "links_per_page": "all",
+                    "status_script": {"3": [503] * attempts + [200], "7": [503] * 40},
+                    "not_found": [5],
+                }
+            ]
+        }
+    )
     base = server.urls["127.0.0.2"]
     path = tmp_path / "dl.jsonl"
     settings = {**ADDON, "OPENCLAW_DLQ_URI": str(path)} if addon else dlq_settings(str(path), max_attempts=2)
-    first = run_crawl(settings=settings, spider_args={"start_urls": [base]}, timeout=120,
-                      out_dir=tmp_path / "crawl")
+    first = run_crawl(settings=settings, spider_args={"start_urls": [base]}, timeout=120, out_dir=tmp_path / "crawl")
     assert first.stats.get("finish_reason") == "finished", first.log[-3000:]
     store = JsonlStore(path)
     by_url = {r.url: r for r in store.iter()}
@@ -95,8 +102,10 @@ def test_robots_txt_404_is_no_dead_letter(chaos_server, tmp_path):
     base = server.urls["127.0.0.2"]
     path = tmp_path / "dl.jsonl"
     result = run_crawl(
-        settings=dlq_settings(str(path), ROBOTSTXT_OBEY=True), spider_args={"start_urls": [base]},
-        timeout=120, out_dir=tmp_path / "crawl",
+        settings=dlq_settings(str(path), ROBOTSTXT_OBEY=True),
+        spider_args={"start_urls": [base]},
+        timeout=120,
+        out_dir=tmp_path / "crawl",
     )
     assert result.stats.get("finish_reason") == "finished", result.log[-3000:]
     assert served(server.truth())[f"{base}robots.txt"] == [404]
@@ -107,8 +116,16 @@ def test_robots_txt_404_is_no_dead_letter(chaos_server, tmp_path):
 
 
 def _letter(url: str, created_at: float, error_class: str = "network") -> DeadLetter:
-    return DeadLetter(url=url, domain="a.example", error_class=error_class, reason="r", spider="s",
-                      crawl_id="c", created_at=created_at, request={"url": url, "method": "GET"})
+    return DeadLetter(
+        url=url,
+        domain="a.example",
+        error_class=error_class,
+        reason="r",
+        spider="s",
+        crawl_id="c",
+        created_at=created_at,
+        request={"url": url, "method": "GET"},
+    )
 
 
 @pytest.mark.parametrize("kind", ["jsonl", "redis"])
@@ -158,13 +175,25 @@ def test_internal_requests_and_engine_meta():
     download = Request("http://a.example/x", callback=NO_CALLBACK)  # engine.download
     assert deadletter.for_request(download, **kwargs).internal
     # the spider's own request with dont_obey_robotstxt is its work
-    own = Request("http://a.example/x", meta={"dont_obey_robotstxt": True, "download_slot": "a.example",
-                                              "download_latency": 0.1, "download_timeout": 180, "depth": 2,
-                                              "retry_times": 1, "mine": 1})
+    own = Request(
+        "http://a.example/x",
+        meta={
+            "dont_obey_robotstxt": True,
+            "download_slot": "a.example",
+            "download_latency": 0.1,
+            "download_timeout": 180,
+            "depth": 2,
+            "retry_times": 1,
+            "mine": 1,
+        },
+    )
     letter = deadletter.for_request(own, **kwargs)
     assert not letter.internal
     assert letter.request["meta"] == {"dont_obey_robotstxt": True, "mine": 1}
     # an older record that still holds engine meta: the replay never carries it
     letter.request["meta"].update({"download_slot": "a.example", "depth": 3})
-    assert replay_request(letter, spider).meta == {"dont_obey_robotstxt": True, "mine": 1,
-                                                   "openclaw_replay_of": letter.id}
+    assert replay_request(letter, spider).meta == {
+        "dont_obey_robotstxt": True,
+        "mine": 1,
+        "openclaw_replay_of": letter.id,
+    }

@@ -23,7 +23,8 @@ def make_project(root: Path) -> Path:
     """A project with nothing but the add-on line: no OPENCLAW_DLQ_URI."""
     root.mkdir(parents=True, exist_ok=True)
     (root / "scrapy.cfg").write_text("[settings]\ndefault = whereproj_settings\n", encoding="utf-8")
-    (root / "whereproj_settings.py").write_text(textwrap.dedent('''
+    (root / "whereproj_settings.py").write_text(
+        textwrap.dedent("""
         BOT_NAME = "whereproj"
         SPIDER_MODULES = ["scrapy_openclaw.testing.spiders"]
         ADDONS = {"scrapy_openclaw.Addon": 100}
@@ -31,14 +32,22 @@ def make_project(root: Path) -> Path:
         LOG_LEVEL = "INFO"
         OPENCLAW_CHECKPOINT_FLUSH = 0.2
         OPENCLAW_CHECKPOINT_SNAPSHOT_INTERVAL = 1.0
-    '''), encoding="utf-8")
+    """),
+        encoding="utf-8",
+    )
     return root
 
 
 def scrapy(cwd: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "scrapy", *args], cwd=cwd, env={**subprocess_env(), "PYTHONPATH": str(cwd)},
-        stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout, check=False,
+        [sys.executable, "-m", "scrapy", *args],
+        cwd=cwd,
+        env={**subprocess_env(), "PYTHONPATH": str(cwd)},
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
     )
 
 
@@ -53,16 +62,26 @@ def test_plain_checkpointed_and_scheduled_dead_letters_are_listed_together(chaos
     first = scrapy(project, "crawl", "chaos", "-a", f"start_urls={plain}")
     assert first.returncode == 0, first.stderr[-3000:]
     # a checkpointed crawl, started from another directory of the project
-    second = scrapy(project / "sub", "crawl", "chaos", "-a", f"start_urls={checkpointed}",
-                    "-s", f"OPENCLAW_CHECKPOINT_DIR={tmp_path / 'ckpt'}")
+    second = scrapy(
+        project / "sub",
+        "crawl",
+        "chaos",
+        "-a",
+        f"start_urls={checkpointed}",
+        "-s",
+        f"OPENCLAW_CHECKPOINT_DIR={tmp_path / 'ckpt'}",
+    )
     assert second.returncode == 0, second.stderr[-3000:]
-    tasks = write_tasks(project / "tasks.yaml", f"""
+    tasks = write_tasks(
+        project / "tasks.yaml",
+        f"""
         tasks:
           every3:
             spider: chaos
             interval: 3
             args: {{start_urls: "{scheduled}"}}
-    """)
+    """,
+    )
     history = JsonlHistory(project / "openclaw-schedule" / "history.jsonl")
     sched = SchedulerProcess(project, tasks)
     try:
@@ -89,19 +108,37 @@ def test_plain_checkpointed_and_scheduled_dead_letters_are_listed_together(chaos
 
 def test_inspect_names_the_spider_after_a_crash(chaos_server: Any, tmp_path: Path) -> None:
     require_cli()
-    server = chaos_server({"hosts": [{"address": "127.0.0.2", "pages": 400, "links_per_page": 3,
-                                      "latency": 0.2}]})
+    server = chaos_server({"hosts": [{"address": "127.0.0.2", "pages": 400, "links_per_page": 3, "latency": 0.2}]})
     project = make_project(tmp_path / "proj")
     ckpt = tmp_path / "ckpt"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "scrapy", "crawl", "chaos", "-a", f"start_urls={server.urls['127.0.0.2']}",
-         "-s", f"OPENCLAW_CHECKPOINT_DIR={ckpt}", "-s", "OPENCLAW_CHECKPOINT_SNAPSHOT_INTERVAL=600"],
-        cwd=project, env=subprocess_env(), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+        [
+            sys.executable,
+            "-m",
+            "scrapy",
+            "crawl",
+            "chaos",
+            "-a",
+            f"start_urls={server.urls['127.0.0.2']}",
+            "-s",
+            f"OPENCLAW_CHECKPOINT_DIR={ckpt}",
+            "-s",
+            "OPENCLAW_CHECKPOINT_SNAPSHOT_INTERVAL=600",
+        ],
+        cwd=project,
+        env=subprocess_env(),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
     try:
-        wait_for(lambda: any(ckpt.glob("journal-*")) and sum(len(r["requests"]) for r in
-                 server.truth()["hosts"].values()) >= 5, 60, "a crawl under way")
+        wait_for(
+            lambda: (
+                any(ckpt.glob("journal-*")) and sum(len(r["requests"]) for r in server.truth()["hosts"].values()) >= 5
+            ),
+            60,
+            "a crawl under way",
+        )
     finally:
         proc.kill()  # SIGKILL: no snapshot, no clean close
         stop_process(proc, timeout=10)

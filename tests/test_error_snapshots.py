@@ -25,8 +25,15 @@ MAX_BYTES = 40  # smaller than every chaos page
 
 
 def test_secrets_are_masked() -> None:
-    headers = _redact_headers(Headers({"Set-Cookie": ["sid=abc", "x=1"], "Authorization": "Bearer t0k",
-                                       "Location": "http://u:hunter2@h/?token=s3cret&a=1"}))
+    headers = _redact_headers(
+        Headers(
+            {
+                "Set-Cookie": ["sid=abc", "x=1"],
+                "Authorization": "Bearer t0k",
+                "Location": "http://u:hunter2@h/?token=s3cret&a=1",
+            }
+        )
+    )
     assert headers["Set-Cookie"] == ["***", "***"] and headers["Authorization"] == ["***"]
     assert "hunter2" not in headers["Location"][0] and "s3cret" not in headers["Location"][0]
     body = _redact_body(b"\xff\x00 see https://me:pw@api.example/x?api_key=K123 \xfe")
@@ -36,25 +43,48 @@ def test_secrets_are_masked() -> None:
 def test_one_snapshot_per_signature_capped_and_shown_by_the_cli(chaos_server: Any, tmp_path: Path) -> None:
     require_cli()
     healthy, banned = address(0), address(1)
-    server = chaos_server(ChaosConfig(hosts=(
-        HostConfig(address=healthy, pages=12, links_per_page="all", not_found=[3, 4],
-                   status_script={5: (503,), 6: (503,)}, parse_fail={7: 9, 8: 9, 9: 9}),
-        HostConfig(address=banned, pages=6, links_per_page="all", ban_after=3, ban_seconds=None),
-    )))
+    server = chaos_server(
+        ChaosConfig(
+            hosts=(
+                HostConfig(
+                    address=healthy,
+                    pages=12,
+                    links_per_page="all",
+                    not_found=[3, 4],
+                    status_script={5: (503,), 6: (503,)},
+                    parse_fail={7: 9, 8: 9, 9: 9},
+                ),
+                HostConfig(address=banned, pages=6, links_per_page="all", ban_after=3, ban_seconds=None),
+            )
+        )
+    )
     project = make_project(tmp_path / "proj", {})
     dead = project / "openclaw-data" / "chaos" / "deadletters.jsonl"
     policy = {
-        "defaults": {"retry": {"protocol_retryable": {"max_attempts": 3, "base_delay": 0.05, "max_delay": 0.1},
-                               "parse": {"max_attempts": 2, "base_delay": 0.05, "max_delay": 0.1}}},
-        "domains": {banned: {
-            "health": {"ban_markers": [BAN_MARKER], "blocked_hold": 0.2},
-            "retry": {"blocked": {"max_attempts": 2, "base_delay": 0.05, "max_delay": 0.1}},
-        }},
+        "defaults": {
+            "retry": {
+                "protocol_retryable": {"max_attempts": 3, "base_delay": 0.05, "max_delay": 0.1},
+                "parse": {"max_attempts": 2, "base_delay": 0.05, "max_delay": 0.1},
+            }
+        },
+        "domains": {
+            banned: {
+                "health": {"ban_markers": [BAN_MARKER], "blocked_hold": 0.2},
+                "retry": {"blocked": {"max_attempts": 2, "base_delay": 0.05, "max_delay": 0.1}},
+            }
+        },
     }
-    settings = {"ADDONS": {"scrapy_openclaw.Addon": 100}, "LOG_LEVEL": "INFO", "OPENCLAW_DLQ_URI": str(dead),
-                "OPENCLAW_SNAPSHOT_COUNT": 2, "OPENCLAW_SNAPSHOT_MAX_BYTES": MAX_BYTES, "OPENCLAW_POLICY": policy}
-    result = run_crawl(settings=settings, spider_args={"start_urls": server.start_urls}, timeout=120,
-                       out_dir=tmp_path / "crawl")
+    settings = {
+        "ADDONS": {"scrapy_openclaw.Addon": 100},
+        "LOG_LEVEL": "INFO",
+        "OPENCLAW_DLQ_URI": str(dead),
+        "OPENCLAW_SNAPSHOT_COUNT": 2,
+        "OPENCLAW_SNAPSHOT_MAX_BYTES": MAX_BYTES,
+        "OPENCLAW_POLICY": policy,
+    }
+    result = run_crawl(
+        settings=settings, spider_args={"start_urls": server.start_urls}, timeout=120, out_dir=tmp_path / "crawl"
+    )
     assert result.returncode == 0, result.log[-3000:]
     # (the only tracebacks: Scrapy's "Spider error processing" of the parse failure given up)
     assert result.log.count("Traceback") == result.log.count("Spider error processing"), result.log[-3000:]
@@ -70,7 +100,8 @@ def test_one_snapshot_per_signature_capped_and_shown_by_the_cli(chaos_server: An
     }, sorted(found)
     # answers alike but for their Date header are one snapshot (two 503 pages, six answers) ...
     assert {sig: len(metas) for sig, metas in found.items() if sig[0] != "parse"} == dict.fromkeys(
-        [s for s in found if s[0] != "parse"], 1)
+        [s for s in found if s[0] != "parse"], 1
+    )
     # ... and three pages that failed to parse, each its own body, are OPENCLAW_SNAPSHOT_COUNT
     assert len(found[("parse", "", "ValueError", healthy)]) == 2
     stats = result.stats
@@ -103,8 +134,9 @@ def test_one_snapshot_per_signature_capped_and_shown_by_the_cli(chaos_server: An
 
     # a second crawl of the same site finds its signatures full: nothing new is written
     before = sorted(p.name for p in directory.iterdir())
-    again = run_crawl(settings=settings, spider_args={"start_urls": server.start_urls}, timeout=120,
-                      out_dir=tmp_path / "crawl2")
+    again = run_crawl(
+        settings=settings, spider_args={"start_urls": server.start_urls}, timeout=120, out_dir=tmp_path / "crawl2"
+    )
     assert again.returncode == 0
     assert sorted(p.name for p in directory.iterdir()) == before
     assert len(list(iter_snapshots(directory))) == sum(len(m) for m in found.values())

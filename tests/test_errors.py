@@ -95,9 +95,7 @@ def test_callback_errors(taxonomy):
 
 
 def test_user_parse_exception_from_settings():
-    taxonomy = ErrorTaxonomy.from_settings(
-        Settings({**DEFAULTS, "OPENCLAW_PARSE_EXCEPTIONS": ["ZeroDivisionError"]})
-    )
+    taxonomy = ErrorTaxonomy.from_settings(Settings({**DEFAULTS, "OPENCLAW_PARSE_EXCEPTIONS": ["ZeroDivisionError"]}))
     assert taxonomy.classify_callback_error(ZeroDivisionError()).error_class is ErrorClass.PARSE
     assert taxonomy.classify_callback_error(ValueError()) is None
 

@@ -47,8 +47,9 @@ def _tests_importable(monkeypatch: pytest.MonkeyPatch) -> None:
 def site(pages: int = 60, latency: float = 0.05, hosts: int = 2) -> ChaosConfig:
     return ChaosConfig(
         hosts=tuple(
-            HostConfig(address=f"127.0.0.{2 + i}", pages=pages, links_per_page=4, latency=latency,
-                       latency_jitter=latency)
+            HostConfig(
+                address=f"127.0.0.{2 + i}", pages=pages, links_per_page=4, latency=latency, latency_jitter=latency
+            )
             for i in range(hosts)
         ),
         seed=5,
@@ -109,8 +110,9 @@ def raw_lines(path: Path) -> int:
     return path.read_bytes().count(b"\n") if path.exists() else 0
 
 
-def crawl_with_kills(server: Any, cfg: dict[str, Any], out: Path, feed: Path,
-                     kills: list[tuple[float, str | None]]) -> tuple[int, Any]:
+def crawl_with_kills(
+    server: Any, cfg: dict[str, Any], out: Path, feed: Path, kills: list[tuple[float, str | None]]
+) -> tuple[int, Any]:
     """For each ``(pause, moment)``: start, wait for progress in *feed* (or, with a *moment*, for
     the crawl to be inside it), pause, kill -9 (moment "sigterm": stop it cleanly instead). Then
     run to the end. Returns (interruptions, final result)."""
@@ -121,8 +123,11 @@ def crawl_with_kills(server: Any, cfg: dict[str, Any], out: Path, feed: Path,
         marker.unlink(missing_ok=True)
         run_cfg = dict(cfg)
         if moment not in (None, "sigterm"):
-            run_cfg.update(SLOW_MOMENT=moment, SLOW_MOMENT_MARKER=str(marker),
-                           EXTENSIONS={**cfg["EXTENSIONS"], "test_feeds_exactly_once.SlowMoment": 20})
+            run_cfg.update(
+                SLOW_MOMENT=moment,
+                SLOW_MOMENT_MARKER=str(marker),
+                EXTENSIONS={**cfg["EXTENSIONS"], "test_feeds_exactly_once.SlowMoment": 20},
+            )
         proc = start_crawl(settings=run_cfg, spider_args={"start_urls": server.start_urls}, out_dir=out / f"run{run}")
         try:
             if moment not in (None, "sigterm"):
@@ -163,13 +168,34 @@ def runspider(server: Any, flag: str, feed: Path, ckpt: Path, log: Path) -> subp
     from scrapy_openclaw.testing import spiders
     from scrapy_openclaw.testing.servers import subprocess_env
 
-    cmd = [sys.executable, "-m", "scrapy", "runspider", spiders.__file__, flag, str(feed),
-           "-a", f"start_urls={','.join(server.start_urls)}",
-           "-s", 'ADDONS={"scrapy_openclaw.Addon": 100}', "-s", f"OPENCLAW_CHECKPOINT_DIR={ckpt}",
-           "-s", "OPENCLAW_CHECKPOINT_FLUSH=0.2", "-s", "OPENCLAW_CHECKPOINT_SNAPSHOT_INTERVAL=0.3",
-           "-s", "CONCURRENT_REQUESTS=4", "-s", "TELNETCONSOLE_ENABLED=False", "-s", f"LOG_FILE={log}"]
-    return subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            env=subprocess_env())
+    cmd = [
+        sys.executable,
+        "-m",
+        "scrapy",
+        "runspider",
+        spiders.__file__,
+        flag,
+        str(feed),
+        "-a",
+        f"start_urls={','.join(server.start_urls)}",
+        "-s",
+        'ADDONS={"scrapy_openclaw.Addon": 100}',
+        "-s",
+        f"OPENCLAW_CHECKPOINT_DIR={ckpt}",
+        "-s",
+        "OPENCLAW_CHECKPOINT_FLUSH=0.2",
+        "-s",
+        "OPENCLAW_CHECKPOINT_SNAPSHOT_INTERVAL=0.3",
+        "-s",
+        "CONCURRENT_REQUESTS=4",
+        "-s",
+        "TELNETCONSOLE_ENABLED=False",
+        "-s",
+        f"LOG_FILE={log}",
+    ]
+    return subprocess.Popen(
+        cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=subprocess_env()
+    )
 
 
 @pytest.mark.parametrize("flag", ["-o", "-O"])
@@ -225,6 +251,7 @@ class SlowMoment:
                     marker.touch()
                     time.sleep(0.5)
                 return func(*args, **kwargs)
+
             return wrapper
 
         if moment == "snapshot":
@@ -245,9 +272,7 @@ class _OsWithSlowFsync:
         return getattr(os, name)
 
 
-def test_csv_feed_exactly_once_with_kills_during_snapshot_and_journal_fsync(
-    chaos_server: Any, tmp_path: Path
-) -> None:
+def test_csv_feed_exactly_once_with_kills_during_snapshot_and_journal_fsync(chaos_server: Any, tmp_path: Path) -> None:
     server = chaos_server(site(pages=50))
     feed = tmp_path / "items.csv"
     cfg = settings(tmp_path / "ckpt", {str(feed): {"format": "csv", "overwrite": True}})
@@ -295,9 +320,13 @@ def test_json_xml_and_batched_feeds_resume_and_other_storages_warn_once(chaos_se
 def test_inspect_shows_each_feed(chaos_server: Any, tmp_path: Path) -> None:
     server = chaos_server(site(pages=40, latency=0.1, hosts=1))
     feed = tmp_path / "items.jsonl"
-    cfg = settings(tmp_path / "ckpt", {str(feed): {"format": "jsonlines"}},
-                   ITEM_PIPELINES={"scrapy_openclaw.testing.pipelines.FlushedItemsPipeline": 100},
-                   FLUSHED_ITEMS_FILE=str(tmp_path / "flushed.jsonl"), OPENCLAW_CHECKPOINT_FLUSH=0.05)
+    cfg = settings(
+        tmp_path / "ckpt",
+        {str(feed): {"format": "jsonlines"}},
+        ITEM_PIPELINES={"scrapy_openclaw.testing.pipelines.FlushedItemsPipeline": 100},
+        FLUSHED_ITEMS_FILE=str(tmp_path / "flushed.jsonl"),
+        OPENCLAW_CHECKPOINT_FLUSH=0.05,
+    )
     proc = start_crawl(settings=cfg, spider_args={"start_urls": server.start_urls}, out_dir=tmp_path / "r")
     try:
         assert wait_for(lambda: raw_lines(feed) >= 5 or proc.poll() is not None, 40)
@@ -309,8 +338,9 @@ def test_inspect_shows_each_feed(chaos_server: Any, tmp_path: Path) -> None:
     info = inspect_dir(tmp_path / "ckpt")
     outputs = {o["name"]: o for o in info["outputs"]}
     mine = outputs[str(feed)]
-    assert mine["items"] >= 5 and mine["offset"] == sum(len(ln) + 1 for ln in
-                                                        feed.read_bytes().split(b"\n")[: mine["items"]])
+    assert mine["items"] >= 5 and mine["offset"] == sum(
+        len(ln) + 1 for ln in feed.read_bytes().split(b"\n")[: mine["items"]]
+    )
     # the opted-in pipeline: the same pages done, the same items, its own byte offset
     flushed = outputs["FlushedItemsPipeline"]
     assert flushed["items"] == mine["items"]
@@ -322,12 +352,17 @@ def test_recorded_feed_states_are_validated_as_untrusted_data() -> None:
     from scrapy_openclaw.checkpoint.feeds import _template_regex, parse_outputs
     from scrapy_openclaw.checkpoint.state import RecoveredState, apply_payloads
 
-    good = {"feed:/d/items-%(batch_id)02d.jsonl": {"uri": "/d/items-03.jsonl", "batch": 3, "offset": 10, "items": 1},
-            "writer:P": {"marker": 5, "items": 1}}
-    bad = {"feed:/x": {"uri": "/x", "batch": 0, "offset": 1, "items": 1},  # batch ids start at 1
-           "feed:/y": {"uri": "/y", "batch": 1, "offset": -1, "items": 1},
-           "feed:/z": {"uri": 3, "batch": 1, "offset": 1, "items": True},
-           "writer:Q": {"marker": "m" * 5000, "items": 1}, "other": {"items": 1}}
+    good = {
+        "feed:/d/items-%(batch_id)02d.jsonl": {"uri": "/d/items-03.jsonl", "batch": 3, "offset": 10, "items": 1},
+        "writer:P": {"marker": 5, "items": 1},
+    }
+    bad = {
+        "feed:/x": {"uri": "/x", "batch": 0, "offset": 1, "items": 1},  # batch ids start at 1
+        "feed:/y": {"uri": "/y", "batch": 1, "offset": -1, "items": 1},
+        "feed:/z": {"uri": 3, "batch": 1, "offset": 1, "items": True},
+        "writer:Q": {"marker": "m" * 5000, "items": 1},
+        "other": {"items": 1},
+    }
     parsed, problems = parse_outputs({**good, **bad})
     assert parsed == good and sorted(problems) == sorted(bad)
     # a recorded URI can only name a file the FEEDS key could have produced

@@ -34,8 +34,13 @@ if TYPE_CHECKING:
 
 TIME_LIMIT = 2.0
 MEMORY_LIMIT = 200 * 1024 * 1024
-FUZZ = settings(max_examples=60, deadline=None, derandomize=True, database=None,
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+FUZZ = settings(
+    max_examples=60,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
 
 
 @contextmanager
@@ -59,17 +64,75 @@ def bounded() -> Iterator[None]:
 
 # --- generated YAML -------------------------------------------------------------
 
-POLICY_KEYS = ["defaults", "domains", "health", "retry", "deadline", "network", "parse", "protocol_retryable",
-               "base_rate", "min_rate", "initial_rate", "burst", "circuit_cooldown", "circuit_cooldown_max",
-               "max_attempts", "jitter", "classes", "expired", "default", "*.example.com", "a.example"]
-TASK_KEYS = ["tasks", "defaults", "t1", "spider", "cron", "interval", "timezone", "settings", "args",
-             "max_attempts", "retry_backoff", "retry_backoff_max", "timeout", "incremental", "initial_cursor",
-             "run_missed", "checkpoint_dir", "EXTENSIONS", "OPENCLAW_POLICY", "CONCURRENT_REQUESTS", "since"]
+POLICY_KEYS = [
+    "defaults",
+    "domains",
+    "health",
+    "retry",
+    "deadline",
+    "network",
+    "parse",
+    "protocol_retryable",
+    "base_rate",
+    "min_rate",
+    "initial_rate",
+    "burst",
+    "circuit_cooldown",
+    "circuit_cooldown_max",
+    "max_attempts",
+    "jitter",
+    "classes",
+    "expired",
+    "default",
+    "*.example.com",
+    "a.example",
+]
+TASK_KEYS = [
+    "tasks",
+    "defaults",
+    "t1",
+    "spider",
+    "cron",
+    "interval",
+    "timezone",
+    "settings",
+    "args",
+    "max_attempts",
+    "retry_backoff",
+    "retry_backoff_max",
+    "timeout",
+    "incremental",
+    "initial_cursor",
+    "run_missed",
+    "checkpoint_dir",
+    "EXTENSIONS",
+    "OPENCLAW_POLICY",
+    "CONCURRENT_REQUESTS",
+    "since",
+]
 SCALARS = st.one_of(
-    st.none(), st.booleans(), st.integers(min_value=-(10**30), max_value=10**30),
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(10**30), max_value=10**30),
     st.floats(allow_nan=True, allow_infinity=True),
-    st.sampled_from(["UTC", "America", "Europe/Paris", "0 3 * * *", "*/5 * * * * *", "full", "boost",
-                     "not json", "{\"a\": 1}", "2024-01-01", "chaos", "-x", "", "9" * 400]),
+    st.sampled_from(
+        [
+            "UTC",
+            "America",
+            "Europe/Paris",
+            "0 3 * * *",
+            "*/5 * * * * *",
+            "full",
+            "boost",
+            "not json",
+            '{"a": 1}',
+            "2024-01-01",
+            "chaos",
+            "-x",
+            "",
+            "9" * 400,
+        ]
+    ),
     st.text(max_size=20),
 )
 
@@ -88,17 +151,31 @@ FRAGMENTS = [
     "a: &a [x, x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a]\n"
     "c: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b]\nd: &d [*c, *c, *c, *c, *c, *c, *c, *c, *c]\n"
     "e: &e [*d, *d, *d, *d, *d, *d, *d, *d, *d]\nf: [*e, *e, *e, *e, *e, *e, *e, *e, *e]\n",
-    "x: &x {y: *x}\n", "&r [*r]\n", "x: " + "[" * 3000 + "]" * 3000 + "\n", "? [a]\n: 1\n", "? {a: 1}\n: 2\n",
-    "x: !!python/object/apply:os.system ['true']\n", "x: !!binary aGVsbG8=\n", "x: 2024-01-01 10:00:00\n",
-    "x: 1\nx: 2\n", "<<: {a: 1}\n", "x: !!set {a, b}\n", "x: 0x" + "f" * 5000 + "\n", "x: .nan\n",
-    "%YAML 1.1\n---\nx: 1\n", "--- 1\n--- 2\n", "x: *undefined\n", "\t\x00\x07",
+    "x: &x {y: *x}\n",
+    "&r [*r]\n",
+    "x: " + "[" * 3000 + "]" * 3000 + "\n",
+    "? [a]\n: 1\n",
+    "? {a: 1}\n: 2\n",
+    "x: !!python/object/apply:os.system ['true']\n",
+    "x: !!binary aGVsbG8=\n",
+    "x: 2024-01-01 10:00:00\n",
+    "x: 1\nx: 2\n",
+    "<<: {a: 1}\n",
+    "x: !!set {a, b}\n",
+    "x: 0x" + "f" * 5000 + "\n",
+    "x: .nan\n",
+    "%YAML 1.1\n---\nx: 1\n",
+    "--- 1\n--- 2\n",
+    "x: *undefined\n",
+    "\t\x00\x07",
 ]
 
 
 def yaml_inputs(keys: list[str]) -> st.SearchStrategy[bytes]:
     structured = documents(keys).map(lambda doc: yaml.safe_dump(doc, allow_unicode=True, default_flow_style=None))
     spliced = st.tuples(structured, st.sampled_from(FRAGMENTS), st.booleans()).map(
-        lambda t: t[0] + t[1] if t[2] else t[1] + t[0])
+        lambda t: t[0] + t[1] if t[2] else t[1] + t[0]
+    )
     texts = st.one_of(structured, spliced, st.text(alphabet="{}[]&*:!- ,'\"\n\tab01<>?%#|", max_size=200))
     return st.one_of(texts.map(lambda s: s.encode("utf-8", "surrogatepass")), st.binary(max_size=200))
 
@@ -142,8 +219,13 @@ def check_tasks_file(tmp_path: Path, data: bytes) -> None:
         except OpenClawConfigError:
             return
         for task in tasks:  # what loads must run: the command line of every window builds
-            crawl_command(task, Settings(), checkpoint_dir=tmp_path / "w", run_file=tmp_path / "r.json",
-                          cursor=task.initial_cursor)
+            crawl_command(
+                task,
+                Settings(),
+                checkpoint_dir=tmp_path / "w",
+                run_file=tmp_path / "r.json",
+                cursor=task.initial_cursor,
+            )
 
 
 def _task_file(task: dict[str, Any]) -> bytes:
@@ -158,18 +240,50 @@ def test_tasks_loader_near_valid(tmp_path: Path, task: dict[str, Any]) -> None:
 
 # --- dead-letter records --------------------------------------------------------------
 
-DLQ_FIELDS = ["url", "domain", "error_class", "reason", "spider", "crawl_id", "method", "status", "attempts",
-              "exception_type", "exception_message", "traceback", "first_attempt_at", "last_attempt_at",
-              "request", "item", "validation_error", "id", "created_at", "version", "_crc", "_mark", "at"]
-GOOD = {"id": "0123abcd", "version": 1, "created_at": 1.0, "url": "https://a.example/", "domain": "a.example",
-        "error_class": "network", "reason": "timeout", "spider": "s", "crawl_id": "c",
-        "request": {"url": "https://a.example/", "method": "GET"}}
+DLQ_FIELDS = [
+    "url",
+    "domain",
+    "error_class",
+    "reason",
+    "spider",
+    "crawl_id",
+    "method",
+    "status",
+    "attempts",
+    "exception_type",
+    "exception_message",
+    "traceback",
+    "first_attempt_at",
+    "last_attempt_at",
+    "request",
+    "item",
+    "validation_error",
+    "id",
+    "created_at",
+    "version",
+    "_crc",
+    "_mark",
+    "at",
+]
+GOOD = {
+    "id": "0123abcd",
+    "version": 1,
+    "created_at": 1.0,
+    "url": "https://a.example/",
+    "domain": "a.example",
+    "error_class": "network",
+    "reason": "timeout",
+    "spider": "s",
+    "crawl_id": "c",
+    "request": {"url": "https://a.example/", "method": "GET"},
+}
 
 
 def records() -> st.SearchStrategy[Any]:
     changed = st.dictionaries(st.sampled_from(DLQ_FIELDS), documents(DLQ_FIELDS), max_size=4)
     near = st.tuples(changed, st.lists(st.sampled_from(list(GOOD)), max_size=3)).map(
-        lambda t: {k: v for k, v in {**GOOD, **t[0]}.items() if k not in t[1]})
+        lambda t: {k: v for k, v in {**GOOD, **t[0]}.items() if k not in t[1]}
+    )
     return st.one_of(near, documents(DLQ_FIELDS))
 
 
@@ -204,9 +318,7 @@ def _line(record: Any) -> bytes:
 
 
 @FUZZ
-@given(lines=st.lists(st.one_of(
-    records().map(_line),
-    st.binary(max_size=80)), max_size=8))
+@given(lines=st.lists(st.one_of(records().map(_line), st.binary(max_size=80)), max_size=8))
 def test_dlq_store_reader(tmp_path: Path, lines: list[bytes]) -> None:
     path = tmp_path / "dead.jsonl"
     path.write_bytes(b"\n".join(lines))

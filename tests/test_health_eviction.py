@@ -21,8 +21,12 @@ HTTP_429 = Classification(ErrorClass.PROTOCOL_RETRYABLE, "http_429", 429)
 
 
 def registry(**health: Any) -> HealthRegistry:
-    return HealthRegistry(PolicySet.from_settings(
-        get_crawler(QueueSpider, {"OPENCLAW_POLICY": {"defaults": {"health": health}}}).settings), idle_ttl=TTL)
+    return HealthRegistry(
+        PolicySet.from_settings(
+            get_crawler(QueueSpider, {"OPENCLAW_POLICY": {"defaults": {"health": health}}}).settings
+        ),
+        idle_ttl=TTL,
+    )
 
 
 def test_an_idle_domain_is_forgotten_after_the_ttl_and_not_before() -> None:
@@ -40,8 +44,9 @@ def test_an_idle_domain_is_forgotten_after_the_ttl_and_not_before() -> None:
 
 
 def test_state_that_matters_outlives_idleness_and_goes_when_it_ends() -> None:
-    reg = registry(circuit_failures=2, circuit_cooldown=500, circuit_cooldown_max=500, circuit_jitter=0,
-                   give_up_after=None)
+    reg = registry(
+        circuit_failures=2, circuit_cooldown=500, circuit_cooldown_max=500, circuit_jitter=0, give_up_after=None
+    )
     reg.record_success("limit.test", 0.1, now=T0)
     reg.record_failure("limit.test", HTTP_429, now=T0 + 2)  # a learned limit: stale after the ttl
     assert reg.state("limit.test", T0 + 2).limit is not None

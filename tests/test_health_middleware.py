@@ -81,11 +81,15 @@ def test_no_request_reaches_a_host_during_its_retry_after_hold(chaos_server: Any
 
 def test_503_window_opens_the_circuit_others_flow_then_it_closes_and_completes(chaos_server: Any) -> None:
     window = {"period": 1000, "down": 10, "status": 503}  # from the server's start
-    server = chaos_server(ChaosConfig(hosts=(
-        HostConfig(A, pages=12, fail_windows=window),
-        HostConfig(B, pages=120, latency=0.02),
-        HostConfig(C, pages=120, latency=0.02),
-    )))
+    server = chaos_server(
+        ChaosConfig(
+            hosts=(
+                HostConfig(A, pages=12, fail_windows=window),
+                HostConfig(B, pages=120, latency=0.02),
+                HostConfig(C, pages=120, latency=0.02),
+            )
+        )
+    )
     starts = server.start_urls + [f"{server.urls[A]}page/{n}" for n in range(1, 8)]
     policy = {"defaults": {"health": {"circuit_cooldown": 1.5, "circuit_failures": 3, "min_rate": 2}}}
     result = crawl(server, ours(policy, RETRY_TIMES=20), starts=starts)
@@ -110,10 +114,14 @@ def test_503_window_opens_the_circuit_others_flow_then_it_closes_and_completes(c
 
 def test_malformed_retry_after_values_are_tolerated_and_capped(chaos_server: Any) -> None:
     values = {A: "soon", B: "-5", C: "99999999", E: "\x00\xff\x81garbage"}
-    server = chaos_server(ChaosConfig(hosts=tuple(
-        HostConfig(host, pages=15, rate_limit={"rate": 4, "burst": 2, "retry_after": value})
-        for host, value in values.items()
-    )))
+    server = chaos_server(
+        ChaosConfig(
+            hosts=tuple(
+                HostConfig(host, pages=15, rate_limit={"rate": 4, "burst": 2, "retry_after": value})
+                for host, value in values.items()
+            )
+        )
+    )
     policy = {"defaults": {"health": {"retry_after_cap": 2}}}
     result = crawl(server, ours(policy, RETRY_TIMES=10), timeout=90)
     truth = server.truth(include_requests=False)
@@ -148,8 +156,13 @@ def test_flapping_hosts_are_ridden_out_with_the_addon_defaults(chaos_server: Any
     # 503 windows 30% of the time (staggered), no Retry-After: nothing but the defaults.
     hosts = tuple(
         # (slow pages, so that a crawl as fast as plain Scrapy's still spans a few windows)
-        HostConfig(host, pages=80, links_per_page=5, latency=0.25,
-                   fail_windows={"period": 4.0, "down": 1.2, "status": 503, "offset": 2.0 * i})
+        HostConfig(
+            host,
+            pages=80,
+            links_per_page=5,
+            latency=0.25,
+            fail_windows={"period": 4.0, "down": 1.2, "status": 503, "offset": 2.0 * i},
+        )
         for i, host in enumerate((A, B))
     )
     server = chaos_server(ChaosConfig(hosts=hosts))
@@ -196,8 +209,9 @@ def test_flapping_hosts_are_ridden_out_with_the_addon_defaults(chaos_server: Any
         assert longest < 8.0, (host, longest)
 
 
-@pytest.mark.parametrize("queue", [None, "scrapy_openclaw.pqueues.DeadlinePriorityQueue"],
-                         ids=["scrapy-queue", "deadline-queue"])
+@pytest.mark.parametrize(
+    "queue", [None, "scrapy_openclaw.pqueues.DeadlinePriorityQueue"], ids=["scrapy-queue", "deadline-queue"]
+)
 def test_a_domain_that_stays_down_is_given_up_and_the_crawl_ends(
     chaos_server: Any, tmp_path: Path, queue: str | None
 ) -> None:
@@ -207,18 +221,30 @@ def test_a_domain_that_stays_down_is_given_up_and_the_crawl_ends(
     from scrapy_openclaw.dlq import JsonlStore
 
     down = {"period": 100_000, "down": 100_000}
-    server = chaos_server(ChaosConfig(hosts=(
-        HostConfig(A, pages=30, links_per_page=2, cross_links=2, latency=0.05),
-        HostConfig(B, pages=30, links_per_page=2, fail_windows=down),
-    )))
+    server = chaos_server(
+        ChaosConfig(
+            hosts=(
+                HostConfig(A, pages=30, links_per_page=2, cross_links=2, latency=0.05),
+                HostConfig(B, pages=30, links_per_page=2, fail_windows=down),
+            )
+        )
+    )
     letters = tmp_path / "dl.jsonl"
-    policy = {"defaults": {
-        "health": {"give_up_after": 3.0, "circuit_cooldown": 0.5, "circuit_cooldown_max": 1.0},
-        "retry": {"protocol_retryable": {"max_attempts": 100, "base_delay": 0.2, "max_delay": 0.5},
-                  "budget_min_retries": 1000},
-    }}
-    settings = {"ADDONS": {"scrapy_openclaw.Addon": 100}, "OPENCLAW_POLICY": policy,
-                "OPENCLAW_DLQ_URI": str(letters), "LOG_LEVEL": "INFO"}
+    policy = {
+        "defaults": {
+            "health": {"give_up_after": 3.0, "circuit_cooldown": 0.5, "circuit_cooldown_max": 1.0},
+            "retry": {
+                "protocol_retryable": {"max_attempts": 100, "base_delay": 0.2, "max_delay": 0.5},
+                "budget_min_retries": 1000,
+            },
+        }
+    }
+    settings = {
+        "ADDONS": {"scrapy_openclaw.Addon": 100},
+        "OPENCLAW_POLICY": policy,
+        "OPENCLAW_DLQ_URI": str(letters),
+        "LOG_LEVEL": "INFO",
+    }
     if queue is None:
         settings["SCHEDULER_PRIORITY_QUEUE"] = "scrapy.pqueues.ScrapyPriorityQueue"
     result = crawl(server, settings, timeout=90)

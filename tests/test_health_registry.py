@@ -82,8 +82,9 @@ def test_health_recovers_while_quiet() -> None:
 
 
 def test_health_scales_concurrency_and_caps_rate() -> None:
-    reg = registry(base_concurrency=10, base_rate=10, min_rate=0.5, recovery_per_minute=0,
-                   circuit_floor=0, circuit_failures=1000)
+    reg = registry(
+        base_concurrency=10, base_rate=10, min_rate=0.5, recovery_per_minute=0, circuit_floor=0, circuit_failures=1000
+    )
     for i in range(3):
         reg.record_failure(D, HTTP_429, now=T0 + 10 * i)
     state = reg.state(D, T0 + 30)
@@ -202,8 +203,7 @@ def test_token_false_checks_only_hold_and_circuit() -> None:
 
 
 def test_consecutive_failures_open_the_circuit_and_one_probe_decides() -> None:
-    reg = registry(circuit_failures=3, circuit_cooldown=10, circuit_floor=0, connection_penalty=1,
-                   circuit_jitter=0)
+    reg = registry(circuit_failures=3, circuit_cooldown=10, circuit_floor=0, connection_penalty=1, circuit_jitter=0)
     for i in range(3):
         assert reg.state(D, T0 + i).circuit == "closed"
         changed = reg.record_failure(D, REFUSED, now=T0 + i)
@@ -241,8 +241,7 @@ def test_low_health_opens_the_circuit() -> None:
 
 
 def test_a_domain_down_past_give_up_after_is_given_up_for_good() -> None:
-    reg = registry(circuit_failures=1, circuit_cooldown=2, circuit_cooldown_max=2, circuit_jitter=0,
-                   give_up_after=30)
+    reg = registry(circuit_failures=1, circuit_cooldown=2, circuit_cooldown_max=2, circuit_jitter=0, give_up_after=30)
     assert not reg.given_up(D, T0)  # never seen: no state made up
     assert D not in reg.domains()
     reg.record_success(D, 0.1, now=T0 - 100)  # it answered once: give_up_after applies
@@ -259,8 +258,7 @@ def test_a_domain_down_past_give_up_after_is_given_up_for_good() -> None:
 
 
 def test_a_closed_circuit_restarts_the_outage_clock_and_none_never_gives_up() -> None:
-    reg = registry(circuit_failures=1, circuit_cooldown=5, circuit_cooldown_max=5, circuit_jitter=0,
-                   give_up_after=8)
+    reg = registry(circuit_failures=1, circuit_cooldown=5, circuit_cooldown_max=5, circuit_jitter=0, give_up_after=8)
     reg.record_success(D, 0.1, now=T0 - 100)
     reg.record_failure(D, REFUSED, now=T0)
     assert reg.down_for(D, T0 + 4) == pytest.approx(4)
@@ -339,8 +337,17 @@ def test_cooldown_jitter_stays_within_its_share() -> None:
     seen = []
     for pick in (lambda a, b: a, lambda a, b: b):
         reg = HealthRegistry(
-            PolicySet.from_settings(Settings({"OPENCLAW_POLICY": {"defaults": {"health": {
-                "circuit_failures": 1, "circuit_cooldown": 10, "circuit_jitter": 0.2}}}})),
+            PolicySet.from_settings(
+                Settings(
+                    {
+                        "OPENCLAW_POLICY": {
+                            "defaults": {
+                                "health": {"circuit_failures": 1, "circuit_cooldown": 10, "circuit_jitter": 0.2}
+                            }
+                        }
+                    }
+                )
+            ),
             uniform=pick,
         )
         seen.append(reopen_after(reg, T0))

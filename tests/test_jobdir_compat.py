@@ -24,10 +24,17 @@ LIFO, FIFO = "scrapy.squeues.PickleLifoDiskQueue", "scrapy.squeues.PickleFifoDis
 
 def _paused(chaos_server: Any, tmp_path: Path, queue: str, disk_queue: str) -> tuple[Any, dict[str, Any]]:
     server = chaos_server(fault_free_site(n_hosts=2, pages=15, links_per_page=3))
-    settings = {"JOBDIR": str(tmp_path / "job"), "CONCURRENT_REQUESTS": 2, "SCHEDULER_DISK_QUEUE": disk_queue,
-                "SCHEDULER_PRIORITY_QUEUE": queue}
-    first = run_crawl(settings={**settings, "CLOSESPIDER_PAGECOUNT": 5},
-                      spider_args={"start_urls": server.start_urls}, out_dir=tmp_path / "first")
+    settings = {
+        "JOBDIR": str(tmp_path / "job"),
+        "CONCURRENT_REQUESTS": 2,
+        "SCHEDULER_DISK_QUEUE": disk_queue,
+        "SCHEDULER_PRIORITY_QUEUE": queue,
+    }
+    first = run_crawl(
+        settings={**settings, "CLOSESPIDER_PAGECOUNT": 5},
+        spider_args={"start_urls": server.start_urls},
+        out_dir=tmp_path / "first",
+    )
     assert first.stats.get("finish_reason") == "closespider_pagecount", first.log[-3000:]
     assert first.stats.get("scheduler/enqueued/disk", 0) > first.stats.get("scheduler/dequeued/disk", 0)
     return server, settings
@@ -40,8 +47,9 @@ def _stopped_at_start(result: Any) -> None:
 
 @pytest.mark.parametrize("disk_queue", [LIFO, FIFO], ids=["lifo", "fifo"])
 @pytest.mark.parametrize("theirs", SCRAPYS, ids=["downloader-aware", "scrapy-priority"])
-def test_ours_resumed_with_scrapys_queue_stops_at_start(chaos_server: Any, tmp_path: Path, theirs: str,
-                                                        disk_queue: str) -> None:
+def test_ours_resumed_with_scrapys_queue_stops_at_start(
+    chaos_server: Any, tmp_path: Path, theirs: str, disk_queue: str
+) -> None:
     _, settings = _paused(chaos_server, tmp_path, OURS, disk_queue)
     second = run_crawl(settings={**settings, "SCHEDULER_PRIORITY_QUEUE": theirs}, out_dir=tmp_path / "second")
     _stopped_at_start(second)

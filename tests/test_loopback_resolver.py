@@ -17,7 +17,8 @@ from scrapy_openclaw.testing.resolver import HOSTS_SETTING, RESOLVER_PATH, Loopb
 
 # Scrapy 2.19 re-raises Twisted's DNSLookupError as its own CannotResolveHostError
 DNS_ERROR = (
-    "scrapy.exceptions.CannotResolveHostError" if hasattr(scrapy.exceptions, "CannotResolveHostError")
+    "scrapy.exceptions.CannotResolveHostError"
+    if hasattr(scrapy.exceptions, "CannotResolveHostError")
     else "twisted.internet.error.DNSLookupError"
 )
 

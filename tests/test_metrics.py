@@ -43,8 +43,13 @@ if TYPE_CHECKING:
 METRICS = addon.METRICS_EXTENSION
 HEALTH = addon.HEALTH_MIDDLEWARE
 ADDON_PATHS = (
-    addon.HEALTH_MIDDLEWARE, addon.RETRY_MIDDLEWARE, addon.PARSE_RETRY_MIDDLEWARE, addon.PRIORITY_QUEUE,
-    addon.DLQ_PIPELINE, addon.CHECKPOINT_EXTENSION, addon.METRICS_EXTENSION,
+    addon.HEALTH_MIDDLEWARE,
+    addon.RETRY_MIDDLEWARE,
+    addon.PARSE_RETRY_MIDDLEWARE,
+    addon.PRIORITY_QUEUE,
+    addon.DLQ_PIPELINE,
+    addon.CHECKPOINT_EXTENSION,
+    addon.METRICS_EXTENSION,
 )
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
@@ -106,10 +111,7 @@ def pushgateway() -> Iterator[Pushgateway]:
 def samples(text: str, name: str) -> list[tuple[dict[str, str], float]]:
     """(labels, value) of every sample called *name* in Prometheus text."""
     return [
-        (s.labels, s.value)
-        for family in text_string_to_metric_families(text)
-        for s in family.samples
-        if s.name == name
+        (s.labels, s.value) for family in text_string_to_metric_families(text) for s in family.samples if s.name == name
     ]
 
 
@@ -141,7 +143,11 @@ def test_metrics_live_and_final_match_stats(chaos_server, pushgateway, tmp_out):
             hosts=(
                 HostConfig(address=healthy, pages=30, links_per_page=4, latency=0.05),
                 HostConfig(
-                    address=faulty, pages=12, links_per_page="all", latency=0.05, drop_rate=0.05,
+                    address=faulty,
+                    pages=12,
+                    links_per_page="all",
+                    latency=0.05,
+                    drop_rate=0.05,
                     status_script={page: (503, 200) for page in range(1, 12)},
                 ),
             ),
@@ -194,7 +200,9 @@ def test_metrics_live_and_final_match_stats(chaos_server, pushgateway, tmp_out):
 
     # Scraped while the crawl ran: valid text, this spider, growing counters.
     assert live, "no /metrics scrape succeeded during the crawl"
-    assert {labels["spider"] for labels, _ in samples(live[-1], "scrapy_openclaw_downloader_requests_total")} == {"chaos"}
+    assert {labels["spider"] for labels, _ in samples(live[-1], "scrapy_openclaw_downloader_requests_total")} == {
+        "chaos"
+    }
     assert total(live[-1], "scrapy_openclaw_downloader_requests_total") <= stats["downloader/request_count"]
     assert samples(live[-1], "scrapy_openclaw_downloader_active_requests")
 
@@ -207,13 +215,16 @@ def test_metrics_live_and_final_match_stats(chaos_server, pushgateway, tmp_out):
     assert total(final, "scrapy_openclaw_downloader_responses_total") == stats["downloader/response_count"]
     for klass in ("2xx", "3xx", "4xx", "5xx"):
         expected = sum(
-            v for k, v in stats.items()
+            v
+            for k, v in stats.items()
             if k.startswith("downloader/response_status_count/") and k.rsplit("/", 1)[1][0] == klass[0]
         )
         assert total(final, "scrapy_openclaw_downloader_responses_total", status_class=klass) == expected, klass
     assert total(final, "scrapy_openclaw_downloader_responses_total", domain=faulty, status_class="5xx") > 0
     assert total(final, "scrapy_openclaw_downloader_errors_total") == stats.get("downloader/exception_count", 0)
-    assert total(final, "scrapy_openclaw_downloader_response_latency_seconds_count") == stats["downloader/response_count"]
+    assert (
+        total(final, "scrapy_openclaw_downloader_response_latency_seconds_count") == stats["downloader/response_count"]
+    )
     assert total(final, "scrapy_openclaw_items_scraped_total") == stats["item_scraped_count"] == len(result.items)
     for key, value in stats.items():
         parts = key.split("/")
@@ -260,7 +271,7 @@ def test_domain_label_cap(chaos_server, pushgateway, tmp_out):
     result = run_crawl(settings=settings, spider_args={"start_urls": site.start_urls}, out_dir=tmp_out, timeout=120)
     assert result.returncode == 0, result.log[-3000:]
     assert len({item["host"] for item in result.items}) == 12
-    (_, final), = pushgateway.received
+    ((_, final),) = pushgateway.received
     domains = {
         s.labels["domain"]
         for family in text_string_to_metric_families(final)
@@ -320,12 +331,18 @@ def test_each_crawler_has_its_own_registry():
     request = Request("http://127.0.0.2/page/1")
     first.request_reached_downloader(request, None)
     assert first.registry is not second.registry
-    assert first.registry.get_sample_value(
-        "scrapy_openclaw_downloader_requests_total", {"spider": "", "domain": "127.0.0.2"}
-    ) == 1
-    assert second.registry.get_sample_value(
-        "scrapy_openclaw_downloader_requests_total", {"spider": "", "domain": "127.0.0.2"}
-    ) is None
+    assert (
+        first.registry.get_sample_value(
+            "scrapy_openclaw_downloader_requests_total", {"spider": "", "domain": "127.0.0.2"}
+        )
+        == 1
+    )
+    assert (
+        second.registry.get_sample_value(
+            "scrapy_openclaw_downloader_requests_total", {"spider": "", "domain": "127.0.0.2"}
+        )
+        is None
+    )
 
 
 def test_not_configured_when_nothing_to_do():
@@ -363,7 +380,9 @@ def test_stats_owned_elsewhere_are_read_at_scrape_time():
 
 
 def test_log_table_lists_busiest_domains():
-    ext = build_from_crawler(MetricsExtension, get_crawler(_Spider, {"OPENCLAW_LOG_DOMAINS": 2, "LOGSTATS_INTERVAL": 30}))
+    ext = build_from_crawler(
+        MetricsExtension, get_crawler(_Spider, {"OPENCLAW_LOG_DOMAINS": 2, "LOGSTATS_INTERVAL": 30})
+    )
     for host, pages in (("127.0.0.2", 1), ("127.0.0.3", 5), ("127.0.0.4", 3)):
         for n in range(pages):
             request = Request(f"http://{host}/page/{n}", meta={"retry_times": 1} if n == 0 else {})

@@ -28,13 +28,17 @@ def test_defaults_when_unset():
 
 
 def test_typed():
-    config = OpenClawSettings.from_settings(Settings({
-        "OPENCLAW_DLQ_ALERT_RATIO": "0.25",
-        "OPENCLAW_DLQ_ALERT_COUNT": "7",
-        "OPENCLAW_DLQ_ALERT_CLOSE": "True",
-        "OPENCLAW_STORED_SCHEMES": "https",
-        "OPENCLAW_METRICS_HOST": "",
-    }))
+    config = OpenClawSettings.from_settings(
+        Settings(
+            {
+                "OPENCLAW_DLQ_ALERT_RATIO": "0.25",
+                "OPENCLAW_DLQ_ALERT_COUNT": "7",
+                "OPENCLAW_DLQ_ALERT_CLOSE": "True",
+                "OPENCLAW_STORED_SCHEMES": "https",
+                "OPENCLAW_METRICS_HOST": "",
+            }
+        )
+    )
     assert config.dlq_alert_ratio == 0.25
     assert config.dlq_alert_count == 7
     assert config.dlq_alert_close is True

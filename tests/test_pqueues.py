@@ -39,9 +39,15 @@ class Clock:
         return self.now
 
 
-def make_queue(settings: dict[str, Any] | None = None, *, key: str = "", startprios: Any = None,
-               queue_cls: type = LifoMemoryQueue, start_cls: type | None = FifoMemoryQueue,
-               crawler: Any = None) -> DeadlinePriorityQueue:
+def make_queue(
+    settings: dict[str, Any] | None = None,
+    *,
+    key: str = "",
+    startprios: Any = None,
+    queue_cls: type = LifoMemoryQueue,
+    start_cls: type | None = FifoMemoryQueue,
+    crawler: Any = None,
+) -> DeadlinePriorityQueue:
     if crawler is None:
         crawler = get_crawler(QueueSpider, settings or {})
         crawler.spider = crawler._create_spider()
@@ -64,9 +70,14 @@ def urls(q: DeadlinePriorityQueue, n: int | None = None) -> list[str]:
     return out
 
 
-@pytest.mark.parametrize(("queue_cls", "start_cls"), [
-    (LifoMemoryQueue, FifoMemoryQueue), (FifoMemoryQueue, FifoMemoryQueue), (LifoMemoryQueue, None),
-])
+@pytest.mark.parametrize(
+    ("queue_cls", "start_cls"),
+    [
+        (LifoMemoryQueue, FifoMemoryQueue),
+        (FifoMemoryQueue, FifoMemoryQueue),
+        (LifoMemoryQueue, None),
+    ],
+)
 def test_without_deadlines_the_order_is_scrapys(queue_cls, start_cls):
     q = make_queue(queue_cls=queue_cls, start_cls=start_cls)
     crawler = get_crawler(QueueSpider)
@@ -136,8 +147,9 @@ def test_expired_boost_sends_the_request_before_higher_priorities():
 def test_expired_drop_dead_letters_each_request_once():
     q = make_queue(deadline_policy(expired="drop"))
     letters = []
-    q.crawler.signals.connect(lambda dead_letter, spider: letters.append(dead_letter),
-                              signal=openclaw_signals.dead_letter, weak=False)
+    q.crawler.signals.connect(
+        lambda dead_letter, spider: letters.append(dead_letter), signal=openclaw_signals.dead_letter, weak=False
+    )
     now = q._clock.now
     q.push(Request("http://a.example/gone", meta={M.DEADLINE: now + 1}))
     q.push(Request("http://a.example/kept"))
@@ -146,7 +158,8 @@ def test_expired_drop_dead_letters_each_request_once():
     assert urls(q) == ["http://a.example/kept"]
     assert q.pop() is None and len(q) == 0
     assert [(dl.url, dl.error_class, dl.reason) for dl in letters] == [
-        ("http://a.example/gone", "deadline", "deadline_expired")]
+        ("http://a.example/gone", "deadline", "deadline_expired")
+    ]
     assert letters[0].request is not None  # replayable
     assert q.crawler.stats.get_value("openclaw/queue/expired/dropped") == 1
 
@@ -340,8 +353,11 @@ def test_disk_mode_says_loudly_when_a_request_can_only_stay_in_memory(tmp_path, 
 
 
 def test_disk_mode_refuses_state_of_another_queue_and_survives_a_corrupt_file(tmp_path):
-    with pytest.raises(ValueError, match=r"written by scrapy\.pqueues\.DownloaderAwarePriorityQueue, which "
-                                         r"scrapy_openclaw\.pqueues\.DeadlinePriorityQueue cannot resume"):
+    with pytest.raises(
+        ValueError,
+        match=r"written by scrapy\.pqueues\.DownloaderAwarePriorityQueue, which "
+        r"scrapy_openclaw\.pqueues\.DeadlinePriorityQueue cannot resume",
+    ):
         make_queue(key=str(tmp_path), startprios={"a.example": [0, -1]})
     with pytest.raises(ValueError, match=r"written by scrapy\.pqueues\.ScrapyPriorityQueue, which"):
         make_queue(key=str(tmp_path), startprios=[0, -1])
@@ -358,8 +374,11 @@ def _cost_per_op(n: int, with_deadlines: bool) -> float:
     q = make_queue()
     now = q._clock.now
     requests = [
-        Request(f"http://h{i % 20}.example/{i}", priority=i % 7,
-                meta={M.DEADLINE: now + 100 + (i * 7919) % 1000} if with_deadlines else {})
+        Request(
+            f"http://h{i % 20}.example/{i}",
+            priority=i % 7,
+            meta={M.DEADLINE: now + 100 + (i * 7919) % 1000} if with_deadlines else {},
+        )
         for i in range(n)
     ]
     started = time.perf_counter()

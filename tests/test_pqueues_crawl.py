@@ -16,8 +16,11 @@ def test_jobdir_pause_and_resume_with_scrapys_scheduler(chaos_server, tmp_path):
     server = chaos_server(config)
     jobdir = tmp_path / "job"
     settings = {**QUEUE, "JOBDIR": str(jobdir), "CONCURRENT_REQUESTS": 4}
-    first = run_crawl(settings={**settings, "CLOSESPIDER_PAGECOUNT": 12},
-                      spider_args={"start_urls": server.start_urls}, out_dir=tmp_path / "first")
+    first = run_crawl(
+        settings={**settings, "CLOSESPIDER_PAGECOUNT": 12},
+        spider_args={"start_urls": server.start_urls},
+        out_dir=tmp_path / "first",
+    )
     assert first.stats.get("finish_reason") == "closespider_pagecount", first.log[-3000:]
     assert first.stats.get("openclaw/queue/persisted", 0) > 0
     assert (jobdir / "requests.queue" / "openclaw-queue.json").exists()
@@ -46,11 +49,11 @@ def test_a_due_retry_is_fetched_promptly_not_at_the_heartbeat(chaos_server, tmp_
             "scrapy.downloadermiddlewares.retry.RetryMiddleware": None,
             "scrapy_openclaw.retry.ClassifiedRetryMiddleware": 550,
         },
-        "OPENCLAW_POLICY": {"defaults": {"retry": {
-            "protocol_retryable": {"base_delay": delay, "max_delay": delay, "jitter": "none"}}}},
+        "OPENCLAW_POLICY": {
+            "defaults": {"retry": {"protocol_retryable": {"base_delay": delay, "max_delay": delay, "jitter": "none"}}}
+        },
     }
-    result = run_crawl(settings=settings, spider_args={"start_urls": server.start_urls},
-                       out_dir=tmp_path / "out")
+    result = run_crawl(settings=settings, spider_args={"start_urls": server.start_urls}, out_dir=tmp_path / "out")
     assert result.stats.get("finish_reason") == "finished", result.log[-3000:]
     requests = server.truth()["hosts"][host.address]["requests"]
     assert [r["status"] for r in requests] == [503, 200]

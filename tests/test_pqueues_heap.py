@@ -46,10 +46,14 @@ def test_the_heap_picks_what_a_scan_over_every_domain_picks(seed: int) -> None:
     """Random pushes (priorities, deadlines, start requests, two aging slopes), pops, busy and full
     slots, time passing (aging, expired boosts): every pop is the scan's choice."""
     rng = random.Random(seed)
-    crawler = _engine_crawler({"OPENCLAW_POLICY": {
-        "defaults": {"deadline": {"aging_window": 20.0, "expired": "boost"}},
-        "domains": {"*.s.example": {"deadline": {"aging_window": 5.0}}},
-    }})
+    crawler = _engine_crawler(
+        {
+            "OPENCLAW_POLICY": {
+                "defaults": {"deadline": {"aging_window": 20.0, "expired": "boost"}},
+                "domains": {"*.s.example": {"deadline": {"aging_window": 5.0}}},
+            }
+        }
+    )
     downloader = crawler.engine.downloader
     q = make_queue(crawler=crawler)
     clock = q._clock

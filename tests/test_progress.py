@@ -40,14 +40,24 @@ def scrape(port: int) -> dict[str, float] | None:
 
 
 def test_progress_figures_match_the_site(chaos_server: Any, tmp_path: Any) -> None:
-    server = chaos_server({"hosts": [
-        {"address": "127.0.0.2", "pages": 40, "links_per_page": 3, "latency": 0.08},
-        {"address": "127.0.0.3", "pages": 25, "links_per_page": 3, "latency": 0.08, "not_found": [4]},
-    ], "seed": 4})
+    server = chaos_server(
+        {
+            "hosts": [
+                {"address": "127.0.0.2", "pages": 40, "links_per_page": 3, "latency": 0.08},
+                {"address": "127.0.0.3", "pages": 25, "links_per_page": 3, "latency": 0.08, "not_found": [4]},
+            ],
+            "seed": 4,
+        }
+    )
     port = free_port()
-    settings = {"ADDONS": {"scrapy_openclaw.Addon": 100}, "LOG_LEVEL": "INFO", "LOGSTATS_INTERVAL": 0.5,
-                "OPENCLAW_METRICS_PORT": port, "OPENCLAW_DLQ_URI": str(tmp_path / "dl.jsonl"),
-                "CONCURRENT_REQUESTS_PER_DOMAIN": 2}
+    settings = {
+        "ADDONS": {"scrapy_openclaw.Addon": 100},
+        "LOG_LEVEL": "INFO",
+        "LOGSTATS_INTERVAL": 0.5,
+        "OPENCLAW_METRICS_PORT": port,
+        "OPENCLAW_DLQ_URI": str(tmp_path / "dl.jsonl"),
+        "CONCURRENT_REQUESTS_PER_DOMAIN": 2,
+    }
     proc = start_crawl(settings=settings, spider_args={"start_urls": server.start_urls}, out_dir=tmp_path / "crawl")
     live: list[dict[str, float]] = []
     try:
@@ -64,8 +74,9 @@ def test_progress_figures_match_the_site(chaos_server: Any, tmp_path: Any) -> No
     assert result.stats.get("finish_reason") == "finished", result.log[-3000:]
 
     truth = server.truth()
-    requested = {(h["base_url"], r["path"]) for h in truth["hosts"].values() for r in h["requests"]
-                 if r["path"] != "/robots.txt"}
+    requested = {
+        (h["base_url"], r["path"]) for h in truth["hosts"].values() for r in h["requests"] if r["path"] != "/robots.txt"
+    }
     lines = [tuple(m.groups()) for m in PROGRESS.finditer(result.log)]
     assert lines, result.log[-3000:]
     for done, discovered, pending, queued, waiting, in_flight, _rate, _eta in lines:
@@ -83,12 +94,26 @@ def test_progress_figures_match_the_site(chaos_server: Any, tmp_path: Any) -> No
     assert result.stats["openclaw/progress/done"] == len(requested)
     # the table: at the first interval and once more at close, with the whole crawl's figures
     assert "OpenClaw domains (top 2 of 2, last 0.5 s):" in result.log
-    table = result.log[result.log.index("OpenClaw domains (top 2 of 2, whole crawl):"):].splitlines()
-    assert table[1].split() == ["domain", "pages/min", "health", "rate/s", "retries", "circuit",
-                                "held", "done", "pending", "failed", "dead", "ETA"]
+    table = result.log[result.log.index("OpenClaw domains (top 2 of 2, whole crawl):") :].splitlines()
+    assert table[1].split() == [
+        "domain",
+        "pages/min",
+        "health",
+        "rate/s",
+        "retries",
+        "circuit",
+        "held",
+        "done",
+        "pending",
+        "failed",
+        "dead",
+        "ETA",
+    ]
     rows = {row.split()[0]: row.split() for row in table[2:4]}
-    served_ok = {host: sum(1 for r in h["requests"] if r["status"] == 200 and r["path"] != "/robots.txt")
-                 for host, h in truth["hosts"].items()}
+    served_ok = {
+        host: sum(1 for r in h["requests"] if r["status"] == 200 and r["path"] != "/robots.txt")
+        for host, h in truth["hosts"].items()
+    }
     for host, row in rows.items():
         assert int(row[7]) == served_ok[host]
         assert row[8] == "0"

@@ -75,10 +75,21 @@ def shapes(spider: _Spider) -> dict[str, Request]:
     url = "http://127.0.0.2:8000/p?q=1#frag"
     out: dict[str, Request] = {
         "plain": Request(url),
-        "everything": Request(url, method="PUT", body=b"\x00\xff", headers={"A": ["1", "2"], "B": "x"},
-                              cookies={"c": "d"}, priority=-7, dont_filter=True, flags=["f"],
-                              encoding="latin-1", callback=spider.parse_page, errback=spider.on_error,
-                              cb_kwargs={"page": 3}, meta={"depth": 2, "download_timeout": 5.5}),
+        "everything": Request(
+            url,
+            method="PUT",
+            body=b"\x00\xff",
+            headers={"A": ["1", "2"], "B": "x"},
+            cookies={"c": "d"},
+            priority=-7,
+            dont_filter=True,
+            flags=["f"],
+            encoding="latin-1",
+            callback=spider.parse_page,
+            errback=spider.on_error,
+            cb_kwargs={"page": 3},
+            meta={"depth": 2, "download_timeout": 5.5},
+        ),
         "form": FormRequest(url, formdata={"a": "1", "b": ["2", "3"]}),
         "json": JsonRequest(url, data={"k": [1, {"n": None}]}),
         "unicode_url": Request("http://127.0.0.2/ünï/€?x=ü"),
@@ -94,8 +105,9 @@ def shapes(spider: _Spider) -> dict[str, Request]:
         "function": Request(url, meta={"v": module_function}),
         "class_object": Request(url, meta={"v": Opaque}),
         "uuid": Request(url, meta={"v": uuid.UUID(int=5)}),
-        "path": Request(url, meta={"v": [pathlib.PurePosixPath("/tmp/x"), pathlib.PureWindowsPath("C:/x"),
-                                         pathlib.Path("rel/y")]}),
+        "path": Request(
+            url, meta={"v": [pathlib.PurePosixPath("/tmp/x"), pathlib.PureWindowsPath("C:/x"), pathlib.Path("rel/y")]}
+        ),
         "lambda_callback": Request(url, callback=lambda r: None),  # neither carries it
     }
     for name, value in cases().items():
@@ -106,11 +118,22 @@ def shapes(spider: _Spider) -> dict[str, Request]:
 
 def _comparable(request: Request) -> dict[str, Any]:
     meta = {k: v for k, v in request.meta.items() if k not in (LEASE, M.DEADLINE)}
-    return {"type": type(request), "url": request.url, "method": request.method, "body": request.body,
-            "headers": {k: request.headers.getlist(k) for k in request.headers}, "cookies": request.cookies,
-            "priority": request.priority, "dont_filter": request.dont_filter, "flags": request.flags,
-            "encoding": request.encoding, "callback": request.callback, "errback": request.errback,
-            "meta": meta, "cb_kwargs": request.cb_kwargs}
+    return {
+        "type": type(request),
+        "url": request.url,
+        "method": request.method,
+        "body": request.body,
+        "headers": {k: request.headers.getlist(k) for k in request.headers},
+        "cookies": request.cookies,
+        "priority": request.priority,
+        "dont_filter": request.dont_filter,
+        "flags": request.flags,
+        "encoding": request.encoding,
+        "callback": request.callback,
+        "errback": request.errback,
+        "meta": meta,
+        "cb_kwargs": request.cb_kwargs,
+    }
 
 
 def _carry_scrapy_redis(queue: ScrapyRedisPriorityQueue, request: Request) -> Request | None:

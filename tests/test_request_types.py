@@ -44,16 +44,19 @@ def test_user_dicts_shaped_like_tags_stay_dicts() -> None:
         assert same(again.meta["v"], value)
 
 
-@pytest.mark.parametrize("tagged", [
-    {"__dataclass__": ["subprocess.Popen", {"args": "true"}]},  # loaded, but not a dataclass
-    {"__item__": ["builtins.dict", {}]},
-    {"__item__": ["tests.request_types_spiders.Point", {"x": 1}]},  # a dataclass is not an Item
-    {"__dataclass__": ["tests.request_types_spiders.Product", {}]},  # nor the reverse
-    {"__dataclass__": ["antigravity.Anything", {}]},  # never imported
-    {"__dataclass__": ["tests.request_types_spiders.Point", {"nope": 1}]},
-    {"__item__": ["tests.request_types_spiders.Product", {"nope": 1}]},
-    {"__datetime__": ["2020-01-01T00:00:00", "../../etc/passwd", 0]},
-])
+@pytest.mark.parametrize(
+    "tagged",
+    [
+        {"__dataclass__": ["subprocess.Popen", {"args": "true"}]},  # loaded, but not a dataclass
+        {"__item__": ["builtins.dict", {}]},
+        {"__item__": ["tests.request_types_spiders.Point", {"x": 1}]},  # a dataclass is not an Item
+        {"__dataclass__": ["tests.request_types_spiders.Product", {}]},  # nor the reverse
+        {"__dataclass__": ["antigravity.Anything", {}]},  # never imported
+        {"__dataclass__": ["tests.request_types_spiders.Point", {"nope": 1}]},
+        {"__item__": ["tests.request_types_spiders.Product", {"nope": 1}]},
+        {"__datetime__": ["2020-01-01T00:00:00", "../../etc/passwd", 0]},
+    ],
+)
 def test_stored_classes_are_only_items_and_dataclasses(tagged: dict[str, Any]) -> None:
     data = request_to_data(Request("http://127.0.0.2/"))
     data["meta"] = {"v": tagged}
@@ -69,11 +72,18 @@ def test_dataclass_rebuilt_without_running_its_init() -> None:
     assert same(again.meta["v"], offer) and again.meta["v"].extras["builds"] == 1
 
 
-@pytest.mark.parametrize("value, path, what", [
-    ({"k": [1, object()]}, r"\['meta'\]\['v'\]\['k'\]\[1\]", "holds a object"),
-    ({"k": Product(name=lambda: 1)}, r"\['meta'\]\['v'\]\['k'\]\['name'\]", "holds a function"),
-    ({"k": Point(1, 2.0, frozenset({Request("http://x/")}))}, r"\['meta'\]\['v'\]\['k'\]\.tags\{", "holds a Request"),
-])
+@pytest.mark.parametrize(
+    "value, path, what",
+    [
+        ({"k": [1, object()]}, r"\['meta'\]\['v'\]\['k'\]\[1\]", "holds a object"),
+        ({"k": Product(name=lambda: 1)}, r"\['meta'\]\['v'\]\['k'\]\['name'\]", "holds a function"),
+        (
+            {"k": Point(1, 2.0, frozenset({Request("http://x/")}))},
+            r"\['meta'\]\['v'\]\['k'\]\.tags\{",
+            "holds a Request",
+        ),
+    ],
+)
 def test_unstorable_value_names_url_and_key_path(value: Any, path: str, what: str) -> None:
     with pytest.raises(SerializationError, match=r"request http://127.0.0.2/u" + path + ".*" + what):
         request_to_data(Request("http://127.0.0.2/u", meta={"v": value}))
@@ -103,8 +113,14 @@ def _pages(chaos_server: Any, n: int, latencies: tuple[float, ...] = (0.05,)) ->
 
 
 def _distributed(redis_url: str, urls: list[str], report: Path, mode: str, **extra: Any) -> dict[str, Any]:
-    return {**bench.ours(redis_url, lease=1.0), "ITEM_PIPELINES": {}, "TYPED_MODE": mode,
-            "TYPED_URLS": urls, "TYPED_REPORT": str(report), **extra}
+    return {
+        **bench.ours(redis_url, lease=1.0),
+        "ITEM_PIPELINES": {},
+        "TYPED_MODE": mode,
+        "TYPED_URLS": urls,
+        "TYPED_REPORT": str(report),
+        **extra,
+    }
 
 
 def _all_equal(report: dict[str, Any]) -> None:
@@ -137,23 +153,34 @@ def test_distributed_kill9_resume_round_trip(chaos_server: Any, redis_server: An
     """The first worker queues every case and dies (kill -9) at its first response; a second
     worker, started later with no start requests, gets every case from Redis as it was."""
     _, (urls,) = _pages(chaos_server, len(CASES), latencies=(1.0,))
-    first = bench.Workers(1, _distributed(redis_server.url, urls, tmp_path / "first.json", "die",
-                                          CONCURRENT_REQUESTS=64), [], tmp_path / "first", spider=SPIDER)
+    first = bench.Workers(
+        1,
+        _distributed(redis_server.url, urls, tmp_path / "first.json", "die", CONCURRENT_REQUESTS=64),
+        [],
+        tmp_path / "first",
+        spider=SPIDER,
+    )
     assert first.wait(120) == [-9], first.log(0)[-3000:]
     assert bench.queue_size(redis_server.url, "data", key="typed:requests", spider="typed") == len(CASES)
     report = tmp_path / "second.json"
-    second = bench.Workers(1, _distributed(redis_server.url, urls, report, "none"), [], tmp_path / "second",
-                           spider=SPIDER)
+    second = bench.Workers(
+        1, _distributed(redis_server.url, urls, report, "none"), [], tmp_path / "second", spider=SPIDER
+    )
     assert second.wait(120) == [0], second.log(0)[-3000:]
     _all_equal(json.loads(report.read_text()))
 
 
 def test_jobdir_pause_resume_round_trip(chaos_server: Any, tmp_path: Path) -> None:
     _, (urls, slow) = _pages(chaos_server, len(CASES) + 1, latencies=(0.02, 1.5))
-    settings = {"ADDONS": {"scrapy_openclaw.Addon": 100}, "JOBDIR": str(tmp_path / "job"),
-                "OPENCLAW_DLQ_URI": str(tmp_path / "dlq.jsonl"),
-                "CLOSESPIDER_PAGECOUNT": 2, "TYPED_URLS": urls[:len(CASES)] + [urls[-1], slow[0]],
-                "TYPED_MODE": "pause", "TYPED_REPORT": str(tmp_path / "first.json")}
+    settings = {
+        "ADDONS": {"scrapy_openclaw.Addon": 100},
+        "JOBDIR": str(tmp_path / "job"),
+        "OPENCLAW_DLQ_URI": str(tmp_path / "dlq.jsonl"),
+        "CLOSESPIDER_PAGECOUNT": 2,
+        "TYPED_URLS": urls[: len(CASES)] + [urls[-1], slow[0]],
+        "TYPED_MODE": "pause",
+        "TYPED_REPORT": str(tmp_path / "first.json"),
+    }
     first = run_crawl(SPIDER, settings, out_dir=tmp_path / "first")
     assert first.stats.get("finish_reason") == "closespider_pagecount", first.log[-3000:]
     assert first.stats.get("openclaw/queue/persisted") == len(CASES), first.log[-3000:]
@@ -170,9 +197,15 @@ def test_checkpoint_kill9_resume_round_trip(chaos_server: Any, tmp_path: Path) -
     from scrapy_openclaw.testing.crawl import start_crawl
 
     _, (urls,) = _pages(chaos_server, len(CASES), latencies=(1.5,))
-    settings = {"ADDONS": {"scrapy_openclaw.Addon": 100}, "OPENCLAW_CHECKPOINT_DIR": str(tmp_path / "ckpt"),
-                "OPENCLAW_CHECKPOINT_FLUSH": 0.1, "OPENCLAW_DLQ_URI": str(tmp_path / "dlq.jsonl"),
-                "CONCURRENT_REQUESTS": 64, "TYPED_URLS": urls, "TYPED_MODE": "die"}
+    settings = {
+        "ADDONS": {"scrapy_openclaw.Addon": 100},
+        "OPENCLAW_CHECKPOINT_DIR": str(tmp_path / "ckpt"),
+        "OPENCLAW_CHECKPOINT_FLUSH": 0.1,
+        "OPENCLAW_DLQ_URI": str(tmp_path / "dlq.jsonl"),
+        "CONCURRENT_REQUESTS": 64,
+        "TYPED_URLS": urls,
+        "TYPED_MODE": "die",
+    }
     first = start_crawl(SPIDER, settings, out_dir=tmp_path / "first")
     assert first.wait(60) == -9
     settings.update(TYPED_MODE="none", TYPED_REPORT=str(tmp_path / "second.json"))
@@ -185,10 +218,32 @@ def test_garbage_under_any_tag_is_a_serialization_error() -> None:
     """Stored data is untrusted: whatever sits under a tag, loading fails with SerializationError only."""
     from scrapy_openclaw.serialization import _DECODERS
 
-    garbage = [None, 1, 1.5, float("nan"), "x", "", "sNaN", "1e999999999999", [], [1], [1, 2, 3],
-               ["x", None, 5], {"a": 1}, 10**400, [10**20] * 3, ["2020-01-01T00:00:00", "Nope/Zone", 0],
-               ["2020-01-01T00:00:00", None, 9], ["12:00", 2], [[[1], 2]], ["builtins.object", {}],
-               ["PurePosixPath", 5], ["Nope", "x"], [[{"__set__": [[1]]}, 1]], "9999-99-99"]
+    garbage = [
+        None,
+        1,
+        1.5,
+        float("nan"),
+        "x",
+        "",
+        "sNaN",
+        "1e999999999999",
+        [],
+        [1],
+        [1, 2, 3],
+        ["x", None, 5],
+        {"a": 1},
+        10**400,
+        [10**20] * 3,
+        ["2020-01-01T00:00:00", "Nope/Zone", 0],
+        ["2020-01-01T00:00:00", None, 9],
+        ["12:00", 2],
+        [[[1], 2]],
+        ["builtins.object", {}],
+        ["PurePosixPath", 5],
+        ["Nope", "x"],
+        [[{"__set__": [[1]]}, 1]],
+        "9999-99-99",
+    ]
     base = request_to_data(Request("http://127.0.0.2/"))
     for tag in _DECODERS:
         for value in garbage:

@@ -113,9 +113,11 @@ def test_budget_zero_ratio_zero_floor_never_retries():
 def test_budgets_use_each_domains_policy():
     from scrapy_openclaw.policy import PolicySet
 
-    crawler = get_crawler(settings_dict={"OPENCLAW_POLICY": {
-        "domains": {"tight.example": {"retry": {"budget_min_retries": 1, "budget_ratio": 0.0}}}
-    }})
+    crawler = get_crawler(
+        settings_dict={
+            "OPENCLAW_POLICY": {"domains": {"tight.example": {"retry": {"budget_min_retries": 1, "budget_ratio": 0.0}}}}
+        }
+    )
     policies = PolicySet.for_crawler(crawler)
     budgets = RetryBudgets(lambda d: policies.for_domain(d).retry, clock=lambda: 100.0)
     assert budgets.try_spend("tight.example") and not budgets.try_spend("tight.example")
@@ -167,7 +169,12 @@ def test_helper_gives_up_with_one_dead_letter():
     assert get_classified_retry_request(retry, classification=c, spider=crawler.spider, now=20.0) is None
     assert len(letters) == 1
     letter = letters[0]
-    assert (letter.error_class, letter.reason, letter.status, letter.attempts) == ("protocol_retryable", "http_503", 503, 2)
+    assert (letter.error_class, letter.reason, letter.status, letter.attempts) == (
+        "protocol_retryable",
+        "http_503",
+        503,
+        2,
+    )
     assert letter.last_attempt_at == 20.0 and letter.request["url"] == "http://127.0.0.2:1/x"
     assert crawler.stats.get_value("openclaw/retry/protocol_retryable/max_reached") == 1
 
@@ -175,7 +182,9 @@ def test_helper_gives_up_with_one_dead_letter():
 def test_helper_budget_refusal_is_a_retry_budget_dead_letter():
     from scrapy_openclaw import signals as openclaw_signals
 
-    crawler = _spider_crawler({"OPENCLAW_POLICY": {"defaults": {"retry": {"budget_min_retries": 0, "budget_ratio": 0}}}})
+    crawler = _spider_crawler(
+        {"OPENCLAW_POLICY": {"defaults": {"retry": {"budget_min_retries": 0, "budget_ratio": 0}}}}
+    )
     letters = []
 
     def collect(dead_letter, spider):

@@ -107,8 +107,7 @@ class CompatSpider(RetrySpider):
 
     def parse(self, response):
         for item in super().parse(response):
-            yield {**item, "priority": response.request.priority,
-                   "retry_times": response.meta.get("retry_times", 0)}
+            yield {**item, "priority": response.request.priority, "retry_times": response.meta.get("retry_times", 0)}
 
 
 # --------------------------------------------------------------------------- test-side helpers
@@ -118,10 +117,12 @@ class CompatSpider(RetrySpider):
 def site():
     from scrapy_openclaw.testing.servers import ChaosServer
 
-    config = ChaosConfig(hosts=(
-        HostConfig(A, pages=12, links_per_page=0, status_script=SCRIPT),
-        HostConfig(B, pages=1, links_per_page=0, drop_rate=1.0),
-    ))
+    config = ChaosConfig(
+        hosts=(
+            HostConfig(A, pages=12, links_per_page=0, status_script=SCRIPT),
+            HostConfig(B, pages=1, links_per_page=0, drop_rate=1.0),
+        )
+    )
     with ChaosServer(config) as server:
         yield server
 
@@ -130,9 +131,17 @@ def url(server: Any, page: int | None = None, host: str = A) -> str:
     return server.urls[host] + ("" if page is None else f"page/{page}")
 
 
-def run(server: Any, tmp_path: Path, name: str, *, addon: bool, starts: list[str],
-        settings: dict[str, Any] | None = None, meta: dict[str, dict] | None = None,
-        policy: dict[str, Any] | None = None) -> tuple[Any, dict[str, int]]:
+def run(
+    server: Any,
+    tmp_path: Path,
+    name: str,
+    *,
+    addon: bool,
+    starts: list[str],
+    settings: dict[str, Any] | None = None,
+    meta: dict[str, dict] | None = None,
+    policy: dict[str, Any] | None = None,
+) -> tuple[Any, dict[str, int]]:
     """One crawl from a fresh site state; (result, requests the site got per URL)."""
     server.reset()
     base: dict[str, Any] = {
@@ -143,16 +152,23 @@ def run(server: Any, tmp_path: Path, name: str, *, addon: bool, starts: list[str
     }
     if addon:
         retry = {"network": FAST, "protocol_retryable": FAST, "page": FAST, "budget_min_retries": 100000}
-        base.update({
-            "ADDONS": {"scrapy_openclaw.Addon": 100},
-            "OPENCLAW_HEALTH_ENABLED": False,
-            "OPENCLAW_DLQ_URI": str(tmp_path / f"{name}-dlq.jsonl"),
-            "OPENCLAW_POLICY": {"defaults": {"retry": retry}, **(policy or {})},
-        })
+        base.update(
+            {
+                "ADDONS": {"scrapy_openclaw.Addon": 100},
+                "OPENCLAW_HEALTH_ENABLED": False,
+                "OPENCLAW_DLQ_URI": str(tmp_path / f"{name}-dlq.jsonl"),
+                "OPENCLAW_POLICY": {"defaults": {"retry": retry}, **(policy or {})},
+            }
+        )
     base.update(settings or {})
     out = tmp_path / f"{name}-{'addon' if addon else 'scrapy'}"
-    result = run_crawl(f"{MODULE}.CompatSpider", settings=base, timeout=60, out_dir=out,
-                       spider_args={"start_urls": starts, "meta_by_path": json.dumps(meta or {})})
+    result = run_crawl(
+        f"{MODULE}.CompatSpider",
+        settings=base,
+        timeout=60,
+        out_dir=out,
+        spider_args={"start_urls": starts, "meta_by_path": json.dumps(meta or {})},
+    )
     assert result.returncode == 0, result.log[-3000:]
     for trouble in ("Unhandled error", "Error caught on signal handler", "Error while", "InvalidOutput"):
         assert trouble not in result.log, result.log[-3000:]
@@ -166,7 +182,7 @@ def run(server: Any, tmp_path: Path, name: str, *, addon: bool, starts: list[str
             served[key] = served.get(key, 0) + 1
     for key, n in result.stats.items():
         if key.startswith("compat/raised/"):
-            served[server.urls[A] + key[len("compat/raised/"):]] = n
+            served[server.urls[A] + key[len("compat/raised/") :]] = n
     return result, served
 
 
@@ -211,22 +227,30 @@ def test_retry_times(site, tmp_path, retry_times):
 
 def test_max_retry_times_meta_and_dont_retry(site, tmp_path):
     starts = [url(site, p) for p in (1, 2, 3, 4)] + [url(site, host=B)]
-    meta = {"/page/1": {"dont_retry": True}, "/page/2": {"max_retry_times": 0},
-            "/page/3": {"max_retry_times": 4}, "/": {"max_retry_times": 3}}
+    meta = {
+        "/page/1": {"dont_retry": True},
+        "/page/2": {"max_retry_times": 0},
+        "/page/3": {"max_retry_times": 4},
+        "/": {"max_retry_times": 3},
+    }
     got = both(site, tmp_path, "meta", starts=starts, meta=meta, settings={"RETRY_TIMES": 1})
     assert got["served"] == {url(site, 1): 1, url(site, 2): 1, url(site, 3): 5, url(site, 4): 2, url(site, host=B): 4}
     assert got["retry_stats"]["retry/count"] == 4 + 1 + 3
     assert got["retry_stats"]["retry/max_reached"] == 4  # dont_retry gives up without a word
 
 
-@pytest.mark.parametrize(("codes", "retried", "not_retried"), [
-    ([403], ALWAYS_403, ALWAYS_503[0]),
-    ([500], ALWAYS_500, ALWAYS_503[0]),
-])
+@pytest.mark.parametrize(
+    ("codes", "retried", "not_retried"),
+    [
+        ([403], ALWAYS_403, ALWAYS_503[0]),
+        ([500], ALWAYS_500, ALWAYS_503[0]),
+    ],
+)
 def test_retry_http_codes(site, tmp_path, codes, retried, not_retried):
     starts = [url(site, retried), url(site, not_retried)]
-    got = both(site, tmp_path, f"codes{codes[0]}", starts=starts,
-               settings={"RETRY_HTTP_CODES": codes, "RETRY_TIMES": 2})
+    got = both(
+        site, tmp_path, f"codes{codes[0]}", starts=starts, settings={"RETRY_HTTP_CODES": codes, "RETRY_TIMES": 2}
+    )
     assert got["served"] == {url(site, retried): 3, url(site, not_retried): 1}
 
 
@@ -240,8 +264,14 @@ def test_retry_exceptions_add_one(site, tmp_path):
 
 def test_priority_adjust(site, tmp_path):
     starts = [url(site, 7), url(site, 8)]
-    got = both(site, tmp_path, "priority", starts=starts, meta={"/page/8": {"priority_adjust": 7}},
-               settings={"RETRY_PRIORITY_ADJUST": -4})
+    got = both(
+        site,
+        tmp_path,
+        "priority",
+        starts=starts,
+        meta={"/page/8": {"priority_adjust": 7}},
+        settings={"RETRY_PRIORITY_ADJUST": -4},
+    )
     assert got["items"] == [(url(site, 7), -4, 1), (url(site, 8), 7, 1)]
 
 
@@ -249,8 +279,14 @@ def test_priority_adjust(site, tmp_path):
 def test_give_up_log_level(site, tmp_path):
     starts = [url(site, p) for p in (1, 2, 3)]
     meta = {"/page/2": {"give_up_log_level": "ERROR"}, "/page/3": {"give_up_log_level": "CRITICAL"}}
-    got = both(site, tmp_path, "level", starts=starts, meta=meta,
-               settings={"RETRY_GIVE_UP_LOG_LEVEL": "WARNING", "RETRY_TIMES": 1})
+    got = both(
+        site,
+        tmp_path,
+        "level",
+        starts=starts,
+        meta=meta,
+        settings={"RETRY_GIVE_UP_LOG_LEVEL": "WARNING", "RETRY_TIMES": 1},
+    )
     assert got["errors"] == 1 and got["retry_stats"]["retry/max_reached"] == 3
 
 
@@ -261,8 +297,15 @@ def test_unset_retry_times_leaves_our_policy_in_charge(site, tmp_path):
     assert result.stats["retry/max_reached"] == 2 == result.stats["log_count/ERROR"] - 1
     # ... unless the policy names max_attempts for that class, which wins over RETRY_TIMES
     policy = {"domains": {A: {"retry": {"protocol_retryable": {"max_attempts": 4}}}}}
-    result, served = run(site, tmp_path, "named", addon=True, starts=[url(site, 1), url(site, host=B)],
-                         settings={"RETRY_TIMES": 1}, policy=policy)
+    result, served = run(
+        site,
+        tmp_path,
+        "named",
+        addon=True,
+        starts=[url(site, 1), url(site, host=B)],
+        settings={"RETRY_TIMES": 1},
+        policy=policy,
+    )
     assert served == {url(site, 1): 4, url(site, host=B): 2}
 
 
@@ -277,8 +320,15 @@ def test_page_verdict_gets_the_short_schedule_in_a_crawl(site, tmp_path):
         "DOWNLOADER_MIDDLEWARES": {f"{MODULE}.RaiseOnPath": 950, f"{MODULE}.JudgePages": 555},
         "RETRY_COMPAT_PAGE_PATHS": ["/page/1"],
     }
-    result, served = run(site, tmp_path, "page", addon=True, starts=[url(site, 1), url(site, 2)],
-                         settings=settings, policy={"defaults": {"retry": retry}})
+    result, served = run(
+        site,
+        tmp_path,
+        "page",
+        addon=True,
+        starts=[url(site, 1), url(site, 2)],
+        settings=settings,
+        policy={"defaults": {"retry": retry}},
+    )
     assert served == {url(site, 1): 3, url(site, 2): CLASS_ATTEMPTS}
     times = [r["t"] for r in site.truth()["hosts"][A]["requests"] if r["path"] == "/page/1"]
     assert all(b - a >= 0.29 for a, b in zip(times, times[1:])), times
@@ -287,8 +337,15 @@ def test_page_verdict_gets_the_short_schedule_in_a_crawl(site, tmp_path):
 
     # RETRY_TIMES still caps a page's retries (unless the policy names the page's max_attempts)
     retry["page"] = {"base_delay": 0.01, "max_delay": 0.01}
-    result, served = run(site, tmp_path, "pagecap", addon=True, starts=[url(site, 1)],
-                         settings={**settings, "RETRY_TIMES": 1}, policy={"defaults": {"retry": retry}})
+    result, served = run(
+        site,
+        tmp_path,
+        "pagecap",
+        addon=True,
+        starts=[url(site, 1)],
+        settings={**settings, "RETRY_TIMES": 1},
+        policy={"defaults": {"retry": retry}},
+    )
     assert served == {url(site, 1): 2}
 
 
@@ -298,19 +355,23 @@ def _crawler(policy: dict[str, Any] | None = None, **settings: Any) -> Any:
     return crawler
 
 
-def _fail(crawler: Any, request: Any, scope: str | None, klass: ErrorClass = ErrorClass.PROTOCOL_RETRYABLE,
-          now: float = 100.0) -> Any:
+def _fail(
+    crawler: Any, request: Any, scope: str | None, klass: ErrorClass = ErrorClass.PROTOCOL_RETRYABLE, now: float = 100.0
+) -> Any:
     if scope is not None:
         request.meta[M.FAILURE_SCOPE] = scope
     status = 503 if klass is ErrorClass.PROTOCOL_RETRYABLE else None
     c = Classification(klass, "http_503" if status else "timeout", status)
-    return get_classified_retry_request(request, classification=c, spider=crawler.spider, now=now,
-                                        uniform=lambda a, b: b)
+    return get_classified_retry_request(
+        request, classification=c, spider=crawler.spider, now=now, uniform=lambda a, b: b
+    )
 
 
-PAGE = {"page": {"max_attempts": 3, "base_delay": 2.0, "max_delay": 3.0, "jitter": "none"},
-        "protocol_retryable": {"max_attempts": 5, "base_delay": 10.0, "max_delay": 100.0, "jitter": "none"},
-        "network": {"max_attempts": 4, "base_delay": 20.0, "max_delay": 100.0, "jitter": "none"}}
+PAGE = {
+    "page": {"max_attempts": 3, "base_delay": 2.0, "max_delay": 3.0, "jitter": "none"},
+    "protocol_retryable": {"max_attempts": 5, "base_delay": 10.0, "max_delay": 100.0, "jitter": "none"},
+    "network": {"max_attempts": 4, "base_delay": 20.0, "max_delay": 100.0, "jitter": "none"},
+}
 
 
 @pytest.mark.parametrize("klass", [ErrorClass.PROTOCOL_RETRYABLE, ErrorClass.NETWORK])
@@ -348,8 +409,9 @@ def test_no_verdict_or_parse_class_keep_their_schedule():
     assert _fail(crawler, scrapy.Request("http://a.test/x"), None).meta[M.NOT_BEFORE] == 110.0
     parse = Classification(ErrorClass.PARSE, "ValueError")
     request = scrapy.Request("http://a.test/p", meta={M.FAILURE_SCOPE: "page"})
-    retry = get_classified_retry_request(request, classification=parse, spider=crawler.spider, now=100.0,
-                                         uniform=lambda a, b: b)
+    retry = get_classified_retry_request(
+        request, classification=parse, spider=crawler.spider, now=100.0, uniform=lambda a, b: b
+    )
     assert retry.meta[M.NOT_BEFORE] == 100.5  # the parse policy's base delay
     assert not crawler.stats.get_value("openclaw/retry/page_scheduled")
 
@@ -380,8 +442,10 @@ def test_scrapy_stats_and_give_up_level_unit(caplog):
     crawler = _crawler(RETRY_GIVE_UP_LOG_LEVEL="WARNING", RETRY_TIMES=0)
     c = Classification(ErrorClass.PROTOCOL_RETRYABLE, "http_503", 503)
     with caplog.at_level("DEBUG"):
-        assert get_classified_retry_request(scrapy.Request("http://a.test/x"), classification=c,
-                                            spider=crawler.spider) is None
+        assert (
+            get_classified_retry_request(scrapy.Request("http://a.test/x"), classification=c, spider=crawler.spider)
+            is None
+        )
     [record] = [r for r in caplog.records if "Gave up retrying" in r.getMessage()]
     assert record.levelname == "WARNING" and "503 Service Unavailable" in record.getMessage()
     assert crawler.stats.get_value("retry/max_reached") == 1

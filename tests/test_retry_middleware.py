@@ -27,7 +27,8 @@ _HAS_DEADLINE_QUEUE = importlib.util.find_spec("scrapy_openclaw.pqueues") is not
 QUEUES = [
     pytest.param(None, id="default-queue"),
     pytest.param(
-        DEADLINE_QUEUE, id="deadline-queue",
+        DEADLINE_QUEUE,
+        id="deadline-queue",
         marks=pytest.mark.skipif(not _HAS_DEADLINE_QUEUE, reason="scrapy_openclaw.pqueues not written yet"),
     ),
 ]
@@ -88,8 +89,17 @@ class RetrySpider(ChaosSpider):
 # --------------------------------------------------------------------------- test-side helpers
 
 
-def crawl(tmp_path: Path, server: Any, start: list[str] | None = None, *, policy: dict | None = None,
-          settings: dict | None = None, queue: str | None = None, timeout: float = 90, **spider_args: Any):
+def crawl(
+    tmp_path: Path,
+    server: Any,
+    start: list[str] | None = None,
+    *,
+    policy: dict | None = None,
+    settings: dict | None = None,
+    queue: str | None = None,
+    timeout: float = 90,
+    **spider_args: Any,
+):
     letters_path = tmp_path / "dead_letters.jsonl"
     letters_path.unlink(missing_ok=True)
     base = {
@@ -107,8 +117,13 @@ def crawl(tmp_path: Path, server: Any, start: list[str] | None = None, *, policy
     if queue:
         base["SCHEDULER_PRIORITY_QUEUE"] = queue
     base.update(settings or {})
-    result = run_crawl(SPIDER, settings=base, spider_args={"start_urls": start or server.start_urls, **spider_args},
-                       timeout=timeout, out_dir=tmp_path / "out")
+    result = run_crawl(
+        SPIDER,
+        settings=base,
+        spider_args={"start_urls": start or server.start_urls, **spider_args},
+        timeout=timeout,
+        out_dir=tmp_path / "out",
+    )
     assert result.returncode == 0, result.log[-3000:]
     for trouble in ("Unhandled error", "Error caught on signal handler", "Error while", "InvalidOutput"):
         assert trouble not in result.log, result.log[-3000:]
@@ -155,10 +170,14 @@ def test_404_is_not_retried_and_recorded_once(chaos_server, tmp_path):
 def test_503_window_is_ridden_out(chaos_server, tmp_path):
     # Down for the first 6 s after the site starts, then up: the crawl starts inside the window.
     server = chaos_server(one_host(pages=5, links_per_page="all", fail_windows={"period": 1000, "down": 6}))
-    policy = {"defaults": {"retry": {
-        "protocol_retryable": {"base_delay": 0.5, "max_delay": 2.0, "max_attempts": 30},
-        "budget_min_retries": 1000,
-    }}}
+    policy = {
+        "defaults": {
+            "retry": {
+                "protocol_retryable": {"base_delay": 0.5, "max_delay": 2.0, "max_attempts": 30},
+                "budget_min_retries": 1000,
+            }
+        }
+    }
     result, letters = crawl(tmp_path, server, policy=policy, timeout=120)
     truth = server.truth()["hosts"]["127.0.0.2"]
     assert truth["statuses"].get("503", 0) >= 2, truth["statuses"]
@@ -173,12 +192,23 @@ def test_delays_grow_exponentially_with_jitter_within_cap(chaos_server, tmp_path
     script = [503] * 5 + [200]
     server = chaos_server(one_host(pages=3, links_per_page=0, status_script={1: script, 2: script}))
     base_delay, cap = 0.4, 2.0
-    policy = {"defaults": {"retry": {"protocol_retryable": {
-        "base_delay": base_delay, "max_delay": cap, "max_attempts": 10, "jitter": "equal"},
-        "budget_min_retries": 1000}}}
+    policy = {
+        "defaults": {
+            "retry": {
+                "protocol_retryable": {
+                    "base_delay": base_delay,
+                    "max_delay": cap,
+                    "max_attempts": 10,
+                    "jitter": "equal",
+                },
+                "budget_min_retries": 1000,
+            }
+        }
+    }
     base = server.urls["127.0.0.2"]
-    result, letters = crawl(tmp_path, server, [base + "page/1", base + "page/2"], policy=policy,
-                            queue=queue, follow="0")
+    result, letters = crawl(
+        tmp_path, server, [base + "page/1", base + "page/2"], policy=policy, queue=queue, follow="0"
+    )
     assert letters == [] and len(result.items) == 2
     truth = server.truth()
     all_gaps = []
@@ -201,17 +231,28 @@ def test_delays_grow_exponentially_with_jitter_within_cap(chaos_server, tmp_path
 
 @pytest.mark.parametrize("queue", QUEUES)
 def test_a_waiting_retry_does_not_stop_other_domains(chaos_server, tmp_path, queue):
-    config = ChaosConfig(hosts=(
-        HostConfig(address="127.0.0.2", pages=2, links_per_page=0, status_script={1: [503, 200]}),
-        HostConfig(address="127.0.0.3", pages=60, links_per_page=3, latency=0.15),
-    ))
+    config = ChaosConfig(
+        hosts=(
+            HostConfig(address="127.0.0.2", pages=2, links_per_page=0, status_script={1: [503, 200]}),
+            HostConfig(address="127.0.0.3", pages=60, links_per_page=3, latency=0.15),
+        )
+    )
     server = chaos_server(config)
     slow = server.urls["127.0.0.2"]
-    policy = {"domains": {"127.0.0.2": {"retry": {"protocol_retryable": {
-        "base_delay": 5.0, "max_delay": 5.0, "jitter": "none"}}}}}
+    policy = {
+        "domains": {
+            "127.0.0.2": {"retry": {"protocol_retryable": {"base_delay": 5.0, "max_delay": 5.0, "jitter": "none"}}}
+        }
+    }
     # One download slot in all: a middleware that slept would stop everything.
-    _, letters = crawl(tmp_path, server, [slow + "page/1", server.urls["127.0.0.3"]], policy=policy,
-                       queue=queue, settings={"CONCURRENT_REQUESTS": 1})
+    _, letters = crawl(
+        tmp_path,
+        server,
+        [slow + "page/1", server.urls["127.0.0.3"]],
+        policy=policy,
+        queue=queue,
+        settings={"CONCURRENT_REQUESTS": 1},
+    )
     assert letters == []
     truth = server.truth()
     first, retry = (r["t"] for r in requests_to(truth, "/page/1"))
@@ -244,16 +285,28 @@ def test_callback_failing_twice_then_succeeding_yields_items_once(chaos_server, 
 
 
 def test_exhausted_requests_emit_exactly_one_dead_letter_each(chaos_server, tmp_path):
-    config = ChaosConfig(hosts=(
-        HostConfig(address="127.0.0.2", pages=6, links_per_page="all",
-                   status_script={1: [500], 2: [503], 3: [502, 502, 200]}, not_found=[4]),
-        HostConfig(address="127.0.0.3", pages=1, drop_rate=1.0),
-    ))
+    config = ChaosConfig(
+        hosts=(
+            HostConfig(
+                address="127.0.0.2",
+                pages=6,
+                links_per_page="all",
+                status_script={1: [500], 2: [503], 3: [502, 502, 200]},
+                not_found=[4],
+            ),
+            HostConfig(address="127.0.0.3", pages=1, drop_rate=1.0),
+        )
+    )
     server = chaos_server(config)
-    policy = {"defaults": {"retry": {
-        "protocol_retryable": {"base_delay": 0.05, "max_delay": 0.2, "max_attempts": 3},
-        "network": {"base_delay": 0.05, "max_delay": 0.2, "max_attempts": 4},
-        "budget_min_retries": 1000}}}
+    policy = {
+        "defaults": {
+            "retry": {
+                "protocol_retryable": {"base_delay": 0.05, "max_delay": 0.2, "max_attempts": 3},
+                "network": {"base_delay": 0.05, "max_delay": 0.2, "max_attempts": 4},
+                "budget_min_retries": 1000,
+            }
+        }
+    }
     result, letters = crawl(tmp_path, server, policy=policy)
     truth = server.truth()
     served: dict[str, list] = defaultdict(list)
@@ -281,9 +334,15 @@ def test_exhausted_requests_emit_exactly_one_dead_letter_each(chaos_server, tmp_
 
 def test_retry_budget_stops_a_retry_storm(chaos_server, tmp_path):
     server = chaos_server(one_host(pages=20, links_per_page="all", status_script={p: [503] for p in range(1, 20)}))
-    policy = {"defaults": {"retry": {
-        "protocol_retryable": {"base_delay": 0.05, "max_delay": 0.1, "max_attempts": 6},
-        "budget_min_retries": 3, "budget_ratio": 0.0}}}
+    policy = {
+        "defaults": {
+            "retry": {
+                "protocol_retryable": {"base_delay": 0.05, "max_delay": 0.1, "max_attempts": 6},
+                "budget_min_retries": 3,
+                "budget_ratio": 0.0,
+            }
+        }
+    }
     result, letters = crawl(tmp_path, server, [server.urls["127.0.0.2"] + "page/0"], policy=policy)
     truth = server.truth()["hosts"]["127.0.0.2"]
     assert truth["total"] == 1 + 19 + 3  # 3 retries in all, not 19 × 5
@@ -304,15 +363,13 @@ def test_dont_retry_max_retry_times_and_retry_enabled(chaos_server, tmp_path):
 
     for off in ({"RETRY_ENABLED": False}, {"OPENCLAW_RETRY_ENABLED": False}):
         server.reset()
-        result, letters = crawl(tmp_path, server, start, policy=fast_policy(max_attempts=4), follow="0",
-                                settings=off)
+        result, letters = crawl(tmp_path, server, start, policy=fast_policy(max_attempts=4), follow="0", settings=off)
         assert set(server.truth()["hosts"]["127.0.0.2"]["counts"].values()) == {1}
         assert letters == [] and not [k for k in result.stats if k.startswith("openclaw/retry")]
 
 
 def test_retry_after_wins_over_the_computed_delay(chaos_server, tmp_path):
-    server = chaos_server(one_host(pages=3, links_per_page=0,
-                                   rate_limit={"rate": 1.0, "burst": 1, "retry_after": "2"}))
+    server = chaos_server(one_host(pages=3, links_per_page=0, rate_limit={"rate": 1.0, "burst": 1, "retry_after": "2"}))
     base = server.urls["127.0.0.2"]
     policy = fast_policy(max_attempts=5)  # computed delays would be <= 0.2 s
     result, letters = crawl(tmp_path, server, [base + "page/1", base + "page/2"], policy=policy, follow="0")

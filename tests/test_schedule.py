@@ -35,7 +35,9 @@ def error_of(tmp_path: Path, body: str) -> str:
 
 
 def test_valid_tasks_file_with_defaults(tmp_path: Path) -> None:
-    path = tasks_file(tmp_path, """
+    path = tasks_file(
+        tmp_path,
+        """
         defaults:
           max_attempts: 5
           settings: {LOG_LEVEL: INFO}
@@ -53,38 +55,66 @@ def test_valid_tasks_file_with_defaults(tmp_path: Path) -> None:
             incremental: true
             initial_cursor: {since: "2024-01-01"}
             run_missed: true
-    """)
+    """,
+    )
     nightly, inc = load_tasks(path)
-    assert nightly == Task(id="nightly", spider="products", cron="0 3 * * *", timezone="Europe/Paris",
-                           settings={"LOG_LEVEL": "INFO", "CONCURRENT_REQUESTS": 4}, max_attempts=5, timeout=3600)
+    assert nightly == Task(
+        id="nightly",
+        spider="products",
+        cron="0 3 * * *",
+        timezone="Europe/Paris",
+        settings={"LOG_LEVEL": "INFO", "CONCURRENT_REQUESTS": 4},
+        max_attempts=5,
+        timeout=3600,
+    )
     assert inc.interval == 1800 and inc.max_attempts == 2 and inc.incremental and inc.run_missed
     assert inc.initial_cursor == {"since": "2024-01-01"}
 
 
-@pytest.mark.parametrize(("body", "expected"), [
-    ("tasks:\n  a: {spider: s, interval: [1\n", "FILE, line 3: invalid YAML"),
-    ("tasks:\n  a:\n    spider: s\n    interval: 5\n    colour: red\n",
-     "FILE, line 5: key tasks.a.colour: unknown key"),
-    ("tasks:\n  a:\n    spider: s\n    cron: '61 * * * *'\n",
-     "FILE, line 4: key tasks.a.cron: bad cron expression '61 * * * *'"),
-    ("tasks:\n  a:\n    spider: s\n    cron: '* * * * *'\n    interval: 60\n",
-     "FILE, line 2: key tasks.a: needs exactly one of 'cron' and 'interval'"),
-    ("tasks:\n  a:\n    spider: s\n", "FILE, line 2: key tasks.a: needs exactly one of 'cron' and 'interval'"),
-    ("tasks:\n  a:\n    interval: 5\n", "FILE, line 2: key tasks.a: missing key 'spider'"),
-    ("tasks:\n  a:\n    spider: s\n    interval: 2.5\n", "FILE, line 4: key tasks.a.interval: must be a whole number"),
-    ("tasks:\n  a:\n    spider: s\n    interval: 0\n", "FILE, line 4: key tasks.a.interval: out of range"),
-    ("tasks:\n  a:\n    spider: s\n    interval: 5\n    max_attempts: '3'\n",
-     "FILE, line 5: key tasks.a.max_attempts: must be a number"),
-    ("tasks:\n  a:\n    spider: s\n    cron: '* * * * *'\n    timezone: Mars/Olympus\n",
-     "FILE, line 5: key tasks.a.timezone: unknown time zone"),
-    ("tasks:\n  a:\n    spider: s\n    interval: 5\n    args: {openclaw_cursor: 1}\n",
-     "FILE, line 5: key tasks.a.args.openclaw_cursor: reserved"),
-    ("defaults:\n  cron: '* * * * *'\ntasks:\n  a: {spider: s, interval: 5}\n",
-     "FILE, line 2: key defaults.cron: is per task"),
-    ("jobs: {}\n", "FILE, line 1: key jobs: unknown key"),
-    ("tasks: []\n", "FILE, line 1: key tasks: must be a non-empty mapping"),
-    ("tasks:\n  'bad id!': {spider: s, interval: 5}\n", "FILE, line 2: key tasks.bad id!: bad task id"),
-])
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        ("tasks:\n  a: {spider: s, interval: [1\n", "FILE, line 3: invalid YAML"),
+        (
+            "tasks:\n  a:\n    spider: s\n    interval: 5\n    colour: red\n",
+            "FILE, line 5: key tasks.a.colour: unknown key",
+        ),
+        (
+            "tasks:\n  a:\n    spider: s\n    cron: '61 * * * *'\n",
+            "FILE, line 4: key tasks.a.cron: bad cron expression '61 * * * *'",
+        ),
+        (
+            "tasks:\n  a:\n    spider: s\n    cron: '* * * * *'\n    interval: 60\n",
+            "FILE, line 2: key tasks.a: needs exactly one of 'cron' and 'interval'",
+        ),
+        ("tasks:\n  a:\n    spider: s\n", "FILE, line 2: key tasks.a: needs exactly one of 'cron' and 'interval'"),
+        ("tasks:\n  a:\n    interval: 5\n", "FILE, line 2: key tasks.a: missing key 'spider'"),
+        (
+            "tasks:\n  a:\n    spider: s\n    interval: 2.5\n",
+            "FILE, line 4: key tasks.a.interval: must be a whole number",
+        ),
+        ("tasks:\n  a:\n    spider: s\n    interval: 0\n", "FILE, line 4: key tasks.a.interval: out of range"),
+        (
+            "tasks:\n  a:\n    spider: s\n    interval: 5\n    max_attempts: '3'\n",
+            "FILE, line 5: key tasks.a.max_attempts: must be a number",
+        ),
+        (
+            "tasks:\n  a:\n    spider: s\n    cron: '* * * * *'\n    timezone: Mars/Olympus\n",
+            "FILE, line 5: key tasks.a.timezone: unknown time zone",
+        ),
+        (
+            "tasks:\n  a:\n    spider: s\n    interval: 5\n    args: {openclaw_cursor: 1}\n",
+            "FILE, line 5: key tasks.a.args.openclaw_cursor: reserved",
+        ),
+        (
+            "defaults:\n  cron: '* * * * *'\ntasks:\n  a: {spider: s, interval: 5}\n",
+            "FILE, line 2: key defaults.cron: is per task",
+        ),
+        ("jobs: {}\n", "FILE, line 1: key jobs: unknown key"),
+        ("tasks: []\n", "FILE, line 1: key tasks: must be a non-empty mapping"),
+        ("tasks:\n  'bad id!': {spider: s, interval: 5}\n", "FILE, line 2: key tasks.bad id!: bad task id"),
+    ],
+)
 def test_tasks_file_errors_name_file_line_key(tmp_path: Path, body: str, expected: str) -> None:
     assert expected in error_of(tmp_path, body)
 
@@ -108,16 +138,22 @@ def test_windows_interval_and_cron() -> None:
 
 
 def test_crawl_command_merges_extensions_and_passes_settings(tmp_path: Path) -> None:
-    task = Task(id="a", spider="s", interval=5, settings={"CONCURRENT_REQUESTS": 4, "RETRY_ENABLED": False,
-                                                          "EXTENSIONS": {"my.Ext": 5}},
-                args={"start_urls": "http://x/", "n": 3}, incremental=True)
+    task = Task(
+        id="a",
+        spider="s",
+        interval=5,
+        settings={"CONCURRENT_REQUESTS": 4, "RETRY_ENABLED": False, "EXTENSIONS": {"my.Ext": 5}},
+        args={"start_urls": "http://x/", "n": 3},
+        incremental=True,
+    )
     settings = Settings({"EXTENSIONS": {"project.Ext": 1}})
-    argv = crawl_command(task, settings, checkpoint_dir=tmp_path / "w", run_file=tmp_path / "w.run.json",
-                         cursor={"page": 2})
+    argv = crawl_command(
+        task, settings, checkpoint_dir=tmp_path / "w", run_file=tmp_path / "w.run.json", cursor={"page": 2}
+    )
     pairs = [(argv[i], argv[i + 1]) for i in range(5, len(argv), 2)]
     assert argv[1:5] == ["-m", "scrapy", "crawl", "s"]
     assert ("-s", "CONCURRENT_REQUESTS=4") in pairs and ("-s", "RETRY_ENABLED=False") in pairs
-    ext = json.loads(next(v for k, v in pairs if v.startswith("EXTENSIONS="))[len("EXTENSIONS="):])
+    ext = json.loads(next(v for k, v in pairs if v.startswith("EXTENSIONS="))[len("EXTENSIONS=") :])
     assert ext == {"project.Ext": 1, "my.Ext": 5, RUN_STATS_EXTENSION: 10_000}
     assert ("-s", f"OPENCLAW_CHECKPOINT_DIR={tmp_path / 'w'}") in pairs
     assert ("-a", "n=3") in pairs and ("-a", 'openclaw_cursor={"page": 2}') in pairs
@@ -180,13 +216,19 @@ def test_file_lock_semantics(tmp_path: Path) -> None:
 
 def _history_roundtrip(history: Any) -> None:
     history.append(RunRecord("a", 60.0, start=61.0, attempts=1, pid=123))
-    history.append(RunRecord("a", 60.0, outcome="success", start=61.0, end=70.0, attempts=2, exit_status="0",
-                             items=7, dead_letters=1))
+    history.append(
+        RunRecord(
+            "a", 60.0, outcome="success", start=61.0, end=70.0, attempts=2, exit_status="0", items=7, dead_letters=1
+        )
+    )
     history.append(RunRecord("b", 60.0, outcome="failed", reason="the crawl exited with 1"))
     history.append(RunRecord("a", 120.0, outcome="interrupted"))
     runs = history.runs()
     assert [(r.task, r.scheduled, r.outcome) for r in runs] == [
-        ("a", 60.0, "success"), ("b", 60.0, "failed"), ("a", 120.0, "interrupted")]
+        ("a", 60.0, "success"),
+        ("b", 60.0, "failed"),
+        ("a", 120.0, "interrupted"),
+    ]
     first = runs[0]
     assert (first.attempts, first.items, first.dead_letters, first.run_id) == (2, 7, 1, "a@19700101T000100Z")
     assert [r.scheduled for r in history.runs("a")] == [60.0, 120.0]

@@ -28,7 +28,9 @@ def alive(pid: int) -> bool:
 def test_task_with_policy_setting_runs(chaos_server: Any, tmp_path: Path, schedulers: Any) -> None:
     server = chaos_server(site(pages=2))
     project = make_project(tmp_path / "proj")
-    tasks = write_tasks(project / "tasks.yaml", f"""
+    tasks = write_tasks(
+        project / "tasks.yaml",
+        f"""
         tasks:
           pol:
             spider: chaos
@@ -36,7 +38,8 @@ def test_task_with_policy_setting_runs(chaos_server: Any, tmp_path: Path, schedu
             args: {{start_urls: "{server.start_urls[0]}"}}
             settings:
               OPENCLAW_POLICY: {{defaults: {{health: {{burst: 3}}, retry: {{network: {{max_attempts: 2}}}}}}}}
-    """)
+    """,
+    )
     history = JsonlHistory(project / "openclaw-schedule" / "history.jsonl")
     sched = schedulers(project, tasks)
     wait_for(lambda: successes(history.runs(), "pol"), 90, "a successful window", lambda: sched.log)
@@ -47,33 +50,41 @@ def test_task_with_policy_setting_runs(chaos_server: Any, tmp_path: Path, schedu
 def test_crashing_window_is_recorded_failed_not_running(tmp_path: Path, schedulers: Any) -> None:
     project = make_project(tmp_path / "proj")
     (project / "not-a-dir").write_text("a file where the window's checkpoint directory should go")
-    tasks = write_tasks(project / "tasks.yaml", """
+    tasks = write_tasks(
+        project / "tasks.yaml",
+        """
         tasks:
           broken:
             spider: chaos
             interval: 2
             checkpoint_dir: not-a-dir
-    """)
+    """,
+    )
     history = JsonlHistory(project / "openclaw-schedule" / "history.jsonl")
     sched = schedulers(project, tasks)
-    failed = wait_for(lambda: [r for r in history.runs("broken") if r.outcome == "failed"], 60,
-                      "a failed window", lambda: sched.log)
+    failed = wait_for(
+        lambda: [r for r in history.runs("broken") if r.outcome == "failed"], 60, "a failed window", lambda: sched.log
+    )
     assert sched.stop() == 0
     assert "scheduler error" in failed[0].reason
     assert all(r.outcome != "running" for r in history.runs("broken"))
 
 
-def test_scheduler_waits_for_redis_then_schedules(chaos_server: Any, redis_server: Any, tmp_path: Path,
-                                                  schedulers: Any) -> None:
+def test_scheduler_waits_for_redis_then_schedules(
+    chaos_server: Any, redis_server: Any, tmp_path: Path, schedulers: Any
+) -> None:
     server = chaos_server(site(pages=1))
     project = make_project(tmp_path / "proj")
-    tasks = write_tasks(project / "tasks.yaml", f"""
+    tasks = write_tasks(
+        project / "tasks.yaml",
+        f"""
         tasks:
           later:
             spider: chaos
             interval: 2
             args: {{start_urls: "{server.start_urls[0]}"}}
-    """)
+    """,
+    )
     url = redis_server.url
     redis_server.stop()
     sched = schedulers(project, tasks, f"REDIS_URL={url}")
@@ -88,18 +99,20 @@ def test_scheduler_waits_for_redis_then_schedules(chaos_server: Any, redis_serve
 def test_sigkilled_scheduler_takes_its_crawl_along(chaos_server: Any, tmp_path: Path, schedulers: Any) -> None:
     server = chaos_server(site(pages=80, latency=0.3))
     project = make_project(tmp_path / "proj")
-    tasks = write_tasks(project / "tasks.yaml", f"""
+    tasks = write_tasks(
+        project / "tasks.yaml",
+        f"""
         tasks:
           long:
             spider: chaos
             cron: "{_once_soon(3)}"
             args: {{start_urls: "{server.start_urls[0]}"}}
             settings: {{CONCURRENT_REQUESTS: 2}}
-    """)
+    """,
+    )
     history = JsonlHistory(project / "openclaw-schedule" / "history.jsonl")
     first = schedulers(project, tasks, name="first")
-    run = wait_for(lambda: next((r for r in history.runs("long") if r.pid), None), 60, "the crawl",
-                   lambda: first.log)
+    run = wait_for(lambda: next((r for r in history.runs("long") if r.pid), None), 60, "the crawl", lambda: first.log)
     time.sleep(1.0)  # the crawl is under way
     first.proc.send_signal(signal.SIGKILL)
     first.proc.wait(10)
@@ -107,8 +120,12 @@ def test_sigkilled_scheduler_takes_its_crawl_along(chaos_server: Any, tmp_path: 
     assert [r.outcome for r in history.runs("long")] == ["running"]  # what the dead scheduler left
 
     second = schedulers(project, tasks, name="second")
-    left = wait_for(lambda: [r for r in history.runs("long") if r.outcome == "interrupted"], 30,
-                    "the stale window to be marked", lambda: second.log)
+    left = wait_for(
+        lambda: [r for r in history.runs("long") if r.outcome == "interrupted"],
+        30,
+        "the stale window to be marked",
+        lambda: second.log,
+    )
     assert second.stop() == 0
     assert "ended without finishing it" in left[0].reason and left[0].window == run.window
     assert f"was left running by {run.node}" in second.log
@@ -117,19 +134,21 @@ def test_sigkilled_scheduler_takes_its_crawl_along(chaos_server: Any, tmp_path: 
 def test_lost_lock_stops_the_crawl(chaos_server: Any, redis_server: Any, tmp_path: Path, schedulers: Any) -> None:
     server = chaos_server(site(pages=80, latency=0.3))
     project = make_project(tmp_path / "proj")
-    tasks = write_tasks(project / "tasks.yaml", f"""
+    tasks = write_tasks(
+        project / "tasks.yaml",
+        f"""
         tasks:
           locked:
             spider: chaos
             cron: "{_once_soon(3)}"
             args: {{start_urls: "{server.start_urls[0]}"}}
             settings: {{CONCURRENT_REQUESTS: 2}}
-    """)
+    """,
+    )
     client = redis_client(redis_server.url)
     history = RedisHistory(client, "openclaw:schedule:history")
     sched = schedulers(project, tasks, f"REDIS_URL={redis_server.url}", "OPENCLAW_SCHEDULE_LOCK_TTL=3")
-    run = wait_for(lambda: next((r for r in history.runs("locked") if r.pid), None), 60, "the crawl",
-                   lambda: sched.log)
+    run = wait_for(lambda: next((r for r in history.runs("locked") if r.pid), None), 60, "the crawl", lambda: sched.log)
     key = f"openclaw:schedule:lock:locked:{run.window}"
     client.set(key, "another-node", px=60_000)  # another node took the window over
     wait_for(lambda: not alive(run.pid), 40, "the crawl to be stopped", lambda: sched.log)

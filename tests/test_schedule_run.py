@@ -49,7 +49,8 @@ def make_project(root: Path) -> Path:
     """A tiny Scrapy project: ChaosSpider plus CursorSpider, the add-on on, fast checkpoints."""
     root.mkdir(parents=True, exist_ok=True)
     (root / "scrapy.cfg").write_text("[settings]\ndefault = schedproj_settings\n", encoding="utf-8")
-    (root / "schedproj_settings.py").write_text(textwrap.dedent('''
+    (root / "schedproj_settings.py").write_text(
+        textwrap.dedent("""
         BOT_NAME = "schedproj"
         SPIDER_MODULES = ["scrapy_openclaw.testing.spiders", "schedproj_spiders"]
         ADDONS = {"scrapy_openclaw.Addon": 100}
@@ -58,14 +59,20 @@ def make_project(root: Path) -> Path:
         OPENCLAW_CHECKPOINT_FLUSH = 0.2
         OPENCLAW_CHECKPOINT_SNAPSHOT_INTERVAL = 1.0
         OPENCLAW_DLQ_URI = "dead-letters.jsonl"
-    '''), encoding="utf-8")
+    """),
+        encoding="utf-8",
+    )
     (root / "schedproj_spiders.py").write_text(SPIDERS, encoding="utf-8")
     return root
 
 
 def site(pages: int, latency: float = 0.0) -> ChaosConfig:
-    return ChaosConfig(hosts=(HostConfig(address="127.0.0.2", pages=pages, links_per_page=3, latency=latency,
-                                         latency_jitter=latency / 2),), seed=5)
+    return ChaosConfig(
+        hosts=(
+            HostConfig(address="127.0.0.2", pages=pages, links_per_page=3, latency=latency, latency_jitter=latency / 2),
+        ),
+        seed=5,
+    )
 
 
 class SchedulerProcess:
@@ -73,13 +80,21 @@ class SchedulerProcess:
 
     def __init__(self, project: Path, tasks: Path, *settings: str, name: str = "scheduler"):
         self.log_path = project / f"{name}.log"
-        cmd = [sys.executable, "-m", "scrapy", "openclaw-schedule", str(tasks),
-               "-s", "OPENCLAW_SCHEDULE_STOP_TIMEOUT=20"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "scrapy",
+            "openclaw-schedule",
+            str(tasks),
+            "-s",
+            "OPENCLAW_SCHEDULE_STOP_TIMEOUT=20",
+        ]
         for s in settings:
             cmd += ["-s", s]
         with open(self.log_path, "wb") as log:
-            self.proc = subprocess.Popen(cmd, cwd=project, stdin=subprocess.DEVNULL, stdout=log,
-                                         stderr=subprocess.STDOUT, env=subprocess_env())
+            self.proc = subprocess.Popen(
+                cmd, cwd=project, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=subprocess_env()
+            )
 
     def stop(self) -> int:
         return stop_process(self.proc, timeout=40)
@@ -134,17 +149,24 @@ def successes(runs: list[RunRecord], task: str) -> list[RunRecord]:
 def test_task_fires_on_time_and_status_reports_it(chaos_server: Any, tmp_path: Path, schedulers: Any) -> None:
     server = chaos_server(site(pages=5))
     project = make_project(tmp_path / "proj")
-    tasks = write_tasks(project / "tasks.yaml", f"""
+    tasks = write_tasks(
+        project / "tasks.yaml",
+        f"""
         tasks:
           every3:
             spider: chaos
             interval: 3
             args: {{start_urls: "{server.start_urls[0]}"}}
-    """)
+    """,
+    )
     history = JsonlHistory(project / "openclaw-schedule" / "history.jsonl")
     sched = schedulers(project, tasks)
-    runs = wait_for(lambda: len(successes(history.runs(), "every3")) >= 2 and history.runs(), 90,
-                    "two successful runs", lambda: sched.log)
+    runs = wait_for(
+        lambda: len(successes(history.runs(), "every3")) >= 2 and history.runs(),
+        90,
+        "two successful runs",
+        lambda: sched.log,
+    )
     assert sched.stop() == 0
     done = successes(runs, "every3")
     for run in done:
@@ -155,8 +177,14 @@ def test_task_fires_on_time_and_status_reports_it(chaos_server: Any, tmp_path: P
         assert Path(run.checkpoint_dir).name == run.window
     assert "Scheduler stopped" in sched.log
 
-    out = subprocess.run([sys.executable, "-m", "scrapy", "openclaw-schedule", "status", str(tasks)],
-                         cwd=project, capture_output=True, text=True, timeout=60, env=subprocess_env())
+    out = subprocess.run(
+        [sys.executable, "-m", "scrapy", "openclaw-schedule", "status", str(tasks)],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=subprocess_env(),
+    )
     assert out.returncode == 0, out.stderr
     assert "every3" in out.stdout and "success" in out.stdout and done[0].window in out.stdout
 
@@ -171,7 +199,9 @@ def test_killed_run_is_retried_and_resumes_from_checkpoint(chaos_server: Any, tm
     pages = 60
     server = chaos_server(site(pages=pages, latency=0.15))
     project = make_project(tmp_path / "proj")
-    tasks = write_tasks(project / "tasks.yaml", f"""
+    tasks = write_tasks(
+        project / "tasks.yaml",
+        f"""
         tasks:
           big:
             spider: chaos
@@ -180,16 +210,25 @@ def test_killed_run_is_retried_and_resumes_from_checkpoint(chaos_server: Any, tm
             settings: {{CONCURRENT_REQUESTS: 4}}
             max_attempts: 3
             retry_backoff: 0.5
-    """)
+    """,
+    )
     history = JsonlHistory(project / "openclaw-schedule" / "history.jsonl")
     sched = schedulers(project, tasks)
-    first = wait_for(lambda: next((r for r in history.runs() if r.pid and r.attempts == 1), None), 60,
-                     "the first attempt", lambda: sched.log)
+    first = wait_for(
+        lambda: next((r for r in history.runs() if r.pid and r.attempts == 1), None),
+        60,
+        "the first attempt",
+        lambda: sched.log,
+    )
     wait_for(lambda: len(page_hits(server.truth())) >= pages // 2, 60, "half the pages", lambda: sched.log)
     os.kill(first.pid, signal.SIGKILL)
 
-    final = wait_for(lambda: next((r for r in successes(history.runs(), "big")), None), 120,
-                     "the retried run to succeed", lambda: sched.log)
+    final = wait_for(
+        lambda: next((r for r in successes(history.runs(), "big")), None),
+        120,
+        "the retried run to succeed",
+        lambda: sched.log,
+    )
     assert sched.stop() == 0
     assert final.attempts == 2 and final.window == first.window
     assert "attempt 1/3 failed (the crawl exited with signal 9)" in sched.log
@@ -208,19 +247,28 @@ def test_two_schedulers_on_one_redis_run_each_window_once(
 ) -> None:
     server = chaos_server(site(pages=1))
     project = make_project(tmp_path / "proj")
-    tasks = write_tasks(project / "tasks.yaml", f"""
+    tasks = write_tasks(
+        project / "tasks.yaml",
+        f"""
         tasks:
           shared:
             spider: chaos
             interval: 2
             args: {{start_urls: "{server.start_urls[0]}"}}
-    """)
+    """,
+    )
     redis_setting = f"REDIS_URL={redis_server.url}"
-    nodes = [schedulers(project, tasks, redis_setting, f"OPENCLAW_SCHEDULE_STATE_DIR=node{i}", name=f"node{i}")
-             for i in range(2)]
+    nodes = [
+        schedulers(project, tasks, redis_setting, f"OPENCLAW_SCHEDULE_STATE_DIR=node{i}", name=f"node{i}")
+        for i in range(2)
+    ]
     history = RedisHistory(redis_client(redis_server.url), "openclaw:schedule:history")
-    wait_for(lambda: len(successes(history.runs(), "shared")) >= 4, 120, "four successful windows",
-             lambda: nodes[0].log + nodes[1].log)
+    wait_for(
+        lambda: len(successes(history.runs(), "shared")) >= 4,
+        120,
+        "four successful windows",
+        lambda: nodes[0].log + nodes[1].log,
+    )
     for node in nodes:
         assert node.stop() == 0
     runs = history.runs()
@@ -235,14 +283,23 @@ def test_two_schedulers_on_one_redis_run_each_window_once(
 
 def test_malformed_tasks_file_gives_file_line_key(tmp_path: Path) -> None:
     project = make_project(tmp_path / "proj")
-    tasks = write_tasks(project / "tasks.yaml", """
+    tasks = write_tasks(
+        project / "tasks.yaml",
+        """
         tasks:
           nightly:
             spider: chaos
             cron: "0 3 * * * * * *"
-    """)
-    out = subprocess.run([sys.executable, "-m", "scrapy", "openclaw-schedule", str(tasks)],
-                         cwd=project, capture_output=True, text=True, timeout=60, env=subprocess_env())
+    """,
+    )
+    out = subprocess.run(
+        [sys.executable, "-m", "scrapy", "openclaw-schedule", str(tasks)],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=subprocess_env(),
+    )
     assert out.returncode == 2
     assert f"{tasks}, line 5: key tasks.nightly.cron: bad cron expression" in out.stderr
 
@@ -250,7 +307,9 @@ def test_malformed_tasks_file_gives_file_line_key(tmp_path: Path) -> None:
 def test_incremental_cursor_carries_over_between_runs(chaos_server: Any, tmp_path: Path, schedulers: Any) -> None:
     server = chaos_server(site(pages=20))
     project = make_project(tmp_path / "proj")
-    tasks = write_tasks(project / "tasks.yaml", f"""
+    tasks = write_tasks(
+        project / "tasks.yaml",
+        f"""
         tasks:
           inc:
             spider: cursor
@@ -258,7 +317,8 @@ def test_incremental_cursor_carries_over_between_runs(chaos_server: Any, tmp_pat
             incremental: true
             initial_cursor: 1
             args: {{start_urls: "{server.start_urls[0]}"}}
-    """)
+    """,
+    )
     state = project / "openclaw-schedule"
     history = JsonlHistory(state / "history.jsonl")
     sched = schedulers(project, tasks)

@@ -36,9 +36,11 @@ def probe(chaos_server: Any, tmp_path: Path, name: str, **settings: Any) -> tupl
     server = chaos_server(cfg)
     records = tmp_path / "records.json"
     result = run_crawl(
-        SPIDER, {**BASE_SETTINGS, **settings},
+        SPIDER,
+        {**BASE_SETTINGS, **settings},
         spider_args={"base": server.start_urls[0], "probe": name, "records": str(records)},
-        out_dir=tmp_path / "out", timeout=60,
+        out_dir=tmp_path / "out",
+        timeout=60,
     )
     assert result.returncode == 0, result.log[-3000:]
     assert "Traceback" not in result.log, result.log[-3000:]
@@ -98,7 +100,9 @@ def test_track_engine_requests_reports_a_request_finished_only_after_its_items_l
     chaos_server: Any, tmp_path: Path
 ) -> None:
     items, records = probe(
-        chaos_server, tmp_path, "lifecycle",
+        chaos_server,
+        tmp_path,
+        "lifecycle",
         ITEM_PIPELINES={"tests.scrapy_internals_spiders.SlowPipeline": 100},
     )
     first, child = (row["url"] for row in by_event(records, "added"))

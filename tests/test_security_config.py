@@ -37,8 +37,7 @@ TASK = "tasks:\n  t:\n    spider: s\n    interval: 60\n"
 
 # An 800-byte document whose aliases expand to 9^9 (~387 million) nodes.
 LIST_BOMB = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
-    f"{b}: &{b} [*{a}, *{a}, *{a}, *{a}, *{a}, *{a}, *{a}, *{a}, *{a}]\n"
-    for a, b in zip("abcdefgh", "bcdefghi")
+    f"{b}: &{b} [*{a}, *{a}, *{a}, *{a}, *{a}, *{a}, *{a}, *{a}, *{a}]\n" for a, b in zip("abcdefgh", "bcdefghi")
 )
 MAP_BOMB = "a: &a {x: 1, y: 1}\n" + "".join(
     f"{b}: &{b} {{p: *{a}, q: *{a}, r: *{a}, s: *{a}}}\n" for a, b in zip("abcdefghijkl", "bcdefghijklm")
@@ -110,7 +109,8 @@ def test_non_utf8_files(tmp_path: Path) -> None:
 def test_huge_integers(tmp_path: Path, digits: int) -> None:
     number = "9" * digits
     assert "line 3: invalid YAML: integer too large" in policy_error(
-        tmp_path, f"defaults:\n  health:\n    burst: {number}\n")
+        tmp_path, f"defaults:\n  health:\n    burst: {number}\n"
+    )
     assert "line 4: invalid YAML: integer too large" in tasks_error(tmp_path, TASK.replace("60", number))
     with pytest.raises(OpenClawConfigError, match="number too large"):
         PolicySet.from_settings(Settings({"OPENCLAW_POLICY": {"defaults": {"health": {"burst": 10**digits}}}}))
@@ -138,11 +138,14 @@ def test_retry_http_codes_must_be_statuses() -> None:
     validate_settings(Settings({"OPENCLAW_RETRY_HTTP_CODES": [429, "503"]}))
 
 
-@pytest.mark.parametrize(("health", "lower", "upper"), [
-    ({"min_rate": 5, "base_rate": 2}, "min_rate", "base_rate"),
-    ({"initial_rate": 5, "base_rate": 2}, "initial_rate", "base_rate"),
-    ({"circuit_cooldown": 120}, "circuit_cooldown", "circuit_cooldown_max"),
-])
+@pytest.mark.parametrize(
+    ("health", "lower", "upper"),
+    [
+        ({"min_rate": 5, "base_rate": 2}, "min_rate", "base_rate"),
+        ({"initial_rate": 5, "base_rate": 2}, "initial_rate", "base_rate"),
+        ({"circuit_cooldown": 120}, "circuit_cooldown", "circuit_cooldown_max"),
+    ],
+)
 def test_contradicting_keys_name_both(tmp_path: Path, health: dict[str, Any], lower: str, upper: str) -> None:
     body = "\n".join(f"    {k}: {v}" for k, v in health.items())
     message = policy_error(tmp_path, f"defaults:\n  health:\n{body}\n")
@@ -153,8 +156,9 @@ def test_contradicting_keys_name_both(tmp_path: Path, health: dict[str, Any], lo
 def test_contradiction_across_layers_names_both_places(tmp_path: Path) -> None:
     path = tmp_path / "policy.yaml"
     path.write_text("domains:\n  slow.example:\n    health: {min_rate: 3}\n")
-    settings = Settings({"OPENCLAW_POLICY_FILE": str(path),
-                         "OPENCLAW_POLICY": {"defaults": {"health": {"base_rate": 1}}}})
+    settings = Settings(
+        {"OPENCLAW_POLICY_FILE": str(path), "OPENCLAW_POLICY": {"defaults": {"health": {"base_rate": 1}}}}
+    )
     with pytest.raises(OpenClawConfigError) as info:
         PolicySet.from_settings(settings)
     message = str(info.value)
@@ -181,26 +185,38 @@ def test_policy_setting_as_json_text() -> None:
 # --- item 9: tasks values that would crash every window ---------------------------
 
 
-@pytest.mark.parametrize(("extra", "expected"), [
-    ("    args: {since: 2024-01-01}\n", "line 5: key tasks.t.args.since: a date cannot be passed"),
-    ("    incremental: true\n    initial_cursor: {at: 2024-01-01 10:00:00}\n",
-     "line 6: key tasks.t.initial_cursor.at: a datetime cannot be passed"),
-    ("    settings: {EXTENSIONS: not json}\n", "key tasks.t.settings.EXTENSIONS: must be a mapping or a JSON object"),
-    ("    settings: {ITEM_PIPELINES: [a]}\n", "key tasks.t.settings.ITEM_PIPELINES: must be a mapping"),
-    ("    settings: {OPENCLAW_RETRY_HTTP_CODES: abc}\n", "is not an HTTP status"),
-    ("    settings: {OPENCLAW_POLICY: {defaults: {health: {burst: -1}}}}\n",
-     "key tasks.t.settings.OPENCLAW_POLICY: setting OPENCLAW_POLICY: key defaults.health.burst: out of range"),
-    ("    settings: {OPENCLAW_NOPE: 1}\n", "unknown scrapy-openclaw setting"),
-    ("    args: {x: .inf}\n", "must be a finite number"),
-])
+@pytest.mark.parametrize(
+    ("extra", "expected"),
+    [
+        ("    args: {since: 2024-01-01}\n", "line 5: key tasks.t.args.since: a date cannot be passed"),
+        (
+            "    incremental: true\n    initial_cursor: {at: 2024-01-01 10:00:00}\n",
+            "line 6: key tasks.t.initial_cursor.at: a datetime cannot be passed",
+        ),
+        (
+            "    settings: {EXTENSIONS: not json}\n",
+            "key tasks.t.settings.EXTENSIONS: must be a mapping or a JSON object",
+        ),
+        ("    settings: {ITEM_PIPELINES: [a]}\n", "key tasks.t.settings.ITEM_PIPELINES: must be a mapping"),
+        ("    settings: {OPENCLAW_RETRY_HTTP_CODES: abc}\n", "is not an HTTP status"),
+        (
+            "    settings: {OPENCLAW_POLICY: {defaults: {health: {burst: -1}}}}\n",
+            "key tasks.t.settings.OPENCLAW_POLICY: setting OPENCLAW_POLICY: key defaults.health.burst: out of range",
+        ),
+        ("    settings: {OPENCLAW_NOPE: 1}\n", "unknown scrapy-openclaw setting"),
+        ("    args: {x: .inf}\n", "must be a finite number"),
+    ],
+)
 def test_tasks_values_that_cannot_reach_the_crawl(tmp_path: Path, extra: str, expected: str) -> None:
     assert expected in tasks_error(tmp_path, TASK + extra)
 
 
 def test_tasks_json_settings_accepted(tmp_path: Path) -> None:
     path = tmp_path / "tasks.yaml"
-    path.write_text(TASK + "    settings:\n      EXTENSIONS: '{\"a.B\": 1}'\n"
-                    "      OPENCLAW_POLICY: {defaults: {health: {burst: 3}}}\n")
+    path.write_text(
+        TASK + "    settings:\n      EXTENSIONS: '{\"a.B\": 1}'\n"
+        "      OPENCLAW_POLICY: {defaults: {health: {burst: 3}}}\n"
+    )
     assert load_tasks(path)[0].settings["OPENCLAW_POLICY"] == {"defaults": {"health": {"burst": 3}}}
 
 
@@ -312,9 +328,17 @@ def test_dead_letter_files_are_private(tmp_path: Path) -> None:
     try:
         store = JsonlStore(tmp_path / "dlq" / "dead.jsonl")
         for n in range(2):
-            store.append(DeadLetter(url=f"https://a.example/{n}", domain="a.example", error_class="network",
-                                    reason="timeout", spider="s", crawl_id="c",
-                                    request={"url": "https://a.example/", "headers": {"Cookie": ["secret"]}}))
+            store.append(
+                DeadLetter(
+                    url=f"https://a.example/{n}",
+                    domain="a.example",
+                    error_class="network",
+                    reason="timeout",
+                    spider="s",
+                    crawl_id="c",
+                    request={"url": "https://a.example/", "headers": {"Cookie": ["secret"]}},
+                )
+            )
         store.close()
         before = _mode(tmp_path / "dlq" / "dead.jsonl")
         JsonlStore(tmp_path / "dlq" / "dead.jsonl").purge()

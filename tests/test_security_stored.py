@@ -38,8 +38,19 @@ from scrapy_openclaw.serialization import (
 )
 
 PASSWORD = "s3cr3t-PW-9f1c"
-HOSTILE_CALLBACKS = ["__init__", "__class__", "close", "closed", "start", "start_requests", "from_crawler",
-                     "_private", "logger", "prop", "static"]
+HOSTILE_CALLBACKS = [
+    "__init__",
+    "__class__",
+    "close",
+    "closed",
+    "start",
+    "start_requests",
+    "from_crawler",
+    "_private",
+    "logger",
+    "prop",
+    "static",
+]
 
 
 class OwnSpider(Spider):
@@ -130,8 +141,9 @@ def test_stored_scheme_must_be_http(url: str) -> None:
 
 
 def test_stored_schemes_and_meta_can_be_widened_by_the_operator() -> None:
-    spider = crawler_spider({"OPENCLAW_STORED_SCHEMES": ["http", "https", "data"],
-                             "OPENCLAW_STORED_META_DENY": ["bindaddress"]})
+    spider = crawler_spider(
+        {"OPENCLAW_STORED_SCHEMES": ["http", "https", "data"], "OPENCLAW_STORED_META_DENY": ["bindaddress"]}
+    )
     assert request_from_data({"url": "data:,hello"}, spider).url == "data:,hello"
     assert request_from_data({"url": "http://a.test/", "meta": {"proxy": "http://p:1"}}, spider).meta["proxy"]
 
@@ -148,21 +160,30 @@ def test_a_proxy_from_the_environment_is_not_stored() -> None:
     """HttpProxyMiddleware sets meta["proxy"] from http_proxy on every request (and a retry copy
     keeps it); stored, it would be refused. It is left out instead and set again on load."""
     spider = crawler_spider()
-    request = Request("http://a.test/", headers={"Proxy-Authorization": "Basic eDp5"},
-                      meta={"proxy": "http://p:3128", "_scheme_proxy": True, "_auth_proxy": "http://p:3128", "k": 1})
+    request = Request(
+        "http://a.test/",
+        headers={"Proxy-Authorization": "Basic eDp5"},
+        meta={"proxy": "http://p:3128", "_scheme_proxy": True, "_auth_proxy": "http://p:3128", "k": 1},
+    )
     data = request_to_data(request, spider)
     assert data["meta"] == {"k": 1} and "Proxy-Authorization" not in json.dumps(data)
     assert request.meta["proxy"] == "http://p:3128"  # the live request is untouched
     assert request_from_data(data, spider).meta == {"k": 1}
 
 
-@pytest.mark.parametrize("data", [
-    "not an object", ["url"], {"no": "url"}, {"url": 5},
-    {"url": "http://a.test/", "encoding": "no-such-codec"},
-    {"url": "http://a.test/", "body": {"__bytes__": 5}},
-    {"url": "http://a.test/", "meta": [1]},
-    {"url": "http://a.test/", "_class": "os.system"},
-])
+@pytest.mark.parametrize(
+    "data",
+    [
+        "not an object",
+        ["url"],
+        {"no": "url"},
+        {"url": 5},
+        {"url": "http://a.test/", "encoding": "no-such-codec"},
+        {"url": "http://a.test/", "body": {"__bytes__": 5}},
+        {"url": "http://a.test/", "meta": [1]},
+        {"url": "http://a.test/", "_class": "os.system"},
+    ],
+)
 def test_malformed_stored_requests_raise_serialization_error_only(data: Any) -> None:
     with pytest.raises(SerializationError):
         request_from_data(data, crawler_spider())
@@ -173,8 +194,9 @@ def test_malformed_stored_requests_raise_serialization_error_only(data: Any) -> 
 
 def _dead_letters(q: Any) -> list[DeadLetter]:
     letters: list[DeadLetter] = []
-    q.crawler.signals.connect(lambda dead_letter, **kw: letters.append(dead_letter), openclaw_signals.dead_letter,
-                              weak=False)
+    q.crawler.signals.connect(
+        lambda dead_letter, **kw: letters.append(dead_letter), openclaw_signals.dead_letter, weak=False
+    )
     return letters
 
 
@@ -183,11 +205,15 @@ def test_hostile_queue_entries_are_refused_at_once(queues: Any, tmp_path: Path) 
     letters = _dead_letters(q)
     secret = tmp_path / "secret.html"
     secret.write_text("<h1 id='title'>SECRET</h1>")
-    hostile = [{"url": secret.as_uri(), "callback": "parse"},
-               {"url": "http://a.test/proxied", "meta": {"proxy": "http://127.0.0.1:9"}}]
+    hostile = [
+        {"url": secret.as_uri(), "callback": "parse"},
+        {"url": "http://a.test/proxied", "meta": {"proxy": "http://127.0.0.1:9"}},
+    ]
     hostile += [{"url": f"http://a.test/{name}", "callback": name} for name in ("__init__", "close", "start", "_idle")]
-    foreign = ['{"url":"http://a.test/codec","encoding":"no-such-codec"}',
-               '{"url":"http://a.test/deep","meta":{"x":' + "[" * 100000 + "]" * 100000 + "}}"]
+    foreign = [
+        '{"url":"http://a.test/codec","encoding":"no-such-codec"}',
+        '{"url":"http://a.test/deep","meta":{"x":' + "[" * 100000 + "]" * 100000 + "}}",
+    ]
     for i, raw in enumerate([json.dumps(h) for h in hostile] + foreign):
         q.server.zadd(q.key, {raw: -100 - i})
     q.push(Request("http://a.test/good"))
@@ -250,14 +276,27 @@ def test_local_queue_survives_a_list_request_class_and_clamps_not_before() -> No
 # --------------------------------------------------------------------------- dead-letter records
 
 BAD_RECORDS: dict[str, Any] = {
-    "created_at": "yesterday", "domain": ["x"], "id": 123, "version": 99, "attempts": "3", "status": 4.5,
-    "request": "not an object", "url": None,
+    "created_at": "yesterday",
+    "domain": ["x"],
+    "id": 123,
+    "version": 99,
+    "attempts": "3",
+    "status": 4.5,
+    "request": "not an object",
+    "url": None,
 }
 
 
 def good_letter(n: int = 0, **kw: Any) -> DeadLetter:
-    return DeadLetter(url=f"http://a.test/{n}", domain="a.test", error_class="network", reason="timeout",
-                      spider="chaos", crawl_id="c", **kw)
+    return DeadLetter(
+        url=f"http://a.test/{n}",
+        domain="a.test",
+        error_class="network",
+        reason="timeout",
+        spider="chaos",
+        crawl_id="c",
+        **kw,
+    )
 
 
 @pytest.mark.parametrize(("field", "value"), list(BAD_RECORDS.items()))
@@ -342,16 +381,31 @@ def test_cli_survives_bad_records_and_replay_refuses_hostile_ones(chaos_server: 
     store = JsonlStore(path)
 
     def letter(url: str, **request: Any) -> DeadLetter:
-        return DeadLetter(url=url, domain="127.0.0.2", error_class="network", reason="timeout",
-                          spider="chaos", crawl_id="c", request={"url": url, **request})
+        return DeadLetter(
+            url=url,
+            domain="127.0.0.2",
+            error_class="network",
+            reason="timeout",
+            spider="chaos",
+            crawl_id="c",
+            request={"url": url, **request},
+        )
 
     good = letter(f"{base}page/3", callback="parse")
-    hostile = [letter(secret.as_uri(), callback="parse"),
-               letter(f"{base}refused/proxy", meta={"proxy": base}),
-               letter("http://127.0.0.9:9/refused/proxied", meta={"proxy": base}),
-               *(letter(f"{base}refused/{name}", callback=name) for name in ("__init__", "close", "start", "_private"))]
-    malformed = DeadLetter(url=f"{base}refused/malformed", domain="127.0.0.2", error_class="network",
-                           reason="timeout", spider="chaos", crawl_id="c")
+    hostile = [
+        letter(secret.as_uri(), callback="parse"),
+        letter(f"{base}refused/proxy", meta={"proxy": base}),
+        letter("http://127.0.0.9:9/refused/proxied", meta={"proxy": base}),
+        *(letter(f"{base}refused/{name}", callback=name) for name in ("__init__", "close", "start", "_private")),
+    ]
+    malformed = DeadLetter(
+        url=f"{base}refused/malformed",
+        domain="127.0.0.2",
+        error_class="network",
+        reason="timeout",
+        spider="chaos",
+        crawl_id="c",
+    )
     for record in [good, *hostile, malformed]:
         store.append(record)
     store.close()
@@ -360,11 +414,17 @@ def test_cli_survives_bad_records_and_replay_refuses_hostile_ones(chaos_server: 
         data["request"] = "GET /etc/passwd"
         f.write(with_crc(data) + "\n")
     items = tmp_path / "replay-items.jsonl"
-    project = make_project(tmp_path / "proj", {**dlq_settings(str(path)),
-                                               "FEEDS": {str(items): {"format": "jsonlines"}}})
+    project = make_project(
+        tmp_path / "proj", {**dlq_settings(str(path)), "FEEDS": {str(items): {"format": "jsonlines"}}}
+    )
 
-    for args in (["list"], ["stats"], ["list", "--domain", "a.test"], ["show", good.id],
-                 ["purge", "--domain", "nowhere", "--yes"]):
+    for args in (
+        ["list"],
+        ["stats"],
+        ["list", "--domain", "a.test"],
+        ["show", good.id],
+        ["purge", "--domain", "nowhere", "--yes"],
+    ):
         out = cli(project, *args)
         assert out.returncode == 0, (args, out.stderr[-3000:])
         assert "Traceback" not in out.stderr, out.stderr[-3000:]
@@ -395,11 +455,12 @@ def password_redis(redis_server: Any) -> str:
 
 
 def assert_no_password(where: str, text: str) -> None:
-    assert PASSWORD not in text, f"password in {where}: ...{text[max(0, text.index(PASSWORD) - 300):][:600]}"
+    assert PASSWORD not in text, f"password in {where}: ...{text[max(0, text.index(PASSWORD) - 300) :][:600]}"
 
 
-def test_password_in_redis_url_reaches_no_log_or_cli_output(chaos_server: Any, password_redis: str,
-                                                            tmp_path: Path) -> None:
+def test_password_in_redis_url_reaches_no_log_or_cli_output(
+    chaos_server: Any, password_redis: str, tmp_path: Path
+) -> None:
     cfg = bench._site(8, hosts=1, latency=0.0)
     cfg["hosts"][0]["not_found"] = [2, 5]
     site = chaos_server(cfg)
@@ -422,12 +483,18 @@ def test_password_in_redis_url_reaches_no_log_or_cli_output(chaos_server: Any, p
     project = make_project(tmp_path / "proj", {"OPENCLAW_DLQ_URI": password_redis, "LOG_LEVEL": "DEBUG"})
     letters = list(open_store(password_redis).iter())
     assert {d.error_class for d in letters} >= {"protocol_permanent", "refused"}
-    outputs = [cli(project, *args) for args in (
-        ["list"], ["stats"], ["show", letters[0].id], ["show", "f" * 32],
-        ["list", "--uri", password_redis + "?prefix=other"],
-        ["replay", "chaos", "--class", "refused"],
-        ["purge", "--yes"],
-    )]
+    outputs = [
+        cli(project, *args)
+        for args in (
+            ["list"],
+            ["stats"],
+            ["show", letters[0].id],
+            ["show", "f" * 32],
+            ["list", "--uri", password_redis + "?prefix=other"],
+            ["replay", "chaos", "--class", "refused"],
+            ["purge", "--yes"],
+        )
+    ]
     for out in outputs:
         assert_no_password(f"openclaw-dlq {out.args}", out.stdout + out.stderr)
         assert "Traceback" not in out.stderr, out.stderr[-3000:]
@@ -436,8 +503,7 @@ def test_password_in_redis_url_reaches_no_log_or_cli_output(chaos_server: Any, p
     assert_no_password("an unreachable store's error", unreachable.stdout + unreachable.stderr)
 
 
-def test_password_in_redis_url_not_in_the_scheduler_log(chaos_server: Any, password_redis: str,
-                                                       tmp_path: Path) -> None:
+def test_password_in_redis_url_not_in_the_scheduler_log(chaos_server: Any, password_redis: str, tmp_path: Path) -> None:
     from test_schedule_run import SchedulerProcess, make_project, site, successes, wait_for, write_tasks
 
     from scrapy_openclaw.schedule.history import RedisHistory
@@ -445,13 +511,16 @@ def test_password_in_redis_url_not_in_the_scheduler_log(chaos_server: Any, passw
 
     server = chaos_server(site(pages=1))
     project = make_project(tmp_path / "sched")
-    tasks = write_tasks(project / "tasks.yaml", f"""
+    tasks = write_tasks(
+        project / "tasks.yaml",
+        f"""
         tasks:
           shared:
             spider: chaos
             interval: 2
             args: {{start_urls: "{server.start_urls[0]}"}}
-    """)
+    """,
+    )
     node = SchedulerProcess(project, tasks, f"REDIS_URL={password_redis}")
     try:
         history = RedisHistory(redis_client(password_redis), "openclaw:schedule:history")

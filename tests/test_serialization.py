@@ -53,14 +53,28 @@ def test_request_subclass_round_trips():
     assert type(request_from_data(request_to_data(request))) is FormRequest
 
 
-@pytest.mark.parametrize("request_", [
-    Request("http://127.0.0.2/plain"),
-    Request("http://127.0.0.2/p", method="POST", body=b"x", headers={"A": "b"}, cookies={"c": "d"},
-            meta={"depth": 2}, encoding="latin-1", priority=-3, dont_filter=True, flags=["f"],
-            cb_kwargs={"k": 1}),
-    Request("http://127.0.0.2/zero", priority=0, meta={}, body=b""),
-    FormRequest("http://127.0.0.2/form", formdata={"a": "1"}),
-], ids=["defaults", "everything-set", "explicit-defaults", "subclass"])
+@pytest.mark.parametrize(
+    "request_",
+    [
+        Request("http://127.0.0.2/plain"),
+        Request(
+            "http://127.0.0.2/p",
+            method="POST",
+            body=b"x",
+            headers={"A": "b"},
+            cookies={"c": "d"},
+            meta={"depth": 2},
+            encoding="latin-1",
+            priority=-3,
+            dont_filter=True,
+            flags=["f"],
+            cb_kwargs={"k": 1},
+        ),
+        Request("http://127.0.0.2/zero", priority=0, meta={}, body=b""),
+        FormRequest("http://127.0.0.2/form", formdata={"a": "1"}),
+    ],
+    ids=["defaults", "everything-set", "explicit-defaults", "subclass"],
+)
 def test_compact_form_rebuilds_the_same_request(request_):
     spider = SampleSpider()
     full = request_to_data(request_, spider)

@@ -31,15 +31,18 @@ SETTINGS = {
 }
 
 
-def _crawl(chaos_server: Any, tmp_path: Path, starts: Callable[[Any], list[str]], settings: dict[str, Any],
-           **spider_args: str) -> tuple[dict[str, list[str]], set[str]]:
+def _crawl(
+    chaos_server: Any, tmp_path: Path, starts: Callable[[Any], list[str]], settings: dict[str, Any], **spider_args: str
+) -> tuple[dict[str, list[str]], set[str]]:
     server = chaos_server(mixed_failures_site(pages=30))
     starts = starts(server)
     records = tmp_path / "records.json"
     result = run_crawl(
-        SPIDER, {**SETTINGS, "OPENCLAW_DLQ_URI": str(tmp_path / "dead.jsonl"), **settings},
+        SPIDER,
+        {**SETTINGS, "OPENCLAW_DLQ_URI": str(tmp_path / "dead.jsonl"), **settings},
         spider_args={"start_urls": ",".join(starts), "records": str(records), **spider_args},
-        out_dir=tmp_path / "out", timeout=120,
+        out_dir=tmp_path / "out",
+        timeout=120,
     )
     assert result.returncode == 0, result.log[-3000:]
     assert "Traceback" not in result.log, result.log[-3000:]
@@ -72,8 +75,11 @@ def test_per_ip_concurrency_keys_by_ip(chaos_server: Any, tmp_path: Path) -> Non
         return [f"http://{host}:{port}/" for host in hosts]
 
     records, dead = _crawl(
-        chaos_server, tmp_path, starts,
-        {"CONCURRENT_REQUESTS_PER_IP": 2, **resolver_settings(hosts)}, dns=json.dumps(hosts),
+        chaos_server,
+        tmp_path,
+        starts,
+        {"CONCURRENT_REQUESTS_PER_IP": 2, **resolver_settings(hosts)},
+        dns=json.dumps(hosts),
     )
     _agree(records, dead, {"127.0.0.3"})
     assert dead == {"127.0.0.3"}

@@ -153,19 +153,25 @@ class CheckpointExtension:
         if saved:
             current = runtime.peek(self.crawler, "crawl_id")
             if current is not None and current != saved:
-                self._notes.append((
-                    logging.WARNING,
-                    "Crawl id %(current)s was read before the checkpoint restored %(saved)s",
-                    {"current": current, "saved": saved},
-                ))
+                self._notes.append(
+                    (
+                        logging.WARNING,
+                        "Crawl id %(current)s was read before the checkpoint restored %(saved)s",
+                        {"current": current, "saved": saved},
+                    )
+                )
             runtime.shared(self.crawler, "crawl_id", lambda: saved)
         return runtime.crawl_id(self.crawler)
 
     def _new_journal(self, gen: int) -> JournalWriter:
         return JournalWriter(
             journal_path(self.dir, gen),
-            {"gen": gen, "crawl_id": self.crawl_id, "spider": getattr(self.crawler.spidercls, "name", None),
-             "created": time.time()},
+            {
+                "gen": gen,
+                "crawl_id": self.crawl_id,
+                "spider": getattr(self.crawler.spidercls, "name", None),
+                "created": time.time(),
+            },
         )
 
     def _warn_plain_feed_exporter(self) -> None:
@@ -179,12 +185,14 @@ class CheckpointExtension:
         for path, order in settings.getwithbase("EXTENSIONS").items():
             cls = load_object(path) if isinstance(path, str) else path
             if order is not None and cls is FeedExporter:
-                self._notes.append((
-                    logging.WARNING,
-                    "Checkpoint: Scrapy's FeedExporter is enabled, not %(ours)s: feed items may be lost or "
-                    "duplicated after a crash (the add-on swaps it; or set EXTENSIONS yourself)",
-                    {"ours": f"{DurableFeedExporter.__module__}.{DurableFeedExporter.__qualname__}"},
-                ))
+                self._notes.append(
+                    (
+                        logging.WARNING,
+                        "Checkpoint: Scrapy's FeedExporter is enabled, not %(ours)s: feed items may be lost or "
+                        "duplicated after a crash (the add-on swaps it; or set EXTENSIONS yourself)",
+                        {"ours": f"{DurableFeedExporter.__module__}.{DurableFeedExporter.__qualname__}"},
+                    )
+                )
                 return
 
     # ------------------------------------------------------------ signals
@@ -201,15 +209,21 @@ class CheckpointExtension:
             logger.info(
                 "Resuming crawl %(crawl_id)s from checkpoint %(dir)s: %(n)d requests to restore, "
                 "%(fps)d fingerprints seen",
-                {"crawl_id": self.crawl_id, "dir": self.dir, "n": len(self._restorer.queue),
-                 "fps": len(self.tracker.seen)},
+                {
+                    "crawl_id": self.crawl_id,
+                    "dir": self.dir,
+                    "n": len(self._restorer.queue),
+                    "fps": len(self.tracker.seen),
+                },
                 extra={"spider": spider},
             )
             self._restorer.start()
         # Batches reach the OS every WRITE_INTERVAL (enough to survive kill -9) but are
         # fsynced (power-loss safe) at most every OPENCLAW_CHECKPOINT_FLUSH seconds.
-        for func, interval in ((self.commit, min(self.flush_interval, WRITE_INTERVAL)),
-                               (self._periodic_snapshot, self.snapshot_interval)):
+        for func, interval in (
+            (self.commit, min(self.flush_interval, WRITE_INTERVAL)),
+            (self._periodic_snapshot, self.snapshot_interval),
+        ):
             loop = create_looping_call(func)
             loop.start(interval, now=False)
             self._loops.append(loop)
@@ -231,14 +245,19 @@ class CheckpointExtension:
         if self.snapshot(finished=finished, reason=reason, final=True):
             logger.info(
                 "Checkpoint %(dir)s: final snapshot written (%(state)s, %(n)d requests pending)",
-                {"dir": self.dir, "state": "finished" if finished else f"resumable, {reason}",
-                 "n": len(self.tracker.live)}, extra={"spider": spider},
+                {
+                    "dir": self.dir,
+                    "state": "finished" if finished else f"resumable, {reason}",
+                    "n": len(self.tracker.live),
+                },
+                extra={"spider": spider},
             )
         else:
             logger.error(
                 "Checkpoint %(dir)s: the final snapshot could not be written; the next run resumes "
                 "from the previous snapshot and the journals (it may re-fetch some pages)",
-                {"dir": self.dir}, extra={"spider": spider},
+                {"dir": self.dir},
+                extra={"spider": spider},
             )
             self.journal.close()
         os.close(self._lock_fd)
@@ -253,14 +272,16 @@ class CheckpointExtension:
             logger.error(
                 "Crawl finished but %(n)d request(s) from the checkpoint could not be restored (dead letters); "
                 "the checkpoint stays resumable so that a later run with their callbacks restores them",
-                {"n": unrestorable}, extra={"spider": spider},
+                {"n": unrestorable},
+                extra={"spider": spider},
             )
             return False
         if live:
             logger.warning(
                 "Crawl finished with %(n)d requests still recorded as live (held back by another "
                 "component); the checkpoint is marked finished anyway",
-                {"n": len(live)}, extra={"spider": spider},
+                {"n": len(live)},
+                extra={"spider": spider},
             )
         return True
 
@@ -346,8 +367,9 @@ class CheckpointExtension:
             outputs = self.feeds.sync(fsync)
         except OSError as exc:
             self.stats.inc_value("openclaw/checkpoint/feed_errors")
-            logger.error("Checkpoint: cannot write the durable feeds (%(error)s); retrying at the next commit",
-                         {"error": exc})
+            logger.error(
+                "Checkpoint: cannot write the durable feeds (%(error)s); retrying at the next commit", {"error": exc}
+            )
             return None
         changed = {k: v for k, v in outputs.items() if self._outputs.get(k) != v}
         done, seen = self.tracker.take_done()
@@ -370,7 +392,11 @@ class CheckpointExtension:
         self.snapshotter.join()
 
     def snapshot(
-        self, *, finished: bool = False, reason: str | None = None, final: bool = False,
+        self,
+        *,
+        finished: bool = False,
+        reason: str | None = None,
+        final: bool = False,
         background: bool = False,
     ) -> bool:
         """Compact the state into a new snapshot generation; False if it could not be written.
@@ -384,8 +410,9 @@ class CheckpointExtension:
         self.commit(may_snapshot=False, force_fsync=True)  # outputs too: the snapshot names their offsets
         if not self.journal.flush():  # the disk refuses even the journal: keep its records, skip
             self.stats.inc_value("openclaw/checkpoint/snapshot_errors")
-            logger.error("Checkpoint %(dir)s: snapshot skipped, the journal cannot be written either",
-                         {"dir": self.dir})
+            logger.error(
+                "Checkpoint %(dir)s: snapshot skipped, the journal cannot be written either", {"dir": self.dir}
+            )
             return False
         gen = self.gen + 1
         header = self._snapshot_header(gen, finished, reason)
@@ -419,8 +446,9 @@ class CheckpointExtension:
         try:
             return json_copy(registry.snapshot())  # a copy: it may be written by a thread
         except (TypeError, ValueError) as exc:
-            logger.warning("Checkpoint: the health registry's snapshot is not JSON-safe (%(error)s); "
-                           "not saved", {"error": exc})
+            logger.warning(
+                "Checkpoint: the health registry's snapshot is not JSON-safe (%(error)s); not saved", {"error": exc}
+            )
             return None
 
     # ------------------------------------------------------------ inspect

@@ -158,7 +158,8 @@ class DurableFileFeedStorage(FileFeedStorage):
             logger.warning(
                 "Durable feed %(path)s is %(n)d bytes shorter than the checkpoint recorded (changed "
                 "outside the crawl?); appending after what is left",
-                {"path": self.path, "n": self.file.missing}, extra={"spider": spider},
+                {"path": self.path, "n": self.file.missing},
+                extra={"spider": spider},
             )
         self.feeds.opened(self.file)
         return self.file
@@ -227,14 +228,18 @@ class DurableFeedExporter(FeedExporter):
             if scheme in ("", "file") and cls is FileFeedStorage and not options.get("postprocessing"):
                 durable.add(template)
             else:
-                why = ("postprocessing cannot be cut back" if options.get("postprocessing")
-                       else f"{getattr(cls, '__name__', cls)} cannot be truncated and appended")
+                why = (
+                    "postprocessing cannot be cut back"
+                    if options.get("postprocessing")
+                    else f"{getattr(cls, '__name__', cls)} cannot be truncated and appended"
+                )
                 other.append(f"{mask_uri(template)} ({why})")
         if other:
             logger.warning(
                 "Checkpoint: feed(s) %(feeds)s are not durable: after a crash their items may be lost "
                 "or written twice (local file feeds without postprocessing are exactly-once)",
-                {"feeds": "; ".join(other)}, extra={"spider": spider},
+                {"feeds": "; ".join(other)},
+                extra={"spider": spider},
             )
         return durable
 
@@ -242,8 +247,11 @@ class DurableFeedExporter(FeedExporter):
         template = slot.uri_template
         uri = state["uri"]
         if not _template_regex(template).match(uri) or _local_path(uri) is None:
-            logger.warning("Checkpoint: recorded feed URI %(uri)r does not match FEEDS key %(t)r; "
-                           "not resumed", {"uri": mask_uri(uri), "t": mask_uri(template)}, extra={"spider": spider})
+            logger.warning(
+                "Checkpoint: recorded feed URI %(uri)r does not match FEEDS key %(t)r; not resumed",
+                {"uri": mask_uri(uri), "t": mask_uri(template)},
+                extra={"spider": spider},
+            )
             return slot
         options = dict(self.feeds[template])
         fmt = options["format"]
@@ -257,8 +265,9 @@ class DurableFeedExporter(FeedExporter):
             if not options.get("fields"):
                 options["fields"] = _csv_header(path, options.get("encoding") or "utf-8")
         # 2.14/2.19: _start_new_batch(batch_id, uri, feed_options, spider, uri_template) -> FeedSlot
-        new = self._start_new_batch(batch_id=state["batch"], uri=uri, feed_options=options, spider=spider,
-                                    uri_template=template)
+        new = self._start_new_batch(
+            batch_id=state["batch"], uri=uri, feed_options=options, spider=spider, uri_template=template
+        )
         if offset is None:  # the batch was started but its file never opened
             return new
         storage = new.storage
@@ -276,20 +285,25 @@ class DurableFeedExporter(FeedExporter):
         if items and isinstance(new.exporter, JsonItemExporter):
             continue_json_array(new.exporter)
         self.durable._recorded[f"feed:{template}"] = (uri, state["batch"])
-        logger.info("Checkpoint: feed %(uri)s resumed at byte %(offset)d (%(items)d items, batch %(batch)d)",
-                    {"uri": uri, "offset": offset, "items": items, "batch": state["batch"]},
-                    extra={"spider": spider})
+        logger.info(
+            "Checkpoint: feed %(uri)s resumed at byte %(offset)d (%(items)d items, batch %(batch)d)",
+            {"uri": uri, "offset": offset, "items": items, "batch": state["batch"]},
+            extra={"spider": spider},
+        )
         return new
 
-    def _start_new_batch(self, batch_id: int, uri: str, feed_options: dict[str, Any], spider: Spider,
-                         uri_template: str) -> FeedSlot:
-        slot = super()._start_new_batch(batch_id=batch_id, uri=uri, feed_options=feed_options, spider=spider,
-                                        uri_template=uri_template)
+    def _start_new_batch(
+        self, batch_id: int, uri: str, feed_options: dict[str, Any], spider: Spider, uri_template: str
+    ) -> FeedSlot:
+        slot = super()._start_new_batch(
+            batch_id=batch_id, uri=uri, feed_options=feed_options, spider=spider, uri_template=uri_template
+        )
         if uri_template in self._durable_templates:
             # FeedSlot.storage is a plain attribute in 2.14 and 2.19; FileFeedStorage.path/.write_mode too
             plain = slot.storage
             slot.storage = DurableFileFeedStorage(
-                plain.path, getattr(plain, "write_mode", "ab") == "wb", None, self.durable)  # type: ignore[attr-defined]
+                plain.path, getattr(plain, "write_mode", "ab") == "wb", None, self.durable
+            )  # type: ignore[attr-defined]
         return slot
 
     def item_scraped(self, item: Any, spider: Spider, response: Any = None) -> None:
@@ -323,7 +337,8 @@ class DurableFeedExporter(FeedExporter):
                 continue
             file = getattr(slot.storage, "file", None)
             out[slot.uri_template] = {
-                "uri": slot.uri, "batch": slot.batch_id,
+                "uri": slot.uri,
+                "batch": slot.batch_id,
                 "offset": file.items_end if isinstance(file, DurableFile) else None,
                 "items": slot.itemcount,
             }
@@ -370,8 +385,7 @@ class DurableFeeds:
     def activate(self, recovered: dict[str, dict[str, Any]], resumed: bool) -> None:
         self.active, self.resumed = True, resumed
         self.recovered_feeds = {k[5:]: v for k, v in recovered.items() if k.startswith("feed:")} if resumed else {}
-        self._recovered_writers = (
-            {k[7:]: v for k, v in recovered.items() if k.startswith("writer:")} if resumed else {})
+        self._recovered_writers = {k[7:]: v for k, v in recovered.items() if k.startswith("writer:")} if resumed else {}
         if self.exporter is not None:
             self._connect()
 
@@ -499,8 +513,12 @@ def parse_outputs(value: Any) -> tuple[dict[str, dict[str, Any]], list[str]]:
     for key, st in value.items():
         ok = isinstance(key, str) and isinstance(st, dict) and _nonneg(st.get("items"))
         if ok and key.startswith("feed:"):
-            ok = (isinstance(st.get("uri"), str) and _nonneg(st.get("batch")) and st["batch"] >= 1
-                  and (st.get("offset") is None or _nonneg(st.get("offset"))))
+            ok = (
+                isinstance(st.get("uri"), str)
+                and _nonneg(st.get("batch"))
+                and st["batch"] >= 1
+                and (st.get("offset") is None or _nonneg(st.get("offset")))
+            )
         elif ok and key.startswith("writer:"):
             import json
 

@@ -48,6 +48,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+
 @dataclass
 class JournalContents:
     """What a journal file held: its header and good payloads, and what was dropped."""

@@ -41,8 +41,13 @@ logger = logging.getLogger(__name__)
 RESTORE_BATCH = 2000
 #: Stats that are gauges or per-process values: recomputed, never carried over.
 #: (the checkpoint's own stats describe this process's run.)
-_STATS_NOT_RESTORED = ("elapsed_time_seconds", "memusage/", "openclaw/checkpoint/",
-                       "openclaw/dlq/buffered", "log_count/")
+_STATS_NOT_RESTORED = (
+    "elapsed_time_seconds",
+    "memusage/",
+    "openclaw/checkpoint/",
+    "openclaw/dlq/buffered",
+    "log_count/",
+)
 
 Note = tuple[int, str, dict[str, Any]]
 
@@ -60,19 +65,22 @@ def open_directory(directory: Path, *, restart: bool, notes: list[Note]) -> tupl
         for path in temp_files(directory):  # a snapshot cut short by a crash (ours only)
             path.unlink(missing_ok=True)
         if restart and checkpoint_files(directory):
-            notes.append((logging.INFO, "OPENCLAW_CHECKPOINT_RESTART: discarding the checkpoint in %(dir)s",
-                          {"dir": directory}))
+            notes.append(
+                (logging.INFO, "OPENCLAW_CHECKPOINT_RESTART: discarding the checkpoint in %(dir)s", {"dir": directory})
+            )
             wipe(directory)
         recovered = load(directory)
     except BaseException:
         os.close(lock_fd)
         raise
     if recovered.finished:
-        notes.append((
-            logging.INFO,
-            "Checkpoint %(dir)s holds a finished crawl (%(reason)s); starting a new crawl",
-            {"dir": directory, "reason": recovered.header.get("reason")},
-        ))
+        notes.append(
+            (
+                logging.INFO,
+                "Checkpoint %(dir)s holds a finished crawl (%(reason)s); starting a new crawl",
+                {"dir": directory, "reason": recovered.header.get("reason")},
+            )
+        )
         wipe(directory)
         recovered = RecoveredState()
     for warning in recovered.warnings:
@@ -87,8 +95,7 @@ def _lock(directory: Path) -> int:
     except OSError:
         os.close(fd)
         raise OpenClawConfigError(
-            f"setting OPENCLAW_CHECKPOINT_DIR={str(directory)!r}: another running crawl "
-            "uses this checkpoint directory"
+            f"setting OPENCLAW_CHECKPOINT_DIR={str(directory)!r}: another running crawl uses this checkpoint directory"
         ) from None
     return fd
 
@@ -180,7 +187,8 @@ class Restorer:
         logger.error(
             "Checkpoint: cannot restore request #%(rid)d %(url)s (%(error)s); it is kept in the checkpoint "
             "and recorded as a dead letter (replay it with scrapy openclaw-dlq replay)",
-            {"rid": rid, "url": url[:200], "error": exc}, extra={"spider": spider},
+            {"rid": rid, "url": url[:200], "error": exc},
+            extra={"spider": spider},
         )
         letter = DeadLetter(
             url=url,

@@ -80,8 +80,7 @@ def write_snapshot(
     size = 0
     n_requests = n_fp_lines = 0
     with atomic_writer(path, opener=opener) as f:
-        head = {"kind": "snapshot", "v": FORMAT_VERSION, **header,
-                "fp_len": fp_len if fixed else 0}
+        head = {"kind": "snapshot", "v": FORMAT_VERSION, **header, "fp_len": fp_len if fixed else 0}
         chunk = [encode_line(json.dumps(head, sort_keys=True))]
         for rid, state, data in requests:
             chunk.append(encode_line(request_line(rid, state, data)))
@@ -98,8 +97,7 @@ def write_snapshot(
             for fp in fps:
                 chunk.append(encode_line(f"fp1 {base64.b64encode(fp).decode('ascii')}"))
                 n_fp_lines += 1
-        end = {"kind": "end", "requests": n_requests, "fingerprint_lines": n_fp_lines,
-               "fingerprints": len(fps)}
+        end = {"kind": "end", "requests": n_requests, "fingerprint_lines": n_fp_lines, "fingerprints": len(fps)}
         chunk.append(encode_line(json.dumps(end, sort_keys=True)))
         size += f.write(b"".join(chunk))
     return size

@@ -40,14 +40,23 @@ class Snapshotter:
     def writing(self) -> bool:
         return self._thread is not None
 
-    def write(self, gen: int, header: dict[str, Any], requests: list[tuple[int, str, str]],
-              fingerprints: list[bytes], *, background: bool) -> bool:
+    def write(
+        self,
+        gen: int,
+        header: dict[str, Any],
+        requests: list[tuple[int, str, str]],
+        fingerprints: list[bytes],
+        *,
+        background: bool,
+    ) -> bool:
         """Write the file now (its success), or start a thread (True)."""
         if not background:
             return self._written(gen, self._write(gen, header, requests, fingerprints))
         self._thread = threading.Thread(
-            target=self._write_in_thread, args=(gen, header, requests, fingerprints),
-            name="openclaw-checkpoint-snapshot", daemon=True,
+            target=self._write_in_thread,
+            args=(gen, header, requests, fingerprints),
+            name="openclaw-checkpoint-snapshot",
+            daemon=True,
         )
         self._thread.start()
         return True
@@ -58,8 +67,9 @@ class Snapshotter:
             self._thread.join()
             self._collect()
 
-    def _write(self, gen: int, header: dict[str, Any], requests: list[tuple[int, str, str]],
-               fingerprints: list[bytes]) -> Outcome:
+    def _write(
+        self, gen: int, header: dict[str, Any], requests: list[tuple[int, str, str]], fingerprints: list[bytes]
+    ) -> Outcome:
         """Write the file (any thread): ``(size, seconds)``, or the error."""
         started = time.monotonic()
         try:

@@ -89,9 +89,7 @@ def checkpoint_files(directory: Path) -> list[Path]:
     if not directory.is_dir():
         return []
     return [
-        directory / name
-        for name in sorted(os.listdir(directory))
-        if parse_name(name) is not None or _is_own_temp(name)
+        directory / name for name in sorted(os.listdir(directory)) if parse_name(name) is not None or _is_own_temp(name)
     ]
 
 
@@ -105,7 +103,8 @@ def stray_files(directory: Path) -> list[str]:
     if not directory.is_dir():
         return []
     return sorted(
-        name for name in os.listdir(directory)
+        name
+        for name in os.listdir(directory)
         if name.startswith(("snapshot-", "journal-")) and parse_name(name) is None and not _is_own_temp(name)
     )
 
@@ -180,9 +179,7 @@ def load(directory: Path) -> RecoveredState:
         state.snapshot_gen = gen
         state.header = snapshot.header
         state.fingerprints = snapshot.fingerprints
-        state.start_fingerprints = {
-            bytes.fromhex(h) for h in snapshot.header.get("start_fingerprints", ())
-        }
+        state.start_fingerprints = {bytes.fromhex(h) for h in snapshot.header.get("start_fingerprints", ())}
         state.requests = {rid: [st, data, None] for rid, st, data in snapshot.requests}
         outputs, bad = parse_outputs(snapshot.header.get("outputs") or {})
         state.outputs = outputs

@@ -44,8 +44,9 @@ class RequestTracker:
     says whether the crawl filters duplicates at all.
     """
 
-    def __init__(self, fingerprint: Callable[[Request], bytes], serialise: Callable[[Request], str | None],
-                 *, filtering: bool):
+    def __init__(
+        self, fingerprint: Callable[[Request], bytes], serialise: Callable[[Request], str | None], *, filtering: bool
+    ):
         self.fingerprint = fingerprint
         self.serialise = serialise
         self.filtering = filtering

@@ -77,8 +77,16 @@ def _outputs(outputs: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     for key, st in sorted(outputs.items()):
         kind, _, name = key.partition(":")
         if kind == "feed":
-            rows.append({"kind": "feed", "name": mask_uri(name), "uri": mask_uri(st["uri"]), "batch": st["batch"],
-                         "offset": st["offset"], "items": st["items"]})
+            rows.append(
+                {
+                    "kind": "feed",
+                    "name": mask_uri(name),
+                    "uri": mask_uri(st["uri"]),
+                    "batch": st["batch"],
+                    "offset": st["offset"],
+                    "items": st["items"],
+                }
+            )
         else:
             rows.append({"kind": "pipeline", "name": name, "marker": st.get("marker"), "items": st["items"]})
     return rows
@@ -94,8 +102,7 @@ def verify_dir(directory: Path) -> tuple[bool, list[str]]:
         path = snapshot_path(directory, gen)
         try:
             snap = read_snapshot(path)
-            lines.append(f"ok       {path.name}: {len(snap.requests)} requests, "
-                         f"{len(snap.fingerprints)} fingerprints")
+            lines.append(f"ok       {path.name}: {len(snap.requests)} requests, {len(snap.fingerprints)} fingerprints")
         except (CheckpointError, OSError, ValueError) as exc:
             ok = False
             lines.append(f"DAMAGED  {path.name}: {exc}")
@@ -109,11 +116,15 @@ def verify_dir(directory: Path) -> tuple[bool, list[str]]:
             continue
         if contents.corrupt or contents.header is None:
             ok = False
-            lines.append(f"DAMAGED  {path.name}: {contents.corrupt} corrupt records"
-                         + ("" if contents.header else ", no valid header"))
+            lines.append(
+                f"DAMAGED  {path.name}: {contents.corrupt} corrupt records"
+                + ("" if contents.header else ", no valid header")
+            )
         elif contents.torn_tail:
-            lines.append(f"ok       {path.name}: {len(contents.payloads)} records, torn tail of "
-                         f"{contents.torn_tail} (a crash mid-write; skipped on resume)")
+            lines.append(
+                f"ok       {path.name}: {len(contents.payloads)} records, torn tail of "
+                f"{contents.torn_tail} (a crash mid-write; skipped on resume)"
+            )
         else:
             lines.append(f"ok       {path.name}: {len(contents.payloads)} records")
     return ok, lines
@@ -162,10 +173,14 @@ class Command(ScrapyCommand):
         print(f"checkpoint   {info['directory']} (format v{info['format_version']}, {info['bytes']} bytes)")
         print(f"crawl        {info['crawl_id']} spider={info['spider']}")
         state = "finished" if info["finished"] else f"resumable (last close: {info['finish_reason'] or 'crash'})"
-        print(f"state        {state}, written {age_s if age_s is not None else '?'} s ago "
-              f"({time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(time.time() - (age_s or 0)))})")
-        print(f"requests     {info['pending']} pending, {info['in_flight']} in flight, "
-              f"{info['fingerprints']} fingerprints seen")
+        print(
+            f"state        {state}, written {age_s if age_s is not None else '?'} s ago "
+            f"({time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(time.time() - (age_s or 0)))})"
+        )
+        print(
+            f"requests     {info['pending']} pending, {info['in_flight']} in flight, "
+            f"{info['fingerprints']} fingerprints seen"
+        )
         for domain, n in info["pending_by_domain"].items():
             print(f"  {n:>8}  {domain}")
         if info["outputs"]:

@@ -59,8 +59,10 @@ def _printable(value: Any) -> str:
 
 def format_domains(data: dict[str, Any]) -> str:
     """The ``domains`` answer as a table (what the README shows)."""
-    header = f"{'DOMAIN':<24} {'HEALTH':>6} {'RATE':>8} {'CONC':>4}  {'CIRCUIT':<9} {'HELD UNTIL (UTC)':<19} " \
-             f"{'PENDING':>7}  OVERRIDES"
+    header = (
+        f"{'DOMAIN':<24} {'HEALTH':>6} {'RATE':>8} {'CONC':>4}  {'CIRCUIT':<9} {'HELD UNTIL (UTC)':<19} "
+        f"{'PENDING':>7}  OVERRIDES"
+    )
     lines = [header]
     for row in data.get("domains", []):
         ov = row.get("overrides") or {}
@@ -90,20 +92,31 @@ class Command(ScrapyCommand):
     default_settings: ClassVar[dict[str, Any]] = {"LOG_ENABLED": False}
 
     def syntax(self) -> str:
-        return ("domains | hold DOMAIN (--for 10m | --until TIME) | release DOMAIN | "
-                "limit DOMAIN [--rate R|off] [--concurrency N|off] | give-up DOMAIN | restore DOMAIN | "
-                "pause | resume | close [--reason R]")
+        return (
+            "domains | hold DOMAIN (--for 10m | --until TIME) | release DOMAIN | "
+            "limit DOMAIN [--rate R|off] [--concurrency N|off] | give-up DOMAIN | restore DOMAIN | "
+            "pause | resume | close [--reason R]"
+        )
 
     def short_desc(self) -> str:
         return "Control a running crawl: hold, limit or give up a domain; pause, resume or close the crawl"
 
     def add_options(self, parser: argparse.ArgumentParser) -> None:
         super().add_options(parser)
-        parser.add_argument("--url", help="a worker's control endpoint, http://HOST:PORT "
-                                          "(default: OPENCLAW_METRICS_HOST and OPENCLAW_METRICS_PORT)")
+        parser.add_argument(
+            "--url",
+            help="a worker's control endpoint, http://HOST:PORT "
+            "(default: OPENCLAW_METRICS_HOST and OPENCLAW_METRICS_PORT)",
+        )
         parser.add_argument("--token", help="the control token (default: $OPENCLAW_CONTROL_TOKEN or the setting)")
-        parser.add_argument("--redis", nargs="?", const="", default=None, metavar="URL",
-                            help="send through Redis to every worker (the URL defaults to REDIS_URL)")
+        parser.add_argument(
+            "--redis",
+            nargs="?",
+            const="",
+            default=None,
+            metavar="URL",
+            help="send through Redis to every worker (the URL defaults to REDIS_URL)",
+        )
         parser.add_argument("--spider", help="the spider's name (with --redis: the crawl's Redis keys)")
         parser.add_argument("--for", dest="for_", metavar="DURATION", help="hold: for 90s, 15m, 2h, 1d")
         parser.add_argument("--until", metavar="TIME", help="hold: until a UNIX or ISO time (UTC)")
@@ -124,16 +137,20 @@ class Command(ScrapyCommand):
             answer, status = self._via_http(checked, opts)
         self.exitcode = 0 if status == 200 else 1
         if opts.json or status != 200:
-            print(json.dumps(answer, indent=1, sort_keys=True) if opts.json else
-                  f"error{f' (HTTP {status})' if status else ''}: {_printable(answer.get('error', answer))}")
+            print(
+                json.dumps(answer, indent=1, sort_keys=True)
+                if opts.json
+                else f"error{f' (HTTP {status})' if status else ''}: {_printable(answer.get('error', answer))}"
+            )
             return
         print(self.describe(answer))
 
     @staticmethod
     def build(args: list[str], opts: argparse.Namespace) -> dict[str, Any]:
         if not args:
-            raise UsageError("expected a command: domains, hold, release, limit, give-up, restore, pause, "
-                             "resume, close")
+            raise UsageError(
+                "expected a command: domains, hold, release, limit, give-up, restore, pause, resume, close"
+            )
         name = args[0].replace("-", "_")
         command: dict[str, Any] = {"command": name}
         if name in DOMAIN_COMMANDS:
@@ -146,8 +163,9 @@ class Command(ScrapyCommand):
             if opts.for_ is not None:
                 command["for"] = parse_duration(opts.for_)
             if opts.until is not None:
-                command["until"] = parse_time(opts.until, "--until") if not opts.until.strip().isdigit() \
-                    else float(opts.until)
+                command["until"] = (
+                    parse_time(opts.until, "--until") if not opts.until.strip().isdigit() else float(opts.until)
+                )
         if name == "limit":
             for option in ("rate", "concurrency"):
                 value = getattr(opts, option)
@@ -165,8 +183,12 @@ class Command(ScrapyCommand):
         return command
 
     def _token(self, opts: argparse.Namespace) -> str:
-        return (opts.token or os.environ.get("OPENCLAW_CONTROL_TOKEN")
-                or (self.settings.get("OPENCLAW_CONTROL_TOKEN") if self.settings else None) or "")
+        return (
+            opts.token
+            or os.environ.get("OPENCLAW_CONTROL_TOKEN")
+            or (self.settings.get("OPENCLAW_CONTROL_TOKEN") if self.settings else None)
+            or ""
+        )
 
     def _via_http(self, command: dict[str, Any], opts: argparse.Namespace) -> tuple[dict[str, Any], int]:
         url = opts.url
@@ -174,16 +196,23 @@ class Command(ScrapyCommand):
             settings = self.settings
             port = read_setting(settings, "OPENCLAW_METRICS_PORT") if settings else 0
             if not port:
-                raise UsageError("no endpoint: give --url http://HOST:PORT (or set OPENCLAW_METRICS_PORT), "
-                                 "or --redis", print_help=False)
+                raise UsageError(
+                    "no endpoint: give --url http://HOST:PORT (or set OPENCLAW_METRICS_PORT), or --redis",
+                    print_help=False,
+                )
             host = read_setting(settings, "OPENCLAW_METRICS_HOST") if settings else DEFAULTS["OPENCLAW_METRICS_HOST"]
             url = f"http://{host}:{port}"
         name = command["command"]
         body = None if name == "domains" else json.dumps(command).encode("utf-8")
         request = urllib.request.Request(
-            f"{url.rstrip('/')}/control/{name}", data=body, method="GET" if body is None else "POST",
-            headers={"Authorization": f"Bearer {self._token(opts)}", "Content-Type": "application/json",
-                     "X-OpenClaw-Operator": _operator()},
+            f"{url.rstrip('/')}/control/{name}",
+            data=body,
+            method="GET" if body is None else "POST",
+            headers={
+                "Authorization": f"Bearer {self._token(opts)}",
+                "Content-Type": "application/json",
+                "X-OpenClaw-Operator": _operator(),
+            },
         )
         try:
             with urllib.request.urlopen(request, timeout=TIMEOUT) as response:  # (http only)
@@ -211,7 +240,9 @@ class Command(ScrapyCommand):
         server = client_for_url(url, socket_timeout=TIMEOUT)
         try:
             if command["command"] == "domains":
-                queue_key = (self.settings.get("SCHEDULER_QUEUE_KEY") if self.settings else None) or "%(spider)s:requests"
+                queue_key = (
+                    self.settings.get("SCHEDULER_QUEUE_KEY") if self.settings else None
+                ) or "%(spider)s:requests"
                 shards = (
                     read_setting(self.settings, "OPENCLAW_DISTRIBUTED_SHARDS")
                     if self.settings
@@ -269,8 +300,10 @@ def redis_domains(server: Any, spider: str, queue_key: str | None = None, shards
         names += server.smembers(health_domains_key(spider, shard))
     for raw in sorted(names):
         domain = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
-        fields = {(k.decode() if isinstance(k, bytes) else k): (v.decode() if isinstance(v, bytes) else v)
-                  for k, v in server.hgetall(health_key(spider, domain, shards)).items()}
+        fields = {
+            (k.decode() if isinstance(k, bytes) else k): (v.decode() if isinstance(v, bytes) else v)
+            for k, v in server.hgetall(health_key(spider, domain, shards)).items()
+        }
 
         def num(name: str) -> float:
             try:
@@ -279,18 +312,31 @@ def redis_domains(server: Any, spider: str, queue_key: str | None = None, shards
                 return 0.0
 
         circuit = fields.get("circuit", "closed")
-        blocked = max(num("hold_until"), num("ctl_hold"),
-                      num("opened_at") + num("cooldown") if circuit == "open" else 0.0)
+        blocked = max(
+            num("hold_until"), num("ctl_hold"), num("opened_at") + num("cooldown") if circuit == "open" else 0.0
+        )
         rate = num("rate")
         if num("ctl_rate") > 0:
             rate = min(rate, num("ctl_rate"))
-        rows.append({
-            "domain": domain, "health": num("health"), "rate": rate if rate < 100000 else None,
-            "concurrency": int(num("ctl_concurrency")) or 0, "circuit": circuit,
-            "held_until": blocked if blocked > now else None, "given_up": bool(num("ctl_down")),
-            # (ready to pop, not delayed or leased)
-            "pending": int(server.zlexcount(layout.name("q", layout.of(domain)), f"[{domain}\x01", f"[{domain}\x01\xff")),
-            "overrides": {"hold_until": num("ctl_hold") or None, "rate": num("ctl_rate") or None,
-                          "concurrency": int(num("ctl_concurrency")) or None, "given_up": bool(num("ctl_down"))},
-        })
+        rows.append(
+            {
+                "domain": domain,
+                "health": num("health"),
+                "rate": rate if rate < 100000 else None,
+                "concurrency": int(num("ctl_concurrency")) or 0,
+                "circuit": circuit,
+                "held_until": blocked if blocked > now else None,
+                "given_up": bool(num("ctl_down")),
+                # (ready to pop, not delayed or leased)
+                "pending": int(
+                    server.zlexcount(layout.name("q", layout.of(domain)), f"[{domain}\x01", f"[{domain}\x01\xff")
+                ),
+                "overrides": {
+                    "hold_until": num("ctl_hold") or None,
+                    "rate": num("ctl_rate") or None,
+                    "concurrency": int(num("ctl_concurrency")) or None,
+                    "given_up": bool(num("ctl_down")),
+                },
+            }
+        )
     return {"ok": True, "command": "domains", "domains": rows}

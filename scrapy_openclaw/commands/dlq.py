@@ -243,19 +243,36 @@ class Command(ScrapyCommand):
         group.add_argument("--uri", help="dead-letter store (default: the project's OPENCLAW_DLQ_URI)")
         group.add_argument("--spider", help="only dead letters of this spider (fills %%(name)s)")
         group.add_argument("--domain", help="only dead letters of this domain (host name)")
-        group.add_argument("--class", dest="error_class", help="only this error class (network, protocol_permanent, business, ...)")
+        group.add_argument(
+            "--class", dest="error_class", help="only this error class (network, protocol_permanent, business, ...)"
+        )
         group.add_argument("--since", help="created at or after: UNIX time, ISO date/time, or age (30m, 2h, 1d)")
         group.add_argument("--until", help="created at or before (same forms as --since)")
-        group.add_argument("--include-replayed", action="store_true", help="replay: also send dead letters replayed before")
-        group.add_argument("--all", dest="replay_all", action="store_true",
-                           help="replay: also protocol_permanent and domain_down dead letters")
+        group.add_argument(
+            "--include-replayed", action="store_true", help="replay: also send dead letters replayed before"
+        )
+        group.add_argument(
+            "--all",
+            dest="replay_all",
+            action="store_true",
+            help="replay: also protocol_permanent and domain_down dead letters",
+        )
         group.add_argument("--dry-run", action="store_true", help="replay: list what would be sent, send nothing")
-        group.add_argument("--raw", action="store_true",
-                           help="show: the record as stored (base64 bytes, engine meta, traceback in one string)")
+        group.add_argument(
+            "--raw",
+            action="store_true",
+            help="show: the record as stored (base64 bytes, engine meta, traceback in one string)",
+        )
         group.add_argument("--limit", type=int, default=0, help="list: show at most this many (newest)")
         group.add_argument("-y", "--yes", action="store_true", help="purge: do not ask for confirmation")
-        group.add_argument("-a", dest="spargs", action="append", default=[], metavar="NAME=VALUE",
-                           help="replay: set a spider argument (may be repeated)")
+        group.add_argument(
+            "-a",
+            dest="spargs",
+            action="append",
+            default=[],
+            metavar="NAME=VALUE",
+            help="replay: set a spider argument (may be repeated)",
+        )
 
     def process_options(self, args: list[str], opts: argparse.Namespace) -> None:
         super().process_options(args, opts)
@@ -266,7 +283,9 @@ class Command(ScrapyCommand):
 
     # ------------------------------------------------------------------ plumbing
 
-    def _filters(self, opts: argparse.Namespace, *, spider: str | None = None, include_replayed: bool = True) -> Filters:
+    def _filters(
+        self, opts: argparse.Namespace, *, spider: str | None = None, include_replayed: bool = True
+    ) -> Filters:
         return Filters(
             domain=opts.domain,
             error_class=opts.error_class,
@@ -300,8 +319,11 @@ class Command(ScrapyCommand):
         """Say how many unreadable records were skipped (each was logged); returns the count."""
         n = len(store.skipped)
         if n:
-            print(f"warning: skipped {n} unreadable dead-letter record(s) in {store.uri} "
-                  "(each is named in a warning above)", file=sys.stderr)
+            print(
+                f"warning: skipped {n} unreadable dead-letter record(s) in {store.uri} "
+                "(each is named in a warning above)",
+                file=sys.stderr,
+            )
         return n
 
     def run(self, args: list[str], opts: argparse.Namespace) -> None:
@@ -349,7 +371,11 @@ class Command(ScrapyCommand):
             ]
             for r in records
         ]
-        print(format_table(rows, ["ID", "CREATED (UTC)", "SPIDER", "CLASS", "REASON", "STATUS", "ATTEMPTS", "REPLAYED", "URL"]))
+        print(
+            format_table(
+                rows, ["ID", "CREATED (UTC)", "SPIDER", "CLASS", "REASON", "STATUS", "ATTEMPTS", "REPLAYED", "URL"]
+            )
+        )
         print(f"{len(rows)} dead letter(s) in {store.uri}")
         self._report_skipped(store)
         store.close()
@@ -403,9 +429,18 @@ class Command(ScrapyCommand):
             found = snapshots_by_signature(self._snapshot_dir(record.spider)).get(signature_of(record), [])
         except ValueError:
             return []
-        return [{"path": m["path"], "body": m.get("body_path"), "status": m.get("status"),
-                 "url": m.get("url"), "captured_at": _when(m.get("captured_at")) + " UTC",
-                 "body_bytes": m.get("body_bytes"), "truncated": m.get("truncated")} for m in found]
+        return [
+            {
+                "path": m["path"],
+                "body": m.get("body_path"),
+                "status": m.get("status"),
+                "url": m.get("url"),
+                "captured_at": _when(m.get("captured_at")) + " UTC",
+                "body_bytes": m.get("body_bytes"),
+                "truncated": m.get("truncated"),
+            }
+            for m in found
+        ]
 
     def _print_snapshots(self, store: DeadLetterStore, opts: argparse.Namespace) -> None:
         """A table of the error snapshots of the spiders whose dead letters were counted."""
@@ -420,8 +455,17 @@ class Command(ScrapyCommand):
             found = snapshots_by_signature(directory)
             if not found:
                 continue
-            rows = [[sig[0], sig[1] or "-", sig[2] or "-", sig[3] or "-", str(len(metas)), os.path.basename(metas[0]["path"])]
-                    for sig, metas in sorted(found.items())]
+            rows = [
+                [
+                    sig[0],
+                    sig[1] or "-",
+                    sig[2] or "-",
+                    sig[3] or "-",
+                    str(len(metas)),
+                    os.path.basename(metas[0]["path"]),
+                ]
+                for sig, metas in sorted(found.items())
+            ]
             print()
             print(f"error snapshots of {spider} in {directory}:")
             print(format_table(rows, ["CLASS", "STATUS", "EXCEPTION", "DOMAIN", "SNAPSHOTS", "FIRST"]))
@@ -458,16 +502,20 @@ class Command(ScrapyCommand):
         selected = list(store.iter(self._filters(opts, spider=spider, include_replayed=opts.include_replayed)))
         records = [r for r in selected if r.request]
         if len(records) < len(selected):
-            print(f"{len(selected) - len(records)} selected dead letter(s) hold no request (items) and are not replayed")
+            print(
+                f"{len(selected) - len(records)} selected dead letter(s) hold no request (items) and are not replayed"
+            )
         unreadable = self._report_skipped(store)
         if unreadable:
             self.exitcode = 1
         records, duplicates, held = select(records, everything=opts.replay_all or bool(opts.error_class))
         if held:
             counts = Counter(r.error_class for r in held)
-            print(f"held back {len(held)} dead letter(s) ("
-                  + ", ".join(f"{n} {c}" for c, n in sorted(counts.items()))
-                  + "); replay them with --class CLASS or --all")
+            print(
+                f"held back {len(held)} dead letter(s) ("
+                + ", ".join(f"{n} {c}" for c, n in sorted(counts.items()))
+                + "); replay them with --class CLASS or --all"
+            )
         if duplicates:
             print(f"{len(duplicates)} older dead letter(s) of the same URL(s) are not sent again")
         if not records:
@@ -482,9 +530,7 @@ class Command(ScrapyCommand):
         self.crawler_process = _crawler_process(self.settings)
         # Set on the process's settings before the crawler copies them (the
         # process merges its settings into the crawler again when it starts it).
-        self.crawler_process.settings.set_in_component_priority_dict(
-            "SPIDER_MIDDLEWARES", ReplayStartMiddleware, 990
-        )
+        self.crawler_process.settings.set_in_component_priority_dict("SPIDER_MIDDLEWARES", ReplayStartMiddleware, 990)
         try:
             crawler = self.crawler_process.create_crawler(spider)
         except KeyError as exc:

@@ -108,7 +108,8 @@ class Command(ScrapyCommand):
         reactor.callWhenRunning(scheduler.start)  # type: ignore[attr-defined]
         # After startup: replaces Twisted's SIGINT/SIGTERM handlers, keeps its SIGCHLD one.
         reactor.addSystemEventTrigger(  # type: ignore[attr-defined]
-            "after", "startup", install_signal_handlers, scheduler, stop_reactor)
+            "after", "startup", install_signal_handlers, scheduler, stop_reactor
+        )
         reactor.run()  # type: ignore[attr-defined]
 
     # ------------------------------------------------------------------ status
@@ -124,14 +125,27 @@ class Command(ScrapyCommand):
         now = time.time()
         per_task = summary(tasks, runs, now - 5.0) if tasks else []
         if opts.json:
-            print(json.dumps({"history": history.describe(), "tasks": per_task,
-                              "runs": [r.to_dict() for r in runs]}, indent=1, sort_keys=True))
+            print(
+                json.dumps(
+                    {"history": history.describe(), "tasks": per_task, "runs": [r.to_dict() for r in runs]},
+                    indent=1,
+                    sort_keys=True,
+                )
+            )
             return
         print(f"history: {history.describe()} ({len(runs)} run(s))")
         if per_task:
-            rows = [[t["task"], t["schedule"], _when(t["next"]), _when(t["last_success"]),
-                     " ".join(f"{k}={v}" for k, v in sorted(t["outcomes"].items())) or "-",
-                     str(t["missed_now_count"])] for t in per_task]
+            rows = [
+                [
+                    t["task"],
+                    t["schedule"],
+                    _when(t["next"]),
+                    _when(t["last_success"]),
+                    " ".join(f"{k}={v}" for k, v in sorted(t["outcomes"].items())) or "-",
+                    str(t["missed_now_count"]),
+                ]
+                for t in per_task
+            ]
             print(_table(rows, ["TASK", "SCHEDULE", "NEXT (UTC)", "LAST SUCCESS", "OUTCOMES", "MISSED NOW"]))
             for t in per_task:
                 if t["missed_now"]:
@@ -140,9 +154,22 @@ class Command(ScrapyCommand):
         names = [t.id for t in tasks] or sorted({r.task for r in runs})
         rows = []
         for name in names:
-            mine = [r for r in runs if r.task == name][-max(opts.limit, 0):] if opts.limit else []
-            rows += [[r.task, r.window, r.outcome, str(r.attempts), r.exit_status or "-", _when(r.start), _when(r.end),
-                      "-" if r.items is None else str(r.items),
-                      "-" if r.dead_letters is None else str(r.dead_letters), r.reason or ""] for r in mine]
-        print(_table(rows, ["TASK", "WINDOW", "OUTCOME", "ATTEMPTS", "EXIT", "START", "END", "ITEMS",
-                            "DEAD", "REASON"]))
+            mine = [r for r in runs if r.task == name][-max(opts.limit, 0) :] if opts.limit else []
+            rows += [
+                [
+                    r.task,
+                    r.window,
+                    r.outcome,
+                    str(r.attempts),
+                    r.exit_status or "-",
+                    _when(r.start),
+                    _when(r.end),
+                    "-" if r.items is None else str(r.items),
+                    "-" if r.dead_letters is None else str(r.dead_letters),
+                    r.reason or "",
+                ]
+                for r in mine
+            ]
+        print(
+            _table(rows, ["TASK", "WINDOW", "OUTCOME", "ATTEMPTS", "EXIT", "START", "END", "ITEMS", "DEAD", "REASON"])
+        )

@@ -44,8 +44,10 @@ class ControlResource(Resource):
     def _handle(self, request: Request, method: str) -> bytes:
         if not self._authorized(request):
             self.controller.stats.inc_value("openclaw/control/unauthorized")
-            logger.warning("Control API: refused a %(method)s %(path)r from %(who)s (missing or wrong token)",
-                           {"method": method, "path": _text(request.path), "who": _client(request)})
+            logger.warning(
+                "Control API: refused a %(method)s %(path)r from %(who)s (missing or wrong token)",
+                {"method": method, "path": _text(request.path), "who": _client(request)},
+            )
             request.setHeader(b"WWW-Authenticate", b'Bearer realm="openclaw-control"')
             return _reply(request, 401, {"ok": False, "error": "missing or wrong token"})
         path = [p for p in request.postpath if p]

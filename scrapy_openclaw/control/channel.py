@@ -85,8 +85,11 @@ class ControlChannel:
         def done(last: Any = None) -> None:
             self._reading = False
 
-        self.link.submit(lambda: self.server.xrevrange(self.key, count=1),
-                         callback=lambda last: (started(last), done()), errback=lambda exc: (failed(exc), done()))
+        self.link.submit(
+            lambda: self.server.xrevrange(self.key, count=1),
+            callback=lambda last: (started(last), done()),
+            errback=lambda exc: (failed(exc), done()),
+        )
         self._loop = create_looping_call(self.poll)
         self._loop.start(self.poll_interval, now=False)
 
@@ -97,8 +100,11 @@ class ControlChannel:
 
     def publish(self, command: dict[str, Any], who: str) -> None:
         def failed(exc: Exception) -> None:
-            logger.error("Control command %(command)s not sent to the other workers (Redis: %(error)s); "
-                         "it applies to this worker only", {"command": command["command"], "error": exc})
+            logger.error(
+                "Control command %(command)s not sent to the other workers (Redis: %(error)s); "
+                "it applies to this worker only",
+                {"command": command["command"], "error": exc},
+            )
 
         self.link.submit(publish, self.server, self.spider_name, command, who, self.worker, errback=failed)
 
@@ -118,8 +124,11 @@ class ControlChannel:
             if reply:
                 self._read(reply)
 
-        self.link.submit(lambda: self.server.xread({self.key: self.last_id}, count=READ_COUNT),
-                         callback=done, errback=lambda exc: done())
+        self.link.submit(
+            lambda: self.server.xread({self.key: self.last_id}, count=READ_COUNT),
+            callback=done,
+            errback=lambda exc: done(),
+        )
 
     def _read(self, reply: Any) -> None:
         for _key, entries in reply or ():
@@ -135,5 +144,6 @@ class ControlChannel:
             self.controller.execute(json.loads(fields.get("command", "")), who=who, via="redis")
         except (ValueError, ControlError) as exc:  # (the stream is untrusted input)
             self.crawler.stats.inc_value("openclaw/control/invalid")
-            logger.warning("Ignoring an invalid control command from Redis (%(key)s): %(error)s",
-                           {"key": self.key, "error": exc})
+            logger.warning(
+                "Ignoring an invalid control command from Redis (%(key)s): %(error)s", {"key": self.key, "error": exc}
+            )

@@ -71,6 +71,4 @@ def configure(settings: BaseSettings) -> None:
         url = settings.get("REDIS_URL")
         if url:
             settings.set("OPENCLAW_DLQ_URI", url, "addon")
-    settings.setdefault_in_component_priority_dict(
-        "DOWNLOADER_MIDDLEWARES", DOWNLOADER_ACK_MIDDLEWARE, 1
-    )
+    settings.setdefault_in_component_priority_dict("DOWNLOADER_MIDDLEWARES", DOWNLOADER_ACK_MIDDLEWARE, 1)

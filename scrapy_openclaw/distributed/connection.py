@@ -13,8 +13,15 @@ from typing import Any
 
 from scrapy_openclaw.settings import read_setting
 
-_CLUSTER_PARAMS = ("socket_timeout", "socket_connect_timeout", "health_check_interval", "password",
-                   "username", "retry", "ssl")
+_CLUSTER_PARAMS = (
+    "socket_timeout",
+    "socket_connect_timeout",
+    "health_check_interval",
+    "password",
+    "username",
+    "retry",
+    "ssl",
+)
 
 
 def client_from_settings(settings: Any) -> Any:
@@ -48,8 +55,9 @@ def client_from_settings(settings: Any) -> Any:
     if url:
         cluster = RedisCluster.from_url(url, **kwargs)
     else:
-        cluster = RedisCluster(host=settings.get("REDIS_HOST") or "localhost",
-                               port=int(settings.get("REDIS_PORT") or 6379), **kwargs)
+        cluster = RedisCluster(
+            host=settings.get("REDIS_HOST") or "localhost", port=int(settings.get("REDIS_PORT") or 6379), **kwargs
+        )
     client.close()
     return cluster
 

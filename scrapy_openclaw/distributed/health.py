@@ -56,8 +56,16 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 _OPTIONAL = ("threshold", "latency", "best_latency", "delivered")
-_COUNTERS = ("consecutive_failures", "requests", "successes", "failures", "opens", "win_ok",
-             "ctl_concurrency", "ctl_down")
+_COUNTERS = (
+    "consecutive_failures",
+    "requests",
+    "successes",
+    "failures",
+    "opens",
+    "win_ok",
+    "ctl_concurrency",
+    "ctl_down",
+)
 
 
 def _typed(fields: dict[str, str]) -> dict[str, Any]:
@@ -93,8 +101,7 @@ class RedisHealthRegistry(HealthRegistry):
     that change state run in Redis.
     """
 
-    def __init__(self, crawler: Crawler, server: Any = None, *,
-                 uniform: Callable[[float, float], float] | None = None):
+    def __init__(self, crawler: Crawler, server: Any = None, *, uniform: Callable[[float, float], float] | None = None):
         from scrapy_openclaw.distributed.connection import client_from_settings
         from scrapy_openclaw.settings import OpenClawSettings
 
@@ -175,19 +182,21 @@ class RedisHealthRegistry(HealthRegistry):
         try:
             self._domains[domain] = self._restore_domain(domain, _typed(fields))
         except ValueError as exc:
-            logger.warning("Ignoring unreadable health state of %(domain)s in Redis: %(error)s",
-                           {"domain": domain, "error": exc})
+            logger.warning(
+                "Ignoring unreadable health state of %(domain)s in Redis: %(error)s", {"domain": domain, "error": exc}
+            )
 
     def _run(self, script: Any, domain: str, args: list[Any]) -> Any:
         """Run a health script for *domain*; None while Redis is unreachable."""
         if not self.link.ok():
             return None
         try:
-            return self.link.call(script, keys=[self._key(domain), self._domains_key(domain)],
-                                  args=[*args, domain])
+            return self.link.call(script, keys=[self._key(domain), self._domains_key(domain)], args=[*args, domain])
         except RedisError as exc:
-            logger.warning("Health state of %(domain)s not shared (Redis: %(error)s); pacing locally",
-                           {"domain": domain, "error": exc})
+            logger.warning(
+                "Health state of %(domain)s not shared (Redis: %(error)s); pacing locally",
+                {"domain": domain, "error": exc},
+            )
             return None
 
     def ensure(self, domain: str) -> None:
@@ -204,8 +213,11 @@ class RedisHealthRegistry(HealthRegistry):
                 self._known.add(domain)
                 self.refresh(domain, flat)
 
-            self.link.submit(lambda: self._ensure(keys=keys, args=args), callback=ensured,
-                             errback=lambda exc: self._ensuring.discard(domain))
+            self.link.submit(
+                lambda: self._ensure(keys=keys, args=args),
+                callback=ensured,
+                errback=lambda exc: self._ensuring.discard(domain),
+            )
             return
         try:
             flat = self.link.call(self._ensure, keys=keys, args=args)
@@ -247,8 +259,12 @@ class RedisHealthRegistry(HealthRegistry):
         return self._recorded(domain, res)
 
     def record_failure(
-        self, domain: str, classification: Classification, now: float | None = None,
-        retry_after: float | None = None, failed_before: float | None = None,
+        self,
+        domain: str,
+        classification: Classification,
+        now: float | None = None,
+        retry_after: float | None = None,
+        failed_before: float | None = None,
     ) -> str | None:
         """The verdict (page or domain) is judged here, on this worker's cached view;
         Redis applies it (see the H_RECORD script)."""
@@ -257,11 +273,18 @@ class RedisHealthRegistry(HealthRegistry):
         domain_signal, in_share = _accounted(cached, classification, retry_after, failed_before)
         penalty, congestion = _penalty(classification, policy) if domain_signal else (0.0, False)
         args = [
-            now, self.policy_json(domain), 0, "", int(domain_signal), penalty,
+            now,
+            self.policy_json(domain),
+            0,
+            "",
+            int(domain_signal),
+            penalty,
             (2 if classification.status == 429 else 1) if congestion else 0,
             int(bool(classification is not None and classification.is_throttle)),
             "" if retry_after is None else repr(float(retry_after)),
-            self._jitter(domain), int(classification.status is not None), int(in_share),
+            self._jitter(domain),
+            int(classification.status is not None),
+            int(in_share),
         ]
         if self.link.background:
             self._send(self._record, domain, args, lambda res: self.refresh(domain, res[0]))
@@ -352,8 +375,7 @@ class RedisHealthRegistry(HealthRegistry):
             return super().snapshot()  # this worker's last view
         for name, fields in domains.items():
             self.refresh(name, fields)
-        return {"version": local.SNAPSHOT_VERSION,
-                "domains": {name: _typed(f) for name, f in domains.items()}}
+        return {"version": local.SNAPSHOT_VERSION, "domains": {name: _typed(f) for name, f in domains.items()}}
 
     def restore(self, data: Any) -> None:
         """Load a snapshot into Redis for domains that have no shared state yet (validated first)."""

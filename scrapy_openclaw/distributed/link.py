@@ -62,16 +62,22 @@ class RedisLink:
         now = time.time()
         if self.down_since is None:
             self.down_since = now
-            logger.warning("Redis unreachable (%(error)s); buffering writes and retrying",
-                           {"error": exc}, extra={"spider": self.crawler.spider})
+            logger.warning(
+                "Redis unreachable (%(error)s); buffering writes and retrying",
+                {"error": exc},
+                extra={"spider": self.crawler.spider},
+            )
         self.stats.inc_value(f"{STATS}/redis_errors")
         self._backoff = min(_MAX_BACKOFF, max(_MIN_BACKOFF, self._backoff * 2))
         self._retry_at = now + self._backoff
 
     def recovered(self) -> None:
         if self.down_since is not None:
-            logger.info("Redis is back after %(s).1fs", {"s": time.time() - self.down_since},
-                        extra={"spider": self.crawler.spider})
+            logger.info(
+                "Redis is back after %(s).1fs",
+                {"s": time.time() - self.down_since},
+                extra={"spider": self.crawler.spider},
+            )
             self.stats.inc_value(f"{STATS}/reconnects")
         self.down_since, self._backoff, self._retry_at = None, 0.0, 0.0
 

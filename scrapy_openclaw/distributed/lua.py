@@ -433,7 +433,9 @@ end
 # parent's re-fetch finds its child "seen". A filtered copy still acknowledges
 # ack_id (a redirect to a seen URL finishes the original request); ack_id is
 # only given when the original lives in the same shard (same domain).
-PUSH = _QUEUE + r"""
+PUSH = (
+    _QUEUE
+    + r"""
 local boost, id, now = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[6])
 if ARGV[9] ~= '' and redis.call('SADD', SEEN, ARGV[9]) == 0 then
   if ARGV[7] ~= '' then ack(ARGV[7], ARGV[8], boost) end
@@ -450,6 +452,7 @@ end
 if ARGV[7] ~= '' then ack(ARGV[7], ARGV[8], boost) end
 return 1
 """
+)
 
 # KEYS: the shard's 15 keys, then the health hash of each candidate domain.
 # ARGV: boost, now, lease_until, worker, scan, gated (1/0), candidate domains...
@@ -462,7 +465,10 @@ return 1
 #   dropped: entries whose deadline passed with the "drop" policy (dead letters);
 #   states: the health state of every domain whose token the pop looked at;
 #   next: the domains due now (at most scan; else the soonest), for the next call.
-POP = HEALTH + _QUEUE + r"""
+POP = (
+    HEALTH
+    + _QUEUE
+    + r"""
 local boost, now, lease_until, worker = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3], ARGV[4]
 local scan, gated = tonumber(ARGV[5]), ARGV[6] == '1'
 local hkeys = {}
@@ -584,17 +590,23 @@ if head[2] and (wait == nil or tonumber(head[2]) < wait) then wait = tonumber(he
 if wait == nil then return {'empty', '0', '', requeued, dropped, states, next_list()} end
 return {'wait', f17(wait), '', requeued, dropped, states, next_list()}
 """
+)
 
 # ARGV: boost, worker, id1, id2, ... -> number removed
-ACK = _QUEUE + r"""
+ACK = (
+    _QUEUE
+    + r"""
 local n = 0
 for i = 3, #ARGV do n = n + ack(ARGV[i], ARGV[2], tonumber(ARGV[1])) end
 return n
 """
+)
 
 # Extend this worker's leases and requeue everyone's expired ones.
 # ARGV: boost, worker, now, lease_until, id1, ... -> {extended, requeued}
-HEARTBEAT = _QUEUE + r"""
+HEARTBEAT = (
+    _QUEUE
+    + r"""
 local worker = ARGV[2]
 local n = 0
 for i = 5, #ARGV do
@@ -605,12 +617,15 @@ for i = 5, #ARGV do
 end
 return {n, maintain(tonumber(ARGV[3]), 1000, tonumber(ARGV[1]))}
 """
+)
 
 # Give leases back at once. ARGV: boost, worker, max_releases (-1: not counted), id1, ...
 # A failed item counts against the entry; past max_releases the entry is removed
 # and its payload returned (the caller turns it into a dead letter).
 # Returns {requeued, {dead payloads}}.
-RELEASE = _QUEUE + r"""
+RELEASE = (
+    _QUEUE
+    + r"""
 local boost, worker, max = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])
 local n, dead = 0, {}
 for i = 4, #ARGV do
@@ -632,15 +647,19 @@ for i = 4, #ARGV do
 end
 return {n, dead}
 """
+)
 
 # Move a refused (undecodable) leased entry aside. ARGV: boost, id, worker, reason
-REJECT = _QUEUE + r"""
+REJECT = (
+    _QUEUE
+    + r"""
 local id = ARGV[2]
 local payload = redis.call('HGET', DATA, id) or id
 redis.call('HSET', REJ, id, payload)
 forget(id, tonumber(ARGV[1]))
 return 1
 """
+)
 
 # {ready, delayed, inflight} of one shard in one round trip. KEYS: the shard's keys.
 COUNTS = r"""
@@ -651,14 +670,19 @@ return {n, redis.call('ZCARD', KEYS[8]), redis.call('ZCARD', KEYS[9])}
 # --- health registry scripts (KEYS: the domain's hash, the domain set; last ARGV: domain) ---
 
 # Create the state if missing and store the policy. ARGV: now, policy_json
-H_ENSURE = HEALTH + r"""
+H_ENSURE = (
+    HEALTH
+    + r"""
 local d, p = h_load(KEYS[1], tonumber(ARGV[1]), ARGV[2])
 redis.call('SADD', KEYS[2], ARGV[3])
 return h_save(KEYS[1], d, ARGV[2])
 """
+)
 
 # ARGV: now, policy_json, token(1/0) -> {ok, {fields}}
-H_ACQUIRE = HEALTH + r"""
+H_ACQUIRE = (
+    HEALTH
+    + r"""
 redis.call('SADD', KEYS[2], ARGV[#ARGV])  -- the domain index (last ARGV: the domain)
 local now = tonumber(ARGV[1])
 local d, p = h_load(KEYS[1], now, ARGV[2])
@@ -667,13 +691,16 @@ local flat = h_save(KEYS[1], d, ARGV[2])
 if ok then return {1, flat} end
 return {0, flat}
 """
+)
 
 # ARGV: now, policy_json, success(1/0), latency ('' none), domain signal(1/0), penalty,
 #       congestion(2: a 429, whose delivered rate is the limit / 1 / 0), throttle(1/0), retry_after ('' none),
 #       jitter factor,
 #       answered(1/0), in the 5xx share(1/0)
 #       -> {{fields}, the circuit transition this record caused: 'open' | 'closed' | ''}
-H_RECORD = HEALTH + r"""
+H_RECORD = (
+    HEALTH
+    + r"""
 redis.call('SADD', KEYS[2], ARGV[#ARGV])  -- the domain index (last ARGV: the domain)
 local now = tonumber(ARGV[1])
 local d, p = h_load(KEYS[1], now, ARGV[2])
@@ -689,28 +716,37 @@ local changed = ''
 if d.circuit ~= before and d.circuit ~= 'half_open' then changed = d.circuit end
 return {h_save(KEYS[1], d, ARGV[2]), changed}
 """
+)
 
 # Holds only ever extend. ARGV: now, policy_json, until -> {fields}
-H_HOLD = HEALTH + r"""
+H_HOLD = (
+    HEALTH
+    + r"""
 redis.call('SADD', KEYS[2], ARGV[#ARGV])  -- the domain index (last ARGV: the domain)
 local d, p = h_load(KEYS[1], tonumber(ARGV[1]), ARGV[2])
 d.hold_until = math.max(d.hold_until, tonumber(ARGV[3]))
 return h_save(KEYS[1], d, ARGV[2])
 """
+)
 
 # robots.txt Crawl-delay (0: none). ARGV: now, policy_json, seconds -> {fields}
-H_CRAWL_DELAY = HEALTH + r"""
+H_CRAWL_DELAY = (
+    HEALTH
+    + r"""
 redis.call('SADD', KEYS[2], ARGV[#ARGV])  -- the domain index (last ARGV: the domain)
 local d, p = h_load(KEYS[1], tonumber(ARGV[1]), ARGV[2])
 d.crawl_delay = math.max(0, tonumber(ARGV[3]))
 if d.crawl_delay > 0 then d.tokens = math.min(d.tokens, 0) end
 return h_save(KEYS[1], d, ARGV[2])
 """
+)
 
 # Operator overrides (HealthRegistry.control). ARGV: now, policy_json, then name/value pairs
 # of ctl_hold, ctl_rate, ctl_concurrency, ctl_down -> {fields}. Ending a give-up forgives the
 # outage so far (down_since = now).
-H_CONTROL = HEALTH + r"""
+H_CONTROL = (
+    HEALTH
+    + r"""
 redis.call('SADD', KEYS[2], ARGV[#ARGV])  -- the domain index (last ARGV: the domain)
 local now = tonumber(ARGV[1])
 local d, p = h_load(KEYS[1], now, ARGV[2])
@@ -720,3 +756,4 @@ for i = 3, #ARGV - 1, 2 do
 end
 return h_save(KEYS[1], d, ARGV[2])
 """
+)

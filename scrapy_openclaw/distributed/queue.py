@@ -275,10 +275,15 @@ class LeasedDeadlineQueue:
         shard = self.shards.of(domain)
         policy = self._policy(domain).deadline
         deadline = request.meta.get(M.DEADLINE)
-        info = json_serializer.dumps({
-            "p": request.priority, "d": float(deadline or 0), "w": float(policy.aging_window),
-            "x": policy.expired, "dom": domain,
-        })
+        info = json_serializer.dumps(
+            {
+                "p": request.priority,
+                "d": float(deadline or 0),
+                "w": float(policy.aging_window),
+                "x": policy.expired,
+                "dom": domain,
+            }
+        )
         if self.registry is not None and domain:
             self.registry.ensure(domain)
         nb = not_before(request, self.stats, now=now)
@@ -289,8 +294,17 @@ class LeasedDeadlineQueue:
                 same_shard_ack = ack_entry
             # else: acknowledged after this push (another shard cannot be in the same script)
         keys = self.shards.keys(shard, dupe[0] if dupe else None)
-        args = [self.boost, self._next_id(), payload, info, nb, now, same_shard_ack, self.worker,
-                dupe[1] if dupe else ""]
+        args = [
+            self.boost,
+            self._next_id(),
+            payload,
+            info,
+            nb,
+            now,
+            same_shard_ack,
+            self.worker,
+            dupe[1] if dupe else "",
+        ]
         self._pending_push.append(_Push(shard, keys, args, on_dupe, ack_id if not same_shard_ack else None))
         if ack_id is not None and not same_shard_ack:
             self._pending_ack.add(ack_id)
@@ -339,8 +353,16 @@ class LeasedDeadlineQueue:
         for shard in range(self.shards.count):
             self.server.delete(*self.shards.keys(shard)[:-1])
             self.server.delete(self.shards.name("seen", shard))
-        for key in [self.key, *self.shards.legacy(), self.key + ":served", self.key + ":seq",
-                    self.key + ":count", self.key + ":info", self.key + ":owner", self.key + ":released"]:
+        for key in [
+            self.key,
+            *self.shards.legacy(),
+            self.key + ":served",
+            self.key + ":seq",
+            self.key + ":count",
+            self.key + ":info",
+            self.key + ":owner",
+            self.key + ":released",
+        ]:
             self.server.delete(key)
         for part in (":q:", ":a:", ":e:"):
             for key in list(self.server.scan_iter(match=self.key + part + "*", count=500)):
@@ -406,11 +428,13 @@ class LeasedDeadlineQueue:
             if res.error is not None and n_ids:
                 logger.warning(
                     "Could not return %(n)d leases to Redis (%(error)s); they expire in %(lease)ss",
-                    {"n": n_ids, "error": res.error, "lease": self.lease}, extra={"spider": self.spider},
+                    {"n": n_ids, "error": res.error, "lease": self.lease},
+                    extra={"spider": self.spider},
                 )
             elif n_ids and reason != "finished":
-                logger.info("Returned %(n)d leased requests to the Redis queue", {"n": n_ids},
-                            extra={"spider": self.spider})
+                logger.info(
+                    "Returned %(n)d leased requests to the Redis queue", {"n": n_ids}, extra={"spider": self.spider}
+                )
 
         if not self.link.background:
             done(self._run(job))
@@ -436,8 +460,9 @@ class LeasedDeadlineQueue:
 
     def _requeued(self, n: int) -> None:
         self.stats.inc_value(f"{STATS}/lease_expired", n)
-        logger.info("Re-queued %(n)d requests whose lease expired (a worker died?)", {"n": n},
-                    extra={"spider": self.spider})
+        logger.info(
+            "Re-queued %(n)d requests whose lease expired (a worker died?)", {"n": n}, extra={"spider": self.spider}
+        )
 
     # --- the Redis rounds ---------------------------------------------------------
 
@@ -464,7 +489,7 @@ class LeasedDeadlineQueue:
         job = _Round()
         job.pushes = list(self._pending_push[:500])
         # an acknowledgement only after every push before it (a page's links first)
-        for lease in (self._pending_ack if len(self._pending_push) <= 500 else ()):
+        for lease in self._pending_ack if len(self._pending_push) <= 500 else ():
             shard, entry = _split(lease)
             job.acks.setdefault(shard, []).append(entry)
         by_shard: dict[tuple[int, int], list[str]] = {}
@@ -491,8 +516,16 @@ class LeasedDeadlineQueue:
             if job.pops and all(self._shard_wait.get(i, 0) > now for i in range(self.shards.count)):
                 job.pops = 0
         job.counts = counts and not everything
-        if not (job.pushes or job.acks or job.releases or job.rejects or job.beat is not None
-                or job.pops or job.counts or job.foreign):
+        if not (
+            job.pushes
+            or job.acks
+            or job.releases
+            or job.rejects
+            or job.beat is not None
+            or job.pops
+            or job.counts
+            or job.foreign
+        ):
             return None
         return job
 
@@ -518,8 +551,10 @@ class LeasedDeadlineQueue:
             self._reject(keys=self.shards.keys(shard), args=[self.boost, entry, self.worker, reason])
         if job.beat is not None:
             for shard in range(self.shards.count):
-                _, requeued = self._beat(keys=self.shards.keys(shard), args=[
-                    self.boost, self.worker, now, now + self.lease, *job.beat.get(shard, ())])
+                _, requeued = self._beat(
+                    keys=self.shards.keys(shard),
+                    args=[self.boost, self.worker, now, now + self.lease, *job.beat.get(shard, ())],
+                )
                 job.requeued += int(requeued)
         if job.foreign:
             self._adopt_foreign(job)
@@ -562,8 +597,10 @@ class LeasedDeadlineQueue:
                 keys = self.shards.keys(shard)
                 if cands:
                     keys = [*keys, *(self.registry.health_key(d) for d in cands)]
-                res = self._pop(keys=keys, args=[self.boost, now, now + self.lease, self.worker, self.scan,
-                                                 1 if gated else 0, *cands])
+                res = self._pop(
+                    keys=keys,
+                    args=[self.boost, now, now + self.lease, self.worker, self.scan, 1 if gated else 0, *cands],
+                )
                 status, extra, payload, requeued, dropped, states, nxt = res
                 self._cands[shard] = [_text(d) for d in nxt]
                 job.requeued += int(requeued)
@@ -597,8 +634,10 @@ class LeasedDeadlineQueue:
         if res.error is not None:
             return  # the tick tries again once the link's backoff allows
         if again or self._pending_push or self._pending_ack or self._pending_release or self._pending_reject:
-            self._kick(pops=pops or (self.link.background and len(self._ready) < self.prefetch and bool(res.popped)),
-                       counts=counts)
+            self._kick(
+                pops=pops or (self.link.background and len(self._ready) < self.prefetch and bool(res.popped)),
+                counts=counts,
+            )
 
     def _apply(self, job: _Round, res: _Round) -> None:
         """Back on the reactor thread: account for what Redis did."""
@@ -618,8 +657,8 @@ class LeasedDeadlineQueue:
         if res.acked:
             for shard, ids in job.acks.items():
                 self._pending_ack.difference_update(_lease(shard, e) for e in ids)
-            del self._pending_release[:sum(len(ids) for _, _, ids in job.releases)]
-            del self._pending_reject[:len(job.rejects)]
+            del self._pending_release[: sum(len(ids) for _, _, ids in job.releases)]
+            del self._pending_reject[: len(job.rejects)]
             for raw in res.dead:
                 self._dead_letter(raw, reason="item_failed", error_class="item")
         if res.requeued:
@@ -670,7 +709,8 @@ class LeasedDeadlineQueue:
         """Move a refused entry aside at once; a refused request (scheme, callback, meta) is a dead letter too."""
         logger.error(
             "Refused a Redis queue entry of %(key)s (moved to its shard's :rejected, not executed): %(error)s",
-            {"key": self.key, "error": exc}, extra={"spider": self.spider},
+            {"key": self.key, "error": exc},
+            extra={"spider": self.spider},
         )
         self.stats.inc_value(f"{STATS}/rejected")
         self.held.pop(lease, None)
@@ -702,13 +742,16 @@ class LeasedDeadlineQueue:
         from scrapy_openclaw.deadletter import DeadLetter
 
         letter = DeadLetter(
-            url=exc.url, domain=urlparse(exc.url).hostname or "", error_class="refused",
-            reason=f"stored_{exc.kind}", spider=self.spider.name, crawl_id=crawl_id(self.crawler),
-            exception_type=type(exc).__name__, exception_message=str(exc)[:2000],
+            url=exc.url,
+            domain=urlparse(exc.url).hostname or "",
+            error_class="refused",
+            reason=f"stored_{exc.kind}",
+            spider=self.spider.name,
+            crawl_id=crawl_id(self.crawler),
+            exception_type=type(exc).__name__,
+            exception_message=str(exc)[:2000],
         )
-        self.crawler.signals.send_catch_log(
-            signal=openclaw_signals.dead_letter, dead_letter=letter, spider=self.spider
-        )
+        self.crawler.signals.send_catch_log(signal=openclaw_signals.dead_letter, dead_letter=letter, spider=self.spider)
 
     def _dead_letter(self, payload: Any, *, reason: str, error_class: str) -> None:
         """A request removed from the queue for good (deadline passed, items kept failing)."""
@@ -718,20 +761,25 @@ class LeasedDeadlineQueue:
         try:
             request = self._decode(payload)
         except SerializationError as exc:
-            logger.error("Dropped a Redis queue entry (%(reason)s) that does not decode: %(error)s",
-                         {"reason": reason, "error": exc}, extra={"spider": self.spider})
+            logger.error(
+                "Dropped a Redis queue entry (%(reason)s) that does not decode: %(error)s",
+                {"reason": reason, "error": exc},
+                extra={"spider": self.spider},
+            )
             return
         request.meta.pop(LEASE, None)
         self.stats.inc_value(f"{STATS}/dead_letters/{reason}")
         if reason == "deadline_expired":
             self.stats.inc_value(f"{STATS}/deadline_dropped")
-        logger.warning("Giving up on %(request)s: %(reason)s", {"request": request, "reason": reason},
-                       extra={"spider": self.spider})
-        letter = for_request(request, spider=self.spider, crawl_id=crawl_id(self.crawler),
-                             error_class=error_class, reason=reason)
-        self.crawler.signals.send_catch_log(
-            signal=openclaw_signals.dead_letter, dead_letter=letter, spider=self.spider
+        logger.warning(
+            "Giving up on %(request)s: %(reason)s",
+            {"request": request, "reason": reason},
+            extra={"spider": self.spider},
         )
+        letter = for_request(
+            request, spider=self.spider, crawl_id=crawl_id(self.crawler), error_class=error_class, reason=reason
+        )
+        self.crawler.signals.send_catch_log(signal=openclaw_signals.dead_letter, dead_letter=letter, spider=self.spider)
 
     # --- waking the engine ----------------------------------------------------------
 

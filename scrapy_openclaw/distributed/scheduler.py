@@ -64,9 +64,13 @@ class OpenClawRedisScheduler(Scheduler):
             "flush_on_start": settings.getbool("SCHEDULER_FLUSH_ON_START"),
             "idle_before_close": settings.getint("SCHEDULER_IDLE_BEFORE_CLOSE"),
         }
-        optional = {"queue_key": "SCHEDULER_QUEUE_KEY", "queue_cls": "SCHEDULER_QUEUE_CLASS",
-                    "dupefilter_key": "SCHEDULER_DUPEFILTER_KEY", "dupefilter_cls": "DUPEFILTER_CLASS",
-                    "serializer": "SCHEDULER_SERIALIZER"}
+        optional = {
+            "queue_key": "SCHEDULER_QUEUE_KEY",
+            "queue_cls": "SCHEDULER_QUEUE_CLASS",
+            "dupefilter_key": "SCHEDULER_DUPEFILTER_KEY",
+            "dupefilter_cls": "DUPEFILTER_CLASS",
+            "serializer": "SCHEDULER_SERIALIZER",
+        }
         for name, setting in optional.items():
             if settings.get(setting):
                 kwargs[name] = settings.get(setting)
@@ -126,8 +130,11 @@ class OpenClawRedisScheduler(Scheduler):
             try:
                 seen = self.df.request_seen(request)
             except RedisError as exc:
-                logger.warning("Dupefilter unreachable (%(error)s); queueing %(request)s unchecked",
-                               {"error": exc, "request": request}, extra={"spider": self.spider})
+                logger.warning(
+                    "Dupefilter unreachable (%(error)s); queueing %(request)s unchecked",
+                    {"error": exc, "request": request},
+                    extra={"spider": self.spider},
+                )
                 seen = False  # at worst a duplicate fetch, never a lost request
             if seen:
                 self.df.log(request, self.spider)
@@ -148,7 +155,9 @@ class OpenClawRedisScheduler(Scheduler):
         self.spider = spider
         try:
             self.queue = load_object(self.queue_cls)(
-                server=self.server, spider=spider, key=self.queue_key % {"spider": spider.name},
+                server=self.server,
+                spider=spider,
+                key=self.queue_key % {"spider": spider.name},
                 serializer=self.serializer,
             )
         except TypeError as e:

@@ -15,8 +15,23 @@ import zlib
 from scrapy_openclaw.exceptions import ShardLayoutError as ShardLayoutError  # (re-exported)
 
 #: the names of a shard's keys, in the order the queue scripts take them (KEYS[1..15])
-QUEUE_KEYS = ("q", "a", "e", "domains", "served", "seq", "count", "delayed", "inflight", "owner",
-              "data", "info", "released", "rejected", "seen")
+QUEUE_KEYS = (
+    "q",
+    "a",
+    "e",
+    "domains",
+    "served",
+    "seq",
+    "count",
+    "delayed",
+    "inflight",
+    "owner",
+    "data",
+    "info",
+    "released",
+    "rejected",
+    "seen",
+)
 
 
 def check_name(what: str, name: str) -> None:

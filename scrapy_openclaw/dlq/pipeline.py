@@ -193,8 +193,7 @@ class DeadLetterPipeline:
             requests = self.crawler.stats.get_value("downloader/request_count", 0) or 0
             if requests >= max(1, self.alert_min_requests) and self.written / requests > self.alert_ratio:
                 why = (
-                    f"{self.written} dead letters for {requests} requests "
-                    f"> OPENCLAW_DLQ_ALERT_RATIO={self.alert_ratio}"
+                    f"{self.written} dead letters for {requests} requests > OPENCLAW_DLQ_ALERT_RATIO={self.alert_ratio}"
                 )
         if why is None:
             return
@@ -210,9 +209,7 @@ class DeadLetterPipeline:
             extra={"spider": self.crawler.spider},
         )
         if self.alert_close:
-            self._closing = deferred_from_coro(
-                self.crawler.engine.close_spider_async(reason=ALERT_REASON)
-            )
+            self._closing = deferred_from_coro(self.crawler.engine.close_spider_async(reason=ALERT_REASON))
 
     # close ------------------------------------------------------------------
 
@@ -261,7 +258,8 @@ class DeadLetterPipeline:
         if store.pending():
             checkpoint_dir = self.crawler.settings.get("OPENCLAW_CHECKPOINT_DIR")
             fallback = JsonlStore(
-                os.path.join(str(checkpoint_dir), "deadletters.jsonl") if checkpoint_dir
+                os.path.join(str(checkpoint_dir), "deadletters.jsonl")
+                if checkpoint_dir
                 else expand_uri(default_uri(_NoUri(self.crawler.settings)), self.crawler.spider.name)
             )
             n = store.drain_to(fallback)

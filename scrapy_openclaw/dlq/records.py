@@ -27,10 +27,29 @@ _ID = re.compile(r"[0-9A-Za-z_.:-]{1,128}")
 
 _STR, _NUM, _INT, _OBJ, _ANY = (str,), "number", "int", (dict,), None
 _FIELD_TYPES: dict[str, Any] = {
-    "url": _STR, "domain": _STR, "error_class": _STR, "reason": _STR, "spider": _STR, "crawl_id": _STR,
-    "method": _STR, "status": _INT, "attempts": _INT, "exception_type": _STR, "exception_message": _STR,
-    "traceback": _STR, "first_attempt_at": _NUM, "last_attempt_at": _NUM, "request": _OBJ, "item": _ANY,
-    "validation_error": _STR, "replayed_at": _NUM, "replay_outcome": _STR, "replays": _INT, "id": _STR, "created_at": _NUM, "version": _INT,
+    "url": _STR,
+    "domain": _STR,
+    "error_class": _STR,
+    "reason": _STR,
+    "spider": _STR,
+    "crawl_id": _STR,
+    "method": _STR,
+    "status": _INT,
+    "attempts": _INT,
+    "exception_type": _STR,
+    "exception_message": _STR,
+    "traceback": _STR,
+    "first_attempt_at": _NUM,
+    "last_attempt_at": _NUM,
+    "request": _OBJ,
+    "item": _ANY,
+    "validation_error": _STR,
+    "replayed_at": _NUM,
+    "replay_outcome": _STR,
+    "replays": _INT,
+    "id": _STR,
+    "created_at": _NUM,
+    "version": _INT,
 }
 #: Fields a record must have; the others fall back to DeadLetter's defaults.
 _REQUIRED = ("id", "version", "created_at", "url", "domain", "error_class", "reason", "spider", "crawl_id")

@@ -62,7 +62,9 @@ def fingerprint(record: DeadLetter) -> tuple[str, str, str]:
     return record.method.upper(), canonicalize_url(record.url), json.dumps(body, sort_keys=True, default=str)
 
 
-def select(records: list[DeadLetter], *, everything: bool = False) -> tuple[list[DeadLetter], list[DeadLetter], list[DeadLetter]]:
+def select(
+    records: list[DeadLetter], *, everything: bool = False
+) -> tuple[list[DeadLetter], list[DeadLetter], list[DeadLetter]]:
     """(to send, older duplicates, held back) among replayable *records*.
 
     One record per :func:`fingerprint`, the newest; classes in :data:`HELD_BACK`
@@ -70,8 +72,9 @@ def select(records: list[DeadLetter], *, everything: bool = False) -> tuple[list
     """
     held = [] if everything else [r for r in records if r.error_class in HELD_BACK]
     newest: dict[tuple[str, str, str], DeadLetter] = {}
-    for record in sorted((r for r in records if everything or r.error_class not in HELD_BACK),
-                         key=lambda r: r.created_at):
+    for record in sorted(
+        (r for r in records if everything or r.error_class not in HELD_BACK), key=lambda r: r.created_at
+    ):
         newest[fingerprint(record)] = record
     chosen = {r.id for r in newest.values()}
     send = [r for r in records if r.id in chosen]
@@ -122,10 +125,15 @@ class ReplayPlan:
             return False
         updated = replace(
             original,
-            error_class=letter.error_class, reason=letter.reason, status=letter.status,
-            attempts=original.attempts + letter.attempts, exception_type=letter.exception_type,
-            exception_message=letter.exception_message, traceback=letter.traceback,
-            last_attempt_at=letter.last_attempt_at, replay_outcome="failed",
+            error_class=letter.error_class,
+            reason=letter.reason,
+            status=letter.status,
+            attempts=original.attempts + letter.attempts,
+            exception_type=letter.exception_type,
+            exception_message=letter.exception_message,
+            traceback=letter.traceback,
+            last_attempt_at=letter.last_attempt_at,
+            replay_outcome="failed",
         )
         self.store.update([updated])
         self.failed[original.id] = updated
@@ -134,8 +142,7 @@ class ReplayPlan:
 
     def finish(self) -> int:
         """Mark the sent records that did not fail again ``recovered``; returns how many."""
-        done = [replace(r, replay_outcome="recovered") for r in self.sent.values()
-                if r.replay_outcome == "sent"]
+        done = [replace(r, replay_outcome="recovered") for r in self.sent.values() if r.replay_outcome == "sent"]
         self.store.update(done)
         return len(done)
 

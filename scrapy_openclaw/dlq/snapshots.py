@@ -50,10 +50,18 @@ FORMAT_VERSION = 1
 SHARED_KEY = "error_snapshots"
 STATS_PREFIX = "openclaw/snapshots"
 #: Header values never stored (their names are kept, the values masked).
-SECRET_HEADERS = frozenset({
-    "set-cookie", "cookie", "authorization", "proxy-authorization", "www-authenticate",
-    "x-api-key", "x-auth-token", "x-csrf-token",
-})
+SECRET_HEADERS = frozenset(
+    {
+        "set-cookie",
+        "cookie",
+        "authorization",
+        "proxy-authorization",
+        "www-authenticate",
+        "x-api-key",
+        "x-auth-token",
+        "x-csrf-token",
+    }
+)
 _TRIES_PER_SLOT = 4  # a signature whose answers are all alike stops being hashed after this x count
 _REDIS_SCHEMES = ("redis", "rediss", "unix")
 
@@ -85,9 +93,9 @@ def snapshot_dir(settings: Any, spider: str) -> Path:
         uri = expand_uri(default_uri(_NoUri(settings)), spider)
         scheme = ""
     if scheme == "jsonl":
-        uri = uri[len("jsonl://"):]
+        uri = uri[len("jsonl://") :]
     elif scheme == "file":
-        uri = uri[len("file://"):]
+        uri = uri[len("file://") :]
     return Path(uri).expanduser().parent / "snapshots"
 
 
@@ -205,8 +213,9 @@ class ErrorSnapshots:
             self._writing.remove(d)
             if isinstance(result, Failure):
                 self.crawler.stats.inc_value(f"{STATS_PREFIX}/errors")
-                logger.error("Cannot write an error snapshot to %(dir)s: %(error)s",
-                             {"dir": directory, "error": result.value})
+                logger.error(
+                    "Cannot write an error snapshot to %(dir)s: %(error)s", {"dir": directory, "error": result.value}
+                )
 
         d.addBoth(done)
 
@@ -267,13 +276,20 @@ def iter_snapshots(directory: Path) -> Iterator[dict[str, Any]]:
         if not isinstance(meta, dict) or meta.get("version") != FORMAT_VERSION:
             continue
         sig, content = meta.get("signature"), meta.get("content_hash")
-        if not (isinstance(sig, list) and len(sig) == 4 and all(isinstance(s, str) for s in sig)
-                and isinstance(content, str)):
+        if not (
+            isinstance(sig, list)
+            and len(sig) == 4
+            and all(isinstance(s, str) for s in sig)
+            and isinstance(content, str)
+        ):
             continue
         meta["path"] = str(path)
         body = meta.get("body_file")
-        meta["body_path"] = str(directory / body) if isinstance(body, str) and body.startswith("bodies/") \
-            and "/" not in body[7:] and ".." not in body else None
+        meta["body_path"] = (
+            str(directory / body)
+            if isinstance(body, str) and body.startswith("bodies/") and "/" not in body[7:] and ".." not in body
+            else None
+        )
         yield meta
 
 

@@ -326,9 +326,7 @@ class JsonlStore(DeadLetterStore):
             gone = {r.id for r in records if filters.matches(r, r.id in marks or r.replayed_at is not None)}
             if not gone:
                 return 0
-            self._rewrite(
-                [r for r in records if r.id not in gone], {i: at for i, at in marks.items() if i not in gone}
-            )
+            self._rewrite([r for r in records if r.id not in gone], {i: at for i, at in marks.items() if i not in gone})
         return len(gone)
 
 
@@ -631,9 +629,7 @@ def expand_uri(uri: str, spider: str | None) -> str:
     try:
         return uri % {"name": spider}
     except (KeyError, ValueError, TypeError) as exc:
-        raise ValueError(
-            f"dead-letter URI {mask_uri(uri)!r}: only %(name)s may be substituted ({exc})"
-        ) from None
+        raise ValueError(f"dead-letter URI {mask_uri(uri)!r}: only %(name)s may be substituted ({exc})") from None
 
 
 def default_uri(settings: Any) -> str:

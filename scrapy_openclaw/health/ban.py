@@ -60,8 +60,11 @@ class BanDetectionMiddleware:
         domain = slot_key(self.crawler, request)
         policy = self.policies.for_domain(domain).health
         classification = self.taxonomy.classify_ban(
-            response.status, response.headers, response.body,
-            markers=policy.ban_markers, builtin=policy.ban_builtin_markers,
+            response.status,
+            response.headers,
+            response.body,
+            markers=policy.ban_markers,
+            builtin=policy.ban_builtin_markers,
         )
         if classification is None:
             return response
@@ -80,20 +83,32 @@ class BanDetectionMiddleware:
         assert spider is not None
         retry = None
         if self.retry and not request.meta.get("dont_retry", False):
-            retry = get_classified_retry_request(request, classification=classification, spider=spider,
-                                                 response=response)
+            retry = get_classified_retry_request(
+                request, classification=classification, spider=spider, response=response
+            )
         else:
             send_dead_letter(request, classification, spider=spider)
         logger.warning(
             "Ban page from %(domain)s (%(reason)s, status %(status)d) for %(request)s: holding the domain "
             "%(hold).0fs; %(next)s",
-            {"domain": domain, "reason": classification.reason, "status": response.status, "request": request,
-             "hold": hold, "next": "retrying later" if retry is not None else "giving up (dead letter)"},
+            {
+                "domain": domain,
+                "reason": classification.reason,
+                "status": response.status,
+                "request": request,
+                "hold": hold,
+                "next": "retrying later" if retry is not None else "giving up (dead letter)",
+            },
             extra={"spider": spider},
         )
         self.crawler.signals.send_catch_log(
-            signal=openclaw_signals.blocked, request=request, response=response, domain=domain,
-            classification=classification, retry_request=retry, spider=spider,
+            signal=openclaw_signals.blocked,
+            request=request,
+            response=response,
+            domain=domain,
+            classification=classification,
+            retry_request=retry,
+            spider=spider,
         )
         if retry is not None:
             return retry

@@ -145,13 +145,17 @@ class DomainHealthMiddleware:
         self._given_up_logged.add(domain)
         self.stats.inc_value("openclaw/health/given_up_domains")
         if self.registry.overrides(domain)["given_up"]:
-            logger.warning("Giving up on %(domain)s at the operator's request (openclaw-ctl): its requests "
-                           "become dead letters", {"domain": domain}, extra={"spider": self.crawler.spider})
+            logger.warning(
+                "Giving up on %(domain)s at the operator's request (openclaw-ctl): its requests become dead letters",
+                {"domain": domain},
+                extra={"spider": self.crawler.spider},
+            )
         else:
             logger.warning(
                 "Giving up on %(domain)s: its circuit has stayed open for %(down).0fs (give_up_after); "
                 "its requests become dead letters (replay them later with scrapy openclaw-dlq replay)",
-                {"domain": domain, "down": self.registry.down_for(domain)}, extra={"spider": self.crawler.spider},
+                {"domain": domain, "down": self.registry.down_for(domain)},
+                extra={"spider": self.crawler.spider},
             )
         for request, waiting in drain_slot_queue(download_slot(self.crawler, domain)):
             waiting.errback(self._dead_letter(request, domain))
@@ -161,9 +165,15 @@ class DomainHealthMiddleware:
         spider = self.crawler.spider
         self.stats.inc_value("openclaw/health/given_up_requests")
         letter = deadletter.for_request(
-            request, spider=spider, crawl_id=crawl_id(self.crawler), error_class="domain_down",
-            reason=(f"{domain} given up by the operator (openclaw-ctl)" if self.registry.overrides(domain)["given_up"]
-                    else f"{domain} down for {self.registry.down_for(domain):.0f}s (give_up_after)"),
+            request,
+            spider=spider,
+            crawl_id=crawl_id(self.crawler),
+            error_class="domain_down",
+            reason=(
+                f"{domain} given up by the operator (openclaw-ctl)"
+                if self.registry.overrides(domain)["given_up"]
+                else f"{domain} down for {self.registry.down_for(domain):.0f}s (give_up_after)"
+            ),
         )
         self.crawler.signals.send_catch_log(signal=openclaw_signals.dead_letter, dead_letter=letter, spider=spider)
         return IgnoreRequest(f"{domain} was given up (down past give_up_after)")
@@ -176,9 +186,7 @@ class DomainHealthMiddleware:
         if affects_health(classification):
             assert classification is not None
             failed_before = _last_failure(request)
-            scope = self.registry.judge(
-                domain, classification, retry_after=retry_after, failed_before=failed_before
-            )
+            scope = self.registry.judge(domain, classification, retry_after=retry_after, failed_before=failed_before)
             request.meta[M.FAILURE_SCOPE] = scope
             changed = self.registry.record_failure(
                 domain, classification, retry_after=retry_after, failed_before=failed_before
@@ -213,8 +221,12 @@ class DomainHealthMiddleware:
             logger.warning(
                 "Circuit for %(domain)s opened (health %(health).0f, %(failures)d failures in a row); "
                 "pausing the domain for %(cooldown).1fs",
-                {"domain": state.domain, "health": state.health, "failures": state.consecutive_failures,
-                 "cooldown": max(0.0, self.registry.blocked_until(state.domain) - time.time())},
+                {
+                    "domain": state.domain,
+                    "health": state.health,
+                    "failures": state.consecutive_failures,
+                    "cooldown": max(0.0, self.registry.blocked_until(state.domain) - time.time()),
+                },
             )
             signal = openclaw_signals.circuit_opened
         elif circuit == CLOSED:
@@ -226,9 +238,7 @@ class DomainHealthMiddleware:
             signal = openclaw_signals.circuit_closed
         else:  # open -> half-open happens with the passing of time, not here
             return
-        self.crawler.signals.send_catch_log(
-            signal=signal, domain=state.domain, state=state, spider=self.crawler.spider
-        )
+        self.crawler.signals.send_catch_log(signal=signal, domain=state.domain, state=state, spider=self.crawler.spider)
 
     def _request_reached_downloader(self, request: Request, spider: Any = None) -> None:
         """Tune the request's slot right before it queues there (the slot exists by now)."""
@@ -255,7 +265,8 @@ class DomainHealthMiddleware:
         self.stats.set_value(f"openclaw/health/crawl_delay/{domain}", seconds)
         logger.info(
             "robots.txt of %(domain)s asks for Crawl-delay %(delay)ss: spacing its requests %(used)ss apart",
-            {"domain": domain, "delay": delay, "used": seconds}, extra={"spider": self.crawler.spider},
+            {"domain": domain, "delay": delay, "used": seconds},
+            extra={"spider": self.crawler.spider},
         )
 
     def _apply(self, domain: str, slot: Slot) -> None:
@@ -285,4 +296,3 @@ def _last_failure(request: Request) -> float | None:
     state = request.meta.get(M.RETRY_STATE)
     last = state.get("last") if isinstance(state, dict) else None
     return float(last) if isinstance(last, (int, float)) and not isinstance(last, bool) else None
-

@@ -126,14 +126,43 @@ class _Domain:
     """Mutable per-domain record; only the registry touches it."""
 
     __slots__ = (
-        "health", "rate", "tokens", "threshold", "updated", "last_decrease",
-        "circuit", "opened_at", "probe_at", "latency", "best_latency", "hold_until",
-        "consecutive_failures", "requests", "successes", "failures", "cooldown", "opens",
-        "down_since", "answered_at", "last_success", "share_fast", "share_slow",
-        "win_start", "win_ok", "delivered", "crawl_delay", "troubled_at", "cuts", "born", "blocked_seconds",
+        "health",
+        "rate",
+        "tokens",
+        "threshold",
+        "updated",
+        "last_decrease",
+        "circuit",
+        "opened_at",
+        "probe_at",
+        "latency",
+        "best_latency",
+        "hold_until",
+        "consecutive_failures",
+        "requests",
+        "successes",
+        "failures",
+        "cooldown",
+        "opens",
+        "down_since",
+        "answered_at",
+        "last_success",
+        "share_fast",
+        "share_slow",
+        "win_start",
+        "win_ok",
+        "delivered",
+        "crawl_delay",
+        "troubled_at",
+        "cuts",
+        "born",
+        "blocked_seconds",
         # operator overrides (scrapy_openclaw.control): a hold (UNIX time), a rate ceiling
         # (req/s), a concurrency (0: none of them) and a give-up (1/0)
-        "ctl_hold", "ctl_rate", "ctl_concurrency", "ctl_down",
+        "ctl_hold",
+        "ctl_rate",
+        "ctl_concurrency",
+        "ctl_down",
     )
 
     def __init__(self, policy: HealthPolicy, now: float):
@@ -175,12 +204,9 @@ class _Domain:
 
 
 # Field types in a snapshot: how restore() validates what it reads.
-_FIELD_TYPES: dict[str, tuple[type, ...]] = {
-    name: (int, float) for name in _Domain.__slots__ if name != "circuit"
-}
+_FIELD_TYPES: dict[str, tuple[type, ...]] = {name: (int, float) for name in _Domain.__slots__ if name != "circuit"}
 _OPTIONAL = (int, float, type(None))
-_FIELD_TYPES.update(circuit=(str,), threshold=_OPTIONAL, latency=_OPTIONAL, best_latency=_OPTIONAL,
-                    delivered=_OPTIONAL)
+_FIELD_TYPES.update(circuit=(str,), threshold=_OPTIONAL, latency=_OPTIONAL, best_latency=_OPTIONAL, delivered=_OPTIONAL)
 _COUNTERS = ("consecutive_failures", "requests", "successes", "failures", "opens", "win_ok", "cuts")
 _OBSOLETE = frozenset({"last_increase"})  # written by 0.1 snapshots; ignored on restore
 
@@ -384,8 +410,12 @@ class HealthRegistry:
         d = self._domains.get(domain)
         if d is None:
             return {"hold_until": None, "rate": None, "concurrency": None, "given_up": False}
-        return {"hold_until": d.ctl_hold or None, "rate": d.ctl_rate or None,
-                "concurrency": int(d.ctl_concurrency) or None, "given_up": bool(d.ctl_down)}
+        return {
+            "hold_until": d.ctl_hold or None,
+            "rate": d.ctl_rate or None,
+            "concurrency": int(d.ctl_concurrency) or None,
+            "given_up": bool(d.ctl_down),
+        }
 
     def set_crawl_delay(self, domain: str, seconds: float) -> None:
         """Space requests to *domain* at least *seconds* apart (robots.txt Crawl-delay; 0: none).
@@ -471,8 +501,7 @@ class HealthRegistry:
         elif classification.is_throttle and closed:
             d.hold_until = max(d.hold_until, now + 1.0 / self._rate(d, p))
         if d.circuit == HALF_OPEN or (
-            d.circuit == CLOSED
-            and (d.health < p.circuit_floor or d.consecutive_failures >= p.circuit_failures)
+            d.circuit == CLOSED and (d.health < p.circuit_floor or d.consecutive_failures >= p.circuit_failures)
         ):
             self._open(d, p, now)
             return OPEN
@@ -495,8 +524,10 @@ class HealthRegistry:
         now = time.time() if now is None else now
         cutoff = now - self.idle_ttl
         gone = [
-            name for name, d in self._domains.items()
-            if max(d.born, d.answered_at, d.troubled_at) < cutoff and name not in keep
+            name
+            for name, d in self._domains.items()
+            if max(d.born, d.answered_at, d.troubled_at) < cutoff
+            and name not in keep
             and not self._outlives_idleness(name, d, now)
         ]
         for name in gone:
@@ -508,8 +539,14 @@ class HealthRegistry:
 
     def _outlives_idleness(self, name: str, d: _Domain, now: float) -> bool:
         return bool(
-            d.circuit != CLOSED or d.hold_until > now or d.ctl_hold > now or d.ctl_down or d.ctl_rate > 0
-            or d.ctl_concurrency > 0 or d.crawl_delay > 0 or name in self._given_up
+            d.circuit != CLOSED
+            or d.hold_until > now
+            or d.ctl_hold > now
+            or d.ctl_down
+            or d.ctl_rate > 0
+            or d.ctl_concurrency > 0
+            or d.crawl_delay > 0
+            or name in self._given_up
         )
 
     def bytes_per_domain(self, sample: int = 50) -> float:
@@ -524,8 +561,7 @@ class HealthRegistry:
         return {
             "version": SNAPSHOT_VERSION,
             "domains": {
-                name: {field: getattr(d, field) for field in _Domain.__slots__}
-                for name, d in self._domains.items()
+                name: {field: getattr(d, field) for field in _Domain.__slots__} for name, d in self._domains.items()
             },
         }
 

@@ -235,32 +235,32 @@ class OpenClawCollector:
         labels = ["spider", "domain"]
         score = GaugeMetricFamily(
             f"{PREFIX}_health_score",
-            "Domain health 0..100 (domain=\"other\": mean of the untracked domains).",
+            'Domain health 0..100 (domain="other": mean of the untracked domains).',
             labels=labels,
         )
         rate = GaugeMetricFamily(
             f"{PREFIX}_health_rate_requests_per_second",
-            "Requests per second the domain may get now (\"other\": sum).",
+            'Requests per second the domain may get now ("other": sum).',
             labels=labels,
         )
         concurrency = GaugeMetricFamily(
             f"{PREFIX}_health_concurrency",
-            "Concurrent downloads the domain may get now (\"other\": sum).",
+            'Concurrent downloads the domain may get now ("other": sum).',
             labels=labels,
         )
         latency = GaugeMetricFamily(
             f"{PREFIX}_health_latency_ewma_seconds",
-            "Moving average of the domain's response latency (\"other\": mean).",
+            'Moving average of the domain\'s response latency ("other": mean).',
             labels=labels,
         )
         hold = GaugeMetricFamily(
             f"{PREFIX}_health_hold_remaining_seconds",
-            "Seconds left of a Retry-After hold on the domain (\"other\": max).",
+            'Seconds left of a Retry-After hold on the domain ("other": max).',
             labels=labels,
         )
         circuit = GaugeMetricFamily(
             f"{PREFIX}_health_circuit_state",
-            "Domains whose circuit is in this state (1/0 for a tracked domain; a count for \"other\").",
+            'Domains whose circuit is in this state (1/0 for a tracked domain; a count for "other").',
             labels=[*labels, "state"],
         )
         domains = GaugeMetricFamily(
@@ -307,7 +307,7 @@ class OpenClawCollector:
         counts: dict[str, float] = defaultdict(float)
         for key, value in stats.items():
             if isinstance(key, str) and key.startswith(_BAN_DOMAIN_PREFIX):
-                counts[self.labels(key[len(_BAN_DOMAIN_PREFIX):])] += _number(value)
+                counts[self.labels(key[len(_BAN_DOMAIN_PREFIX) :])] += _number(value)
         for label, value in sorted(counts.items()):
             blocked.add_metric([spider, label], value)
         given_up.add_metric([spider], _number(stats.get("openclaw/health/given_up_domains")))

@@ -84,8 +84,9 @@ class MetricsExtension:
         rows = config.log_domains
         interval = settings.getfloat("LOGSTATS_INTERVAL")
         self.logtable = (
-            DomainLogTable(rows=rows, interval=interval, health=self.collector.health, progress=self.progress,
-                           stats=crawler.stats)
+            DomainLogTable(
+                rows=rows, interval=interval, health=self.collector.health, progress=self.progress, stats=crawler.stats
+            )
             if rows > 0 and interval > 0
             else None
         )
@@ -258,9 +259,7 @@ class MetricsExtension:
             return
         if self.logtable is not None:
             self.logtable.count_dead_letter(dead_letter.domain)
-        self.dead_letters.labels(
-            self._spider_name, self.labels(dead_letter.domain), str(dead_letter.error_class)
-        ).inc()
+        self.dead_letters.labels(self._spider_name, self.labels(dead_letter.domain), str(dead_letter.error_class)).inc()
 
     def circuit_opened(self, domain: str, state: Any = None, spider: Spider | None = None) -> None:
         self.circuit_openings.labels(self._spider_name, self.labels(domain)).inc()
@@ -272,8 +271,9 @@ class MetricsExtension:
         if not self.control_token:
             return None
         if len(self.control_token) < 16:
-            logger.error("OPENCLAW_CONTROL_TOKEN is shorter than 16 characters: live control is off",
-                         extra={"spider": spider})
+            logger.error(
+                "OPENCLAW_CONTROL_TOKEN is shorter than 16 characters: live control is off", extra={"spider": spider}
+            )
             return None
         from scrapy_openclaw.control.controller import Controller
 
@@ -288,9 +288,11 @@ class MetricsExtension:
             )
             self._channel.start()
         if not self.port:
-            logger.warning("OPENCLAW_CONTROL_TOKEN is set but OPENCLAW_METRICS_PORT is 0: no control API"
-                           "%(redis)s", {"redis": " (commands sent through Redis still apply)" if server else ""},
-                           extra={"spider": spider})
+            logger.warning(
+                "OPENCLAW_CONTROL_TOKEN is set but OPENCLAW_METRICS_PORT is 0: no control API%(redis)s",
+                {"redis": " (commands sent through Redis still apply)" if server else ""},
+                extra={"spider": spider},
+            )
         return controller
 
     def _pending(self) -> dict[str, int]:
@@ -315,8 +317,11 @@ class MetricsExtension:
             return
         logger.info(
             "Prometheus metrics on http://%(host)s:%(port)d/metrics%(control)s",
-            {"host": self.host, "port": self._listening.getHost().port,
-             "control": ", live control on /control/" if controller is not None else ""},
+            {
+                "host": self.host,
+                "port": self._listening.getHost().port,
+                "control": ", live control on /control/" if controller is not None else "",
+            },
             extra={"spider": spider},
         )
 
@@ -352,8 +357,7 @@ class MetricsExtension:
 
         def failed(failure: Any) -> None:
             logger.error(
-                "Could not push metrics to the Pushgateway %(gateway)s "
-                "(OPENCLAW_METRICS_PUSHGATEWAY): %(error)s",
+                "Could not push metrics to the Pushgateway %(gateway)s (OPENCLAW_METRICS_PUSHGATEWAY): %(error)s",
                 {"gateway": gateway, "error": failure.getErrorMessage()},
                 extra={"spider": spider},
             )
@@ -368,9 +372,7 @@ def _is_retry(request: Request) -> bool:
     state = request.meta.get(M.RETRY_STATE)
     if isinstance(state, dict):
         attempts = state.get("attempts")
-        if isinstance(attempts, dict) and any(
-            isinstance(n, int) and n > 0 for n in attempts.values()
-        ):
+        if isinstance(attempts, dict) and any(isinstance(n, int) and n > 0 for n in attempts.values()):
             return True
     times = request.meta.get("retry_times")
     return isinstance(times, int) and times > 0
@@ -427,4 +429,3 @@ class _Frozen:
 
     def collect(self) -> list[Metric]:
         return self.metrics
-

@@ -31,8 +31,20 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-HEADER = ("domain", "pages/min", "health", "rate/s", "retries", "circuit", "held", "done", "pending", "failed", "dead",
-          "ETA")
+HEADER = (
+    "domain",
+    "pages/min",
+    "health",
+    "rate/s",
+    "retries",
+    "circuit",
+    "held",
+    "done",
+    "pending",
+    "failed",
+    "dead",
+    "ETA",
+)
 
 
 @dataclass
@@ -133,8 +145,13 @@ class DomainLogTable:
             logger.info(
                 "OpenClaw progress at close: %(done)d done of %(found)d discovered, %(pending)d pending, "
                 "%(rate).1f pages/min over the crawl (%(elapsed).0f s)",
-                {"done": done, "found": progress.discovered, "pending": progress.pending,
-                 "rate": sum(self._total.values()) * 60.0 / elapsed, "elapsed": elapsed},
+                {
+                    "done": done,
+                    "found": progress.discovered,
+                    "pending": progress.pending,
+                    "rate": sum(self._total.values()) * 60.0 / elapsed,
+                    "elapsed": elapsed,
+                },
                 extra={"spider": self._spider},
             )
         table = self.render(self._total, period=elapsed, title="whole crawl")
@@ -147,8 +164,7 @@ class DomainLogTable:
         progress = self.progress()
         if progress is not None:
             self._record(progress)
-            logger.info("%(line)s", {"line": self.progress_line(progress, pages, sent)},
-                        extra={"spider": self._spider})
+            logger.info("%(line)s", {"line": self.progress_line(progress, pages, sent)}, extra={"spider": self._spider})
         table = self.render(pages, progress=progress)
         if table:
             logger.info("%(table)s", {"table": table}, extra={"spider": self._spider})
@@ -200,14 +216,20 @@ class DomainLogTable:
         return "; ".join(reasons) or f"{progress.pending} request(s) wait for their retry time"
 
     def render(
-        self, pages: Counter[str], *, progress: Progress | None = None, period: float | None = None,
+        self,
+        pages: Counter[str],
+        *,
+        progress: Progress | None = None,
+        period: float | None = None,
         title: str | None = None,
     ) -> str:
         """The table for one interval's page counts ('' when no domain is known yet)."""
         registry = self.health()
         period = self.interval if period is None else period
         pending = progress.domains if progress is not None else {}
-        known = set(pages) | set(self._retries) | set(self._failed) | set(self._dead) | {d for d, n in pending.items() if n}
+        known = (
+            set(pages) | set(self._retries) | set(self._failed) | set(self._dead) | {d for d, n in pending.items() if n}
+        )
         states: dict[str, Any] = {}
         if registry is not None:
             # Only domains the registry knows: state() of a new one would create it.

@@ -117,9 +117,7 @@ STRATEGIES: dict[str, type] = {
 }
 
 
-def make_backoff(
-    jitter: str, base: float, cap: float, *, uniform: Uniform | None = None
-) -> Backoff:
+def make_backoff(jitter: str, base: float, cap: float, *, uniform: Uniform | None = None) -> Backoff:
     """The strategy named *jitter* (``full``, ``equal``, ``decorrelated``, ``none``)."""
     try:
         cls = STRATEGIES[jitter]

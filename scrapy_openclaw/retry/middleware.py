@@ -106,7 +106,9 @@ def retry_cap(crawler: Crawler, request: Request, classification: Classification
     return retry_times
 
 
-def retries_left(request: Request, classification: Classification, policy: RetryClassPolicy, max_retry_times: int | None = None) -> bool:
+def retries_left(
+    request: Request, classification: Classification, policy: RetryClassPolicy, max_retry_times: int | None = None
+) -> bool:
     """Whether one more failure of this class would still be retried (budget aside).
 
     ``max_retry_times`` (argument, else ``meta["max_retry_times"]``; see
@@ -176,19 +178,39 @@ def get_classified_retry_request(
     state = _next_state(request, response, now)
     if not retries_left(request, classification, policy, max_retry_times):
         stats.inc_value(f"{STATS_PREFIX}/{klass}/max_reached")
-        _give_up(request, classification, spider=spider, response=response, exception=exception,
-                 level=give_up_log_level, logger=logger)
+        _give_up(
+            request,
+            classification,
+            spider=spider,
+            response=response,
+            exception=exception,
+            level=give_up_log_level,
+            logger=logger,
+        )
         if dead_letter:
             send_dead_letter(request, classification, spider=spider, exception=exception, now=now, first=state["first"])
         return None
     if use_budget and not RetryBudgets.for_crawler(crawler).try_spend(domain, now):
         stats.inc_value(f"{STATS_PREFIX}/budget_exhausted")
-        _give_up(request, classification, spider=spider, response=response, exception=exception,
-                 level=give_up_log_level, logger=logger, why=f"the retry budget of {domain} is spent")
+        _give_up(
+            request,
+            classification,
+            spider=spider,
+            response=response,
+            exception=exception,
+            level=give_up_log_level,
+            logger=logger,
+            why=f"the retry budget of {domain} is spent",
+        )
         if dead_letter:
             send_dead_letter(
-                request, classification, spider=spider, exception=exception, now=now,
-                first=state["first"], error_class="retry_budget",
+                request,
+                classification,
+                spider=spider,
+                exception=exception,
+                now=now,
+                first=state["first"],
+                error_class="retry_budget",
             )
         return None
 
@@ -387,14 +409,10 @@ class ClassifiedRetryMiddleware:
                 self.crawler.stats.inc_value(f"{STATS_PREFIX}/permanent_dead_letters")
                 send_dead_letter(request, classification, spider=spider)
             return response
-        retry = get_classified_retry_request(
-            request, classification=classification, spider=spider, response=response
-        )
+        retry = get_classified_retry_request(request, classification=classification, spider=spider, response=response)
         return retry if retry is not None else response
 
-    def process_exception(
-        self, request: Request, exception: Exception, spider: Spider | None = None
-    ) -> Request | None:
+    def process_exception(self, request: Request, exception: Exception, spider: Spider | None = None) -> Request | None:
         if request.meta.get("dont_retry", False):
             return None
         classification = self.taxonomy.classify_download_error(exception)
@@ -402,6 +420,4 @@ class ClassifiedRetryMiddleware:
             return None
         spider = self.crawler.spider
         assert spider is not None
-        return get_classified_retry_request(
-            request, classification=classification, spider=spider, exception=exception
-        )
+        return get_classified_retry_request(request, classification=classification, spider=spider, exception=exception)

@@ -133,9 +133,7 @@ class ParseRetryMiddleware:
             return None
         spider = self.crawler.spider
         assert spider is not None
-        retry = get_classified_retry_request(
-            request, classification=classification, spider=spider, exception=exception
-        )
+        retry = get_classified_retry_request(request, classification=classification, spider=spider, exception=exception)
         if retry is None:
             return None
         attempt = self._held.get(id(response))

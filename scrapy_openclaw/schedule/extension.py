@@ -97,8 +97,11 @@ class RunStatsExtension:
         now = time.monotonic()
         if self._orphaned_at is None:
             self._orphaned_at = now
-            logger.error("The scheduler (pid %(pid)d) that started this crawl is gone; stopping the crawl "
-                         "(its checkpoint is kept for the next attempt)", {"pid": self._parent})
+            logger.error(
+                "The scheduler (pid %(pid)d) that started this crawl is gone; stopping the crawl "
+                "(its checkpoint is kept for the next attempt)",
+                {"pid": self._parent},
+            )
             if not self._kernel_watch:  # else the kernel has sent SIGTERM already: a second one would force it
                 os.kill(os.getpid(), signal.SIGTERM)
         elif now - self._orphaned_at > self._grace:
@@ -114,8 +117,11 @@ class RunStatsExtension:
             try:
                 setattr(spider, CURSOR_ARG, json.loads(raw))
             except ValueError:
-                logger.error("-a %(arg)s is not JSON: %(raw)r; the cursor stays a string",
-                             {"arg": CURSOR_ARG, "raw": raw[:200]}, extra={"spider": spider})
+                logger.error(
+                    "-a %(arg)s is not JSON: %(raw)r; the cursor stays a string",
+                    {"arg": CURSOR_ARG, "raw": raw[:200]},
+                    extra={"spider": spider},
+                )
 
     def spider_closed(self, spider: Spider, reason: str) -> None:
         data: dict[str, Any] = {
@@ -128,8 +134,11 @@ class RunStatsExtension:
                 json.dumps(cursor)
                 data["cursor"] = cursor
             except (TypeError, ValueError):
-                logger.error("spider.%(arg)s = %(value)r cannot be stored as JSON; the cursor is not updated",
-                             {"arg": CURSOR_ARG, "value": cursor}, extra={"spider": spider})
+                logger.error(
+                    "spider.%(arg)s = %(value)r cannot be stored as JSON; the cursor is not updated",
+                    {"arg": CURSOR_ARG, "value": cursor},
+                    extra={"spider": spider},
+                )
                 data["cursor_error"] = repr(cursor)[:200]
         private_dir(self.path.parent)
         atomic_write(self.path, json.dumps(data, sort_keys=True).encode("utf-8"))

@@ -101,8 +101,10 @@ class History:
             try:
                 records.append(RunRecord.from_dict(data))
             except TypeError:
-                logger.warning("Skipping a malformed history record in %(where)s: %(data)r",
-                               {"where": self.describe(), "data": data})
+                logger.warning(
+                    "Skipping a malformed history record in %(where)s: %(data)r",
+                    {"where": self.describe(), "data": data},
+                )
         return sorted(records, key=lambda r: (r.scheduled, r.task))
 
 
@@ -137,8 +139,9 @@ class JsonlHistory(History):
                 except ValueError:
                     bad += 1
         if bad:
-            logger.warning("%(path)s: skipped %(n)d unreadable history line(s) (torn write?)",
-                           {"path": self.path, "n": bad})
+            logger.warning(
+                "%(path)s: skipped %(n)d unreadable history line(s) (torn write?)", {"path": self.path, "n": bad}
+            )
         return out
 
 
@@ -163,8 +166,9 @@ class RedisHistory(History):
             try:
                 out.append(json.loads(entry))
             except ValueError:
-                logger.warning("%(key)s: skipping an unreadable history entry %(entry)r",
-                               {"key": self.key, "entry": entry[:200]})
+                logger.warning(
+                    "%(key)s: skipping an unreadable history entry %(entry)r", {"key": self.key, "entry": entry[:200]}
+                )
         return out
 
 
@@ -192,14 +196,16 @@ def summary(tasks: list[Task], runs: list[RunRecord], now: float) -> list[dict[s
             counts[r.outcome] = counts.get(r.outcome, 0) + 1
         successes = [r for r in mine if r.outcome == "success"]
         missed, n_missed = missed_windows(task, runs, now)
-        out.append({
-            "task": task.id,
-            "schedule": task.describe(),
-            "next": task.next_window(now),
-            "last": mine[-1].to_dict() if mine else None,
-            "last_success": successes[-1].end if successes else None,
-            "outcomes": counts,
-            "missed_now": [window_id(w) for w in missed],
-            "missed_now_count": n_missed,
-        })
+        out.append(
+            {
+                "task": task.id,
+                "schedule": task.describe(),
+                "next": task.next_window(now),
+                "last": mine[-1].to_dict() if mine else None,
+                "last_success": successes[-1].end if successes else None,
+                "outcomes": counts,
+                "missed_now": [window_id(w) for w in missed],
+                "missed_now_count": n_missed,
+            }
+        )
     return out

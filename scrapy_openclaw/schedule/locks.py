@@ -99,9 +99,12 @@ class RedisWindowLock:
         return bool(self.owner._extend(keys=[self.key], args=[self.token, self.owner.ttl_ms]))
 
     def release(self, finished: bool) -> bool:
-        return bool(self.owner._release(
-            keys=[self.key, self.done_key], args=[self.token, "1" if finished else "0", DONE_TTL * 1000],
-        ))
+        return bool(
+            self.owner._release(
+                keys=[self.key, self.done_key],
+                args=[self.token, "1" if finished else "0", DONE_TTL * 1000],
+            )
+        )
 
 
 class FileLocks:

@@ -26,13 +26,21 @@ logger = logging.getLogger(__name__)
 class ScheduleMetrics:
     def __init__(self, registry: CollectorRegistry | None = None):
         self.registry = registry or CollectorRegistry()
-        self.runs = Counter("openclaw_schedule_runs", "Scheduled windows by task and outcome.",
-                            ["task", "outcome"], registry=self.registry)
-        self.last_success = Gauge("openclaw_schedule_last_success_timestamp_seconds",
-                                  "End time (UNIX s) of the task's latest successful run.",
-                                  ["task"], registry=self.registry)
-        self.running = Gauge("openclaw_schedule_running", "1 while a window of the task is running.",
-                             ["task"], registry=self.registry)
+        self.runs = Counter(
+            "openclaw_schedule_runs",
+            "Scheduled windows by task and outcome.",
+            ["task", "outcome"],
+            registry=self.registry,
+        )
+        self.last_success = Gauge(
+            "openclaw_schedule_last_success_timestamp_seconds",
+            "End time (UNIX s) of the task's latest successful run.",
+            ["task"],
+            registry=self.registry,
+        )
+        self.running = Gauge(
+            "openclaw_schedule_running", "1 while a window of the task is running.", ["task"], registry=self.registry
+        )
         self._listening: Any = None
 
     def seed(self, runs: list[RunRecord]) -> None:
@@ -60,11 +68,15 @@ class ScheduleMetrics:
         try:
             self._listening = serve_metrics(reactor, port, host, self.registry)
         except CannotListenError as exc:
-            logger.error("Cannot serve the scheduler's metrics on %(host)s:%(port)s "
-                         "(OPENCLAW_SCHEDULE_METRICS_PORT): %(error)s", {"host": host, "port": port, "error": exc})
+            logger.error(
+                "Cannot serve the scheduler's metrics on %(host)s:%(port)s (OPENCLAW_SCHEDULE_METRICS_PORT): %(error)s",
+                {"host": host, "port": port, "error": exc},
+            )
             return
-        logger.info("Scheduler metrics on http://%(host)s:%(port)d/metrics",
-                    {"host": host, "port": self._listening.getHost().port})
+        logger.info(
+            "Scheduler metrics on http://%(host)s:%(port)d/metrics",
+            {"host": host, "port": self._listening.getHost().port},
+        )
 
     def stop_listening(self) -> Any:
         listening, self._listening = self._listening, None

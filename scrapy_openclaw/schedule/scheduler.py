@@ -141,9 +141,15 @@ class Scheduler:
 
     def start(self) -> Deferred[None]:
         """Report missed windows, start the metrics endpoint, arm every task's timer."""
-        logger.info("Scheduler started: %(n)d task(s); state in %(dir)s; %(locks)s; history in %(history)s",
-                    {"n": len(self.tasks), "dir": self.state_dir, "locks": self.locks.describe(),
-                     "history": self.history.describe()})
+        logger.info(
+            "Scheduler started: %(n)d task(s); state in %(dir)s; %(locks)s; history in %(history)s",
+            {
+                "n": len(self.tasks),
+                "dir": self.state_dir,
+                "locks": self.locks.describe(),
+                "history": self.history.describe(),
+            },
+        )
         port = self.config.schedule_metrics_port
         if port:
             self.metrics.listen(self.reactor, port, self.config.metrics_host)
@@ -160,8 +166,10 @@ class Scheduler:
             except Exception as exc:  # Redis unreachable, say: keep trying, never give up silently
                 if self.stopping:
                     return
-                logger.error("Cannot read the run history from %(where)s (%(error)s); retrying in %(delay).0fs",
-                             {"where": self.history.describe(), "error": exc, "delay": delay})
+                logger.error(
+                    "Cannot read the run history from %(where)s (%(error)s); retrying in %(delay).0fs",
+                    {"where": self.history.describe(), "error": exc, "delay": delay},
+                )
                 await self._sleep_plain(delay)
                 delay = min(START_RETRY_MAX, delay * 2)
             if self.stopping:
@@ -194,8 +202,11 @@ class Scheduler:
                 if latest and latest[-1].outcome == "running":
                     r.outcome, r.pid, r.end = "interrupted", None, time.time()
                     r.reason = f"its scheduler ({r.node}) ended without finishing it (lock expired)"
-                    logger.warning("Task %(task)s: window %(window)s was left running by %(node)s, which is gone; "
-                                   "recorded as interrupted", {"task": r.task, "window": r.window, "node": r.node})
+                    logger.warning(
+                        "Task %(task)s: window %(window)s was left running by %(node)s, which is gone; "
+                        "recorded as interrupted",
+                        {"task": r.task, "window": r.window, "node": r.node},
+                    )
                     await self._record_async(r)
             finally:
                 await deferToThread(lock.release, False)
@@ -221,19 +232,27 @@ class Scheduler:
             if total:
                 logger.warning(
                     "Task %(task)s: %(n)d window(s) missed while the scheduler was down (latest %(last)s)",
-                    {"task": task.id, "n": total, "last": window_id(missed[-1])})
+                    {"task": task.id, "n": total, "last": window_id(missed[-1])},
+                )
                 for when in missed:
-                    self._record(RunRecord(task.id, when, outcome="missed", node=self.node,
-                                           reason="the scheduler was not running"))
+                    self._record(
+                        RunRecord(
+                            task.id, when, outcome="missed", node=self.node, reason="the scheduler was not running"
+                        )
+                    )
                     self.metrics.outcome(task.id, "missed")
             for r in unfinished:
-                logger.warning("Task %(task)s: window %(window)s was left %(outcome)s (node %(node)s)",
-                               {"task": task.id, "window": r.window, "outcome": r.outcome, "node": r.node})
+                logger.warning(
+                    "Task %(task)s: window %(window)s was left %(outcome)s (node %(node)s)",
+                    {"task": task.id, "window": r.window, "outcome": r.outcome, "node": r.node},
+                )
             candidates = [*missed, *(r.scheduled for r in unfinished)]
             if task.run_missed and candidates:
                 latest = max(candidates)
-                logger.info("Task %(task)s: running the missed window %(window)s once (run_missed)",
-                            {"task": task.id, "window": window_id(latest)})
+                logger.info(
+                    "Task %(task)s: running the missed window %(window)s once (run_missed)",
+                    {"task": task.id, "window": window_id(latest)},
+                )
                 self._launch(task, latest)
             self._arm(task, now)
 
@@ -247,8 +266,10 @@ class Scheduler:
         for timer in self._timers.values():
             timer.cancel()
         self._timers.clear()
-        logger.info("Scheduler stopping: %(n)d running crawl(s) get SIGTERM and %(t)ss to checkpoint",
-                    {"n": len(self.running), "t": self.stop_timeout})
+        logger.info(
+            "Scheduler stopping: %(n)d running crawl(s) get SIGTERM and %(t)ss to checkpoint",
+            {"n": len(self.running), "t": self.stop_timeout},
+        )
         for run in list(self.running.values()):
             if run.sleeping is not None and not run.sleeping.called:
                 run.sleeping.callback(None)
@@ -297,10 +318,15 @@ class Scheduler:
         lock = self.locks.lock(task.id, window_id(when))
         if self.stopping or not await deferToThread(lock.acquire):
             return  # another node runs it (or the stop came first: the window counts as missed)
-        logger.warning("Task %(task)s: window %(window)s skipped, the run of %(previous)s is still going",
-                       {"task": task.id, "window": window_id(when), "previous": previous})
-        await self._record_async(RunRecord(task.id, when, outcome="skipped", node=self.node,
-                                           reason=f"the run of window {previous} was still going"))
+        logger.warning(
+            "Task %(task)s: window %(window)s skipped, the run of %(previous)s is still going",
+            {"task": task.id, "window": window_id(when), "previous": previous},
+        )
+        await self._record_async(
+            RunRecord(
+                task.id, when, outcome="skipped", node=self.node, reason=f"the run of window {previous} was still going"
+            )
+        )
         self.metrics.outcome(task.id, "skipped")
         await deferToThread(lock.release, True)
 
@@ -313,8 +339,10 @@ class Scheduler:
         wid = window_id(when)
         lock = self.locks.lock(task.id, wid)
         if not await deferToThread(lock.acquire):
-            logger.info("Task %(task)s: window %(window)s is run (or was run) elsewhere; not running it",
-                        {"task": task.id, "window": wid})
+            logger.info(
+                "Task %(task)s: window %(window)s is run (or was run) elsewhere; not running it",
+                {"task": task.id, "window": wid},
+            )
             return
         base = Path(task.checkpoint_dir) if task.checkpoint_dir else self.state_dir / task.id
         if not base.is_absolute():
@@ -332,8 +360,11 @@ class Scheduler:
             await self._attempts(run)
         except Exception as exc:  # a bug or a bad value: the window fails, it never stays "running"
             record.outcome, record.reason = "failed", f"scheduler error: {type(exc).__name__}: {exc}"
-            logger.error("Task %(task)s: window %(window)s FAILED: %(reason)s",
-                         {"task": task.id, "window": wid, "reason": record.reason}, exc_info=True)
+            logger.error(
+                "Task %(task)s: window %(window)s FAILED: %(reason)s",
+                {"task": task.id, "window": wid, "reason": record.reason},
+                exc_info=True,
+            )
         finally:
             if extender.running:
                 extender.stop()
@@ -345,8 +376,10 @@ class Scheduler:
             try:
                 await deferToThread(lock.release, record.outcome in ("success", "failed"))
             except Exception as exc:  # Redis down: the lock expires by itself after the TTL
-                logger.error("Task %(task)s: cannot release the lock of %(window)s: %(error)s",
-                             {"task": task.id, "window": wid, "error": exc})
+                logger.error(
+                    "Task %(task)s: cannot release the lock of %(window)s: %(error)s",
+                    {"task": task.id, "window": wid, "error": exc},
+                )
 
     async def _attempts(self, run: _Run) -> None:
         task, record = run.task, run.record
@@ -371,26 +404,40 @@ class Scheduler:
                 record.outcome, record.reason = "success", None
                 if task.incremental and "cursor" in report:
                     await deferToThread(self.cursors.set, task.id, report["cursor"])
-                logger.info("Task %(task)s: window %(window)s succeeded (attempt %(n)d, %(items)s items)",
-                            {"task": task.id, "window": record.window, "n": attempt, "items": record.items})
+                logger.info(
+                    "Task %(task)s: window %(window)s succeeded (attempt %(n)d, %(items)s items)",
+                    {"task": task.id, "window": record.window, "n": attempt, "items": record.items},
+                )
                 return
             if self.stopping:
                 record.outcome = "interrupted"
-                logger.warning("Task %(task)s: window %(window)s interrupted by the stop (%(reason)s); "
-                               "its checkpoint is kept in %(dir)s",
-                               {"task": task.id, "window": record.window, "reason": reason, "dir": run.window_dir})
+                logger.warning(
+                    "Task %(task)s: window %(window)s interrupted by the stop (%(reason)s); "
+                    "its checkpoint is kept in %(dir)s",
+                    {"task": task.id, "window": record.window, "reason": reason, "dir": run.window_dir},
+                )
                 return
             if attempt < task.max_attempts:
                 delay = task.backoff(attempt)
-                logger.warning("Task %(task)s: window %(window)s attempt %(n)d/%(max)d failed (%(reason)s); "
-                               "retrying in %(delay).1fs, resuming from its checkpoint",
-                               {"task": task.id, "window": record.window, "n": attempt,
-                                "max": task.max_attempts, "reason": reason, "delay": delay})
+                logger.warning(
+                    "Task %(task)s: window %(window)s attempt %(n)d/%(max)d failed (%(reason)s); "
+                    "retrying in %(delay).1fs, resuming from its checkpoint",
+                    {
+                        "task": task.id,
+                        "window": record.window,
+                        "n": attempt,
+                        "max": task.max_attempts,
+                        "reason": reason,
+                        "delay": delay,
+                    },
+                )
                 await self._record_async(record)
                 await self._sleep(run, delay)
         record.outcome = "failed"
-        logger.error("Task %(task)s: window %(window)s FAILED after %(n)d attempt(s): %(reason)s",
-                     {"task": task.id, "window": record.window, "n": record.attempts, "reason": record.reason})
+        logger.error(
+            "Task %(task)s: window %(window)s FAILED after %(n)d attempt(s): %(reason)s",
+            {"task": task.id, "window": record.window, "n": record.attempts, "reason": record.reason},
+        )
 
     async def _attempt(self, run: _Run, attempt: int) -> tuple[bool, str, str | None, dict[str, Any]]:
         """One ``scrapy crawl``; (succeeded, exit status, why not, the RunStatsExtension report)."""
@@ -409,9 +456,10 @@ class Scheduler:
         run.process = self.reactor.spawnProcess(proto, argv[0], argv, env=env, path=self.cwd)
         run.record.pid = run.process.pid
         await self._record_async(run.record)
-        logger.info("Task %(task)s: window %(window)s attempt %(n)d started (pid %(pid)s, checkpoint %(dir)s)",
-                    {"task": task.id, "window": run.record.window, "n": attempt, "pid": run.process.pid,
-                     "dir": run.window_dir})
+        logger.info(
+            "Task %(task)s: window %(window)s attempt %(n)d started (pid %(pid)s, checkpoint %(dir)s)",
+            {"task": task.id, "window": run.record.window, "n": attempt, "pid": run.process.pid, "dir": run.window_dir},
+        )
         if task.timeout:
             run.timers.append(call_later(task.timeout, self._on_timeout, run))
         try:
@@ -437,8 +485,10 @@ class Scheduler:
     # ------------------------------------------------------------------ helpers
 
     def _on_timeout(self, run: _Run) -> None:
-        logger.error("Task %(task)s: window %(window)s attempt timed out after %(t)ss; stopping the crawl",
-                     {"task": run.task.id, "window": run.record.window, "t": run.task.timeout})
+        logger.error(
+            "Task %(task)s: window %(window)s attempt timed out after %(t)ss; stopping the crawl",
+            {"task": run.task.id, "window": run.record.window, "t": run.task.timeout},
+        )
         run.timed_out = True
         self._terminate(run, kill_after=self.stop_timeout)
 
@@ -470,9 +520,10 @@ class Scheduler:
             if unheld > self.lock_ttl:  # it has expired by now: another node may take the window
                 self._lose_lock(run, f"not extended for {unheld:.0f}s ({failure.getErrorMessage()})")
             else:
-                logger.warning("Task %(task)s: cannot extend the lock of window %(window)s (%(error)s); "
-                               "retrying", {"task": run.task.id, "window": run.record.window,
-                                            "error": failure.getErrorMessage()})
+                logger.warning(
+                    "Task %(task)s: cannot extend the lock of window %(window)s (%(error)s); retrying",
+                    {"task": run.task.id, "window": run.record.window, "error": failure.getErrorMessage()},
+                )
 
         d.addCallbacks(check, failed)
 
@@ -481,9 +532,11 @@ class Scheduler:
         if run.lost is not None:
             return
         run.lost = why
-        logger.error("Task %(task)s: lost the lock of window %(window)s (%(key)s): %(why)s; stopping its crawl "
-                     "so that the window does not run twice", {"task": run.task.id, "window": run.record.window,
-                                                               "key": run.lock.key, "why": why})
+        logger.error(
+            "Task %(task)s: lost the lock of window %(window)s (%(key)s): %(why)s; stopping its crawl "
+            "so that the window does not run twice",
+            {"task": run.task.id, "window": run.record.window, "key": run.lock.key, "why": why},
+        )
         if run.sleeping is not None and not run.sleeping.called:
             run.sleeping.callback(None)
         self._terminate(run, kill_after=self.stop_timeout)
@@ -507,13 +560,18 @@ class Scheduler:
         try:
             await deferToThread(self.history.append, data)
         except Exception as exc:  # history is best effort: the run itself goes on
-            logger.error("Cannot record %(run)s in %(where)s: %(error)s",
-                         {"run": record.run_id, "where": self.history.describe(), "error": exc})
+            logger.error(
+                "Cannot record %(run)s in %(where)s: %(error)s",
+                {"run": record.run_id, "where": self.history.describe(), "error": exc},
+            )
 
     @staticmethod
     def _log_failure(failure: Any, what: str) -> None:
-        logger.error("Scheduler error while %(what)s: %(error)s", {"what": what, "error": failure.getErrorMessage()},
-                     exc_info=(failure.type, failure.value, failure.getTracebackObject()))
+        logger.error(
+            "Scheduler error while %(what)s: %(error)s",
+            {"what": what, "error": failure.getErrorMessage()},
+            exc_info=(failure.type, failure.value, failure.getTracebackObject()),
+        )
 
 
 def open_stores(settings: BaseSettings, state_dir: Path, lock_ttl: float) -> tuple[Any, Any, Any]:
@@ -522,13 +580,23 @@ def open_stores(settings: BaseSettings, state_dir: Path, lock_ttl: float) -> tup
     if url:
         prefix = read_setting(settings, "OPENCLAW_SCHEDULE_REDIS_PREFIX")
         client = redis_client(url)
-        return (RedisLocks(client, prefix=prefix, ttl=lock_ttl), RedisHistory(client, f"{prefix}:history"),
-                RedisCursors(client, prefix))
+        return (
+            RedisLocks(client, prefix=prefix, ttl=lock_ttl),
+            RedisHistory(client, f"{prefix}:history"),
+            RedisCursors(client, prefix),
+        )
     return FileLocks(state_dir / "locks"), JsonlHistory(state_dir / "history.jsonl"), FileCursors(state_dir)
 
 
-def crawl_command(task: Task, settings: BaseSettings, *, checkpoint_dir: Path, run_file: Path,
-                  cursor: Any = None, python: str = sys.executable) -> list[str]:
+def crawl_command(
+    task: Task,
+    settings: BaseSettings,
+    *,
+    checkpoint_dir: Path,
+    run_file: Path,
+    cursor: Any = None,
+    python: str = sys.executable,
+) -> list[str]:
     """The ``scrapy crawl`` command line of one attempt."""
     argv = [python, "-m", "scrapy", "crawl", task.spider]
     extensions = _component_dict(settings.getdict("EXTENSIONS"))
@@ -538,9 +606,14 @@ def crawl_command(task: Task, settings: BaseSettings, *, checkpoint_dir: Path, r
         else:
             argv += ["-s", f"{name}={setting_text(value)}"]
     extensions[RUN_STATS_EXTENSION] = 10_000  # last: it reports the stats the others left
-    argv += ["-s", f"EXTENSIONS={json.dumps(extensions)}",
-             "-s", f"OPENCLAW_CHECKPOINT_DIR={checkpoint_dir}",
-             "-s", f"OPENCLAW_SCHEDULE_RUN_FILE={run_file}"]
+    argv += [
+        "-s",
+        f"EXTENSIONS={json.dumps(extensions)}",
+        "-s",
+        f"OPENCLAW_CHECKPOINT_DIR={checkpoint_dir}",
+        "-s",
+        f"OPENCLAW_SCHEDULE_RUN_FILE={run_file}",
+    ]
     for name, value in task.args.items():
         argv += ["-a", f"{name}={value if isinstance(value, str) else json.dumps(value)}"]
     if task.incremental:

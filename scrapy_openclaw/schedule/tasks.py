@@ -113,10 +113,20 @@ _NUMBERS: dict[str, tuple[type, float, float | None]] = {
     "timeout": (float, 0.1, None),
 }
 _BOOLS = ("incremental", "run_missed")
-_KNOWN = sorted({
-    "spider", "cron", "interval", "timezone", "settings", "args", "initial_cursor",
-    "checkpoint_dir", *_NUMBERS, *_BOOLS,
-})
+_KNOWN = sorted(
+    {
+        "spider",
+        "cron",
+        "interval",
+        "timezone",
+        "settings",
+        "args",
+        "initial_cursor",
+        "checkpoint_dir",
+        *_NUMBERS,
+        *_BOOLS,
+    }
+)
 
 
 def load_tasks(path: str | Path) -> list[Task]:
@@ -263,4 +273,3 @@ def _check_setting(name: str, value: Any, path: tuple, where: Where) -> None:
             PolicySet.from_settings(Settings({name: value}))  # validates every OPENCLAW_* setting too
         except OpenClawConfigError as exc:
             where.fail(path, str(exc))
-

@@ -120,9 +120,7 @@ class HostConfig:
         where = f"host {self.address}"
         if self.pages < 1:
             raise ValueError(f"{where}: pages must be >= 1")
-        if self.links_per_page != "all" and not (
-            isinstance(self.links_per_page, int) and self.links_per_page >= 0
-        ):
+        if self.links_per_page != "all" and not (isinstance(self.links_per_page, int) and self.links_per_page >= 0):
             raise ValueError(f"{where}: links_per_page must be an int >= 0 or 'all'")
         for name in ("drop_rate", "hang_rate"):
             if not 0.0 <= getattr(self, name) <= 1.0:
@@ -183,8 +181,8 @@ def page_links(config: ChaosConfig, host_index: int, page: int) -> list[tuple[in
 
 def _page_fails_for_good(host: HostConfig, page: int) -> bool:
     script = host.status_script.get(page)
-    return page >= host.pages or (script is not None and script[-1] != 200) or (
-        script is None and page in host.not_found
+    return (
+        page >= host.pages or (script is not None and script[-1] != 200) or (script is None and page in host.not_found)
     )
 
 
@@ -196,9 +194,7 @@ class Reachable:
     failing: frozenset[str]
 
 
-def reachable_urls(
-    config: ChaosConfig, urls: Mapping[str, str], start: Iterable[str] | None = None
-) -> Reachable:
+def reachable_urls(config: ChaosConfig, urls: Mapping[str, str], start: Iterable[str] | None = None) -> Reachable:
     """BFS over URLs (the root ``/`` and ``/page/0`` are distinct URLs, as for Scrapy's dupefilter).
 
     ``urls`` maps address -> base URL; ``start`` defaults to every host's root.
@@ -337,7 +333,11 @@ class _Host:
     def handle(self, request: Request, path: str) -> int:
         now = time.time()
         record: dict[str, Any] = {
-            "t": now, "path": path, "method": request.method.decode("latin-1"), "status": None, "end": None
+            "t": now,
+            "path": path,
+            "method": request.method.decode("latin-1"),
+            "status": None,
+            "end": None,
         }
         self.requests.append(record)
         self.in_flight += 1

@@ -50,8 +50,17 @@ def start_crawl(
     out.mkdir(parents=True, exist_ok=True)
     settings_path = out / "settings.json"
     settings_path.write_text(json.dumps(dict(settings or {})), encoding="utf-8")
-    cmd = [sys.executable, "-m", "scrapy_openclaw.testing.runcrawl", "--spider", spider,
-           "--settings-json", str(settings_path), "--out", str(out)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "scrapy_openclaw.testing.runcrawl",
+        "--spider",
+        spider,
+        "--settings-json",
+        str(settings_path),
+        "--out",
+        str(out),
+    ]
     if profile is not None:
         cmd += ["--profile", str(profile)]
     for key, value in (spider_args or {}).items():
@@ -59,8 +68,9 @@ def start_crawl(
             value = ",".join(map(str, value))
         cmd += ["-a", f"{key}={value}"]
     with open(out / STDERR_FILE, "wb") as stderr:
-        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=stderr, stderr=subprocess.STDOUT,
-                                env=subprocess_env())
+        proc = subprocess.Popen(
+            cmd, stdin=subprocess.DEVNULL, stdout=stderr, stderr=subprocess.STDOUT, env=subprocess_env()
+        )
     proc.out_dir = out  # type: ignore[attr-defined]
     return proc
 

