@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
+from weakref import WeakKeyDictionary
 
 import scrapy
 import scrapy.exceptions
@@ -127,17 +129,38 @@ def slot_key(crawler: Crawler | None, request: Request) -> str:
     its IP through ``scrapy.resolver.dnscache`` when ``ip_concurrency``
     (``CONCURRENT_REQUESTS_PER_IP``) is set. A subclassed downloader's own
     method is asked; for the stock one without ``ip_concurrency`` the same key
-    is computed without ``urlparse_cached``, which would keep a parsed URL per
-    pending request (~400 bytes). Without a running engine (unit tests, before
-    the crawl) it is the meta slot or the host name.
+    is computed here, with the host names of recent URLs cached (components
+    ask for a request's key ~9 times in its life, and ``urlparse_cached``
+    would keep a parsed URL per pending request, ~400 bytes). Without a
+    running engine (unit tests, before the crawl) it is the meta slot or the
+    host name.
     """
-    downloader = getattr(engine_of(crawler), "downloader", None) if crawler is not None else None
-    if downloader is not None and (
-        type(downloader).get_slot_key is not Downloader.get_slot_key or downloader.ip_concurrency
-    ):
-        return downloader.get_slot_key(request)
+    ask = _asks_downloader.get(crawler) if crawler is not None else False
+    if ask is None and crawler is not None:
+        ask = _decide_asking(crawler)
+    if ask:
+        return engine_of(crawler).downloader.get_slot_key(request)  # type: ignore[union-attr]
     slot = request.meta.get(Downloader.DOWNLOAD_SLOT)
-    return slot if slot is not None else urlparse(request.url).hostname or ""
+    return slot if slot is not None else _hostname(request.url)
+
+
+#: Per crawler, once its engine runs: whether the downloader's own ``get_slot_key``
+#: must be asked (a subclass, or ``ip_concurrency``) or the key is computed here.
+_asks_downloader: WeakKeyDictionary[Crawler, bool] = WeakKeyDictionary()
+
+
+def _decide_asking(crawler: Crawler) -> bool:
+    downloader = getattr(engine_of(crawler), "downloader", None)
+    if downloader is None:
+        return False  # not decided before the engine runs
+    ask = type(downloader).get_slot_key is not Downloader.get_slot_key or bool(downloader.ip_concurrency)
+    _asks_downloader[crawler] = ask
+    return ask
+
+
+@lru_cache(maxsize=4096)
+def _hostname(url: str) -> str:
+    return urlparse(url).hostname or ""
 
 
 def download_slot(crawler: Crawler, key: str) -> Slot | None:
