@@ -8,6 +8,16 @@ import pytest
 
 from scrapy_openclaw.testing.servers import ChaosServer, RedisServer
 
+#: Fixtures that start a server process: a test using one is a ``crawl`` test
+#: (``pytest -m "not crawl"`` runs the unit tests alone, in seconds).
+SERVER_FIXTURES = frozenset({"chaos_server", "redis_server", "redis_cluster", "redis_any", "tmp_out"})
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if SERVER_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.crawl)
+
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
     from pathlib import Path

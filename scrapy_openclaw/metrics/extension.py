@@ -72,6 +72,7 @@ class MetricsExtension:
         self.labels = DomainLabels(config.metrics_max_domains)
         self.registry = CollectorRegistry()
         self._spider_name = ""
+        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}  # see _series
         self._listening: Any = None  # twisted IListeningPort
         self._answered: set[int] = set()  # ids of requests that got a response
         self.control_token: str | None = config.control_token or None
@@ -162,6 +163,7 @@ class MetricsExtension:
 
     def spider_opened(self, spider: Spider) -> None:
         self._spider_name = spider.name
+        self._children.clear()
         self.collector.engine = engine_of(self.crawler)
         controller = self._controller(spider)
         if self.port:
@@ -219,14 +221,23 @@ class MetricsExtension:
         discovered = max(enqueued - retries, queued + waiting + in_flight)
         return Progress(discovered, queued, waiting, in_flight, domains, due_at)
 
+    def _series(self, metric: Any, *labels: str) -> Any:
+        """The metric's child for this spider and *labels*, kept: ``labels()`` takes a lock
+        and builds a key on every call, and these run several times per request."""
+        key = (id(metric), labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(self._spider_name, *labels)
+        return child
+
     def request_reached_downloader(self, request: Request, spider: Spider) -> None:
         domain = slot_key(self.crawler, request)
         label = self.labels(domain)
-        self.requests.labels(self._spider_name, label).inc()
+        self._series(self.requests, label).inc()
         if self.logtable is not None:
             self.logtable.count_sent(domain)
         if _is_retry(request):
-            self.retried.labels(self._spider_name, label).inc()
+            self._series(self.retried, label).inc()
             if self.logtable is not None:
                 self.logtable.count_retry(domain)
 
@@ -234,10 +245,10 @@ class MetricsExtension:
         self._answered.add(id(request))
         domain = slot_key(self.crawler, request)
         label = self.labels(domain)
-        self.responses.labels(self._spider_name, label, status_class(response.status)).inc()
+        self._series(self.responses, label, status_class(response.status)).inc()
         latency = request.meta.get("download_latency")
         if isinstance(latency, (int, float)) and latency >= 0:
-            self.latency.labels(self._spider_name, label).observe(latency)
+            self._series(self.latency, label).observe(latency)
         if self.logtable is not None:
             if response.status < 400:
                 self.logtable.count_page(domain)
@@ -250,7 +261,7 @@ class MetricsExtension:
         if key in self._answered:
             self._answered.discard(key)
         else:
-            self.errors.labels(self._spider_name, self.labels(slot_key(self.crawler, request))).inc()
+            self._series(self.errors, self.labels(slot_key(self.crawler, request))).inc()
             if self.logtable is not None:
                 self.logtable.count_failure(slot_key(self.crawler, request))
 
