@@ -154,8 +154,12 @@ SPECS: dict[str, list[Spec]] = {
                 M("total_bytes_per_request", "bytes per pending request", "lower"),
                 # near zero for Scrapy's own queue: a ratio to it means nothing
                 M("overhead_bytes_per_request", "queue overhead bytes/request", "lower", ratio=False),
+                M("cost_growth_20x", "cost per op at 40k / at 2k", "lower", ratio=False),
             ],
-            [Headline("total_bytes_per_request", "deadline", "<= 1.10 x", at_most(1.10, on="ratio"))],
+            [
+                Headline("total_bytes_per_request", "deadline", "<= 1.10 x", at_most(1.10, on="ratio")),
+                Headline("cost_growth_20x", "deadline+deadlines", "< 4 (O(log n))", at_most(3.99)),
+            ],
         )
     ],
     "broad": [

@@ -3,8 +3,8 @@
 Requests over 100 domains with a few priorities are pushed, then all popped,
 for Scrapy's memory queue (``ScrapyPriorityQueue`` over ``LifoMemoryQueue``),
 ``DownloaderAwarePriorityQueue`` (Scrapy's default) and ours, with no
-deadlines and with a deadline on every request. Two separate passes, so one
-cannot distort the other:
+deadlines and with a deadline on every request. Three separate passes, so one
+cannot distort another:
 
 * **throughput** at ``THROUGHPUT_N`` pending requests (1,000,000; quick
   100,000), timed with nothing else running (no tracemalloc, which makes
@@ -15,7 +15,9 @@ cannot distort the other:
   meta + structures (``total``, the issue's "memory per pending request"),
   in bytes per request. Bytes per request barely depend on N past a few
   thousand, so the smaller traced pass measures the same thing in a fraction
-  of the time.
+  of the time;
+* **growth**: time per push+pop at 40,000 pending requests over the time at
+  2,000 (``cost_growth_20x``; O(log n) is ~1.4, O(n) ~20).
 
 Module name: ``queue_ops``, not ``queue`` (a ``benchmarks/queue.py`` shadows
 the stdlib module when a file in this directory is run as a script).
@@ -108,6 +110,27 @@ def throughput(cls: type, requests: list[Request], deadlines: bool, crawler: Any
     return {"push_per_s": round(len(requests) / push), "pop_per_s": round(len(requests) / pop)}
 
 
+def cost_growth(cls: type, deadlines: bool, crawler: Any, small: int = 2_000, large: int = 40_000) -> float:
+    """Time per push+pop at *large* pending requests over the time at *small* (best of 3 each).
+
+    20x the requests: a heap's O(log n) costs ~1.4x per operation, an O(n)
+    scan ~20x. (This was a wall-clock unit test; timings belong here.)
+    """
+
+    def per_op(n: int) -> float:
+        requests = _requests(n)
+        _fresh_meta(requests, deadlines)
+        q = _build(cls, crawler)
+        started = time.perf_counter()
+        for r in requests:
+            q.push(r)
+        while q.pop() is not None:
+            pass
+        return (time.perf_counter() - started) / n
+
+    return round(min(per_op(large) for _ in range(3)) / min(per_op(small) for _ in range(3)), 2)
+
+
 def request_bytes(n: int) -> int:
     """Bytes of ``n`` bare Requests (meta not yet created), traced."""
     gc.collect()
@@ -161,6 +184,10 @@ def run(quick: bool = False) -> dict[str, Any]:
         configs[name].update(throughput(cls, requests, deadlines, crawler))
         timings[f"throughput {name}"] = round(time.monotonic() - started, 1)
     del requests
+    for name, (cls, deadlines) in CASES.items():
+        started = time.monotonic()
+        configs[name]["cost_growth_20x"] = cost_growth(cls, deadlines, crawler)
+        timings[f"growth {name}"] = round(time.monotonic() - started, 1)
     started = time.monotonic()
     bare = request_bytes(n_mem)
     requests = _requests(n_mem)

@@ -368,30 +368,3 @@ def test_disk_mode_refuses_state_of_another_queue_and_survives_a_corrupt_file(tm
     again = make_queue(key=str(tmp_path), startprios=state, crawler=q.crawler)
     assert len(again) == 0
     assert q.crawler.stats.get_value("openclaw/queue/restore_failed") == 1
-
-
-def _cost_per_op(n: int, with_deadlines: bool) -> float:
-    q = make_queue()
-    now = q._clock.now
-    requests = [
-        Request(
-            f"http://h{i % 20}.example/{i}",
-            priority=i % 7,
-            meta={M.DEADLINE: now + 100 + (i * 7919) % 1000} if with_deadlines else {},
-        )
-        for i in range(n)
-    ]
-    started = time.perf_counter()
-    for r in requests:
-        q.push(r)
-    while q.pop() is not None:
-        pass
-    return (time.perf_counter() - started) / n
-
-
-@pytest.mark.parametrize("with_deadlines", [False, True])
-def test_push_and_pop_cost_grows_like_log_n(with_deadlines):
-    small = min(_cost_per_op(2_000, with_deadlines) for _ in range(2))
-    large = _cost_per_op(40_000, with_deadlines)
-    # 20x the requests: O(log n) means ~1.4x per op; O(n) would be ~20x. Generous margin.
-    assert large < small * 4, (small, large)
