@@ -14,6 +14,7 @@ from scrapy.extensions.feedexport import FeedExporter
 from scrapy.utils.misc import load_object
 
 from scrapy_openclaw.policy import PolicySet
+from scrapy_openclaw.settings import OpenClawSettings
 
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
@@ -58,11 +59,12 @@ class Addon:
         if _order_of(settings, "EXTENSIONS", load_object(FEED_EXPORTER)) is not None:
             _switch_off(settings, "EXTENSIONS", FeedExporter)
         settings.set("SCHEDULER_PRIORITY_QUEUE", PRIORITY_QUEUE, "addon")
-        if settings.getbool("OPENCLAW_DISTRIBUTED"):
+        # A bad OPENCLAW_* value stops the crawl here (OpenClawConfigError), before it is used.
+        if OpenClawSettings.from_settings(settings).distributed:
             from scrapy_openclaw.distributed import configure
 
             configure(settings)
-        # Fail at start, before any request, on a bad setting or policy file.
+        # Fail at start, before any request, on a bad policy (and a setting distributed mode set).
         PolicySet.from_settings(settings)
 
 

@@ -95,6 +95,11 @@ def test_bad_policy_stops_the_crawler_at_creation(tmp_path):
         get_crawler(settings_dict={**ADDON, "OPENCLAW_POLICY_FILE": str(policy)})
 
 
+def test_bad_distributed_switch_is_a_config_error_at_creation():
+    with pytest.raises(OpenClawConfigError, match="OPENCLAW_DISTRIBUTED"):
+        get_crawler(settings_dict={**ADDON, "OPENCLAW_DISTRIBUTED": "maybe"})
+
+
 @pytest.mark.parametrize(
     ("policy_text", "expected"),
     [
