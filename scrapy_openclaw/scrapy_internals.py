@@ -135,11 +135,13 @@ def slot_key(crawler: Crawler | None, request: Request) -> str:
     running engine (unit tests, before the crawl) it is the meta slot or the
     host name.
     """
-    ask = _asks_downloader.get(crawler) if crawler is not None else False
-    if ask is None and crawler is not None:
-        ask = _decide_asking(crawler)
-    if ask:
-        return engine_of(crawler).downloader.get_slot_key(request)  # type: ignore[union-attr]
+    if crawler is not None:
+        ask = _asks_downloader.get(crawler)
+        if ask is None:
+            ask = _decide_asking(crawler)
+        engine = engine_of(crawler) if ask else None
+        if engine is not None:
+            return engine.downloader.get_slot_key(request)
     slot = request.meta.get(Downloader.DOWNLOAD_SLOT)
     return slot if slot is not None else _hostname(request.url)
 

@@ -163,6 +163,7 @@ class DomainHealthMiddleware:
     def _dead_letter(self, request: Request, domain: str) -> IgnoreRequest:
         """Send the request's dead letter; the exception that drops it."""
         spider = self.crawler.spider
+        assert spider is not None  # (requests only pass middlewares while a spider runs)
         self.stats.inc_value("openclaw/health/given_up_requests")
         letter = deadletter.for_request(
             request,

@@ -204,11 +204,11 @@ class OpenClawCollector:
             "Retries scheduled, by reason (http_503, timeout, ...; openclaw/retry/reason_count/<reason>).",
             labels=["spider", "reason"],
         )
-        checkpoint: dict[str, Metric] = {}
+        checkpoint: dict[str, CounterMetricFamily | GaugeMetricFamily] = {}
         for suffix, (kind, key) in CHECKPOINT_KEYS.items():
             cls = CounterMetricFamily if kind == "counter" else GaugeMetricFamily
             checkpoint[suffix] = cls(f"{PREFIX}_{suffix}", f"Checkpoint stats: {key}.", labels=["spider"])
-        result = [items, dropped, retries, gave_up, reasons, *checkpoint.values()]
+        result: list[Metric] = [items, dropped, retries, gave_up, reasons, *checkpoint.values()]
         stats = self.stats.get_stats()
         items.add_metric([spider], _number(stats.get("item_scraped_count")))
         dropped.add_metric([spider], _number(stats.get("item_dropped_count")))
@@ -266,7 +266,7 @@ class OpenClawCollector:
         domains = GaugeMetricFamily(
             f"{PREFIX}_health_domains", "Domains known to the health registry.", labels=["spider"]
         )
-        result = [score, rate, concurrency, latency, hold, circuit, domains]
+        result: list[Metric] = [score, rate, concurrency, latency, hold, circuit, domains]
         registry = self.health()
         if registry is None:
             return result
@@ -371,7 +371,7 @@ class OpenClawCollector:
             "Requests in a domain's download slot (queued for the slot or transferring).",
             labels=["spider", "domain"],
         )
-        result = [active, by_domain]
+        result: list[Metric] = [active, by_domain]
         activity = downloader_activity(self.engine)
         if activity is None:
             return result

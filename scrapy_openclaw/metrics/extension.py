@@ -295,7 +295,11 @@ class MetricsExtension:
             from scrapy_openclaw.control.channel import ControlChannel
 
             self._channel = controller.channel = ControlChannel(
-                self.crawler, controller, server, controller.registry.link, self.control_poll
+                self.crawler,
+                controller,
+                server,
+                controller.registry.link,
+                self.control_poll,  # type: ignore[attr-defined]
             )
             self._channel.start()
         if not self.port:
@@ -356,6 +360,7 @@ class MetricsExtension:
         snapshot = CollectorRegistry()
         snapshot.register(_Frozen(list(self.registry.collect())))  # read here, on the reactor thread
         gateway, job = self.pushgateway, spider.name
+        assert gateway is not None  # (only called with OPENCLAW_METRICS_PUSHGATEWAY set)
         d = deferToThread(push_to_gateway, gateway, job=job, registry=snapshot, timeout=PUSH_TIMEOUT)
 
         def pushed(_: Any) -> None:
@@ -423,7 +428,7 @@ class _ProgressCollector:
             requests.add_metric([spider, state], getattr(progress, state))
         table = self.ext.logtable
         rate.add_metric([spider], table.rate if table is not None else 0.0)
-        per_domain: dict[str, float] = {}
+        per_domain: dict[str, int] = {}
         for domain, n in progress.domains.items():
             label = self.ext.labels(domain)
             per_domain[label] = per_domain.get(label, 0) + n
