@@ -56,7 +56,7 @@ class DeadLetter:
 
     #: Not stored: the id of the dead letter this request replays (``meta[openclaw_replay_of]``),
     #: and whether the request is Scrapy's own work (robots.txt, ``NO_CALLBACK``), never stored.
-    replay_of = None  # str | None (unannotated: not a dataclass field)
+    replay_of = None  # type: str | None  # (a type comment, no annotation: not a dataclass field)
     internal = False
 
     def to_dict(self) -> dict[str, Any]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from scrapy.utils.misc import load_object
 from twisted.internet import error as txerror
@@ -137,6 +137,14 @@ def _network_table() -> list[tuple[tuple[type[BaseException], ...], str]]:
 _NETWORK_TABLE: list[tuple[tuple[type[BaseException], ...], str]] = []
 
 
+def _unwrap(exc: BaseException | Failure) -> BaseException:
+    """The exception itself, out of its Failure if wrapped."""
+    if isinstance(exc, Failure):
+        # (Twisted infers ``value`` Optional from its None placeholder; a built Failure always holds one)
+        return cast(BaseException, exc.value)
+    return exc
+
+
 def _network_reason(exc: BaseException) -> str | None:
     """Name a download failure, or None if it is not a network failure."""
     if not _NETWORK_TABLE:
@@ -237,8 +245,7 @@ class ErrorTaxonomy:
 
     def classify_download_error(self, exc: BaseException | Failure) -> Classification | None:
         """Classify an exception raised while downloading; None if not a network error."""
-        if isinstance(exc, Failure):
-            exc = exc.value
+        exc = _unwrap(exc)
         reason = _network_reason(exc)
         if reason is None:
             if not isinstance(exc, self.network_exceptions):
@@ -248,16 +255,14 @@ class ErrorTaxonomy:
 
     def classify_callback_error(self, exc: BaseException | Failure) -> Classification | None:
         """Classify an exception raised by a spider callback; None if it is a bug."""
-        if isinstance(exc, Failure):
-            exc = exc.value
+        exc = _unwrap(exc)
         if isinstance(exc, self.parse_exceptions):
             return Classification(ErrorClass.PARSE, type(exc).__name__)
         return None
 
     def classify_item_error(self, exc: BaseException | Failure) -> Classification | None:
         """Classify an exception raised by a pipeline; None if not a validation error."""
-        if isinstance(exc, Failure):
-            exc = exc.value
+        exc = _unwrap(exc)
         if isinstance(exc, self.validation_exceptions):
             return Classification(ErrorClass.BUSINESS, type(exc).__name__)
         return None

@@ -302,7 +302,9 @@ class _Loader:
             if isinstance(value, dict):
                 self._note(value, (*key, name), (*path, name), where)
             else:
-                self._origin[(*key, name)] = (where, (*path, name))
+                # (the key in a variable: mypy mistakes ``d[(*key, name)]`` for 3.11-only ``d[*key, name]``)
+                origin_key = (*key, name)
+                self._origin[origin_key] = (where, (*path, name))
 
     def check(self) -> None:
         """Refuse contradictions between keys (``min_rate`` above ``base_rate``), naming both.
@@ -310,7 +312,7 @@ class _Loader:
         Only a lower bound the user set is checked: a built-in default above a
         user's ceiling is simply capped by it.
         """
-        scopes = [(("defaults",), self.defaults)]
+        scopes: list[tuple[tuple[str, ...], dict[str, Any]]] = [(("defaults",), self.defaults)]
         scopes += [(("domains", p), _deep_merge(self.defaults, o)) for p, o in self._domains.items()]
         for scope, merged in scopes:
             policy = _build(DomainPolicy, merged)
@@ -359,7 +361,7 @@ def _validate(cls: type, data: Any, path: tuple, where: Where) -> None:
 
 
 def _validate_value(hint: Any, f: dataclasses.Field, value: Any, path: tuple, where: Where) -> None:
-    if dataclasses.is_dataclass(hint):
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
         _validate(hint, value, path, where)
         return
     origin, args = get_origin(hint), get_args(hint)
@@ -413,7 +415,7 @@ def _build(cls: type, data: dict[str, Any], base: Any = None) -> Any:
     changes = {}
     for key, value in data.items():
         hint = hints[key]
-        if dataclasses.is_dataclass(hint):
+        if isinstance(hint, type) and dataclasses.is_dataclass(hint):
             changes[key] = _build(hint, value, getattr(base, key))
         elif get_origin(hint) is tuple:
             changes[key] = tuple(value)

@@ -439,7 +439,9 @@ def _check_callback(name: Any, spider: Spider | None, which: str, url: str) -> N
     if name not in FRAMEWORK_CALLBACKS:
         if name.startswith("_"):
             raise refuse("private and special methods are never callbacks")
-        if name in SPIDER_HOOKS or (spider is not None and name in _framework_names(type(spider))):
+        # (as a plain ``type``: mypy finds ``type[Spider]`` unhashable for lru_cache, python/mypy#11470)
+        spider_cls: type = type(spider)
+        if name in SPIDER_HOOKS or (spider is not None and name in _framework_names(spider_cls)):
             raise refuse("a Spider API method, not a callback")
     if spider is None:
         return

@@ -41,6 +41,7 @@ def refuse_unstorable(crawler: Crawler, request: Request, error: SerializationEr
         extra={"spider": spider},
     )
     crawler.stats.inc_value(f"{STATS}/{store}")
+    assert spider is not None  # (requests are only scheduled once the crawl has its spider)
     letter = for_request(
         request,
         spider=spider,

@@ -223,4 +223,5 @@ class Restorer:
             if key.endswith("max"):
                 self.stats.max_value(key, value)
             else:
-                self.stats.inc_value(key, value)
+                # (Scrapy types the count as int; stats hold floats too, and inc_value just adds)
+                self.stats.inc_value(key, value)  # type: ignore[arg-type]

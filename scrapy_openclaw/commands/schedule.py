@@ -92,25 +92,27 @@ class Command(ScrapyCommand):
         from scrapy.utils.log import configure_logging
         from scrapy.utils.reactor import install_reactor, is_reactor_installed
 
-        configure_logging(self.settings)
-        if not is_reactor_installed() and self.settings.get("TWISTED_REACTOR"):
-            install_reactor(self.settings["TWISTED_REACTOR"], self.settings.get("ASYNCIO_EVENT_LOOP"))
-        from twisted.internet import reactor
+        settings = self.settings
+        assert settings is not None  # (scrapy's cmdline sets it before run())
+        configure_logging(settings)
+        if not is_reactor_installed() and settings.get("TWISTED_REACTOR"):
+            install_reactor(settings["TWISTED_REACTOR"], settings.get("ASYNCIO_EVENT_LOOP"))
+        from twisted.internet import reactor as installed_reactor
 
         from scrapy_openclaw.schedule.scheduler import Scheduler, install_signal_handlers
 
-        scheduler = Scheduler(tasks, self.settings)
+        # (zope interface methods take no self: without a zope plugin mypy misreads IReactorCore)
+        reactor: Any = installed_reactor
+        scheduler = Scheduler(tasks, settings)
 
         def stop_reactor() -> None:
-            if reactor.running:  # type: ignore[attr-defined]
-                reactor.stop()  # type: ignore[attr-defined]
+            if reactor.running:
+                reactor.stop()
 
-        reactor.callWhenRunning(scheduler.start)  # type: ignore[attr-defined]
+        reactor.callWhenRunning(scheduler.start)
         # After startup: replaces Twisted's SIGINT/SIGTERM handlers, keeps its SIGCHLD one.
-        reactor.addSystemEventTrigger(  # type: ignore[attr-defined]
-            "after", "startup", install_signal_handlers, scheduler, stop_reactor
-        )
-        reactor.run()  # type: ignore[attr-defined]
+        reactor.addSystemEventTrigger("after", "startup", install_signal_handlers, scheduler, stop_reactor)
+        reactor.run()
 
     # ------------------------------------------------------------------ status
 
@@ -119,6 +121,7 @@ class Command(ScrapyCommand):
         from scrapy_openclaw.schedule.scheduler import open_stores
 
         tasks = self._load(tasks_path) if tasks_path else []
+        assert self.settings is not None  # (scrapy's cmdline sets it before run())
         state_dir = Path(read_setting(self.settings, "OPENCLAW_SCHEDULE_STATE_DIR"))
         _locks, history, _cursors = open_stores(self.settings, state_dir.absolute(), 60.0)
         runs = history.runs()

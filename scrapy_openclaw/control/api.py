@@ -50,6 +50,7 @@ class ControlResource(Resource):
             )
             request.setHeader(b"WWW-Authenticate", b'Bearer realm="openclaw-control"')
             return _reply(request, 401, {"ok": False, "error": "missing or wrong token"})
+        assert request.postpath is not None  # (the Site sets it before rendering)
         path = [p for p in request.postpath if p]
         name = _text(path[0]).replace("-", "_") if len(path) == 1 else ""
         if name not in COMMANDS:

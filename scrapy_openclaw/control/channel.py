@@ -85,10 +85,18 @@ class ControlChannel:
         def done(last: Any = None) -> None:
             self._reading = False
 
+        def started_then_done(last: Any) -> None:
+            started(last)
+            done()
+
+        def failed_then_done(exc: Exception) -> None:
+            failed(exc)
+            done()
+
         self.link.submit(
             lambda: self.server.xrevrange(self.key, count=1),
-            callback=lambda last: (started(last), done()),
-            errback=lambda exc: (failed(exc), done()),
+            callback=started_then_done,
+            errback=failed_then_done,
         )
         self._loop = create_looping_call(self.poll)
         self._loop.start(self.poll_interval, now=False)

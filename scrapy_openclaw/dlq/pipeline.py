@@ -80,10 +80,16 @@ class DeadLetterPipeline:
             raise NotConfigured
         return cls(crawler)
 
+    @property
+    def _spider(self) -> Spider:
+        spider = self.crawler.spider
+        assert spider is not None  # (the engine opens the spider before any pipeline call or signal)
+        return spider
+
     # item pipeline ----------------------------------------------------------
 
     def open_spider(self, spider: Spider | None = None) -> None:
-        name = self.crawler.spider.name
+        name = self._spider.name
         try:
             self.store = open_store(
                 self.uri_template, spider=name, fsync_interval=self.fsync_interval, schedule=call_later
@@ -128,7 +134,7 @@ class DeadLetterPipeline:
             return  # a plain DropItem (duplicates, filters) is not a failure
         record = deadletter.for_item(
             item,
-            spider=self.crawler.spider,
+            spider=self._spider,
             crawl_id=crawl_id(self.crawler),
             exception=exception,
             response_url=response.url if response is not None else None,
@@ -260,7 +266,7 @@ class DeadLetterPipeline:
             fallback = JsonlStore(
                 os.path.join(str(checkpoint_dir), "deadletters.jsonl")
                 if checkpoint_dir
-                else expand_uri(default_uri(_NoUri(self.crawler.settings)), self.crawler.spider.name)
+                else expand_uri(default_uri(_NoUri(self.crawler.settings)), self._spider.name)
             )
             n = store.drain_to(fallback)
             fallback.close()

@@ -34,6 +34,7 @@ from twisted.web import resource, server
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
 
+    from twisted.web import http
     from twisted.web.server import Request
 
 CONTROL_PATHS = ("/__truth__", "/__reset__")
@@ -373,6 +374,7 @@ def _act(request: Request, outcome: _Outcome) -> None:
     if request.finished:
         return
     if outcome.status == DROP:
+        assert request.transport is not None  # (the connected channel's, set when the request was made)
         request.transport.abortConnection()
         return
     status = int(outcome.status)
@@ -416,7 +418,7 @@ class _ChaosFactory(server.Site):
         self.open: dict[Any, Any] = {}  # protocol -> its transport
         self._waiters: list[defer.Deferred[None]] = []
 
-    def log(self, request: Request) -> None:  # no access log
+    def log(self, request: http.Request) -> None:  # no access log
         pass
 
     def buildProtocol(self, addr: Any) -> Any:
@@ -575,8 +577,10 @@ def main(argv: list[str] | None = None) -> int:
     with open(args.config, encoding="utf-8") as f:
         config = ChaosConfig.from_dict(json.load(f))
     _install_asyncio_reactor()
-    from twisted.internet import reactor
+    from twisted.internet import reactor as installed_reactor
 
+    # (zope interface methods take no self: without a zope plugin mypy misreads IReactorCore)
+    reactor: Any = installed_reactor
     site = ChaosSite(config, reactor=reactor)
     urls = site.start()
     sys.stdout.write(json.dumps({"urls": urls, "pid": os.getpid()}) + "\n")

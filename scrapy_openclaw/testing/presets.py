@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from scrapy_openclaw.testing.chaos import ChaosConfig, HostConfig
+from scrapy_openclaw.testing.chaos import ChaosConfig, FailWindows, HostConfig, RateLimit
 
 
 def address(index: int, first: int = 2) -> str:
@@ -46,15 +46,15 @@ def flaky_site(n_hosts: int = 4, pages: int = 50, seed: int = 1, period: float =
                 cross_links=1 if n_hosts > 1 else 0,
                 latency=0.01,
                 latency_jitter=0.02,
-                fail_windows={
-                    "period": period,
-                    "down": 0.3 * period,
-                    "status": 503,
-                    "offset": period * i / max(n_hosts, 1),
-                },
+                fail_windows=FailWindows(
+                    period=period,
+                    down=0.3 * period,
+                    status=503,
+                    offset=period * i / max(n_hosts, 1),
+                ),
                 drop_rate=0.03,
                 hang_rate=0.02,
-                not_found=[p for p in (pages // 3, 2 * pages // 3) if p > 0],
+                not_found=tuple(p for p in (pages // 3, 2 * pages // 3) if p > 0),
                 parse_fail={p: 1 for p in (pages // 4, pages // 2) if p > 0},
             )
         )
@@ -93,8 +93,8 @@ def mixed_failures_site(
 ) -> ChaosConfig:
     """Two healthy hosts, except that on the second every ``broken_every``-th page (never page 0)
     always answers 503 and the ``not_found`` pages answer 404: page trouble, not domain trouble."""
-    broken = {p: (503,) for p in range(broken_every, pages, broken_every)}
-    missing = [p for p in not_found if 0 < p < pages and p not in broken]
+    broken: dict[int, tuple[int, ...]] = {p: (503,) for p in range(broken_every, pages, broken_every)}
+    missing = tuple(p for p in not_found if 0 < p < pages and p not in broken)
     return ChaosConfig(
         hosts=(
             HostConfig(address=address(0), pages=pages),
@@ -123,7 +123,7 @@ def limit_sweep_site(
                 address=address(i),
                 pages=max(2, round(limit * seconds)),
                 links_per_page="all",
-                rate_limit={"rate": limit, "burst": sweep_burst(limit), "retry_after": retry_after},
+                rate_limit=RateLimit(rate=limit, burst=sweep_burst(limit), retry_after=retry_after),
             )
             for i, limit in enumerate(limits)
         ),
