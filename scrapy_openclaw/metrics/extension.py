@@ -298,8 +298,8 @@ class MetricsExtension:
                 self.crawler,
                 controller,
                 server,
-                controller.registry.link,
-                self.control_poll,  # type: ignore[attr-defined]
+                controller.registry.link,  # type: ignore[attr-defined]  # (the Redis registry's)
+                self.control_poll,
             )
             self._channel.start()
         if not self.port:
