@@ -194,7 +194,7 @@ class _Domain:
         self.delivered: float | None = None  # successes/s the domain delivered (EWMA of windows)
         self.crawl_delay = 0.0
         self.troubled_at = 0.0  # the last domain failure; 0: none
-        self.cuts = 0  # congestion cuts so far (the first one's limit is a guess)
+        self.cuts = 0  # 0: slow start; 1: cut, limit guessed; 2: a second 429 measured it (cubic plateau)
         self.born = now  # when the domain was first seen: slow start doubles at most this fast from it
         self.blocked_seconds = 0.0  # time spent held (Retry-After) or with the circuit open
         self.ctl_hold = 0.0
@@ -681,8 +681,10 @@ class HealthRegistry:
     def _increase(self, d: _Domain, p: HealthPolicy, now: float) -> None:
         """Slow start (by half per success) until the first congestion; after it, growth by
         half per second (its limit was a guess: what the first second delivered) until a
-        second one measures the limit; then the cubic, whose plateau near the limit
-        (``rate_probe`` small) keeps a hard limit's 429s to one per ten seconds or fewer."""
+        second 429 measures the limit; then the cubic, whose plateau near the limit
+        (``rate_probe`` small) keeps a hard limit's 429s to one per ten seconds or fewer.
+        Latency, 503s and timeouts never start the plateau: they say the site struggled
+        then, not where a limit is, so the pace probes back up at half per second."""
         since = max(0.0, now - max(d.last_decrease, min(d.hold_until, now)))  # (held time is no probing)
         if d.cuts == 0:
             doublings = min(max(0.0, now - d.born) / _SLOW_START_DOUBLING, 60.0)
@@ -713,7 +715,7 @@ class HealthRegistry:
         if delivered > 0:
             floor = 0.0 if d.cuts == 0 else before * (_CUT_FLOOR if measured else p.rate_decrease)
             before = min(before, max(delivered, floor))
-        d.cuts = min(d.cuts + 1, 2)
+        d.cuts = min(d.cuts + 1, 2) if measured else max(d.cuts, 1)  # (see _increase)
         d.threshold = before
         d.rate = max(p.min_rate, before * p.rate_decrease)
         d.tokens = min(d.tokens, float(self._burst(d, p)))
