@@ -214,10 +214,15 @@ class PolicySet:
 
     @classmethod
     def from_settings(cls, settings: BaseSettings) -> PolicySet:
-        """Validate the flat OPENCLAW_* settings and the policy layers, once."""
+        """Validate the flat OPENCLAW_* settings and the policy layers."""
         from scrapy_openclaw.settings import validate_settings
 
         validate_settings(settings)
+        return cls._load(settings)
+
+    @classmethod
+    def _load(cls, settings: BaseSettings) -> PolicySet:
+        """The policy layers (inline, then the file), validated; the flat settings already are."""
         loader = _Loader()
         loader.add(inline_policy(settings.get("OPENCLAW_POLICY")), source="setting OPENCLAW_POLICY", lines={})
         path = settings.get("OPENCLAW_POLICY_FILE")
@@ -229,9 +234,13 @@ class PolicySet:
 
     @classmethod
     def for_crawler(cls, crawler: Crawler) -> PolicySet:
+        """The crawl's policies, loaded once; the flat settings are validated once, by
+        :meth:`OpenClawSettings.for_crawler <scrapy_openclaw.settings.OpenClawSettings.for_crawler>`."""
         from scrapy_openclaw.runtime import shared
+        from scrapy_openclaw.settings import OpenClawSettings
 
-        return shared(crawler, "policy", lambda: cls.from_settings(crawler.settings))
+        OpenClawSettings.for_crawler(crawler)
+        return shared(crawler, "policy", lambda: cls._load(crawler.settings))
 
 
 # --- loading and validation -------------------------------------------------
