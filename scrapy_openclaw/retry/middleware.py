@@ -176,8 +176,8 @@ def get_classified_retry_request(
     if max_retry_times is None:
         max_retry_times = retry_cap(crawler, request, classification)
     state = _next_state(request, response, now)
-    if not retries_left(request, classification, policy, max_retry_times):
-        stats.inc_value(f"{STATS_PREFIX}/{klass}/max_reached")
+
+    def give_up(why: str | None = None, error_class: str | None = None) -> None:
         _give_up(
             request,
             classification,
@@ -186,21 +186,7 @@ def get_classified_retry_request(
             exception=exception,
             level=give_up_log_level,
             logger=logger,
-        )
-        if dead_letter:
-            send_dead_letter(request, classification, spider=spider, exception=exception, now=now, first=state["first"])
-        return None
-    if use_budget and not RetryBudgets.for_crawler(crawler).try_spend(domain, now):
-        stats.inc_value(f"{STATS_PREFIX}/budget_exhausted")
-        _give_up(
-            request,
-            classification,
-            spider=spider,
-            response=response,
-            exception=exception,
-            level=give_up_log_level,
-            logger=logger,
-            why=f"the retry budget of {domain} is spent",
+            why=why,
         )
         if dead_letter:
             send_dead_letter(
@@ -210,8 +196,16 @@ def get_classified_retry_request(
                 exception=exception,
                 now=now,
                 first=state["first"],
-                error_class="retry_budget",
+                error_class=error_class,
             )
+
+    if not retries_left(request, classification, policy, max_retry_times):
+        stats.inc_value(f"{STATS_PREFIX}/{klass}/max_reached")
+        give_up()
+        return None
+    if use_budget and not RetryBudgets.for_crawler(crawler).try_spend(domain, now):
+        stats.inc_value(f"{STATS_PREFIX}/budget_exhausted")
+        give_up(why=f"the retry budget of {domain} is spent", error_class="retry_budget")
         return None
 
     done = int(state["attempts"].get(klass, 0))
