@@ -1,0 +1,80 @@
+"""Which store a dead-letter URI names: a path or ``jsonl://``, or ``redis://``.
+
+Also where the default store lives (one file per spider under the Scrapy
+project) and how ``%(name)s`` in a URI becomes the spider name.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import parse_qs, urlparse
+
+from scrapy_openclaw.dlq.stores.base import DeadLetterStore
+from scrapy_openclaw.dlq.stores.jsonl import JsonlStore
+from scrapy_openclaw.dlq.stores.redis_stream import RedisStore
+from scrapy_openclaw.redact import mask_uri
+
+
+def expand_uri(uri: str, spider: str | None) -> str:
+    """Fill ``%(name)s`` with the spider name; a clear error if it is needed but unknown."""
+    if "%(" not in uri:
+        return uri
+    if spider is None:
+        raise ValueError(f"dead-letter URI {mask_uri(uri)!r} contains %(name)s but no spider name is known")
+    try:
+        return uri % {"name": spider}
+    except (KeyError, ValueError, TypeError) as exc:
+        raise ValueError(f"dead-letter URI {mask_uri(uri)!r}: only %(name)s may be substituted ({exc})") from None
+
+
+def default_uri(settings: Any) -> str:
+    """``OPENCLAW_DLQ_URI``, else ``<project>/openclaw-data/%(name)s/deadletters.jsonl``.
+
+    One store per spider for plain, checkpointed and scheduled crawls alike, so
+    that ``scrapy openclaw-dlq list SPIDER`` finds all of them. ``<project>``
+    is the directory of the Scrapy project's ``scrapy.cfg`` (the working
+    directory outside a project), so the path is the same from any directory.
+    """
+    uri = settings.get("OPENCLAW_DLQ_URI")
+    if uri:
+        return str(uri)
+    return os.path.join(_project_dir(), "openclaw-data", "%(name)s", "deadletters.jsonl")
+
+
+def _project_dir() -> str:
+    from scrapy.utils.conf import closest_scrapy_cfg
+
+    cfg = closest_scrapy_cfg()
+    return os.path.dirname(os.path.abspath(cfg)) if cfg else os.getcwd()
+
+
+def open_store(
+    uri: str,
+    *,
+    spider: str | None = None,
+    fsync_interval: float = 1.0,
+    schedule: Callable[..., Any] | None = None,
+) -> DeadLetterStore:
+    """The store for *uri*: ``jsonl://path`` or a plain path, or ``redis://...``.
+
+    ``%(name)s`` in the URI is the spider name. For Redis, ``?prefix=`` sets the
+    key prefix (default ``openclaw:dlq``; the stream is ``<prefix>:<spider>``).
+    """
+    uri = expand_uri(str(uri), spider)
+    scheme = urlparse(uri).scheme.lower()
+    if scheme in ("redis", "rediss", "unix"):
+        prefix = parse_qs(urlparse(uri).query).get("prefix", ["openclaw:dlq"])[0]
+        return RedisStore(uri, prefix=prefix, schedule=schedule)
+    if scheme == "jsonl":
+        path = uri[len("jsonl://") :]
+    elif scheme in ("", "file") or len(scheme) == 1:  # a plain (or Windows drive) path
+        path = uri[len("file://") :] if scheme == "file" else uri
+    else:
+        raise ValueError(
+            f"dead-letter URI {mask_uri(uri)!r}: unsupported scheme {scheme!r} (use a path, jsonl:// or redis://)"
+        )
+    if not path:
+        raise ValueError(f"dead-letter URI {uri!r} has no path")
+    return JsonlStore(os.path.expanduser(path), fsync_interval=fsync_interval)
