@@ -18,6 +18,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         if SERVER_FIXTURES.intersection(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.crawl)
 
+
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
     from pathlib import Path
