@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import pytest
+import redis
 
 from scrapy_openclaw.testing.servers import ChaosServer, RedisServer
 
@@ -41,11 +42,36 @@ def chaos_server() -> Iterator[Callable[..., ChaosServer]]:
         server.stop()
 
 
+@pytest.fixture(scope="session")
+def _shared_redis() -> Iterator[dict[str, RedisServer]]:
+    held: dict[str, RedisServer] = {}
+    yield held
+    if "server" in held:
+        held["server"].close()
+
+
 @pytest.fixture
-def redis_server() -> Iterator[RedisServer]:
-    """A fresh, empty ``redis-server`` on a free port (``.url``, ``.restart()``)."""
-    with RedisServer() as server:
-        yield server
+def redis_server(_shared_redis: dict[str, RedisServer]) -> RedisServer:
+    """An empty ``redis-server`` on a free port (``.url``, ``.restart()``, ``.stop()``).
+
+    One server for the session, flushed before each test (a start costs ~0.1 s);
+    a test may stop, restart or lock it (``requirepass``): the next test gets
+    it running again on the same port, or a new one if it no longer answers.
+    """
+    server = _shared_redis.get("server")
+    if server is not None and not server.running:
+        server.start()  # stopped by the last test (an outage test): same port, empty
+    if server is None or not server.ping():
+        if server is not None:
+            server.close()
+        server = _shared_redis["server"] = RedisServer().start()
+    client = redis.Redis.from_url(server.url)
+    try:
+        client.flushall()
+        client.config_set("save", "")  # (a test may have turned persistence on)
+    finally:
+        client.close()
+    return server
 
 
 @pytest.fixture
