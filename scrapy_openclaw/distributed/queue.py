@@ -20,7 +20,7 @@ sorted set until due. When the health registry lives in Redis, the pop also
 takes the domain's token in the same script, so the combined rate of all
 workers to a domain stays within its limit (one round trip per request); a
 held or throttled domain steps aside in the domain index until it is ready,
-so it never stalls the others (see ``lua.py`` for the keys).
+so it never stalls the others (see ``lua/__init__.py`` for the keys).
 
 An item that fails in a pipeline (its store was down) hands its request back
 for another fetch, at most ``OPENCLAW_DISTRIBUTED_MAX_RELEASES`` times; after
