@@ -88,7 +88,7 @@ def test_expired_drop_becomes_dead_letter(queues: Any) -> None:
 
 def _ready(q: LeasedDeadlineQueue) -> int:
     """Entries waiting in the ready sets (all domains)."""
-    return sum(int(q._counts(keys=q.shards.keys(i))[0]) for i in range(q.shards.count))
+    return sum(int(q.runner.counts(keys=q.shards.keys(i))[0]) for i in range(q.shards.count))
 
 
 def _key(q: LeasedDeadlineQueue, what: str, domain: str = "a.test") -> str:
