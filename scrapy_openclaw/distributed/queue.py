@@ -11,8 +11,8 @@ re-queues leases that expired (dead worker). A late acknowledgement after a
 re-queue removes the entry if nobody leased it again, and is a no-op if
 someone did, so nothing is fetched twice by our own doing.
 
-Ordering is the local :class:`~scrapy_openclaw.pqueues.DeadlinePriorityQueue`'s:
-requests are kept per domain; a pop takes the best effective priority among
+Ordering is the local :class:`~scrapy_openclaw.pqueues.DeadlinePriorityQueue`'s
+within a shard (``tests/test_queue_parity.py``): requests are kept per domain; a pop takes the best effective priority among
 the domains that may send now (priority, deadline aging
 ``e(t) = max(p, p + B + (t - D)·B/W)``, expired deadlines first or dropped as
 dead letters; ties round-robin), and not-before times wait in a separate
@@ -172,9 +172,10 @@ class LeasedDeadlineQueue(Batching, QueueEntries):
     # --- scrapy-redis queue interface ----------------------------------------
 
     def _next_id(self) -> str:
-        # time-ordered ids: equal priorities pop FIFO (Redis orders equal scores by member)
+        # time-ordered ids: equal priorities pop FIFO (Redis orders equal scores by member); the
+        # sequence is fixed-width, so two pushes within one microsecond keep their order too
         self._seq += 1
-        return f"{self.clock():017.6f}-{self.worker[-6:]}-{self._seq:x}"
+        return f"{self.clock():017.6f}-{self.worker[-6:]}-{self._seq:012x}"
 
     def encode(self, request: Request) -> str:
         """The queue entry for *request*; :class:`SerializationError` (URL and key) if it cannot be stored.
