@@ -1,7 +1,7 @@
 """The Redis health registry follows the local HealthRegistry's policy, rule for rule.
 
 The controller exists twice: in Python (scrapy_openclaw/health/registry.py)
-and ported to Lua (scrapy_openclaw/distributed/lua.py, HEALTH). These tests
+and ported to Lua (scrapy_openclaw/distributed/lua/health.lua). These tests
 feed both the same events at the same times and compare every stored field,
 so a change to one side that is not made on the other fails here.
 """

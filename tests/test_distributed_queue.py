@@ -24,23 +24,39 @@ class _Spider(Spider):
         pass
 
 
-def _queue(url: str, **settings: Any) -> LeasedDeadlineQueue:
+class FakeClock:
+    """A clock the test moves: leases and not-before times pass without sleeping."""
+
+    def __init__(self) -> None:
+        self.now = time.time()
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def _queue(url: str, clock: Any = time.time, **settings: Any) -> LeasedDeadlineQueue:
     base = {"REDIS_URL": url, "OPENCLAW_DISTRIBUTED_LEASE": 2.0, "OPENCLAW_HEALTH_ENABLED": False}
     base.update(settings)
     crawler = get_crawler(_Spider, base)
     spider = _Spider.from_crawler(crawler)
     crawler.spider = spider
     server = client_from_settings(crawler.settings)  # a cluster client on a cluster
-    return LeasedDeadlineQueue(server, spider, "%(spider)s:requests", serializer)
+    return LeasedDeadlineQueue(server, spider, "%(spider)s:requests", serializer, clock=clock)
 
 
 @pytest.fixture
 def queues(redis_any: Any) -> Any:
-    """Queues on one Redis, then on a 3-master Redis Cluster (the same scripts)."""
+    """Queues on one Redis, then on a 3-master Redis Cluster (the same scripts).
+
+    ``clock=``: a :class:`FakeClock` shared by the queues of a test (default: the wall clock).
+    """
     made: list[LeasedDeadlineQueue] = []
 
-    def make(**settings: Any) -> LeasedDeadlineQueue:
-        q = _queue(redis_any.url, **settings)
+    def make(clock: Any = time.time, **settings: Any) -> LeasedDeadlineQueue:
+        q = _queue(redis_any.url, clock=clock, **settings)
         made.append(q)
         return q
 
@@ -88,7 +104,7 @@ def test_expired_drop_becomes_dead_letter(queues: Any) -> None:
 
 def _ready(q: LeasedDeadlineQueue) -> int:
     """Entries waiting in the ready sets (all domains)."""
-    return sum(int(q._counts(keys=q.shards.keys(i))[0]) for i in range(q.shards.count))
+    return sum(int(q.runner.counts(keys=q.shards.keys(i))[0]) for i in range(q.shards.count))
 
 
 def _key(q: LeasedDeadlineQueue, what: str, domain: str = "a.test") -> str:
@@ -101,11 +117,12 @@ def d_class(letters: list[Any]) -> list[str]:
 
 
 def test_not_before_waits_in_delayed_set(queues: Any) -> None:
-    q = queues()
-    q.push(Request("http://a.test/later", meta={M.NOT_BEFORE: time.time() + 0.6}))
+    clock = FakeClock()
+    q = queues(clock=clock)
+    q.push(Request("http://a.test/later", meta={M.NOT_BEFORE: clock() + 0.6}))
     assert q.pop() is None
     assert len(q) == 1
-    time.sleep(0.8)
+    clock.advance(0.8)
     assert q.pop().url == "http://a.test/later"
 
 
@@ -123,12 +140,13 @@ def test_lease_ack_and_idempotency(queues: Any) -> None:
 
 
 def test_expired_lease_is_requeued_by_another_worker(queues: Any) -> None:
-    dead, live = queues(), queues()
+    clock = FakeClock()
+    dead, live = queues(clock=clock), queues(clock=clock)
     dead.push(Request("http://a.test/1"))
     req = dead.pop()
     assert live.pop() is None
     assert len(live) == 1  # the dead worker's lease still counts for others
-    time.sleep(2.2)  # lease is 2 s, the "dead" worker never heartbeats (no reactor)
+    clock.advance(2.2)  # lease is 2 s, the "dead" worker never heartbeats (no reactor)
     again = live.pop()
     assert again is not None and again.url == req.url
     assert live.stats.get_value("openclaw/distributed/lease_expired") == 1
@@ -140,10 +158,11 @@ def test_expired_lease_is_requeued_by_another_worker(queues: Any) -> None:
 
 
 def test_late_ack_after_requeue_removes_waiting_entry(queues: Any) -> None:
-    a, b = queues(), queues()
+    clock = FakeClock()
+    a, b = queues(clock=clock), queues(clock=clock)
     a.push(Request("http://a.test/1"))
     req = a.pop()
-    time.sleep(2.2)
+    clock.advance(2.2)
     b._tick()  # heartbeat of another worker re-queues the expired lease
     assert _ready(b) == 1
     a.ack(req.meta[LEASE])  # finished after all: no second fetch
@@ -162,11 +181,12 @@ def test_retry_copy_acks_the_original_atomically(queues: Any) -> None:
 
 
 def test_heartbeat_keeps_lease(queues: Any) -> None:
-    a, b = queues(), queues()
+    clock = FakeClock()
+    a, b = queues(clock=clock), queues(clock=clock)
     a.push(Request("http://a.test/1"))
     a.pop()
     for _ in range(3):
-        time.sleep(0.9)
+        clock.advance(0.9)
         a._last_beat = 0
         a._tick()
     assert b.pop() is None  # still leased after 2.7 s > lease

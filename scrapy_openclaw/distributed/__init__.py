@@ -58,6 +58,8 @@ def redis_params() -> dict:
 
 def configure(settings: BaseSettings) -> None:
     """Switch a crawl's settings to distributed mode (called by the add-on)."""
+    from scrapy.utils.misc import load_object
+
     settings.set("SCHEDULER", SCHEDULER, "addon")
     settings.set("SCHEDULER_QUEUE_CLASS", QUEUE, "addon")
     settings.set("SCHEDULER_SERIALIZER", SERIALIZER, "addon")
@@ -71,4 +73,7 @@ def configure(settings: BaseSettings) -> None:
         url = settings.get("REDIS_URL")
         if url:
             settings.set("OPENCLAW_DLQ_URI", url, "addon")
-    settings.setdefault_in_component_priority_dict("DOWNLOADER_MIDDLEWARES", DOWNLOADER_ACK_MIDDLEWARE, 1)
+    # (the class, not its path: Scrapy compares it with the entries already there, so a project's own
+    # entry for it, by path or class, wins)
+    ack_middleware = load_object(DOWNLOADER_ACK_MIDDLEWARE)
+    settings.setdefault_in_component_priority_dict("DOWNLOADER_MIDDLEWARES", ack_middleware, 1)

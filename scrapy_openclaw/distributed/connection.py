@@ -25,7 +25,7 @@ _CLUSTER_PARAMS = (
 
 
 def client_from_settings(settings: Any) -> Any:
-    from scrapy_redis.connection import get_redis_from_settings
+    from scrapy_redis.connection import get_redis_from_settings  # type: ignore[import-untyped]
 
     params = dict(settings.getdict("REDIS_PARAMS") or {})
     sentinels = read_setting(settings, "OPENCLAW_REDIS_SENTINELS")
@@ -52,6 +52,7 @@ def client_from_settings(settings: Any) -> Any:
 
     url = settings.get("REDIS_URL")
     kwargs = {k: v for k, v in params.items() if k in _CLUSTER_PARAMS}
+    cluster: RedisCluster
     if url:
         cluster = RedisCluster.from_url(url, **kwargs)
     else:

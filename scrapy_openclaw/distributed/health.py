@@ -98,17 +98,27 @@ class RedisHealthRegistry(HealthRegistry):
     """``OPENCLAW_HEALTH_REGISTRY_CLASS`` for distributed mode (the HealthRegistry contract).
 
     The inherited in-process state is a cache of the Redis hashes; the methods
-    that change state run in Redis.
+    that change state run in Redis. *clock* (seconds, default ``time.time``)
+    is the "now" handed to the scripts when a caller gives none; the inherited
+    cache methods without a ``now`` argument still read the wall clock.
     """
 
-    def __init__(self, crawler: Crawler, server: Any = None, *, uniform: Callable[[float, float], float] | None = None):
+    def __init__(
+        self,
+        crawler: Crawler,
+        server: Any = None,
+        *,
+        uniform: Callable[[float, float], float] | None = None,
+        clock: Callable[[], float] = time.time,
+    ):
         from scrapy_openclaw.distributed.connection import client_from_settings
         from scrapy_openclaw.settings import OpenClawSettings
 
         super().__init__(PolicySet.for_crawler(crawler), uniform=uniform, **scrapy_limits(crawler.settings))
         self.crawler = crawler
+        self.clock = clock
         self.server = server if server is not None else client_from_settings(crawler.settings)
-        self.link = RedisLink.for_crawler(crawler)
+        self.link = RedisLink.for_crawler(crawler, clock=clock)
         name = crawler.spidercls.name if crawler.spidercls else "openclaw"
         self.spider_name = name
         self.shards = OpenClawSettings.for_crawler(crawler).distributed_shards
@@ -204,7 +214,7 @@ class RedisHealthRegistry(HealthRegistry):
         if domain in self._known or domain in self._ensuring or not self.link.ok():
             return
         keys = [self._key(domain), self._domains_key(domain)]
-        args = [time.time(), self.policy_json(domain), domain]
+        args = [self.clock(), self.policy_json(domain), domain]
         if self.link.background:
             self._ensuring.add(domain)
 
@@ -237,7 +247,7 @@ class RedisHealthRegistry(HealthRegistry):
 
     def try_acquire(self, domain: str, now: float | None = None, *, token: bool = True) -> bool:
         """Take a token (and the half-open probe) in Redis; ``token=False``: hold/circuit only."""
-        now = time.time() if now is None else now
+        now = self.clock() if now is None else now
         if self.link.background:  # (the queue's pop takes tokens in Redis; this answers from the cache)
             return super().try_acquire(domain, now, token=token)
         res = self._run(self._acquire, domain, [now, self.policy_json(domain), 1 if token else 0])
@@ -247,7 +257,7 @@ class RedisHealthRegistry(HealthRegistry):
         return int(res[0]) == 1
 
     def record_success(self, domain: str, latency: float | None, now: float | None = None) -> str | None:
-        now = time.time() if now is None else now
+        now = self.clock() if now is None else now
         sample = "" if latency is None or not math.isfinite(latency) or latency < 0 else repr(float(latency))
         args = [now, self.policy_json(domain), 1, sample, 0, 0, 0, 0, "", 1, 1, 0]
         if self.link.background:  # the local cache answers now; Redis's reply refreshes it
@@ -268,7 +278,7 @@ class RedisHealthRegistry(HealthRegistry):
     ) -> str | None:
         """The verdict (page or domain) is judged here, on this worker's cached view;
         Redis applies it (see the H_RECORD script)."""
-        now = time.time() if now is None else now
+        now = self.clock() if now is None else now
         cached, policy = self._get(domain, now)
         domain_signal, in_share = _accounted(cached, classification, retry_after, failed_before)
         penalty, congestion = _penalty(classification, policy) if domain_signal else (0.0, False)
@@ -307,7 +317,7 @@ class RedisHealthRegistry(HealthRegistry):
         return self._uniform(1.0 - j, 1.0 + j) if j else 1.0
 
     def set_crawl_delay(self, domain: str, seconds: float) -> None:
-        args = [time.time(), self.policy_json(domain), max(0.0, float(seconds))]
+        args = [self.clock(), self.policy_json(domain), max(0.0, float(seconds))]
         if self.link.background:
             self._send(self._crawl_delay, domain, args, lambda res: self.refresh(domain, res))
             super().set_crawl_delay(domain, seconds)
@@ -319,7 +329,7 @@ class RedisHealthRegistry(HealthRegistry):
             self.refresh(domain, res)
 
     def hold(self, domain: str, until: float) -> None:
-        args = [time.time(), self.policy_json(domain), until]
+        args = [self.clock(), self.policy_json(domain), until]
         if self.link.background:
             self._send(self._hold, domain, args, lambda res: self.refresh(domain, res))
             super().hold(domain, until)
@@ -332,7 +342,7 @@ class RedisHealthRegistry(HealthRegistry):
 
     def control(self, domain: str, now: float | None = None, **changes: float) -> None:
         """Operator overrides, in the shared state: every worker's pop obeys them at once."""
-        now = time.time() if now is None else now
+        now = self.clock() if now is None else now
         args: list[Any] = [now, self.policy_json(domain)]
         for name, value in changes.items():
             if name not in ("ctl_hold", "ctl_rate", "ctl_concurrency", "ctl_down"):
@@ -388,6 +398,16 @@ class RedisHealthRegistry(HealthRegistry):
                 self.server.hset(self._key(name), mapping=mapping)
                 self.server.sadd(self._domains_key(name), name)
             self.refresh(name, {k: _text(v) for k, v in mapping.items()})
+
+
+def shared_registry(crawler: Crawler) -> RedisHealthRegistry | None:
+    """The crawler's health registry if it lives in Redis (the queue's pop then takes its tokens), else None."""
+    from scrapy_openclaw.settings import OpenClawSettings
+
+    if not OpenClawSettings.for_crawler(crawler).health_enabled:
+        return None
+    registry: Any = HealthRegistry.for_crawler(crawler)  # (the OPENCLAW_HEALTH_REGISTRY_CLASS)
+    return registry if getattr(registry, "redis_prefix", None) else None
 
 
 def _retry_poll() -> float:

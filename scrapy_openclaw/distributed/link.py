@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import sys
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
@@ -34,10 +35,15 @@ _MAX_BACKOFF = 5.0
 
 
 class RedisLink:
-    """Outage state shared by the queue and the health registry of one crawler."""
+    """Outage state shared by the queue and the health registry of one crawler.
 
-    def __init__(self, crawler: Crawler):
+    *clock*: a zero-argument callable returning seconds (the backoff windows'
+    and the outage's time; tests pass a fake one).
+    """
+
+    def __init__(self, crawler: Crawler, *, clock: Callable[[], float] = time.time):
         self.crawler = crawler
+        self.clock = clock
         self.stats = crawler.stats
         self.max_outage = OpenClawSettings.for_crawler(crawler).distributed_max_outage
         self.down_since: float | None = None
@@ -47,19 +53,20 @@ class RedisLink:
         self._to_reactor: Any = None
 
     @classmethod
-    def for_crawler(cls, crawler: Crawler) -> RedisLink:
-        return shared(crawler, "distributed_link", lambda: cls(crawler))
+    def for_crawler(cls, crawler: Crawler, *, clock: Callable[[], float] = time.time) -> RedisLink:
+        """The crawler's link (*clock*: used by the first caller, who creates it)."""
+        return shared(crawler, "distributed_link", lambda: cls(crawler, clock=clock))
 
     def ok(self) -> bool:
         """Whether a Redis call may be tried now (not inside a backoff window)."""
-        return time.time() >= self._retry_at
+        return self.clock() >= self._retry_at
 
     def within_outage(self) -> bool:
         """Redis is up, or has been down for less than ``OPENCLAW_DISTRIBUTED_MAX_OUTAGE``."""
-        return self.down_since is None or time.time() - self.down_since < self.max_outage
+        return self.down_since is None or self.clock() - self.down_since < self.max_outage
 
     def failed(self, exc: Exception) -> None:
-        now = time.time()
+        now = self.clock()
         if self.down_since is None:
             self.down_since = now
             logger.warning(
@@ -75,7 +82,7 @@ class RedisLink:
         if self.down_since is not None:
             logger.info(
                 "Redis is back after %(s).1fs",
-                {"s": time.time() - self.down_since},
+                {"s": self.clock() - self.down_since},
                 extra={"spider": self.crawler.spider},
             )
             self.stats.inc_value(f"{STATS}/reconnects")

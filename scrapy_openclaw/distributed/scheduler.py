@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import RedisError
 from scrapy.utils.misc import load_object
-from scrapy_redis.dupefilter import RFPDupeFilter
-from scrapy_redis.scheduler import Scheduler
+from scrapy_redis.dupefilter import RFPDupeFilter  # type: ignore[import-untyped]
+from scrapy_redis.scheduler import Scheduler  # type: ignore[import-untyped]
 
 from scrapy_openclaw.distributed.queue import LeasedDeadlineQueue
 from scrapy_openclaw.exceptions import LegacyQueueError as LegacyQueueError  # (re-exported)
@@ -53,6 +53,8 @@ def _where(client: Any) -> tuple[Any, ...]:
 
 class OpenClawRedisScheduler(Scheduler):
     """``SCHEDULER`` in distributed mode; behaves as scrapy-redis's otherwise."""
+
+    df: Any  # (scrapy-redis's, set in its __init__ or in open())
 
     @classmethod
     def from_settings(cls, settings: Any) -> OpenClawRedisScheduler:

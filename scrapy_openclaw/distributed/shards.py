@@ -11,6 +11,7 @@ them in ``KEYS``.
 from __future__ import annotations
 
 import zlib
+from typing import Any
 
 from scrapy_openclaw.exceptions import ShardLayoutError as ShardLayoutError  # (re-exported)
 
@@ -92,3 +93,15 @@ class ShardKeys:
     def legacy(self) -> list[str]:
         """Keys of the single-node layout before sharding (refused at start, see README)."""
         return [f"{self.key}:{name}" for name in ("data", "inflight", "delayed", "domains")]
+
+    def clear(self, server: Any) -> None:
+        """Delete every key of the queue: all shards, and the layouts before them."""
+        for shard in range(self.count):
+            server.delete(*self.keys(shard)[:-1])
+            server.delete(self.name("seen", shard))
+        old = ("served", "seq", "count", "info", "owner", "released")
+        for key in [self.key, *self.legacy(), *(f"{self.key}:{name}" for name in old)]:
+            server.delete(key)
+        for part in (":q:", ":a:", ":e:"):
+            for key in list(server.scan_iter(match=self.key + part + "*", count=500)):
+                server.delete(key)

@@ -1,0 +1,233 @@
+"""The leased queue's Redis I/O in rounds, so the reactor never waits on Redis.
+
+During a crawl every Redis call runs on the :class:`~scrapy_openclaw.distributed.link.RedisLink`
+thread in rounds: pushes and acknowledgements are buffered and sent in order
+(a page's links before its acknowledgement), and ``OPENCLAW_DISTRIBUTED_PREFETCH``
+requests are leased ahead, so ``pop`` and ``__len__`` answer from memory.
+One round at a time: what is asked while a round runs goes in the next one.
+Redis errors never lose a request: buffered writes stay until a round
+confirms them and are retried with the link's backoff; pops return nothing
+until Redis is back. Outside a crawl (tests, the CLI) a round runs inline.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from scrapy.utils.asyncio import call_later
+
+from scrapy_openclaw import meta as M
+from scrapy_openclaw.distributed.rounds import Push, Round, RoundRunner, lease_id, split_lease, text
+from scrapy_openclaw.scrapy_internals import wake_engine
+from scrapy_openclaw.serialization import SerializationError
+
+if TYPE_CHECKING:
+    from collections import deque
+
+    from scrapy import Request
+    from scrapy.crawler import Crawler
+    from scrapy.statscollectors import StatsCollector
+
+    from scrapy_openclaw.distributed.link import RedisLink
+    from scrapy_openclaw.distributed.shards import ShardKeys
+
+STATS = "openclaw/distributed"
+#: at most this many buffered pushes per round (acknowledgements wait for the pushes before them)
+_MAX_PUSHES = 500
+#: seconds between two looks at the plain scrapy-redis key for foreign entries
+_FOREIGN_EVERY = 30
+
+
+class Batching:
+    """Buffered writes, prefetched pops and the rounds that carry them (a mixin of ``LeasedDeadlineQueue``)."""
+
+    # (set by LeasedDeadlineQueue.__init__)
+    crawler: Crawler
+    stats: StatsCollector
+    clock: Callable[[], float]
+    link: RedisLink
+    runner: RoundRunner
+    shards: ShardKeys
+    registry: Any
+    heartbeat: float
+    prefetch: int
+    max_releases: int
+    held: dict[str, float]
+    _pending_push: list[Push]
+    _pending_ack: set[str]
+    _pending_release: list[tuple[str, bool]]
+    _pending_reject: list[tuple[str, str]]
+    _ready: deque[Request]
+    _busy: bool
+    _again: bool
+    _again_pops: bool
+    _again_counts: bool
+    _last_beat: float
+    _last_foreign: float
+    _last_push_queued: bool
+    _counts_value: tuple[int, int, int]
+    _counts_at: float
+    _wake_timer: Any
+    _wake_at: float
+
+    if TYPE_CHECKING:  # (QueueEntries')
+
+        def _decode(self, payload: Any) -> Request: ...
+        def _refuse(self, lease: str, exc: Exception) -> None: ...
+        def _refuse_foreign(self, member: Any) -> None: ...
+        def _dead_letter(self, payload: Any, *, reason: str, error_class: str) -> None: ...
+        def _requeued(self, n: int) -> None: ...
+
+    def _kick(self, *, pops: bool = False, counts: bool = False) -> None:
+        """Send what is waiting (and pop ahead) in one round on the Redis thread; inline outside a crawl."""
+        if self._busy:
+            self._again = True
+            self._again_pops |= pops
+            self._again_counts |= counts
+            return
+        if not self.link.ok():
+            return
+        job = self._plan(pops=pops, counts=counts)
+        if job is None:
+            return
+        self._busy = True
+        if self.link.background:
+            self.link.submit(self.runner.run, job, callback=lambda res: self._done(job, res), raw=True)
+        else:
+            self._done(job, self.runner.run(job))
+
+    def _plan(self, *, pops: bool, counts: bool, everything: bool = False) -> Round | None:
+        """The next round: the buffered writes, plus (unless *everything*: the close's last
+        round) a heartbeat when due, pops ahead and counts."""
+        now = self.clock()
+        job = self._plan_writes()
+        if not everything and now - self._last_beat >= self.heartbeat:
+            self._last_beat = now
+            beat: dict[int, list[str]] = {}
+            for lease in self.held:
+                shard, entry = split_lease(lease)
+                beat.setdefault(shard, []).append(entry)
+            job.beat = beat
+            job.foreign = True
+        if not everything and now - self._last_foreign > _FOREIGN_EVERY:
+            job.foreign = True
+        if job.foreign:
+            self._last_foreign = now
+        if pops and not everything:
+            want = self.prefetch if self.link.background else 1
+            job.pops = max(0, want - len(self._ready))
+            if job.pops and all(self.runner.shard_wait.get(i, 0) > now for i in range(self.shards.count)):
+                job.pops = 0
+        job.counts = counts and not everything
+        return None if job.empty() else job
+
+    def _plan_writes(self) -> Round:
+        job = Round()
+        job.pushes = list(self._pending_push[:_MAX_PUSHES])
+        # an acknowledgement only after every push before it (a page's links first)
+        for lease in self._pending_ack if len(self._pending_push) <= _MAX_PUSHES else ():
+            shard, entry = split_lease(lease)
+            job.acks.setdefault(shard, []).append(entry)
+        by_shard: dict[tuple[int, int], list[str]] = {}
+        for lease, counted in self._pending_release:
+            shard, entry = split_lease(lease)
+            by_shard.setdefault((shard, self.max_releases if counted else -1), []).append(entry)
+        job.releases = [(s, m, ids) for (s, m), ids in by_shard.items()]
+        job.rejects = [(*split_lease(lease), reason) for lease, reason in self._pending_reject]
+        return job
+
+    def _done(self, job: Round, res: Round) -> None:
+        self._busy = False
+        if res.error is not None:
+            self.link.failed(res.error)
+        else:
+            self.link.recovered()
+        self._apply(job, res)
+        pops, counts = self._again_pops, self._again_counts
+        again, self._again = self._again, False
+        self._again_pops = self._again_counts = False
+        if res.error is not None:
+            return  # the tick tries again once the link's backoff allows
+        if again or self._pending_push or self._pending_ack or self._pending_release or self._pending_reject:
+            self._kick(
+                pops=pops or (self.link.background and len(self._ready) < self.prefetch and bool(res.popped)),
+                counts=counts,
+            )
+
+    def _apply(self, job: Round, res: Round) -> None:
+        """Back on the reactor thread: account for what Redis did."""
+        now = self.clock()
+        self._settle_pushes(job, res)
+        if res.acked:
+            for shard, ids in job.acks.items():
+                self._pending_ack.difference_update(lease_id(shard, e) for e in ids)
+            del self._pending_release[: sum(len(ids) for _, _, ids in job.releases)]
+            del self._pending_reject[: len(job.rejects)]
+            for raw in res.dead:
+                self._dead_letter(raw, reason="item_failed", error_class="item")
+        if res.requeued:
+            self._requeued(res.requeued)
+        for raw in res.dropped:
+            self._dead_letter(raw, reason="deadline_expired", error_class="deadline")
+        if self.registry is not None:
+            states = res.states
+            for i in range(0, len(states), 2):
+                self.registry.refresh(text(states[i]), states[i + 1])
+        for member in res.foreign_found:
+            self._refuse_foreign(member)
+        self._take_popped(res, now)
+        if res.count is not None:
+            self._counts_value, self._counts_at = res.count, now
+        if res.wait is not None and not self._ready:
+            self._wake(res.wait)
+        if res.popped and self.link.background:
+            self._wake_engine()
+
+    def _settle_pushes(self, job: Round, res: Round) -> None:
+        """Drop the confirmed pushes from the buffer; tell whoever asked about duplicates."""
+        self._last_push_queued = True
+        for push, queued in zip(job.pushes, res.pushed):
+            if self._pending_push and self._pending_push[0] is push:
+                self._pending_push.pop(0)
+            self.runner.shard_wait.pop(push.shard, None)
+            self._last_push_queued = queued
+            if queued:
+                self.stats.inc_value(f"{STATS}/pushed")
+            elif push.on_dupe is not None:
+                push.on_dupe()
+            elif self.link.background:  # a buffered push whose fingerprint another worker marked meanwhile
+                self.stats.inc_value(f"{STATS}/filtered_on_flush")
+
+    def _take_popped(self, res: Round, now: float) -> None:
+        """The leased entries, decoded, ready for the engine (a refused one is moved aside at once)."""
+        for shard, entry, payload in res.popped:
+            lease = lease_id(shard, entry)
+            try:
+                request = self._decode(payload)
+            except SerializationError as exc:
+                self._refuse(lease, exc)  # at once: a refused entry must not keep its lease
+                continue
+            request.meta[M.LEASE] = lease
+            self.held[lease] = now
+            self.stats.inc_value(f"{STATS}/leased")
+            self._ready.append(request)
+
+    # --- waking the engine ----------------------------------------------------------
+
+    def _wake(self, at: float) -> None:
+        """Wake the engine at *at* (a delayed entry or a domain token becomes due)."""
+        if self._wake_timer is not None and self._wake_at <= at:
+            return
+        if self._wake_timer is not None:
+            self._wake_timer.cancel()
+        self._wake_at = at
+        self._wake_timer = call_later(max(0.0, at - self.clock()) + 0.001, self._woken)
+
+    def _woken(self) -> None:
+        self._wake_timer, self._wake_at = None, float("inf")
+        self._wake_engine()
+
+    def _wake_engine(self) -> None:
+        if self.crawler.crawling:  # Crawler.engine raises before the crawl starts (Scrapy >= 2.19)
+            wake_engine(self.crawler)

@@ -1,0 +1,9 @@
+-- ARGV: now, policy_json, token(1/0) -> {ok, {fields}}
+-- (runs after the shared health.lua, see __init__.py)
+redis.call('SADD', KEYS[2], ARGV[#ARGV])  -- the domain index (last ARGV: the domain)
+local now = tonumber(ARGV[1])
+local d, p = h_load(KEYS[1], now, ARGV[2])
+local ok = h_acquire(d, p, now, ARGV[3] == '1')
+local flat = h_save(KEYS[1], d, ARGV[2])
+if ok then return {1, flat} end
+return {0, flat}

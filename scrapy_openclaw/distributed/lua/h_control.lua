@@ -1,0 +1,12 @@
+-- Operator overrides (HealthRegistry.control). ARGV: now, policy_json, then name/value pairs
+-- of ctl_hold, ctl_rate, ctl_concurrency, ctl_down -> {fields}. Ending a give-up forgives the
+-- outage so far (down_since = now).
+-- (runs after the shared health.lua, see __init__.py)
+redis.call('SADD', KEYS[2], ARGV[#ARGV])  -- the domain index (last ARGV: the domain)
+local now = tonumber(ARGV[1])
+local d, p = h_load(KEYS[1], now, ARGV[2])
+for i = 3, #ARGV - 1, 2 do d[ARGV[i]] = tonumber(ARGV[i + 1]) end
+for i = 3, #ARGV - 1, 2 do
+  if ARGV[i] == 'ctl_down' and tonumber(ARGV[i + 1]) == 0 and d.down_since ~= 0 then d.down_since = now end
+end
+return h_save(KEYS[1], d, ARGV[2])

@@ -1,0 +1,279 @@
+-- The rate controller, a line-by-line port of scrapy_openclaw/health/registry.py
+-- (HealthRegistry). The hash fields are the names of registry._Domain's slots
+-- (None stored as ''), plus 'policy' (cjson of the domain's HealthPolicy and the
+-- registry's module constants, written by RedisHealthRegistry; a None in it
+-- arrives as cjson.null, so optional knobs are tested with type() == 'number').
+-- Where each rule lives in the Python original:
+--
+--   h_load          HealthRegistry._get (new domain = _Domain.__init__; health
+--                   recovery, token refill at the current rate, open -> half-open
+--                   after the cooldown, a lost half-open probe is forgotten)
+--   h_ceiling/h_rate/h_burst  HealthRegistry._ceiling / _rate / _burst
+--   h_blocked_until HealthRegistry.blocked_until
+--   h_ready_at      HealthRegistry.ready_at
+--   h_given_up      HealthRegistry.given_up + _give_up_limit (the pop hands such a
+--                   domain's requests out ungated: the worker's health middleware
+--                   dead-letters them)
+--   h_acquire       HealthRegistry.try_acquire (token=false: hold/circuit only,
+--                   still takes the probe)
+--   h_success       HealthRegistry.record_success (+ _count_delivered, the 5xx
+--                   share's decay, _observe_latency; latency congestion ->
+--                   _decrease, else _increase: slow start, then the cubic)
+--   h_failure       HealthRegistry.record_failure. The verdict (registry._verdict:
+--                   domain or page, and whether it counts in the 5xx share) and
+--                   penalty/congestion (registry._penalty) come from Python, judged
+--                   on the worker's cached state
+--   h_open          HealthRegistry._open (cool-down doubling per unforgiven
+--                   opening, capped, with jitter drawn in Python)
+--   h_decrease      HealthRegistry._decrease (at most once per max(1 s, latency);
+--                   the learned limit is min(allowed, delivered))
+--
+-- tests/test_distributed_parity.py drives both with the same events and compares
+-- every field: change one side and that test tells you to change the other.
+local HF = {'health', 'rate', 'tokens', 'threshold', 'updated', 'last_decrease',
+  'circuit', 'opened_at', 'probe_at', 'latency', 'best_latency', 'hold_until',
+  'consecutive_failures', 'requests', 'successes', 'failures', 'cooldown', 'opens', 'down_since',
+  'answered_at', 'last_success', 'share_fast', 'share_slow', 'win_start', 'win_ok', 'delivered',
+  'crawl_delay', 'troubled_at', 'cuts', 'born', 'blocked_seconds',
+  'ctl_hold', 'ctl_rate', 'ctl_concurrency', 'ctl_down'}
+local h_ttl = 0  -- seconds an idle domain's hash lives (policy k_key_ttl; 0: for ever), set by h_load
+
+local function f17(x)
+  if x == nil then return '' end
+  return string.format('%.17g', x)
+end
+
+local function h_ceiling(d, p)
+  local ceiling = p.k_max_rate
+  if type(p.base_rate) == 'number' then ceiling = math.max(p.min_rate, p.base_rate * d.health / 100) end
+  if d.ctl_rate > 0 then ceiling = math.min(ceiling, d.ctl_rate) end  -- the operator's ceiling
+  if d.crawl_delay > 0 then ceiling = math.min(ceiling, 1 / d.crawl_delay) end
+  return ceiling
+end
+local function h_rate(d, p) return math.min(math.max(d.rate, p.min_rate), h_ceiling(d, p)) end
+local function h_burst(d, p)
+  if d.crawl_delay > 0 then return 1 end
+  return math.max(1, math.min(p.burst, math.floor(h_rate(d, p) * p.k_burst_seconds)))
+end
+
+-- The domain's record brought up to now; nil when it has no state and no policy.
+local function h_load(hkey, now, pjson)
+  local raw = redis.call('HMGET', hkey, 'policy', unpack(HF))
+  local pj = pjson
+  if pj == nil or pj == '' then pj = raw[1] end
+  if not pj then return nil end
+  local p = cjson.decode(pj)
+  h_ttl = tonumber(p.k_key_ttl) or 0
+  local d = {}
+  if not raw[2] then
+    d.health, d.rate, d.threshold = 100, p.initial_rate, nil
+    d.tokens = math.max(1, math.min(p.burst, math.floor(p.initial_rate * p.k_burst_seconds)))
+    d.updated, d.last_decrease = now, 0
+    d.circuit, d.opened_at, d.probe_at, d.latency, d.best_latency, d.hold_until = 'closed', 0, 0, nil, nil, 0
+    d.consecutive_failures, d.requests, d.successes, d.failures = 0, 0, 0, 0
+    d.cooldown, d.opens, d.down_since = p.circuit_cooldown, 0, 0
+    d.answered_at, d.last_success, d.share_fast, d.share_slow = 0, 0, 0, 0
+    d.win_start, d.win_ok, d.delivered, d.crawl_delay, d.troubled_at, d.cuts = now, 0, nil, 0, 0, 0
+    d.born, d.blocked_seconds = now, 0
+    d.ctl_hold, d.ctl_rate, d.ctl_concurrency, d.ctl_down = 0, 0, 0, 0
+    return d, p
+  end
+  for i, name in ipairs(HF) do
+    if name == 'circuit' then d.circuit = raw[i + 1] or 'closed' else d[name] = tonumber(raw[i + 1]) end
+  end
+  -- (a record from before a field existed)
+  d.down_since, d.answered_at, d.last_success = d.down_since or 0, d.answered_at or 0, d.last_success or 0
+  d.share_fast, d.share_slow, d.crawl_delay = d.share_fast or 0, d.share_slow or 0, d.crawl_delay or 0
+  d.win_start, d.win_ok, d.last_decrease = d.win_start or now, d.win_ok or 0, d.last_decrease or 0
+  d.troubled_at, d.cuts, d.born = d.troubled_at or 0, d.cuts or 0, d.born or d.updated
+  d.blocked_seconds = d.blocked_seconds or 0
+  d.ctl_hold, d.ctl_rate = d.ctl_hold or 0, d.ctl_rate or 0
+  d.ctl_concurrency, d.ctl_down = d.ctl_concurrency or 0, d.ctl_down or 0
+  local elapsed = now - d.updated
+  if elapsed > 0 then
+    local blocked_end = d.hold_until
+    if d.circuit == 'open' then blocked_end = math.max(blocked_end, d.opened_at + d.cooldown) end
+    d.blocked_seconds = d.blocked_seconds + math.max(0, math.min(now, blocked_end) - d.updated)
+    d.health = math.min(100, d.health + p.recovery_per_minute * elapsed / 60)
+    d.tokens = math.min(h_burst(d, p), d.tokens + elapsed * h_rate(d, p))
+    d.updated = now
+  end
+  if d.circuit == 'open' and now >= d.opened_at + d.cooldown then
+    d.circuit, d.probe_at = 'half_open', 0
+  elseif d.circuit == 'half_open' and d.probe_at ~= 0 and now - d.probe_at > math.max(d.cooldown, p.k_probe_lost_after) then
+    d.probe_at = 0
+  end
+  return d, p
+end
+
+-- Store the record; returns it as a flat field/value list (the caller's cache).
+local function h_save(hkey, d, pjson)
+  local flat = {}
+  for _, name in ipairs(HF) do
+    table.insert(flat, name)
+    if name == 'circuit' then table.insert(flat, d.circuit) else table.insert(flat, f17(d[name])) end
+  end
+  redis.call('HSET', hkey, unpack(flat))
+  if pjson ~= nil and pjson ~= '' then redis.call('HSET', hkey, 'policy', pjson) end
+  if h_ttl > 0 then  -- HealthRegistry.evict_idle: what outlives idleness never expires
+    if d.circuit ~= 'closed' or d.ctl_down ~= 0 or d.ctl_rate > 0 or d.ctl_concurrency > 0 or d.crawl_delay > 0 then
+      redis.call('PERSIST', hkey)
+    else
+      -- relative to the record's own clock (its times are the workers'), past any hold
+      local held = math.max(0, d.hold_until - d.updated, d.ctl_hold - d.updated)
+      redis.call('PEXPIRE', hkey, math.floor((held + h_ttl) * 1000))
+    end
+  end
+  return flat
+end
+
+local function h_blocked_until(d, p)
+  local circuit_end = 0
+  if d.circuit == 'open' then circuit_end = d.opened_at + d.cooldown end
+  return math.max(d.hold_until, circuit_end, d.ctl_hold)
+end
+
+-- HealthRegistry.given_up: down (circuit not closed) for give_up_after seconds,
+-- or unreachable_give_up when the domain never answered.
+local function h_given_up(d, p, now)
+  if d.ctl_down ~= 0 then return true end  -- given up by the operator
+  local limit = p.give_up_after
+  if d.answered_at == 0 and type(p.unreachable_give_up) == 'number' then limit = p.unreachable_give_up end
+  return type(limit) == 'number' and d.circuit ~= 'closed' and d.down_since ~= 0
+    and now - d.down_since >= limit
+end
+
+local function h_ready_at(d, p, now)
+  local ready = math.max(now, h_blocked_until(d, p))
+  if d.circuit == 'half_open' and d.probe_at ~= 0 then ready = math.max(ready, now + p.k_probe_recheck) end
+  if d.tokens < 1 then ready = math.max(ready, now + (1 - d.tokens) / h_rate(d, p)) end
+  return ready
+end
+
+local function h_acquire(d, p, now, token)
+  local probe_out = d.circuit == 'half_open' and d.probe_at ~= 0
+  if h_blocked_until(d, p) > now or probe_out or (token and d.tokens < 1) then return false end
+  if token then d.tokens = d.tokens - 1 end
+  if d.circuit == 'half_open' then d.probe_at = now end
+  return true
+end
+
+local function h_increase(d, p, now)
+  local grown
+  local since = math.max(0, now - math.max(d.last_decrease, math.min(d.hold_until, now)))
+  if d.cuts == 0 then
+    local doublings = math.min(math.max(0, now - d.born) / p.k_slow_start_doubling, 60)
+    grown = math.min(d.rate * (1 + p.k_slow_start_gain), p.initial_rate * 2 ^ doublings)
+  elseif d.cuts == 1 and d.threshold ~= nil then
+    grown = math.max(d.rate, d.threshold * p.rate_decrease * p.k_probe_growth ^ math.min(since, p.k_max_probe_seconds))
+  else
+    local flat_at = ((1 - p.rate_decrease) / p.rate_probe) ^ (1 / 3)
+    grown = math.max(d.rate, d.threshold * (1 + p.rate_probe * (since - flat_at) ^ 3))
+  end
+  d.rate = math.min(grown, h_ceiling(d, p), p.k_max_rate)
+end
+
+local function h_decrease(d, p, now, measured)
+  if now - d.last_decrease < math.max(p.k_min_decrease_gap, d.latency or 0) then return false end
+  local before = h_rate(d, p)
+  local delivered, span = 0, now - d.win_start
+  if span >= 0 and d.delivered ~= nil then
+    delivered = (d.delivered * p.k_window + d.win_ok) / (p.k_window + span)
+  elseif span >= 0 then
+    delivered = d.win_ok / math.max(span, p.k_window)
+  end
+  if delivered > 0 then
+    local floor = 0
+    if d.cuts >= 1 and measured then floor = before * p.k_cut_floor
+    elseif d.cuts >= 1 then floor = before * p.rate_decrease end
+    before = math.min(before, math.max(delivered, floor))
+  end
+  d.cuts = math.min(d.cuts + 1, 2)
+  d.threshold = before
+  d.rate = math.max(p.min_rate, before * p.rate_decrease)
+  d.tokens = math.min(d.tokens, h_burst(d, p))
+  d.last_decrease = now
+  return true
+end
+
+local function h_count_delivered(d, p, now)
+  d.win_ok = d.win_ok + 1
+  local span = now - d.win_start
+  if span < p.k_window then return end
+  if span <= p.k_stale_window then
+    d.delivered = d.win_ok / span
+  end
+  d.win_start, d.win_ok = now, 0
+end
+
+-- jitter: the factor drawn in Python (registry._uniform(1 - j, 1 + j)), used only when opening.
+local function h_open(d, p, now, jitter)
+  if d.circuit == 'closed' then d.down_since = now end  -- an outage begins
+  if d.circuit == 'closed' and d.opens ~= 0 then
+    local healthy = math.max(0, now - (d.opened_at + d.cooldown))
+    d.opens = math.max(0, d.opens - math.floor(healthy / p.circuit_cooldown))
+  end
+  local cap = math.max(p.circuit_cooldown_max, p.circuit_cooldown)
+  local base = math.min(cap, p.circuit_cooldown * 2 ^ math.min(d.opens, p.k_max_doublings))
+  if p.circuit_jitter ~= 0 then d.cooldown = base * jitter else d.cooldown = base end
+  d.opens = math.min(d.opens + 1, p.k_max_doublings)
+  d.circuit, d.opened_at, d.probe_at = 'open', now, 0
+end
+
+-- latency: a number >= 0, or nil (no sample). Returns true when congested.
+local function h_observe_latency(d, p, latency)
+  if latency == nil then return false end
+  if d.latency == nil then d.latency = latency else d.latency = d.latency + p.k_latency_alpha * (latency - d.latency) end
+  if d.best_latency == nil or d.latency < d.best_latency then
+    d.best_latency = d.latency
+    return false
+  end
+  d.best_latency = d.best_latency + p.k_baseline_drift * (d.latency - d.best_latency)
+  return d.latency > p.latency_factor * d.best_latency + p.k_latency_slack
+end
+
+local function h_success(d, p, now, latency)
+  d.requests = d.requests + 1
+  d.successes = d.successes + 1
+  d.consecutive_failures = 0
+  h_count_delivered(d, p, now)
+  d.answered_at, d.last_success = now, now
+  d.health = math.min(100, d.health + p.success_reward)
+  d.share_fast = d.share_fast - p.k_share_fast * d.share_fast
+  d.share_slow = d.share_slow - p.k_share_slow * d.share_slow
+  local congested = h_observe_latency(d, p, latency)
+  if d.circuit == 'half_open' then d.circuit, d.probe_at, d.down_since = 'closed', 0, 0 end
+  if congested then h_decrease(d, p, now) else h_increase(d, p, now) end
+end
+
+-- answered/in_share/domain/congestion/measured/throttle: booleans; retry_after: seconds or nil.
+local function h_failure(d, p, now, answered, in_share, domain, penalty, congestion, measured, throttle, retry_after,
+                         jitter)
+  d.requests = d.requests + 1
+  d.failures = d.failures + 1
+  if answered then d.answered_at = now end
+  if in_share then
+    d.share_fast = d.share_fast + p.k_share_fast * (1 - d.share_fast)
+    d.share_slow = d.share_slow + p.k_share_slow * (1 - d.share_slow)
+  end
+  if not domain then
+    if d.circuit == 'half_open' then d.probe_at = 0 end
+    return
+  end
+  d.troubled_at = now
+  d.consecutive_failures = d.consecutive_failures + 1
+  -- a congestion signal costs its penalty once per event (when it also cuts the
+  -- rate); while the circuit is not closed a failure costs no health and no hold
+  local fresh = congestion and h_decrease(d, p, now, measured)
+  local closed = d.circuit == 'closed'
+  if closed and (fresh or not congestion) then d.health = math.max(0, d.health - penalty) end
+  if retry_after ~= nil then
+    d.hold_until = math.max(d.hold_until, now + math.min(math.max(retry_after, 0), p.retry_after_cap))
+  elseif throttle and closed then
+    d.hold_until = math.max(d.hold_until, now + 1 / h_rate(d, p))
+  end
+  if d.circuit == 'half_open' or (d.circuit == 'closed' and
+      (d.health < p.circuit_floor or d.consecutive_failures >= p.circuit_failures)) then
+    h_open(d, p, now, jitter)
+  end
+end

@@ -1,0 +1,132 @@
+-- KEYS: the shard's 15 keys, then the health hash of each candidate domain.
+-- ARGV: boost, now, lease_until, worker, scan, gated (1/0), candidate domains...
+-- The candidates are the domains the caller expects to be due (the last reply's
+-- 'next' list): their health keys must be declared, so the script cannot pick
+-- domains it was not told about while gating. A due domain that was not a
+-- candidate makes the reply 'retry' (call again with the new list).
+-- Returns {status, x, payload, requeued, {dropped payloads}, {domain, {field, value, ...}, ...}, {next}}
+--   status 'ok': x = entry id; 'wait': x = when to look again; 'empty'; 'retry'.
+--   dropped: entries whose deadline passed with the "drop" policy (dead letters);
+--   states: the health state of every domain whose token the pop looked at;
+--   next: the domains due now (at most scan; else the soonest), for the next call.
+-- (runs after the shared health.lua and queue.lua, see __init__.py)
+local boost, now, lease_until, worker = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3], ARGV[4]
+local scan, gated = tonumber(ARGV[5]), ARGV[6] == '1'
+local hkeys = {}
+for i = 7, #ARGV do hkeys[ARGV[i]] = KEYS[15 + i - 6] end
+local requeued = maintain(now, 200, boost)
+local dropped, states = {}, {}
+
+local function next_list()
+  local doms = redis.call('ZRANGEBYSCORE', DOMS, '-inf', now, 'LIMIT', 0, scan)
+  if #doms == 0 then doms = redis.call('ZRANGE', DOMS, 0, scan - 1) end
+  return doms
+end
+
+-- The best entry of a domain: {id, tier, eff, info} or nil (the domain has no ready entry).
+local function best_of(dom)
+  for _ = 1, 4 do  -- bounded: drop-policy entries past their deadline become dead letters
+    local late = redis.call('ZRANGEBYLEX', E, lo(dom), '[' .. dom .. SEP .. enc(now) .. SEP .. '\255', 'LIMIT', 0, 16)
+    if #late == 0 then break end
+    local boosted = nil
+    for _, m in ipairs(late) do
+      local id = id_of(m)
+      local info = info_of(id)
+      if info.x == 'drop' then
+        local payload = redis.call('HGET', DATA, id)
+        forget(id, boost)
+        if payload then table.insert(dropped, payload) end
+      elseif boosted == nil then
+        boosted = {id = id, tier = 2, eff = -info.d, info = info}
+      end
+    end
+    if boosted then return boosted end
+  end
+  local best = nil
+  local head = redis.call('ZRANGEBYLEX', Q, lo(dom), hi(dom), 'LIMIT', 0, 1)
+  if head[1] then
+    local id = id_of(head[1])
+    local info = info_of(id)
+    best = {id = id, tier = 1, eff = info.p, info = info}
+  end
+  for _ = 1, 4 do  -- bounded: an aging member left behind (a worker with another boost) is dropped
+    local aging = redis.call('ZRANGEBYLEX', A, lo(dom), hi(dom), 'LIMIT', 0, 1)
+    if not aging[1] then break end
+    local id = id_of(aging[1])
+    local info = info_of(id)
+    if not redis.call('ZSCORE', Q, dom .. SEP .. enc(-info.p) .. SEP .. id) then
+      redis.call('ZREM', A, aging[1])
+    else
+      if info.w > 0 then
+        local eff = math.max(info.p, info.p + boost + (now - info.d) * boost / info.w)
+        if best == nil or eff > best.eff then best = {id = id, tier = 1, eff = eff, info = info} end
+      end
+      break
+    end
+  end
+  return best
+end
+
+local function take(c)
+  unindex(c.id, c.info, boost)
+  redis.call('ZADD', INFL, lease_until, c.id)
+  redis.call('HSET', OWNER, c.id, worker)
+  redis.call('HSET', SERVED, c.dom, redis.call('INCR', SEQ))
+  redis.call('ZADD', DOMS, 'XX', now, c.dom)
+  local payload = redis.call('HGET', DATA, c.id) or c.id
+  return {'ok', c.id, payload, requeued, dropped, states, next_list()}
+end
+
+local wait, missed = nil, false
+local cands = {}
+local doms = redis.call('ZRANGEBYSCORE', DOMS, '-inf', now, 'LIMIT', 0, scan)
+for _, dom in ipairs(doms) do
+  if gated and dom ~= '' and hkeys[dom] == nil then
+    missed = true
+  else
+    local b = best_of(dom)
+    if b then
+      b.dom = dom
+      b.served = tonumber(redis.call('HGET', SERVED, dom) or '0')
+      table.insert(cands, b)
+    else
+      redis.call('ZREM', DOMS, dom)
+    end
+  end
+end
+table.sort(cands, function(a, b)
+  if a.tier ~= b.tier then return a.tier > b.tier end
+  if a.eff ~= b.eff then return a.eff > b.eff end
+  if a.served ~= b.served then return a.served < b.served end
+  return a.dom < b.dom
+end)
+for _, c in ipairs(cands) do
+  local ok, at = true, now
+  if gated and c.dom ~= '' then
+    local hkey = hkeys[c.dom]
+    local d, p = h_load(hkey, now, nil)
+    if d then  -- (no state yet: nobody has set a pace for the domain)
+      if not h_given_up(d, p, now) then  -- (given up: out it goes ungated, to be dead-lettered)
+        at = h_ready_at(d, p, now)
+        if at > now then ok = false else ok = h_acquire(d, p, now, true) end
+        if not ok and at <= now then at = now + p.k_retry_poll end
+      end
+      table.insert(states, c.dom)
+      table.insert(states, h_save(hkey, d, nil))
+    end
+  end
+  if ok then return take(c) end
+  redis.call('ZADD', DOMS, 'XX', at, c.dom)
+  if wait == nil or at < wait then wait = at end
+end
+if missed then return {'retry', '0', '', requeued, dropped, states, next_list()} end
+local nxt = redis.call('ZRANGEBYSCORE', DOMS, '(' .. now, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+if nxt[2] and (wait == nil or tonumber(nxt[2]) < wait) then wait = tonumber(nxt[2]) end
+if #cands > 0 and (wait == nil or now < wait) then
+  -- blocked domains stepped aside: others may be due now
+  if redis.call('ZCOUNT', DOMS, '-inf', now) > 0 then wait = now end
+end
+local head = redis.call('ZRANGE', DELAYED, 0, 0, 'WITHSCORES')
+if head[2] and (wait == nil or tonumber(head[2]) < wait) then wait = tonumber(head[2]) end
+if wait == nil then return {'empty', '0', '', requeued, dropped, states, next_list()} end
+return {'wait', f17(wait), '', requeued, dropped, states, next_list()}

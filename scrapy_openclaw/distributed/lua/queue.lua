@@ -1,0 +1,103 @@
+-- Queue helpers. Every script of the queue runs on ONE shard and gets that
+-- shard's keys as KEYS[1..15] (all under the shard's hash tag, built in Python
+-- by ``shards.ShardKeys``): nothing here builds a key name, so the scripts run
+-- unchanged on one Redis, a Redis Cluster or under ACL key patterns.
+--
+-- A shard's ready entries of all its domains live in three sorted sets whose
+-- members sort lexicographically as "<domain>\1<sort key>\1<id>" (all scores
+-- 0): a domain's best entry is the first member of its prefix (ZRANGEBYLEX,
+-- O(log n)), so per-domain keys are not needed.
+--   Q  priority order: sort key = enc(-priority), ties by id (FIFO)
+--   A  aging order (entries with a deadline): enc(D - p*W/B)
+--   E  deadline order (entries with a deadline): enc(D)
+local Q, A, E, DOMS, SERVED, SEQ, COUNT, DELAYED, INFL, OWNER, DATA, INFO, REL, REJ, SEEN =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10],
+  KEYS[11], KEYS[12], KEYS[13], KEYS[14], KEYS[15]
+local SEP = '\1'
+
+-- a number as a fixed-width string that sorts like the number
+local function enc(x)
+  x = x + 1e10
+  if x < 0 then x = 0 elseif x > 9e14 then x = 9e14 end
+  return string.format('%022.6f', x)
+end
+
+local function info_of(id)
+  local raw = redis.call('HGET', INFO, id)
+  if raw then
+    local info = cjson.decode(raw)
+    info.p, info.d, info.w, info.dom = info.p or 0, info.d or 0, info.w or 0, info.dom or ''
+    return info
+  end
+  return {p = 0, d = 0, w = 0, x = 'boost', dom = ''}
+end
+
+local function id_of(member) return string.match(member, '^[^\1]*\1[^\1]*\1(.*)$') end
+local function lo(dom) return '[' .. dom .. SEP end
+local function hi(dom) return '[' .. dom .. SEP .. '\255' end
+
+local function make_ready(id, boost)
+  local info = info_of(id)
+  local dom = info.dom
+  local added = redis.call('ZADD', Q, 0, dom .. SEP .. enc(-info.p) .. SEP .. id)
+  redis.call('INCRBY', COUNT, added)
+  redis.call('ZADD', DOMS, 'NX', 0, dom)
+  if info.d > 0 and info.w > 0 then
+    redis.call('ZADD', A, 0, dom .. SEP .. enc(info.d - info.p * info.w / boost) .. SEP .. id)
+    redis.call('ZADD', E, 0, dom .. SEP .. enc(info.d) .. SEP .. id)
+  end
+end
+
+local function unindex(id, info, boost)
+  local dom = info.dom
+  local removed = redis.call('ZREM', Q, dom .. SEP .. enc(-info.p) .. SEP .. id)
+  if info.d > 0 and info.w > 0 then
+    redis.call('ZREM', A, dom .. SEP .. enc(info.d - info.p * info.w / boost) .. SEP .. id)
+    redis.call('ZREM', E, dom .. SEP .. enc(info.d) .. SEP .. id)
+  end
+  redis.call('DECRBY', COUNT, removed)
+  if redis.call('ZLEXCOUNT', Q, lo(dom), hi(dom)) == 0 then redis.call('ZREM', DOMS, dom) end
+end
+
+local function forget(id, boost)
+  unindex(id, info_of(id), boost)
+  redis.call('ZREM', DELAYED, id)
+  redis.call('ZREM', INFL, id)
+  redis.call('HDEL', OWNER, id)
+  redis.call('HDEL', DATA, id)
+  redis.call('HDEL', INFO, id)
+  redis.call('HDEL', REL, id)
+end
+
+-- Due delayed entries and expired leases go back to ready. Returns the number requeued.
+local function maintain(now, limit, boost)
+  local due = redis.call('ZRANGEBYSCORE', DELAYED, '-inf', now, 'LIMIT', 0, limit)
+  for _, id in ipairs(due) do
+    redis.call('ZREM', DELAYED, id)
+    make_ready(id, boost)
+  end
+  local expired = redis.call('ZRANGEBYSCORE', INFL, '-inf', now, 'LIMIT', 0, limit)
+  for _, id in ipairs(expired) do
+    redis.call('ZREM', INFL, id)
+    redis.call('HDEL', OWNER, id)
+    if redis.call('HEXISTS', DATA, id) == 1 then make_ready(id, boost) end
+  end
+  return #expired
+end
+
+-- Acknowledge: the request is finished. A late ack after the lease expired
+-- removes the entry if it is still waiting (no second fetch), and leaves it
+-- alone if another worker leased it meanwhile. Returns 1 when removed.
+local function ack(id, worker, boost)
+  local owner = redis.call('HGET', OWNER, id)
+  if owner then
+    if owner ~= worker then return 0 end
+    forget(id, boost)
+    return 1
+  end
+  if redis.call('HEXISTS', DATA, id) == 1 then
+    forget(id, boost)
+    return 1
+  end
+  return 0
+end
