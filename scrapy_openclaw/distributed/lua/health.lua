@@ -188,7 +188,8 @@ local function h_decrease(d, p, now, measured)
     elseif d.cuts >= 1 then floor = before * p.rate_decrease end
     before = math.min(before, math.max(delivered, floor))
   end
-  d.cuts = math.min(d.cuts + 1, 2)
+  -- only a 429 (measured) starts the cubic plateau; other signals cut and probe back up
+  if measured then d.cuts = math.min(d.cuts + 1, 2) else d.cuts = math.max(d.cuts, 1) end
   d.threshold = before
   d.rate = math.max(p.min_rate, before * p.rate_decrease)
   d.tokens = math.min(d.tokens, h_burst(d, p))
