@@ -25,6 +25,7 @@ callback can use too, like Scrapy's ``get_retry_request``.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from typing import TYPE_CHECKING, Any
@@ -50,6 +51,7 @@ if TYPE_CHECKING:
     from scrapy import Request, Spider
     from scrapy.crawler import Crawler
     from scrapy.http import Response
+    from scrapy.statscollectors import StatsCollector
 
     from scrapy_openclaw.policy import RetryClassPolicy
 
@@ -177,28 +179,19 @@ def get_classified_retry_request(
         max_retry_times = retry_cap(crawler, request, classification)
     state = _next_state(request, response, now)
 
-    def give_up(why: str | None = None, error_class: str | None = None) -> None:
-        _give_up(
-            request,
-            classification,
-            spider=spider,
-            response=response,
-            exception=exception,
-            level=give_up_log_level,
-            logger=logger,
-            why=why,
-        )
-        if dead_letter:
-            send_dead_letter(
-                request,
-                classification,
-                spider=spider,
-                exception=exception,
-                now=now,
-                first=state["first"],
-                error_class=error_class,
-            )
-
+    give_up = functools.partial(
+        _give_up_for_good,
+        request,
+        classification,
+        spider=spider,
+        response=response,
+        exception=exception,
+        level=give_up_log_level,
+        logger=logger,
+        letter=dead_letter,
+        now=now,
+        first=state["first"],
+    )
     if not retries_left(request, classification, policy, max_retry_times):
         stats.inc_value(f"{STATS_PREFIX}/{klass}/max_reached")
         give_up()
@@ -210,22 +203,69 @@ def get_classified_retry_request(
 
     done = int(state["attempts"].get(klass, 0))
     delay = for_policy(policy, uniform=uniform)(done, state.get("delay"))
-    retry_after = None
-    if response is not None:
-        retry_after = parse_retry_after(
-            response.headers.get(b"Retry-After"), cap=domain_policy.health.retry_after_cap, now=now
-        )
+    retry_after = _retry_after(response, domain_policy.health.retry_after_cap, now)
     if retry_after is not None:
         delay = retry_after
         stats.inc_value(f"{STATS_PREFIX}/retry_after_used")
     state["attempts"][klass] = done + 1
     state["delay"] = delay
     due = max(now + delay, _domain_reopens(crawler, request))
+    new = _retry_copy(request, state, due, priority_adjust, crawler)
+    _count_retry(stats, classification, schedule, delay, response=response, exception=exception)
+    logger.debug(
+        "Retrying %(request)s in %(delay).2fs (%(schedule)s attempt %(n)d): %(reason)s",
+        {"request": request, "delay": delay, "schedule": schedule, "n": done + 2, "reason": classification.reason},
+        extra={"spider": spider},
+    )
+    return new
 
-    retry_times = int(request.meta.get("retry_times", 0)) + 1
+
+def _retry_after(response: Response | None, cap: float, now: float) -> float | None:
+    """The response's Retry-After in seconds (capped), None without one."""
+    if response is None:
+        return None
+    return parse_retry_after(response.headers.get(b"Retry-After"), cap=cap, now=now)
+
+
+def _give_up_for_good(
+    request: Request,
+    classification: Classification,
+    *,
+    spider: Spider,
+    response: Response | None,
+    exception: BaseException | Failure | None,
+    level: int | str | None,
+    logger: logging.Logger,
+    letter: bool,
+    now: float,
+    first: float | None,
+    why: str | None = None,
+    error_class: str | None = None,
+) -> None:
+    """Log the give-up and, unless *letter* is False, send the dead letter."""
+    _give_up(
+        request,
+        classification,
+        spider=spider,
+        response=response,
+        exception=exception,
+        level=level,
+        logger=logger,
+        why=why,
+    )
+    if letter:
+        send_dead_letter(
+            request, classification, spider=spider, exception=exception, now=now, first=first, error_class=error_class
+        )
+
+
+def _retry_copy(
+    request: Request, state: dict[str, Any], due: float, priority_adjust: int | None, crawler: Crawler
+) -> Request:
+    """The next attempt: its retry state, not-before time and priority (as Scrapy's retry moves it)."""
     new = request.copy()
     new.meta[M.RETRY_STATE] = state
-    new.meta["retry_times"] = retry_times
+    new.meta["retry_times"] = int(request.meta.get("retry_times", 0)) + 1
     new.meta[M.NOT_BEFORE] = due
     new.meta.pop(M.FAILURE_SCOPE, None)  # a verdict is about one failure, not the next attempt
     new.dont_filter = True
@@ -234,7 +274,20 @@ def get_classified_retry_request(
     if priority_adjust is None:
         priority_adjust = ScrapyRetrySettings.for_crawler(crawler).priority_adjust
     new.priority = request.priority + int(priority_adjust)
+    return new
 
+
+def _count_retry(
+    stats: StatsCollector,
+    classification: Classification,
+    schedule: str,
+    delay: float,
+    *,
+    response: Response | None,
+    exception: BaseException | Failure | None,
+) -> None:
+    """Our retry stats and Scrapy's (``retry/count``, ``retry/reason_count/<reason>``)."""
+    klass = classification.error_class.value
     stats.inc_value(f"{STATS_PREFIX}/{klass}/count")
     stats.inc_value(f"{STATS_PREFIX}/reason_count/{classification.reason}")
     if schedule == PAGE:
@@ -243,12 +296,6 @@ def get_classified_retry_request(
     reason = scrapy_reason(classification, response=response, exception=exception)
     stats.inc_value(f"{SCRAPY_STATS_PREFIX}/reason_count/{reason}")
     _record_delay(stats, delay)
-    logger.debug(
-        "Retrying %(request)s in %(delay).2fs (%(schedule)s attempt %(n)d): %(reason)s",
-        {"request": request, "delay": delay, "schedule": schedule, "n": done + 2, "reason": classification.reason},
-        extra={"spider": spider},
-    )
-    return new
 
 
 def _give_up(
