@@ -43,7 +43,7 @@ All times are UNIX seconds, so a snapshot stays meaningful in another process.
 The registry's parts: :mod:`.core` (the records, brought up to date when
 read), :mod:`.pacing` (the rate arithmetic), :mod:`.recording`,
 :mod:`.verdicts` (whose trouble a failure is), :mod:`.eviction`,
-:mod:`.snapshots`, :mod:`.domain` (the record and its read-only view) and
+:mod:`.snapshots`, :mod:`.record` (the record and its read-only view) and
 :mod:`.tuning` (the constants, shared with the Lua port). Every name is
 importable from here, as it was from the single module (the private
 constants too: the Redis registry sends them to the Lua port from here).
@@ -57,17 +57,17 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy.utils.misc import build_from_crawler
 
-from scrapy_openclaw.health.registry.domain import _COUNTERS as _COUNTERS
-from scrapy_openclaw.health.registry.domain import _FIELD_TYPES as _FIELD_TYPES
-from scrapy_openclaw.health.registry.domain import _OBSOLETE as _OBSOLETE
-from scrapy_openclaw.health.registry.domain import _OPTIONAL as _OPTIONAL
-from scrapy_openclaw.health.registry.domain import DomainState
-from scrapy_openclaw.health.registry.domain import _Domain as _Domain
 from scrapy_openclaw.health.registry.eviction import _DICT_SLOT as _DICT_SLOT
 from scrapy_openclaw.health.registry.eviction import _Eviction
 from scrapy_openclaw.health.registry.eviction import _sampled_bytes as _sampled_bytes
 from scrapy_openclaw.health.registry.pacing import _count_delivered as _count_delivered
 from scrapy_openclaw.health.registry.pacing import _delivered as _delivered
+from scrapy_openclaw.health.registry.record import _COUNTERS as _COUNTERS
+from scrapy_openclaw.health.registry.record import _FIELD_TYPES as _FIELD_TYPES
+from scrapy_openclaw.health.registry.record import _OBSOLETE as _OBSOLETE
+from scrapy_openclaw.health.registry.record import _OPTIONAL as _OPTIONAL
+from scrapy_openclaw.health.registry.record import DomainState
+from scrapy_openclaw.health.registry.record import _Domain as _Domain
 from scrapy_openclaw.health.registry.recording import _Recording
 from scrapy_openclaw.health.registry.snapshots import _Snapshots
 from scrapy_openclaw.health.registry.tuning import _BASELINE_DRIFT as _BASELINE_DRIFT

@@ -12,8 +12,8 @@ import random
 import time
 from collections.abc import Callable
 
-from scrapy_openclaw.health.registry.domain import _Domain
 from scrapy_openclaw.health.registry.pacing import _Pacing
+from scrapy_openclaw.health.registry.record import _Domain
 from scrapy_openclaw.health.registry.tuning import _MAX_DOUBLINGS, _PROBE_LOST_AFTER, CLOSED, HALF_OPEN, OPEN
 from scrapy_openclaw.policy import HealthPolicy, PolicySet
 

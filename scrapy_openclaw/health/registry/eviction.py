@@ -15,7 +15,7 @@ from scrapy_openclaw.health.registry.core import _RegistryCore
 from scrapy_openclaw.health.registry.tuning import CLOSED
 
 if TYPE_CHECKING:
-    from scrapy_openclaw.health.registry.domain import _Domain
+    from scrapy_openclaw.health.registry.record import _Domain
 
 
 class _Eviction(_RegistryCore):

@@ -27,7 +27,7 @@ from scrapy_openclaw.health.registry.tuning import (
 )
 
 if TYPE_CHECKING:
-    from scrapy_openclaw.health.registry.domain import _Domain
+    from scrapy_openclaw.health.registry.record import _Domain
     from scrapy_openclaw.policy import HealthPolicy
 
 

@@ -11,7 +11,7 @@ import time
 from typing import Any
 
 from scrapy_openclaw.health.registry.core import _RegistryCore
-from scrapy_openclaw.health.registry.domain import _COUNTERS, _FIELD_TYPES, _OBSOLETE, _Domain
+from scrapy_openclaw.health.registry.record import _COUNTERS, _FIELD_TYPES, _OBSOLETE, _Domain
 from scrapy_openclaw.health.registry.tuning import _MAX_DOUBLINGS, _MAX_RATE, CLOSED, HALF_OPEN, OPEN, SNAPSHOT_VERSION
 
 

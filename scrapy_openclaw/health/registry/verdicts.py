@@ -13,7 +13,7 @@ from scrapy_openclaw.health.registry.tuning import _SHARE_FAST, _SHARE_MARGIN, _
 
 if TYPE_CHECKING:
     from scrapy_openclaw.errors import Classification
-    from scrapy_openclaw.health.registry.domain import _Domain
+    from scrapy_openclaw.health.registry.record import _Domain
     from scrapy_openclaw.policy import HealthPolicy
 
 
