@@ -5,7 +5,7 @@ once per crawl, so a bad value fails at start with or without the add-on; the
 defaults below are what unset settings fall back to. The add-on writes them at
 ``"addon"`` priority, so a project's own ``settings.py`` always wins.
 Per-domain knobs (health, retry, deadline) are not flat settings: they live in
-the policy (``OPENCLAW_POLICY`` / ``OPENCLAW_POLICY_FILE``, see ``policy.py``).
+the policy (``OPENCLAW_POLICY`` / ``OPENCLAW_POLICY_FILE``, see ``policy/policies.py``).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 DEFAULTS: dict[str, Any] = {
     "OPENCLAW_CRAWL_ID": None,  # unset: a random id, kept across checkpoint resumes
-    # --- policy (per-domain knobs; schema in scrapy_openclaw/policy.py) ---
+    # --- policy (per-domain knobs; schema in scrapy_openclaw/policy/policies.py) ---
     "OPENCLAW_POLICY_FILE": None,  # path to a YAML policy file
     "OPENCLAW_POLICY": {},  # the same schema as the YAML file, as a dict
     # --- error taxonomy ---

@@ -1,6 +1,6 @@
 """The Redis health registry follows the local HealthRegistry's policy, rule for rule.
 
-The controller exists twice: in Python (scrapy_openclaw/health/registry.py)
+The controller exists twice: in Python (scrapy_openclaw/health/registry/)
 and ported to Lua (scrapy_openclaw/distributed/lua/health.lua). These tests
 feed both the same events at the same times and compare every stored field,
 so a change to one side that is not made on the other fails here.

@@ -1,0 +1,223 @@
+"""CheckpointExtension: crash-safe checkpoint and resume (``OPENCLAW_CHECKPOINT_DIR``).
+
+A request is *live* from the moment the scheduler accepts it (or
+:class:`~scrapy_openclaw.delay.DelayedRequests` holds it) until the engine
+slot forgets it, which happens only after its download, callback or errback,
+the scheduling of every request it yielded and the pipelines of every item
+(:class:`~scrapy_openclaw.lifecycle.RequestLifecycle`; without that engine
+hook the extension refuses to run rather than silently lose requests).
+
+Live requests are journaled with group commit: each batch writes new
+requests before "done" marks, so any prefix of it that survives a ``kill -9``
+is consistent, and the "done" record is written after the durable feeds
+(``feeds.py``) were written and fsynced, carrying their offsets: a page is
+done exactly when its items are in the feeds. Snapshots (periodic and at
+close) compact everything into one atomic file.
+
+The parts: ``tracker.py`` (live requests, no I/O), ``records.py`` (the record
+format), ``journal.py`` (appending), ``snapshot.py`` and ``snapshotter.py``
+(snapshot files and writing them), ``restore.py`` (opening the directory,
+putting a crawl back); this package wires them to the crawl:
+:mod:`.journaling` (group commit, snapshots), :mod:`.crawl_signals` (the crawl's
+signals) and here the construction and the request events. The state is read
+in ``from_crawler`` (:meth:`CheckpointExtension.open`), so the crawl id is
+back before other components are built.
+
+JOBDIR is refused: Scrapy would restore its own queue and ``requests.seen``
+next to ours, and its duplicate filter would drop our restored requests.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from scrapy import signals
+from scrapy.dupefilters import BaseDupeFilter
+from scrapy.exceptions import NotConfigured
+from scrapy.utils.misc import load_object
+
+from scrapy_openclaw import runtime
+from scrapy_openclaw.checkpoint.extension.crawl_signals import WRITE_INTERVAL, _CrawlSignals
+from scrapy_openclaw.checkpoint.feeds import DurableFeeds
+from scrapy_openclaw.checkpoint.restore import Restorer, open_directory
+from scrapy_openclaw.checkpoint.snapshot import write_snapshot
+from scrapy_openclaw.checkpoint.snapshotter import Snapshotter
+from scrapy_openclaw.checkpoint.tracker import RequestTracker
+from scrapy_openclaw.exceptions import OpenClawConfigError
+from scrapy_openclaw.lifecycle import RequestLifecycle
+from scrapy_openclaw.serialization import SerializationError, dumps, request_to_data
+from scrapy_openclaw.settings import OpenClawSettings
+
+if TYPE_CHECKING:
+    from scrapy import Request
+    from scrapy.crawler import Crawler
+
+    from scrapy_openclaw.checkpoint.restore import Note
+    from scrapy_openclaw.checkpoint.state import RecoveredState
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["WRITE_INTERVAL", "CheckpointExtension"]
+
+
+def _write_file(*args: Any) -> int:
+    return write_snapshot(*args)  # looked up at each call (tests slow it down or fail it)
+
+
+class CheckpointExtension(_CrawlSignals):
+    """Journals the crawl's live requests and snapshots them; resumes a crawl from them."""
+
+    def __init__(self, crawler: Crawler):
+        settings = crawler.settings
+        config = OpenClawSettings.for_crawler(crawler)
+        directory = config.checkpoint_dir
+        if not directory:
+            raise NotConfigured
+        if settings.get("JOBDIR"):
+            raise OpenClawConfigError(
+                f"setting JOBDIR={settings.get('JOBDIR')!r}: cannot be combined with "
+                f"OPENCLAW_CHECKPOINT_DIR={directory!r} (both would restore the queue and the "
+                "seen requests and fight over them); unset JOBDIR, the checkpoint replaces it"
+            )
+        self.crawler = crawler
+        self.stats = crawler.stats
+        self.dir = Path(directory)
+        self.flush_interval = config.checkpoint_flush
+        self.snapshot_interval = config.checkpoint_snapshot_interval
+        self.snapshot_records = config.checkpoint_snapshot_records
+        self.restart = config.checkpoint_restart
+        dupefilter = load_object(settings.get("DUPEFILTER_CLASS") or "scrapy.dupefilters.BaseDupeFilter")
+        #: whether the crawl filters duplicates at all (BaseDupeFilter does not)
+        self.filtering = isinstance(dupefilter, type) and dupefilter is not BaseDupeFilter
+        self.tracker = RequestTracker(self._fingerprint, self._serialise, filtering=self.filtering)
+        # Messages from construction are logged at spider_opened: the crawl's log
+        # handlers (LOG_FILE) may not be installed yet while extensions are built.
+        self._notes: list[Note] = []
+        self.recovered: RecoveredState | None = None
+        self.resumed = False
+        self._restorer: Restorer | None = None
+        self._records_since_snapshot = 0
+        self._last_fsync = time.monotonic()
+        self._closed = False
+        self._loops: list[Any] = []
+        self._outputs: dict[str, dict[str, Any]] = {}
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> CheckpointExtension:
+        ext = cls(crawler)
+        ext.open()
+        return ext
+
+    def open(self) -> None:
+        """Lock and read the directory, restore the crawl id, start the journal, hook the crawl.
+
+        Called from :meth:`from_crawler`: the crawl id must be back before
+        other components are built.
+        """
+        crawler = self.crawler
+        self._lock_fd, recovered = open_directory(self.dir, restart=self.restart, notes=self._notes)
+        self.recovered = recovered if not recovered.empty else None
+        self.resumed = self.recovered is not None
+        self.crawl_id = self._restore_crawl_id(recovered.crawl_id if self.resumed else None)
+        self.feeds = DurableFeeds.for_crawler(crawler)
+        self._outputs = dict(recovered.outputs) if self.resumed else {}
+        self.feeds.activate(self._outputs, self.resumed)
+        self._warn_plain_feed_exporter()
+        if self.recovered is not None:
+            self._restorer = Restorer(crawler, self.tracker, self.recovered, self.crawl_id)
+        self.snapshotter = Snapshotter(self.dir, self.stats, _write_file, recovered.snapshot_gen)
+        self.gen = recovered.next_generation
+        self.journal = self._new_journal(self.gen)
+        self.lifecycle = RequestLifecycle.for_crawler(crawler)
+        self.lifecycle.listen(
+            "OPENCLAW_CHECKPOINT_DIR",
+            on_enqueued=self.tracker.enqueued,
+            on_held=self.tracker.held,
+            on_started=self._on_popped,
+            on_finished=self._on_finished,
+            admit=self._admit if self.tracker.filters_restored else None,
+        )
+        crawler.signals.connect(self.spider_opened, signal=signals.spider_opened)
+        crawler.signals.connect(self.spider_idle, signal=signals.spider_idle)
+        crawler.signals.connect(self.spider_closed, signal=signals.spider_closed)
+
+    # --------------------------------------------------------------- setup
+
+    def _restore_crawl_id(self, saved: str | None) -> str:
+        if saved:
+            current = runtime.peek(self.crawler, "crawl_id")
+            if current is not None and current != saved:
+                self._notes.append(
+                    (
+                        logging.WARNING,
+                        "Crawl id %(current)s was read before the checkpoint restored %(saved)s",
+                        {"current": current, "saved": saved},
+                    )
+                )
+            runtime.shared(self.crawler, "crawl_id", lambda: saved)
+        return runtime.crawl_id(self.crawler)
+
+    def _warn_plain_feed_exporter(self) -> None:
+        settings = self.crawler.settings
+        if not (settings.getdict("FEEDS") or settings.get("FEED_URI")):
+            return
+        from scrapy.extensions.feedexport import FeedExporter
+
+        from scrapy_openclaw.checkpoint.feeds import DurableFeedExporter
+
+        for path, order in settings.getwithbase("EXTENSIONS").items():
+            cls = load_object(path) if isinstance(path, str) else path
+            if order is not None and cls is FeedExporter:
+                self._notes.append(
+                    (
+                        logging.WARNING,
+                        "Checkpoint: Scrapy's FeedExporter is enabled, not %(ours)s: feed items may be lost or "
+                        "duplicated after a crash (the add-on swaps it; or set EXTENSIONS yourself)",
+                        {"ours": f"{DurableFeedExporter.__module__}.{DurableFeedExporter.__qualname__}"},
+                    )
+                )
+                return
+
+    # ------------------------------------------------------- request events
+
+    def _admit(self, request: Request) -> bool:
+        """Refuse what the runs before the resume already crawled (registered only on resume)."""
+        if self.tracker.admit(request):
+            return True
+        self.stats.inc_value("openclaw/checkpoint/filtered")
+        return False
+
+    def _new_request(self, request: Request) -> None:
+        self.tracker.new_request(request)
+
+    def _on_popped(self, request: Request) -> None:
+        self.feeds.page_started(request)
+        self.tracker.popped(request)
+
+    def _on_finished(self, request: Request) -> None:
+        self.feeds.page_finished(request)  # its items reach the feeds with its "done" mark
+        self.tracker.finished(request)
+
+    def _fingerprint(self, request: Request) -> bytes:
+        return self.crawler.request_fingerprinter.fingerprint(request)
+
+    def _serialise(self, request: Request) -> str | None:
+        try:
+            return dumps(request_to_data(request, self.crawler.spider, compact=True))
+        except SerializationError as exc:
+            self.stats.inc_value("openclaw/checkpoint/unserializable")
+            logger.error(
+                "Checkpoint cannot save a request, it will not survive a crash: %(error)s",
+                {"error": exc},
+                extra={"spider": self.crawler.spider},
+            )
+            return None
+
+    # ------------------------------------------------------------ inspect
+
+    def pending_by_domain(self) -> dict[str, int]:
+        """Live requests per domain (for metrics and tests)."""
+        return self.tracker.pending_by_domain()

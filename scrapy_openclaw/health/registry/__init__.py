@@ -1,0 +1,307 @@
+"""The HealthRegistry: the one owner of per-domain state.
+
+Each domain (a Scrapy download-slot key, normally the hostname) has a health
+score, a request rate with a token bucket, a circuit breaker, a latency
+average and a Retry-After hold. The DomainHealthMiddleware writes it
+(``record_success`` / ``record_failure``), the queue asks it whether a domain
+may send (``ready_at`` / ``try_acquire``), metrics read ``state()`` and the
+checkpoint saves ``snapshot()``. Nobody else keeps a copy of domain state.
+
+A domain is judged by domain signals only (:meth:`HealthRegistry.judge`):
+429, Retry-After, connection failures and timeouts, and 5xx answers whose
+share of the domain's recent answers rises clearly above its own baseline
+(a 503 window). A URL that fails again while its siblings succeeded since
+is the page's trouble: it is retried briefly and dead-lettered, and the
+domain keeps its pace. The README's health section is the manual; here:
+
+- **Pace.** No fixed ceiling by default: slow start grows the rate by half
+  per success, so a healthy domain is soon bounded only by concurrency, as in
+  plain Scrapy. The first congestion signal (429/503, a timeout, latency
+  rising above its baseline) sets the learned limit from the rate the site
+  actually delivered; later ones cut by ``rate_decrease``. Between them the
+  rate follows a cubic (TCP CUBIC): back to the limit quickly, flat near it,
+  then probing past it ever faster, which finds limits from 2 to 200 req/s
+  without the burst a doubling causes. ``base_rate``, robots.txt Crawl-delay
+  and ``min_rate`` bound it.
+- **Circuit** (outlier ejection, as Envoy does it): opens below
+  ``circuit_floor`` health or after ``circuit_failures`` domain failures in
+  a row; a half-open probe closes it. Cool-downs double per opening in a row
+  (with jitter), up to ``circuit_cooldown_max``; time spent healthy forgives.
+  Holds and cool-downs keep the learned limit, so the domain resumes at it.
+- **Give up**: a domain whose circuit has not closed for ``give_up_after``
+  seconds (``unreachable_give_up`` if it never answered at all) is given up
+  for the crawl: its requests become dead letters.
+- **Forget** (:meth:`HealthRegistry.evict_idle`): a domain with nothing
+  pending or in flight and nothing heard for ``OPENCLAW_HEALTH_IDLE_TTL`` is
+  dropped (and so left out of checkpoints), unless it is held, its circuit is
+  not closed, it is given up, under an operator override or has a Crawl-delay.
+  A learned limit is not kept past that: after that long quiet it is stale,
+  and a returning domain re-learns it from slow start.
+
+All times are UNIX seconds, so a snapshot stays meaningful in another process.
+
+The registry's parts: :mod:`.core` (the records, brought up to date when
+read), :mod:`.pacing` (the rate arithmetic), :mod:`.recording`,
+:mod:`.verdicts` (whose trouble a failure is), :mod:`.eviction`,
+:mod:`.snapshots`, :mod:`.record` (the record and its read-only view) and
+:mod:`.tuning` (the constants, shared with the Lua port). Every name is
+importable from here, as it was from the single module (the private
+constants too: the Redis registry sends them to the Lua port from here).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import TYPE_CHECKING, Any
+
+from scrapy.utils.misc import build_from_crawler
+
+from scrapy_openclaw.health.registry.eviction import _DICT_SLOT as _DICT_SLOT
+from scrapy_openclaw.health.registry.eviction import _Eviction
+from scrapy_openclaw.health.registry.eviction import _sampled_bytes as _sampled_bytes
+from scrapy_openclaw.health.registry.pacing import _count_delivered as _count_delivered
+from scrapy_openclaw.health.registry.pacing import _delivered as _delivered
+from scrapy_openclaw.health.registry.record import _COUNTERS as _COUNTERS
+from scrapy_openclaw.health.registry.record import _FIELD_TYPES as _FIELD_TYPES
+from scrapy_openclaw.health.registry.record import _OBSOLETE as _OBSOLETE
+from scrapy_openclaw.health.registry.record import _OPTIONAL as _OPTIONAL
+from scrapy_openclaw.health.registry.record import DomainState
+from scrapy_openclaw.health.registry.record import _Domain as _Domain
+from scrapy_openclaw.health.registry.recording import _Recording
+from scrapy_openclaw.health.registry.snapshots import _Snapshots
+from scrapy_openclaw.health.registry.tuning import _BASELINE_DRIFT as _BASELINE_DRIFT
+from scrapy_openclaw.health.registry.tuning import _BURST_SECONDS as _BURST_SECONDS
+from scrapy_openclaw.health.registry.tuning import _CUT_FLOOR as _CUT_FLOOR
+from scrapy_openclaw.health.registry.tuning import _LATENCY_ALPHA as _LATENCY_ALPHA
+from scrapy_openclaw.health.registry.tuning import _LATENCY_SLACK as _LATENCY_SLACK
+from scrapy_openclaw.health.registry.tuning import _MAX_DOUBLINGS as _MAX_DOUBLINGS
+from scrapy_openclaw.health.registry.tuning import _MAX_PROBE_SECONDS as _MAX_PROBE_SECONDS
+from scrapy_openclaw.health.registry.tuning import _MAX_RATE as _MAX_RATE
+from scrapy_openclaw.health.registry.tuning import _MIN_DECREASE_GAP as _MIN_DECREASE_GAP
+from scrapy_openclaw.health.registry.tuning import _PROBE_GROWTH as _PROBE_GROWTH
+from scrapy_openclaw.health.registry.tuning import _PROBE_LOST_AFTER as _PROBE_LOST_AFTER
+from scrapy_openclaw.health.registry.tuning import _PROBE_RECHECK as _PROBE_RECHECK
+from scrapy_openclaw.health.registry.tuning import _SHARE_FAST as _SHARE_FAST
+from scrapy_openclaw.health.registry.tuning import _SHARE_MARGIN as _SHARE_MARGIN
+from scrapy_openclaw.health.registry.tuning import _SHARE_SLOW as _SHARE_SLOW
+from scrapy_openclaw.health.registry.tuning import _SHARE_TRIGGER as _SHARE_TRIGGER
+from scrapy_openclaw.health.registry.tuning import _SLOW_START_DOUBLING as _SLOW_START_DOUBLING
+from scrapy_openclaw.health.registry.tuning import _SLOW_START_GAIN as _SLOW_START_GAIN
+from scrapy_openclaw.health.registry.tuning import _STALE_WINDOW as _STALE_WINDOW
+from scrapy_openclaw.health.registry.tuning import _WINDOW as _WINDOW
+from scrapy_openclaw.health.registry.tuning import CLOSED, DOMAIN, HALF_OPEN, OPEN, PAGE, SNAPSHOT_VERSION
+from scrapy_openclaw.health.registry.verdicts import _accounted as _accounted
+from scrapy_openclaw.health.registry.verdicts import _asks_to_slow_down as _asks_to_slow_down
+from scrapy_openclaw.health.registry.verdicts import _clustering as _clustering
+from scrapy_openclaw.health.registry.verdicts import _give_up_limit, _verdict, affects_health
+from scrapy_openclaw.health.registry.verdicts import _penalty as _penalty
+from scrapy_openclaw.policy import PolicySet
+from scrapy_openclaw.runtime import shared
+from scrapy_openclaw.settings import OpenClawSettings, health_registry_class, read_setting
+
+if TYPE_CHECKING:
+    from scrapy.crawler import Crawler
+
+    from scrapy_openclaw.errors import Classification
+
+__all__ = [
+    "CLOSED",
+    "DOMAIN",
+    "HALF_OPEN",
+    "OPEN",
+    "PAGE",
+    "SNAPSHOT_VERSION",
+    "DomainState",
+    "HealthRegistry",
+    "affects_health",
+    "scrapy_limits",
+]
+
+
+class HealthRegistry(_Recording, _Eviction, _Snapshots):
+    """Per-domain health, rate, circuit and holds for one crawl (see the module doc)."""
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> HealthRegistry:
+        return cls(PolicySet.for_crawler(crawler), **scrapy_limits(crawler.settings))
+
+    @classmethod
+    def for_crawler(cls, crawler: Crawler) -> HealthRegistry:
+        """The registry of this crawl, of the class ``OPENCLAW_HEALTH_REGISTRY_CLASS`` names."""
+
+        def build() -> HealthRegistry:
+            path = OpenClawSettings.for_crawler(crawler).health_registry_class
+            return build_from_crawler(health_registry_class(path), crawler)  # never any other callable
+
+        return shared(crawler, "health", build)
+
+    # --- reading --------------------------------------------------------------
+
+    def domains(self) -> list[str]:
+        return list(self._domains)
+
+    def state(self, domain: str, now: float | None = None) -> DomainState:
+        d, p = self._get(domain, now)
+        rate = min(self._rate(d, p), self.reported_rate_cap)
+        return DomainState(
+            domain=domain,
+            health=d.health,
+            rate=math.inf if rate >= _MAX_RATE else rate,
+            tokens=d.tokens,
+            burst=self._burst(d, p),
+            concurrency=self._concurrency(d, p, None),
+            circuit=d.circuit,
+            latency=d.latency,
+            hold_until=d.hold_until,
+            consecutive_failures=d.consecutive_failures,
+            requests=d.requests,
+            successes=d.successes,
+            failures=d.failures,
+            limit=d.threshold,
+            crawl_delay=d.crawl_delay,
+            blocked_seconds=d.blocked_seconds,
+        )
+
+    def concurrency(self, domain: str, slot_concurrency: int | None = None) -> int:
+        """Concurrent downloads the domain may have: its cap (the policy's
+        ``base_concurrency``, the slot's own concurrency) scaled by health."""
+        d, p = self._get(domain)
+        return self._concurrency(d, p, slot_concurrency)
+
+    def blocked_until(self, domain: str, now: float | None = None) -> float:
+        """When the domain's hold or open circuit ends (``<= now``: not blocked).
+
+        Unlike :meth:`ready_at` this ignores tokens and the half-open probe:
+        it is the time before which *nothing* may reach the domain.
+        """
+        d, _ = self._get(domain, now)
+        return max(d.hold_until, d.opened_at + d.cooldown if d.circuit == OPEN else 0.0, d.ctl_hold)
+
+    def down_for(self, domain: str, now: float | None = None) -> float:
+        """Seconds since the circuit opened without closing since (0.0 while it is closed)."""
+        now = time.time() if now is None else now
+        d, _ = self._get(domain, now)
+        if d.circuit == CLOSED or not d.down_since:
+            return 0.0
+        return max(0.0, now - d.down_since)
+
+    def given_up(self, domain: str, now: float | None = None) -> bool:
+        """Whether *domain* has been down too long (then for good): ``give_up_after``
+        seconds, or ``unreachable_give_up`` for a domain that never answered."""
+        if domain in self._given_up:
+            return True
+        d = self._domains.get(domain)
+        if d is not None and d.ctl_down:
+            return True
+        if d is None or d.circuit == CLOSED:
+            return False  # the common case, without bringing the record up to date
+        limit = _give_up_limit(d, self.policy(domain))
+        if limit is None or self.down_for(domain, now) < limit:
+            return False
+        self._given_up.add(domain)
+        return True
+
+    def ready_at(self, domain: str, now: float | None = None) -> float:
+        """The earliest UNIX time a request to *domain* may be sent (*now* if it may go now)."""
+        now = time.time() if now is None else now
+        d, p = self._get(domain, now)
+        ready = max(now, self.blocked_until(domain, now))
+        if d.circuit == HALF_OPEN and d.probe_at:
+            ready = max(ready, now + _PROBE_RECHECK)
+        if d.tokens < 1.0:
+            ready = max(ready, now + (1.0 - d.tokens) / self._rate(d, p))
+        return ready
+
+    def judge(
+        self,
+        domain: str,
+        classification: Classification | None,
+        *,
+        retry_after: float | None = None,
+        failed_before: float | None = None,
+        now: float | None = None,
+    ) -> str | None:
+        """Whose trouble a failure is: ``"domain"``, ``"page"``, or None (says nothing).
+
+        *failed_before* is when this URL last failed (a retry's previous
+        attempt), if it did: a retry failing is the page's trouble unless its
+        domain had trouble of its own (a domain verdict) since.
+        """
+        d, _ = self._get(domain, now)
+        return _verdict(d, classification, retry_after, failed_before)[0]
+
+    # --- admitting ------------------------------------------------------------
+
+    def try_acquire(self, domain: str, now: float | None = None, *, token: bool = True) -> bool:
+        """Take a token (and, when half-open, the single probe) if the domain may send now.
+
+        ``token=False`` checks only the hold and the circuit (and still takes
+        the probe): for callers that pace by other means, such as the
+        download slot's delay.
+        """
+        now = time.time() if now is None else now
+        d, _ = self._get(domain, now)
+        probe_out = d.circuit == HALF_OPEN and d.probe_at
+        if self.blocked_until(domain, now) > now or probe_out or (token and d.tokens < 1.0):
+            return False
+        if token:
+            d.tokens -= 1.0
+        if d.circuit == HALF_OPEN:
+            d.probe_at = now
+        return True
+
+    def hold(self, domain: str, until: float) -> None:
+        """Send nothing to *domain* before *until* (UNIX time); holds only ever extend."""
+        d, _ = self._get(domain)
+        d.hold_until = max(d.hold_until, until)
+
+    def control(self, domain: str, now: float | None = None, **changes: float) -> None:
+        """Apply operator overrides (see scrapy_openclaw.control): ``ctl_hold``, ``ctl_rate``,
+        ``ctl_concurrency``, ``ctl_down`` (0: cleared). Ending a give-up also forgives the
+        outage so far: ``give_up_after`` counts again from *now*."""
+        now = time.time() if now is None else now
+        d, _ = self._get(domain, now)
+        for name, value in changes.items():
+            if name not in ("ctl_hold", "ctl_rate", "ctl_concurrency", "ctl_down"):
+                raise ValueError(f"unknown override {name!r}")
+            setattr(d, name, int(value) if name in ("ctl_concurrency", "ctl_down") else float(value))
+        self.readiness_epoch += 1
+        if changes.get("ctl_down", 1) == 0:
+            self._given_up.discard(domain)
+            if d.down_since:
+                d.down_since = now
+
+    def overrides(self, domain: str) -> dict[str, Any]:
+        """The operator overrides in force for *domain* (None: not set)."""
+        d = self._domains.get(domain)
+        if d is None:
+            return {"hold_until": None, "rate": None, "concurrency": None, "given_up": False}
+        return {
+            "hold_until": d.ctl_hold or None,
+            "rate": d.ctl_rate or None,
+            "concurrency": int(d.ctl_concurrency) or None,
+            "given_up": bool(d.ctl_down),
+        }
+
+    def set_crawl_delay(self, domain: str, seconds: float) -> None:
+        """Space requests to *domain* at least *seconds* apart (robots.txt Crawl-delay; 0: none).
+
+        It is learned from the robots.txt request just sent: the next request waits a full delay.
+        """
+        d, _ = self._get(domain)
+        d.crawl_delay = max(0.0, float(seconds))
+        if d.crawl_delay > 0:
+            d.tokens = min(d.tokens, 0.0)
+
+
+def scrapy_limits(settings: Any) -> dict[str, Any]:
+    """The registry's defaults from the project's Scrapy settings: the per-domain
+    (or per-IP) concurrency, and the rate ``DOWNLOAD_DELAY`` allows."""
+    per_ip = int(settings["CONCURRENT_REQUESTS_PER_IP"] or 0)  # ([]: getint warns that it is deprecated)
+    delay = settings.getfloat("DOWNLOAD_DELAY")
+    return {
+        "default_concurrency": per_ip or settings.getint("CONCURRENT_REQUESTS_PER_DOMAIN"),
+        "reported_rate_cap": 1.0 / delay if delay > 0 else math.inf,
+        "idle_ttl": read_setting(settings, "OPENCLAW_HEALTH_IDLE_TTL"),
+    }

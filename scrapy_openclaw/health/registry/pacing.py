@@ -1,0 +1,149 @@
+"""The pace a domain may send at: slow start, cuts on congestion, the cubic back up, the token bucket.
+
+A mixin of :class:`HealthRegistry` (its rate arithmetic, kept apart from the
+bookkeeping), with the delivered-rate windows a cut learns the limit from.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+from scrapy_openclaw.health.registry.tuning import (
+    _BASELINE_DRIFT,
+    _BURST_SECONDS,
+    _CUT_FLOOR,
+    _LATENCY_ALPHA,
+    _LATENCY_SLACK,
+    _MAX_PROBE_SECONDS,
+    _MAX_RATE,
+    _MIN_DECREASE_GAP,
+    _PROBE_GROWTH,
+    _SLOW_START_DOUBLING,
+    _SLOW_START_GAIN,
+    _STALE_WINDOW,
+    _WINDOW,
+    CLOSED,
+)
+
+if TYPE_CHECKING:
+    from scrapy_openclaw.health.registry.record import _Domain
+    from scrapy_openclaw.policy import HealthPolicy
+
+
+class _Pacing:
+    """Rate, burst and concurrency of a domain record, and how they grow and shrink."""
+
+    default_concurrency: int
+
+    @staticmethod
+    def _ceiling(d: _Domain, p: HealthPolicy) -> float:
+        """The opt-in ceilings: ``base_rate`` (scaled by health) and Crawl-delay."""
+        ceiling = _MAX_RATE if p.base_rate is None else max(p.min_rate, p.base_rate * d.health / 100.0)
+        if d.ctl_rate > 0:  # the operator's ceiling
+            ceiling = min(ceiling, d.ctl_rate)
+        return min(ceiling, 1.0 / d.crawl_delay) if d.crawl_delay > 0 else ceiling
+
+    def _rate(self, d: _Domain, p: HealthPolicy) -> float:
+        return min(max(d.rate, p.min_rate), self._ceiling(d, p))
+
+    def _burst(self, d: _Domain, p: HealthPolicy) -> int:
+        """Tokens the bucket holds: ``burst``, but no more than a quarter second's
+        worth (a paused domain resumes at its pace, not with a burst), and one
+        under a Crawl-delay."""
+        if d.crawl_delay > 0:
+            return 1
+        return max(1, min(p.burst, int(self._rate(d, p) * _BURST_SECONDS)))
+
+    def _concurrency(self, d: _Domain, p: HealthPolicy, slot_concurrency: int | None) -> int:
+        if d.circuit != CLOSED:
+            return 1
+        cap = slot_concurrency if slot_concurrency is not None else self.default_concurrency
+        if p.base_concurrency is not None:
+            cap = min(cap, p.base_concurrency)
+        if d.ctl_concurrency > 0:  # the operator's concurrency replaces the cap
+            cap = int(d.ctl_concurrency)
+        return max(1, round(cap * d.health / 100.0))
+
+    def _increase(self, d: _Domain, p: HealthPolicy, now: float) -> None:
+        """Slow start (by half per success) until the first congestion; after it, growth by
+        half per second (its limit was a guess: what the first second delivered) until a
+        second 429 measures the limit; then the cubic, whose plateau near the limit
+        (``rate_probe`` small) keeps a hard limit's 429s to one per ten seconds or fewer.
+        Latency, 503s and timeouts never start the plateau: they say the site struggled
+        then, not where a limit is, so the pace probes back up at half per second."""
+        since = max(0.0, now - max(d.last_decrease, min(d.hold_until, now)))  # (held time is no probing)
+        if d.cuts == 0:
+            doublings = min(max(0.0, now - d.born) / _SLOW_START_DOUBLING, 60.0)
+            grown = min(d.rate * (1.0 + _SLOW_START_GAIN), p.initial_rate * 2.0**doublings)
+        elif d.cuts == 1 and d.threshold is not None:
+            grown = max(d.rate, d.threshold * p.rate_decrease * _PROBE_GROWTH ** min(since, _MAX_PROBE_SECONDS))
+        else:
+            flat_at = ((1.0 - p.rate_decrease) / p.rate_probe) ** (1.0 / 3.0)
+            grown = max(d.rate, d.threshold * (1.0 + p.rate_probe * (since - flat_at) ** 3))
+        d.rate = min(grown, self._ceiling(d, p), _MAX_RATE)
+
+    def _decrease(self, d: _Domain, p: HealthPolicy, now: float, measured: bool = False) -> bool:
+        """Cut the rate for a congestion event; False (nothing done) within one of the last.
+
+        The limit learned is the rate the domain delivered lately (its 2xx
+        over the last second or two), when that is lower than the rate: past
+        a limit, only the answers say where it is. After the first cut that
+        holds for a 429 (*measured*: "too many requests", so what got through
+        is the limit), at no less than ``_CUT_FLOOR`` x the rate; other
+        signals (503, timeouts, latency) say the site struggles, not how
+        much it takes, and keep ``rate_decrease`` x the rate, so an outage's
+        empty windows cannot ratchet the pace down.
+        """
+        if now - d.last_decrease < max(_MIN_DECREASE_GAP, d.latency or 0.0):
+            return False
+        before = self._rate(d, p)
+        delivered = _delivered(d, now)
+        if delivered > 0:
+            floor = 0.0 if d.cuts == 0 else before * (_CUT_FLOOR if measured else p.rate_decrease)
+            before = min(before, max(delivered, floor))
+        d.cuts = min(d.cuts + 1, 2) if measured else max(d.cuts, 1)  # (see _increase)
+        d.threshold = before
+        d.rate = max(p.min_rate, before * p.rate_decrease)
+        d.tokens = min(d.tokens, float(self._burst(d, p)))
+        d.last_decrease = now
+        return True
+
+    @staticmethod
+    def _observe_latency(d: _Domain, p: HealthPolicy, latency: float | None) -> bool:
+        """Fold a sample into the EWMA; True when it says the domain is congested."""
+        if latency is None or not math.isfinite(latency) or latency < 0:
+            return False
+        d.latency = latency if d.latency is None else d.latency + _LATENCY_ALPHA * (latency - d.latency)
+        if d.best_latency is None or d.latency < d.best_latency:
+            d.best_latency = d.latency
+            return False
+        d.best_latency += _BASELINE_DRIFT * (d.latency - d.best_latency)
+        return d.latency > p.latency_factor * d.best_latency + _LATENCY_SLACK
+
+
+def _count_delivered(d: _Domain, now: float) -> None:
+    """Count a success in the delivered-rate window; close the window once it is long enough.
+
+    Holds stay in the windows: what a site delivers over time, its pauses
+    included, is what its limit allows (measured right after a pause, the
+    server's refilled burst would make it look larger).
+    """
+    d.win_ok += 1
+    span = now - d.win_start
+    if span < _WINDOW:
+        return
+    if span <= _STALE_WINDOW:
+        d.delivered = d.win_ok / span
+    d.win_start, d.win_ok = now, 0
+
+
+def _delivered(d: _Domain, now: float) -> float:
+    """Successes per second the domain delivered lately: the last closed window
+    (about ``_WINDOW`` long) and the open one (0.0: nothing to go by)."""
+    span = now - d.win_start
+    if span < 0:
+        return 0.0
+    if d.delivered is None:
+        return d.win_ok / max(span, _WINDOW)
+    return (d.delivered * _WINDOW + d.win_ok) / (_WINDOW + span)

@@ -1,0 +1,100 @@
+"""Recording outcomes: a success grows the pace and may close the circuit; a domain failure costs
+health, pace, a hold and may open it.
+
+A mixin of :class:`HealthRegistry`; whose trouble a failure is comes from :mod:`.verdicts`.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+from scrapy_openclaw.health.registry.core import _RegistryCore
+from scrapy_openclaw.health.registry.pacing import _count_delivered
+from scrapy_openclaw.health.registry.tuning import _SHARE_FAST, _SHARE_SLOW, CLOSED, HALF_OPEN, OPEN
+from scrapy_openclaw.health.registry.verdicts import _accounted, _penalty
+
+if TYPE_CHECKING:
+    from scrapy_openclaw.errors import Classification
+
+
+class _Recording(_RegistryCore):
+    """The writes of the health middleware: ``record_success`` and ``record_failure``."""
+
+    def record_success(self, domain: str, latency: float | None, now: float | None = None) -> str | None:
+        """Count a successful request; ``"closed"`` if it closed the circuit (a probe came back).
+
+        Recording returns the circuit transition it caused itself, so that a
+        component sharing the state with others (several workers on one Redis)
+        reports each opening and closing once, where it happened.
+        """
+        now = time.time() if now is None else now
+        d, p = self._get(domain, now)
+        d.requests += 1
+        d.successes += 1
+        d.consecutive_failures = 0
+        _count_delivered(d, now)
+        d.answered_at = d.last_success = now
+        d.health = min(100.0, d.health + p.success_reward)
+        d.share_fast -= _SHARE_FAST * d.share_fast
+        d.share_slow -= _SHARE_SLOW * d.share_slow
+        congested = self._observe_latency(d, p, latency)
+        closed = d.circuit == HALF_OPEN
+        if closed:  # the learned limit stays: the domain resumes at it
+            d.circuit, d.probe_at, d.down_since = CLOSED, 0.0, 0.0
+        if congested:
+            self._decrease(d, p, now)
+        else:
+            self._increase(d, p, now)
+        return CLOSED if closed else None
+
+    def record_failure(
+        self,
+        domain: str,
+        classification: Classification,
+        now: float | None = None,
+        retry_after: float | None = None,
+        failed_before: float | None = None,
+    ) -> str | None:
+        """Count a failed request; *retry_after* is the server's wait in seconds, if it sent one.
+
+        Only a domain signal (see :meth:`judge`) costs health, pace or the
+        circuit, and only one the failure itself shows (see :func:`_accounted`).
+        Returns ``"open"`` if this failure opened the circuit (or reopened it
+        after a failed probe).
+        """
+        now = time.time() if now is None else now
+        d, p = self._get(domain, now)
+        d.requests += 1
+        d.failures += 1
+        if classification.status is not None:
+            d.answered_at = now
+        domain_signal, in_share = _accounted(d, classification, retry_after, failed_before)
+        if in_share:
+            d.share_fast += _SHARE_FAST * (1.0 - d.share_fast)
+            d.share_slow += _SHARE_SLOW * (1.0 - d.share_slow)
+        if not domain_signal:
+            if d.circuit == HALF_OPEN:
+                d.probe_at = 0.0  # a page's own failure proves nothing: let another request probe
+            return None
+        d.troubled_at = now
+        d.consecutive_failures += 1
+        penalty, congestion = _penalty(classification, p)
+        # A congestion signal costs its penalty once per event (when it also cuts
+        # the rate). While the circuit is open or half-open the domain is known
+        # to be down: a failed probe or a late answer costs no health and no hold
+        # of its own; the growing cool-down is the penalty.
+        fresh = congestion and self._decrease(d, p, now, measured=classification.status == 429)
+        closed = d.circuit == CLOSED
+        if closed and (fresh or not congestion):
+            d.health = max(0.0, d.health - penalty)
+        if retry_after is not None:
+            d.hold_until = max(d.hold_until, now + min(max(retry_after, 0.0), p.retry_after_cap))
+        elif classification.is_throttle and closed:
+            d.hold_until = max(d.hold_until, now + 1.0 / self._rate(d, p))
+        if d.circuit == HALF_OPEN or (
+            d.circuit == CLOSED and (d.health < p.circuit_floor or d.consecutive_failures >= p.circuit_failures)
+        ):
+            self._open(d, p, now)
+            return OPEN
+        return None

@@ -1,0 +1,42 @@
+"""The controller's constants: circuit states, verdicts, and the tuning of pace, latency and 5xx windows.
+
+One table, because the Lua port in :mod:`scrapy_openclaw.distributed.lua` is sent the
+same values (``RedisHealthRegistry.policy_json`` reads them here), so the two
+controllers cannot drift apart.
+"""
+
+CLOSED = "closed"
+OPEN = "open"
+HALF_OPEN = "half_open"
+#: Verdicts of :meth:`HealthRegistry.judge`.
+DOMAIN = "domain"
+PAGE = "page"
+
+SNAPSHOT_VERSION = 1
+_LATENCY_ALPHA = 0.2  # weight of a new sample in the latency EWMA
+_BASELINE_DRIFT = 0.01  # how fast the best-latency baseline follows a lasting change
+_LATENCY_SLACK = 0.05  # seconds; latency noise below this is never congestion
+_MIN_DECREASE_GAP = 1.0  # seconds between two multiplicative decreases (or one RTT if longer)
+_SLOW_START_GAIN = 0.5  # slow start: the rate grows by this share with every success ...
+_SLOW_START_DOUBLING = 0.1  # ... but doubles at most once per this many seconds (from initial_rate)
+_PROBE_GROWTH = 1.5  # after the first cut the rate grows by this factor per second ...
+_MAX_PROBE_SECONDS = 30.0  # ... (a bound for the exponent)
+_CUT_FLOOR = 0.5  # a cut after the first keeps at least this share of the rate (a guard against a bad window)
+_MAX_RATE = 100000.0  # req/s; at this rate pacing has stopped mattering ("unpaced")
+_BURST_SECONDS = 0.25  # the token bucket holds at most this much time's worth of requests
+_WINDOW = 1.0  # seconds; the delivered-rate estimate is the last such window and the open one
+_STALE_WINDOW = 5.0  # a window longer than this (an idle domain) says nothing about its rate
+# 5xx share of recent fresh answers: a fast and a slow EWMA (about the last 5 and 50);
+# a 5xx is a domain signal when the fast share reaches the trigger and exceeds the
+# slow baseline by the margin (failures clustering while successes stop). A 503
+# window trips it at its 6th failure; one broken page in five, on about 4% of
+# 100-page crawls (a run of bad luck), and then for one failure.
+_SHARE_FAST = 0.2
+_SHARE_SLOW = 0.02
+_SHARE_TRIGGER = 0.7
+_SHARE_MARGIN = 0.25
+_PROBE_RECHECK = 1.0  # seconds; how soon to ask again while a half-open probe is out
+# A half-open probe that has not reported back after this long (and after the
+# cool-down) was lost on the way (e.g. dropped by another middleware): allow another.
+_PROBE_LOST_AFTER = 30.0
+_MAX_DOUBLINGS = 32  # 2**32 x any cool-down is far past any cap

@@ -1,0 +1,128 @@
+"""Per-domain policies: defaults plus overrides by host pattern, validated once.
+
+A policy has three parts, one per component: ``health``, ``retry`` and
+``deadline``. The built-in defaults are the dataclass defaults (:mod:`.policies`);
+``OPENCLAW_POLICY`` (a dict in ``settings.py``) and then the YAML file named by
+``OPENCLAW_POLICY_FILE`` are layered on top. Both have the same schema::
+
+    defaults:
+      health: {base_concurrency: 8}
+      retry: {network: {max_attempts: 5}}
+    domains:
+      "*.example.com":      # every subdomain of example.com (not example.com)
+        health: {base_rate: 2}
+      api.example.com:      # exact host: more specific, applied last
+        retry: {budget_ratio: 0.1}
+
+Matching rules apply from least to most specific (wildcards with fewer labels
+first, exact hosts last), each overriding only the keys it names. Any error
+stops the crawl at start with the file, line and key.
+
+The parts: :mod:`.policies` (the dataclasses: knobs, defaults, ranges),
+:mod:`.loading` (the layers read and merged), :mod:`.validation` (checking
+and building), :mod:`.matching` (host-pattern rules). Every name is importable from here.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from scrapy_openclaw.policy.loading import _HOST_PATTERN as _HOST_PATTERN
+from scrapy_openclaw.policy.loading import _ORDERED as _ORDERED
+from scrapy_openclaw.policy.loading import _Loader, inline_policy
+from scrapy_openclaw.policy.matching import _Rule
+from scrapy_openclaw.policy.policies import (
+    DeadlinePolicy,
+    DomainPolicy,
+    ExpiredMode,
+    HealthPolicy,
+    JitterMode,
+    RetryClassPolicy,
+    RetryPolicy,
+)
+from scrapy_openclaw.policy.policies import _range as _range
+from scrapy_openclaw.policy.validation import _build, _deep_merge
+from scrapy_openclaw.policy.validation import _check_number as _check_number
+from scrapy_openclaw.policy.validation import _validate as _validate
+from scrapy_openclaw.policy.validation import _validate_value as _validate_value
+from scrapy_openclaw.yamlconfig import read_yaml
+
+if TYPE_CHECKING:
+    from scrapy.crawler import Crawler
+    from scrapy.settings import BaseSettings
+
+__all__ = [
+    "DeadlinePolicy",
+    "DomainPolicy",
+    "ExpiredMode",
+    "HealthPolicy",
+    "JitterMode",
+    "PolicySet",
+    "RetryClassPolicy",
+    "RetryPolicy",
+    "inline_policy",
+]
+
+
+class PolicySet:
+    """The validated policies of one crawl; ``for_domain`` is cached."""
+
+    def __init__(self, defaults: dict[str, Any], rules: list[_Rule]):
+        self._defaults_raw = defaults
+        self.defaults: DomainPolicy = _build(DomainPolicy, defaults)
+        self.rules = sorted(rules, key=lambda r: r.specificity)
+        self.for_domain = lru_cache(maxsize=4096)(self._for_domain)
+
+    def _for_domain(self, domain: str) -> DomainPolicy:
+        merged = self._defaults_raw
+        matched = False
+        for rule in self.rules:
+            if rule.matches(domain.lower()):
+                merged = _deep_merge(merged, rule.overrides)
+                matched = True
+        return _build(DomainPolicy, merged) if matched else self.defaults
+
+    def names(self, domain: str, *path: str) -> bool:
+        """Whether a policy layer (defaults or a rule matching *domain*) names *path*,
+        e.g. ``("retry", "network", "max_attempts")``, rather than leaving the built-in default."""
+        layers = [self._defaults_raw, *(r.overrides for r in self.rules if r.matches(domain.lower()))]
+        for node in layers:
+            for key in path:
+                if not isinstance(node, dict) or key not in node:
+                    break
+                node = node[key]
+            else:
+                return True
+        return False
+
+    @classmethod
+    def from_settings(cls, settings: BaseSettings) -> PolicySet:
+        """Validate the flat OPENCLAW_* settings and the policy layers."""
+        from scrapy_openclaw.settings import validate_settings
+
+        validate_settings(settings)
+        return cls._load(settings)
+
+    @classmethod
+    def _load(cls, settings: BaseSettings) -> PolicySet:
+        """The policy layers (inline, then the file), validated; the flat settings already are."""
+        loader = _Loader()
+        loader.add(inline_policy(settings.get("OPENCLAW_POLICY")), source="setting OPENCLAW_POLICY", lines={})
+        path = settings.get("OPENCLAW_POLICY_FILE")
+        if path:
+            data, lines = read_yaml(Path(path), kind="policy file")
+            loader.add(data, source=str(path), lines=lines)
+        loader.check()
+        return cls(loader.defaults, loader.rules())
+
+    @classmethod
+    def for_crawler(cls, crawler: Crawler) -> PolicySet:
+        """The crawl's policies, loaded once; the flat settings are validated once, by
+        :meth:`OpenClawSettings.for_crawler <scrapy_openclaw.settings.OpenClawSettings.for_crawler>`."""
+        from scrapy_openclaw.runtime import shared
+        from scrapy_openclaw.settings import OpenClawSettings
+
+        OpenClawSettings.for_crawler(crawler)
+        return shared(crawler, "policy", lambda: cls._load(crawler.settings))

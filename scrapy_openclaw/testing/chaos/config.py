@@ -1,0 +1,132 @@
+"""What the chaos site serves: its paths, the ban page, and the per-host fault configuration.
+
+Plain frozen dataclasses that also accept JSON data (a subprocess reads its
+config from a file), validated on construction so a typo fails the test at once.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, field
+from http import HTTPStatus
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+CONTROL_PATHS = ("/__truth__", "/__reset__")
+ROBOTS_PATH = "/robots.txt"
+DROP = "drop"
+HANG = "hang"
+_PAGE_RE = re.compile(r"^/page/(\d+)$")
+_REASONS = {s.value: s.phrase.encode() for s in HTTPStatus}
+#: The id of the captcha form on a chaos ban page: the marker a policy lists for it.
+BAN_MARKER = "chaos-captcha-form"
+BAN_TITLE = "Verify you are human"
+BAN_PAGE = (
+    f'<html><head><title>{BAN_TITLE}</title></head><body><h1 id="title">{BAN_TITLE}</h1>'
+    f'<form id="{BAN_MARKER}" action="/verify"><div class="g-recaptcha"></div></form></body></html>'
+).encode()
+
+
+@dataclass(frozen=True)
+class FailWindows:
+    """During the first ``down`` seconds of every ``period`` every request gets ``status``."""
+
+    period: float
+    down: float
+    status: int = 503
+    offset: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.period <= 0 or not 0 <= self.down <= self.period:
+            raise ValueError(f"fail_windows: need period > 0 and 0 <= down <= period, got {self}")
+
+    def is_down(self, elapsed: float) -> bool:
+        """Whether ``elapsed`` seconds after the site started fall in a down window."""
+        return (elapsed + self.offset) % self.period < self.down
+
+
+@dataclass(frozen=True)
+class RateLimit:
+    """Token bucket; a request finding no token gets 429 (+ ``Retry-After`` unless None)."""
+
+    rate: float
+    burst: int = 1
+    retry_after: str | None = "1"
+
+    def __post_init__(self) -> None:
+        if self.rate < 0 or self.burst < 1:
+            raise ValueError(f"rate_limit: need rate >= 0 and burst >= 1, got {self}")
+
+
+@dataclass(frozen=True)
+class HostConfig:
+    address: str
+    port: int = 0
+    pages: int = 50
+    links_per_page: int | str = 5
+    cross_links: int = 0
+    latency: float = 0.0
+    latency_jitter: float = 0.0
+    fail_windows: FailWindows | None = None
+    rate_limit: RateLimit | None = None
+    drop_rate: float = 0.0
+    hang_rate: float = 0.0
+    not_found: tuple[int, ...] = ()
+    parse_fail: dict[int, int] = field(default_factory=dict)
+    status_script: dict[int, tuple[int, ...]] = field(default_factory=dict)
+    robots_txt: str | None = None  # served at /robots.txt with 200; None: 404 like any unknown path
+    # a ban: after this many requests (robots.txt aside) every page answers ban_status with a
+    # captcha page (BAN_MARKER in it, and an h1#title a careless spider would scrape) ...
+    ban_after: int | None = None
+    ban_seconds: float | None = None  # ... for this long from the first ban page (None: for good)
+    ban_status: int = 200
+
+    def __post_init__(self) -> None:
+        # Accept plain JSON data (dicts, lists, string keys) and normalise it.
+        def put(name: str, value: Any) -> None:
+            object.__setattr__(self, name, value)
+
+        if isinstance(self.fail_windows, dict):
+            put("fail_windows", FailWindows(**self.fail_windows))
+        if isinstance(self.rate_limit, dict):
+            put("rate_limit", RateLimit(**self.rate_limit))
+        put("not_found", tuple(sorted(int(p) for p in self.not_found)))
+        put("parse_fail", {int(k): int(v) for k, v in self.parse_fail.items()})
+        put("status_script", {int(k): tuple(int(s) for s in v) for k, v in self.status_script.items()})
+        where = f"host {self.address}"
+        if self.pages < 1:
+            raise ValueError(f"{where}: pages must be >= 1")
+        if self.links_per_page != "all" and not (isinstance(self.links_per_page, int) and self.links_per_page >= 0):
+            raise ValueError(f"{where}: links_per_page must be an int >= 0 or 'all'")
+        for name in ("drop_rate", "hang_rate"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"{where}: {name} must be within [0, 1]")
+        if self.latency < 0 or self.latency_jitter < 0 or self.cross_links < 0:
+            raise ValueError(f"{where}: latency, latency_jitter and cross_links must be >= 0")
+        if any(not v for v in self.status_script.values()):
+            raise ValueError(f"{where}: status_script lists must not be empty")
+        if self.ban_after is not None and self.ban_after < 0 or (self.ban_seconds or 0) < 0:
+            raise ValueError(f"{where}: ban_after and ban_seconds must be >= 0")
+
+
+@dataclass(frozen=True)
+class ChaosConfig:
+    hosts: tuple[HostConfig, ...]
+    seed: int = 1
+
+    def __post_init__(self) -> None:
+        hosts = tuple(h if isinstance(h, HostConfig) else HostConfig(**h) for h in self.hosts)
+        object.__setattr__(self, "hosts", hosts)
+        addresses = [h.address for h in hosts]
+        if not hosts or len(set(addresses)) != len(addresses):
+            raise ValueError(f"ChaosConfig needs at least one host and unique addresses: {addresses}")
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ChaosConfig:
+        return cls(hosts=tuple(data["hosts"]), seed=int(data.get("seed", 1)))
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe (``json.dumps`` turns the int keys into strings; ``from_dict`` reads them back)."""
+        return asdict(self)

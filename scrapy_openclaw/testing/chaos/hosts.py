@@ -1,0 +1,197 @@
+"""The request handler: what one host answers to a request (faults first, then the page), and the truth it records.
+
+Each host draws its faults from its own seeded RNG; a delayed answer is a
+reactor call the site can cancel, a dropped or hanging one never answers.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from collections import Counter
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from twisted.web import resource, server
+
+from scrapy_openclaw.testing.chaos.config import (
+    _PAGE_RE,
+    _REASONS,
+    BAN_PAGE,
+    CONTROL_PATHS,
+    DROP,
+    HANG,
+    ROBOTS_PATH,
+    HostConfig,
+)
+
+if TYPE_CHECKING:
+    from twisted.web.server import Request
+
+    from scrapy_openclaw.testing.chaos.site import ChaosSite
+
+
+@dataclass(frozen=True)
+class _Outcome:
+    status: int | str
+    body: bytes = b""
+    headers: tuple[tuple[str, str], ...] = ()
+
+
+class _Host:
+    """Per-host serving state and ground truth."""
+
+    def __init__(self, site: ChaosSite, index: int, cfg: HostConfig):
+        self.site, self.index, self.cfg = site, index, cfg
+        self.port: int | None = None
+        self.base_url: str | None = None
+        self.in_flight = 0
+        self.reset()
+
+    def reset(self) -> None:
+        self.rng = random.Random(f"faults:{self.site.config.seed}:{self.cfg.address}")
+        self.requests: list[dict[str, Any]] = []
+        self.max_in_flight = self.in_flight
+        self.script_fetches: Counter[int] = Counter()
+        self.parse_fetches: Counter[int] = Counter()
+        self.tokens = float(self.cfg.rate_limit.burst) if self.cfg.rate_limit else 0.0
+        self.tokens_at = time.monotonic()
+        self.seen = 0  # requests so far, robots.txt aside (for ban_after)
+        self.banned_at: float | None = None
+
+    def _banned(self, path: str, now: float) -> bool:
+        cfg = self.cfg
+        if cfg.ban_after is None or path == ROBOTS_PATH:
+            return False
+        self.seen += 1
+        if self.seen <= cfg.ban_after:
+            return False
+        if self.banned_at is None:
+            self.banned_at = now
+        return cfg.ban_seconds is None or now - self.banned_at < cfg.ban_seconds
+
+    def _take_token(self) -> bool:
+        limit = self.cfg.rate_limit
+        assert limit is not None
+        now = time.monotonic()
+        self.tokens = min(float(limit.burst), self.tokens + (now - self.tokens_at) * limit.rate)
+        self.tokens_at = now
+        if self.tokens >= 1.0:
+            self.tokens -= 1.0
+            return True
+        return False
+
+    def decide(self, path: str, now: float) -> tuple[_Outcome, float]:
+        cfg = self.cfg
+        r_drop, r_hang, r_latency = self.rng.random(), self.rng.random(), self.rng.random()
+        delay = cfg.latency + cfg.latency_jitter * r_latency
+        if cfg.rate_limit is not None and not self._take_token():
+            retry_after = cfg.rate_limit.retry_after
+            headers = (("Retry-After", retry_after),) if retry_after is not None else ()
+            return _Outcome(429, _error_body(429), headers), delay
+        if r_drop < cfg.drop_rate:
+            return _Outcome(DROP), delay
+        if r_hang < cfg.hang_rate:
+            return _Outcome(HANG), delay
+        if self._banned(path, now):
+            return _Outcome(cfg.ban_status, BAN_PAGE), delay
+        windows = cfg.fail_windows
+        if windows is not None and windows.is_down(now - (self.site.started_at or now)):
+            return _Outcome(windows.status, _error_body(windows.status)), delay
+        if path == ROBOTS_PATH and cfg.robots_txt is not None:
+            headers = (("Content-Type", "text/plain; charset=utf-8"),)
+            return _Outcome(200, cfg.robots_txt.encode(), headers), delay
+        match = _PAGE_RE.match(path)
+        page = 0 if path == "/" else int(match.group(1)) if match else -1
+        if not 0 <= page < cfg.pages:
+            return _Outcome(404, _error_body(404)), delay
+        script = cfg.status_script.get(page)
+        if script is not None:
+            status = script[min(self.script_fetches[page], len(script) - 1)]
+            self.script_fetches[page] += 1
+            if status != 200:
+                return _Outcome(status, _error_body(status)), delay
+        elif page in cfg.not_found:
+            return _Outcome(404, _error_body(404)), delay
+        with_title = True
+        if page in cfg.parse_fail:
+            with_title = self.parse_fetches[page] >= cfg.parse_fail[page]
+            self.parse_fetches[page] += 1
+        return _Outcome(200, self.site.render_page(self.index, page, with_title)), delay
+
+    def handle(self, request: Request, path: str) -> int:
+        now = time.time()
+        record: dict[str, Any] = {
+            "t": now,
+            "path": path,
+            "method": request.method.decode("latin-1"),
+            "status": None,
+            "end": None,
+        }
+        self.requests.append(record)
+        self.in_flight += 1
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        outcome, delay = self.decide(path, now)
+        record["status"] = outcome.status
+        if outcome.body is BAN_PAGE:
+            record["banned"] = True
+        pending: list[Any] = []
+
+        def finished(_: Any) -> None:
+            for call in pending:
+                self.site.forget_call(call)
+            record["end"] = time.time()
+            self.in_flight -= 1
+
+        request.notifyFinish().addBoth(finished)
+        if outcome.status == HANG:
+            return server.NOT_DONE_YET
+        if delay > 0:
+            pending.append(self.site.call_later(delay, _act, request, outcome))
+        else:
+            _act(request, outcome)
+        return server.NOT_DONE_YET
+
+
+def _error_body(status: int) -> bytes:
+    return f"<html><body><h2>Error {status}</h2></body></html>".encode()
+
+
+def _act(request: Request, outcome: _Outcome) -> None:
+    # A delayed answer is cancelled when its connection goes away (see ``_Host.handle``).
+    if request.finished:
+        return
+    if outcome.status == DROP:
+        assert request.transport is not None  # (the connected channel's, set when the request was made)
+        request.transport.abortConnection()
+        return
+    status = int(outcome.status)
+    request.setResponseCode(status, _REASONS.get(status, b"Chaos"))
+    request.setHeader("Content-Type", "text/html; charset=utf-8")
+    for name, value in outcome.headers:
+        request.setHeader(name, value)
+    request.write(outcome.body)
+    request.finish()
+
+
+class _HostResource(resource.Resource):
+    isLeaf = True
+
+    def __init__(self, host: _Host):
+        super().__init__()
+        self.host = host
+
+    def render(self, request: Request) -> bytes | int:
+        path = request.path.decode("utf-8", "replace")
+        if path in CONTROL_PATHS:
+            request.setHeader("Content-Type", "application/json")
+            if path == "/__reset__":
+                if request.method != b"POST":
+                    request.setResponseCode(405)
+                    return b'{"error": "POST only"}'
+                self.host.site.reset()
+                return b'{"ok": true}'
+            full = request.args.get(b"requests", [b"1"])[0] != b"0"
+            return json.dumps(self.host.site.truth(include_requests=full)).encode()
+        return self.host.handle(request, path)
