@@ -64,7 +64,7 @@ def _script(*parts: str) -> str:
     return "\n".join(_read(part).rstrip("\n") for part in parts) + "\n"
 
 
-#: the rate controller (a prelude): a line-by-line port of ``health/registry.py``
+#: the rate controller (a prelude): a line-by-line port of ``health/registry/`` (its ``pacing`` and ``recording`` parts)
 HEALTH = _script("health")
 #: a shard's keys and the entry helpers (a prelude of every queue script)
 QUEUE = _script("queue")

@@ -1,4 +1,4 @@
--- The rate controller, a line-by-line port of scrapy_openclaw/health/registry.py
+-- The rate controller, a line-by-line port of scrapy_openclaw/health/registry/ (pacing.py, recording.py)
 -- (HealthRegistry). The hash fields are the names of registry._Domain's slots
 -- (None stored as ''), plus 'policy' (cjson of the domain's HealthPolicy and the
 -- registry's module constants, written by RedisHealthRegistry; a None in it
