@@ -36,9 +36,9 @@ def test_every_policy_knob_is_in_the_readme(knob):
 def test_the_two_setup_commands_open_the_readme():
     head = README.split("\n## ", 1)[0]
     assert "pip install -e . && cd sample_project && scrapy crawl demo" in head
-    assert 'pip install -e ".[test]" && python -m pytest -q' in head
+    assert 'pip install -e ".[test]" && python -m pytest -q -n 3\n' in head
 
 
 def test_ci_runs_the_readme_test_command():
     ci = (Path(__file__).parent.parent / ".ci" / "run").read_text(encoding="utf-8")
-    assert "python3 -m pytest -q\n" in ci
+    assert "python3 -m pytest -q -n 3\n" in ci
