@@ -36,7 +36,7 @@ from scrapy_openclaw._files import is_temp
 from scrapy_openclaw.checkpoint.feeds import parse_outputs
 from scrapy_openclaw.checkpoint.journal import read_journal
 from scrapy_openclaw.checkpoint.records import CheckpointVersionError, apply_payloads
-from scrapy_openclaw.checkpoint.snapshot import CorruptSnapshot, read_snapshot
+from scrapy_openclaw.checkpoint.snapshot import CorruptSnapshot, Snapshot, read_snapshot
 
 logger = logging.getLogger(__name__)
 
@@ -176,17 +176,7 @@ def load(directory: Path) -> RecoveredState:
             state.bad_snapshots.append(str(exc))
             state.warnings.append(f"skipped damaged snapshot {path.name}: {exc}")
             continue
-        state.snapshot_gen = gen
-        state.header = snapshot.header
-        state.fingerprints = snapshot.fingerprints
-        state.start_fingerprints = {bytes.fromhex(h) for h in snapshot.header.get("start_fingerprints", ())}
-        state.requests = {rid: [st, data, None] for rid, st, data in snapshot.requests}
-        outputs, bad = parse_outputs(snapshot.header.get("outputs") or {})
-        state.outputs = outputs
-        if bad:
-            state.warnings.append(f"{path.name}: ignored invalid output state(s) {', '.join(bad[:5])}")
-        state.next_id = int(snapshot.header.get("next_id", 1))
-        state.crawl_id = snapshot.header.get("crawl_id")
+        _take_snapshot(state, gen, snapshot, path)
         break
     base = state.snapshot_gen if state.snapshot_gen is not None else -1
     if state.snapshot_gen is None and snaps:
@@ -211,6 +201,21 @@ def load(directory: Path) -> RecoveredState:
             )
         apply_payloads(state, contents.payloads)
     return state
+
+
+def _take_snapshot(state: RecoveredState, gen: int, snapshot: Snapshot, path: Path) -> None:
+    """Start the recovered state from this verified snapshot."""
+    state.snapshot_gen = gen
+    state.header = snapshot.header
+    state.fingerprints = snapshot.fingerprints
+    state.start_fingerprints = {bytes.fromhex(h) for h in snapshot.header.get("start_fingerprints", ())}
+    state.requests = {rid: [st, data, None] for rid, st, data in snapshot.requests}
+    outputs, bad = parse_outputs(snapshot.header.get("outputs") or {})
+    state.outputs = outputs
+    if bad:
+        state.warnings.append(f"{path.name}: ignored invalid output state(s) {', '.join(bad[:5])}")
+    state.next_id = int(snapshot.header.get("next_id", 1))
+    state.crawl_id = snapshot.header.get("crawl_id")
 
 
 def age(state: RecoveredState, now: float | None = None) -> float | None:

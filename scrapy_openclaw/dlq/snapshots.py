@@ -157,16 +157,10 @@ class ErrorSnapshots:
         domain = slot_key(self.crawler, request)
         exc_type = type(exception).__name__ if exception is not None else None
         sig = signature(classification.error_class.value, classification.status, exc_type, domain)
-        seen = self._seen[sig] if self.directory is not None else None
-        if seen is not None and len(seen) >= self.count:
-            return  # the common case once a signature is full: one dict lookup
-        if self._tries[sig] >= self.count * _TRIES_PER_SLOT:
+        seen = self._room_for(sig)
+        if seen is None:
             return
-        self._tries[sig] += 1
         directory = self._open()
-        seen = self._seen[sig]
-        if len(seen) >= self.count:
-            return
         body = b"" if response is None else response.body
         stored = _redact_body(body[: self.max_bytes])
         headers = _redact_headers(response.headers if response is not None else {})
@@ -204,6 +198,18 @@ class ErrorSnapshots:
         }
         self.crawler.stats.inc_value(f"{STATS_PREFIX}/written")
         self._write_later(directory, meta, stored if response is not None else None, body_hash)
+
+    def _room_for(self, sig: tuple[str, ...]) -> set[str] | None:
+        """The signature's kept content hashes if it may keep one more (and this try counts), else None."""
+        seen = self._seen[sig] if self.directory is not None else None
+        if seen is not None and len(seen) >= self.count:
+            return None  # the common case once a signature is full: one dict lookup
+        if self._tries[sig] >= self.count * _TRIES_PER_SLOT:
+            return None
+        self._tries[sig] += 1
+        self._open()
+        seen = self._seen[sig]
+        return seen if len(seen) < self.count else None
 
     def _write_later(self, directory: Path, meta: dict[str, Any], body: bytes | None, body_hash: str) -> None:
         d = _in_thread(_write, directory, meta, body, body_hash)

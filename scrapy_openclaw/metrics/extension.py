@@ -34,13 +34,11 @@ from scrapy_openclaw.metrics.collector import (
     PREFIX,
     DomainLabels,
     OpenClawCollector,
-    on_reactor_thread,
     status_class,
 )
 from scrapy_openclaw.metrics.logtable import DomainLogTable, Progress
-from scrapy_openclaw.pqueues import queue_state as deadline_queue_state
-from scrapy_openclaw.runtime import peek
-from scrapy_openclaw.scrapy_internals import downloader_activity, engine_of, scheduler_of, slot_key
+from scrapy_openclaw.metrics.progress import ProgressCollector, crawl_progress
+from scrapy_openclaw.scrapy_internals import engine_of, slot_key
 from scrapy_openclaw.settings import OpenClawSettings
 
 if TYPE_CHECKING:
@@ -81,7 +79,7 @@ class MetricsExtension:
         self._build_metrics()
         self.collector = OpenClawCollector(crawler, self.labels, lambda: self._spider_name)
         self.registry.register(self.collector)
-        self.registry.register(_ProgressCollector(self))
+        self.registry.register(ProgressCollector(self))
         rows = config.log_domains
         interval = settings.getfloat("LOGSTATS_INTERVAL")
         self.logtable = (
@@ -190,36 +188,8 @@ class MetricsExtension:
         return DeferredList(waits, consumeErrors=True)
 
     def progress(self) -> Progress | None:
-        """Requests discovered (accepted by the scheduler, retries not counted again) and pending
-        by state, overall and per domain; None before the crawl runs."""
-        crawler = self.crawler
-        engine = engine_of(crawler)
-        scheduler = scheduler_of(engine)
-        activity = downloader_activity(engine)
-        if scheduler is None or activity is None:
-            return None
-        in_flight, active = activity
-        domains: dict[str, int] = dict(active)
-        due_at: dict[str, float] = {}
-        if peek(crawler, "queues"):  # the DeadlinePriorityQueue: ready and delayed per domain
-            state = deadline_queue_state(crawler)
-            queued, waiting = int(state["ready"]), int(state["delayed"])
-            for domain, n in state["domains"].items():
-                domains[domain] = domains.get(domain, 0) + int(n)
-            for queue in peek(crawler, "queues") or ():  # delayed ones (retries), per domain
-                for due, request in queue.delayed_requests():
-                    domain = slot_key(crawler, request)
-                    domains[domain] = domains.get(domain, 0) + 1
-                    due_at[domain] = min(due_at.get(domain, due), due)
-        else:
-            delayed = peek(crawler, "delayed")
-            waiting = len(delayed) if delayed is not None and getattr(delayed, "active", False) else 0
-            queued = len(scheduler) if hasattr(scheduler, "__len__") else 0
-        stats = crawler.stats
-        enqueued = int(stats.get_value("scheduler/enqueued", 0) or 0)
-        retries = int(stats.get_value("retry/count", 0) or 0)
-        discovered = max(enqueued - retries, queued + waiting + in_flight)
-        return Progress(discovered, queued, waiting, in_flight, domains, due_at)
+        """The crawl's progress now (see :func:`~scrapy_openclaw.metrics.progress.crawl_progress`)."""
+        return crawl_progress(self.crawler)
 
     def _series(self, metric: Any, *labels: str) -> Any:
         """The metric's child for this spider and *labels*, kept: ``labels()`` takes a lock
@@ -392,49 +362,6 @@ def _is_retry(request: Request) -> bool:
             return True
     times = request.meta.get("retry_times")
     return isinstance(times, int) and times > 0
-
-
-class _ProgressCollector:
-    """``scrapy_openclaw_progress_*``: the log's progress figures, read per scrape."""
-
-    def __init__(self, ext: MetricsExtension):
-        self.ext = ext
-
-    def collect(self) -> list[Metric]:
-        return on_reactor_thread(self.families)
-
-    def families(self) -> list[Metric]:
-        from prometheus_client.core import GaugeMetricFamily
-
-        spider = self.ext._spider_name
-        requests = GaugeMetricFamily(
-            f"{PREFIX}_progress_requests",
-            "Requests by progress state: discovered, done, pending, queued, waiting (retry or not-before "
-            "time), in_flight.",
-            labels=["spider", "state"],
-        )
-        rate = GaugeMetricFamily(
-            f"{PREFIX}_progress_rate", "Requests done per second over the last LOGSTATS_INTERVAL.", labels=["spider"]
-        )
-        domains = GaugeMetricFamily(
-            f"{PREFIX}_progress_domain_pending_requests",
-            "Requests pending per domain (queued, waiting or in the download slot).",
-            labels=["spider", "domain"],
-        )
-        progress = self.ext.progress() if self.ext._spider_name else None
-        if progress is None:
-            return [requests, rate, domains]
-        for state in ("discovered", "done", "pending", "queued", "waiting", "in_flight"):
-            requests.add_metric([spider, state], getattr(progress, state))
-        table = self.ext.logtable
-        rate.add_metric([spider], table.rate if table is not None else 0.0)
-        per_domain: dict[str, int] = {}
-        for domain, n in progress.domains.items():
-            label = self.ext.labels(domain)
-            per_domain[label] = per_domain.get(label, 0) + n
-        for label, n in sorted(per_domain.items()):
-            domains.add_metric([spider, label], n)
-        return [requests, rate, domains]
 
 
 class _Frozen:
