@@ -25,6 +25,8 @@ from scrapy_openclaw.testing.crawl import run_crawl
 from scrapy_openclaw.testing.presets import rate_limited_site
 from scrapy_openclaw.testing.servers import subprocess_env
 
+pytestmark = pytest.mark.crawl  # quick benchmark runs (crawls)
+
 ROOT = Path(__file__).resolve().parents[1]
 SMOKE = os.environ.get("BENCH_SMOKE_SCENARIOS", "overhead").split()
 

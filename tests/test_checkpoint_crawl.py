@@ -367,6 +367,7 @@ def test_resume_without_a_callback_dead_letters_and_stays_resumable(chaos_server
     assert not state.finished and len(state.requests) == lost  # kept: a run with the callback restores them
 
 
+@pytest.mark.crawl  # runs a crawl or a subprocess
 def test_jobdir_is_refused(tmp_path: Path) -> None:
     proc = start_crawl(
         settings={

@@ -130,6 +130,7 @@ def test_version_mismatch_is_a_clear_error(tmp_path: Path) -> None:
         load(tmp_path)
 
 
+@pytest.mark.crawl  # runs a crawl or a subprocess
 def test_disk_full_during_snapshot_keeps_previous(tmp_path: Path) -> None:
     path = tmp_path / "snapshot-00000001.ckpt"
     _write_snap(path, 2)

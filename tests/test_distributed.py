@@ -105,6 +105,7 @@ def test_combined_rate_stays_within_domain_limit(chaos_server: Any, redis_any: A
     assert plain["max_1s_window"] > limit + burst
 
 
+@pytest.mark.crawl  # runs a crawl or a subprocess
 def test_redis_unavailable_at_start_names_the_url(tmp_path: Path) -> None:
     from scrapy_openclaw.testing.servers import free_port
 

@@ -42,6 +42,8 @@ FUZZ = settings(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
 
+pytestmark = pytest.mark.crawl  # property searches of seconds each
+
 
 @contextmanager
 def bounded() -> Iterator[None]:

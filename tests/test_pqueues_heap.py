@@ -164,6 +164,7 @@ def test_a_full_slot_is_parked_until_a_download_leaves_it() -> None:
     downloader.close()
 
 
+@pytest.mark.crawl  # runs a crawl or a subprocess
 def test_many_domains_a_pop_looks_at_a_few_domains_not_all() -> None:
     """20,000 domains x 3 pages, equal priorities: each pop asks about one domain's readiness and
     slot; the heaps never hold much more than the live entries; round-robin over all domains."""

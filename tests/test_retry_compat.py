@@ -26,6 +26,8 @@ from scrapy_openclaw.testing.chaos import ChaosConfig, HostConfig
 from scrapy_openclaw.testing.crawl import run_crawl
 from tests.test_retry_middleware import RetrySpider
 
+pytestmark = pytest.mark.crawl  # crawls in a subprocess
+
 if TYPE_CHECKING:
     from pathlib import Path
 

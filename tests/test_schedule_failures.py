@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 from test_schedule_run import _once_soon, make_project, schedulers, site, successes, wait_for, write_tasks
 
 from scrapy_openclaw.schedule.history import JsonlHistory, RedisHistory
@@ -47,6 +48,7 @@ def test_task_with_policy_setting_runs(chaos_server: Any, tmp_path: Path, schedu
     assert "must be a mapping" not in sched.log
 
 
+@pytest.mark.crawl  # runs a crawl or a subprocess
 def test_crashing_window_is_recorded_failed_not_running(tmp_path: Path, schedulers: Any) -> None:
     project = make_project(tmp_path / "proj")
     (project / "not-a-dir").write_text("a file where the window's checkpoint directory should go")

@@ -281,6 +281,7 @@ def test_two_schedulers_on_one_redis_run_each_window_once(
     assert all(len({d["node"] for d in starts if d["window"] == w}) == 1 for w in {d["window"] for d in starts})
 
 
+@pytest.mark.crawl  # runs a crawl or a subprocess
 def test_malformed_tasks_file_gives_file_line_key(tmp_path: Path) -> None:
     project = make_project(tmp_path / "proj")
     tasks = write_tasks(
