@@ -173,7 +173,7 @@ local function h_increase(d, p, now)
   d.rate = math.min(grown, h_ceiling(d, p), p.k_max_rate)
 end
 
-local function h_decrease(d, p, now, measured)
+local function h_decrease(d, p, now, measured, rate_bound)
   if now - d.last_decrease < math.max(p.k_min_decrease_gap, d.latency or 0) then return false end
   local before = h_rate(d, p)
   local delivered, span = 0, now - d.win_start
@@ -188,8 +188,9 @@ local function h_decrease(d, p, now, measured)
     elseif d.cuts >= 1 then floor = before * p.rate_decrease end
     before = math.min(before, math.max(delivered, floor))
   end
-  -- only a 429 (measured) starts the cubic plateau; other signals cut and probe back up
-  if measured then d.cuts = math.min(d.cuts + 1, 2) else d.cuts = math.max(d.cuts, 1) end
+  -- only a 429 (measured) or latency (rate_bound) moves on to the cubic plateau; 503s and
+  -- timeouts cut and probe back up
+  if measured or rate_bound then d.cuts = math.min(d.cuts + 1, 2) else d.cuts = math.max(d.cuts, 1) end
   d.threshold = before
   d.rate = math.max(p.min_rate, before * p.rate_decrease)
   d.tokens = math.min(d.tokens, h_burst(d, p))
@@ -244,7 +245,7 @@ local function h_success(d, p, now, latency)
   d.share_slow = d.share_slow - p.k_share_slow * d.share_slow
   local congested = h_observe_latency(d, p, latency)
   if d.circuit == 'half_open' then d.circuit, d.probe_at, d.down_since = 'closed', 0, 0 end
-  if congested then h_decrease(d, p, now) else h_increase(d, p, now) end
+  if congested then h_decrease(d, p, now, false, true) else h_increase(d, p, now) end
 end
 
 -- answered/in_share/domain/congestion/measured/throttle: booleans; retry_after: seconds or nil.

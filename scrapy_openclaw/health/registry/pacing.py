@@ -68,10 +68,11 @@ class _Pacing:
     def _increase(self, d: _Domain, p: HealthPolicy, now: float) -> None:
         """Slow start (by half per success) until the first congestion; after it, growth by
         half per second (its limit was a guess: what the first second delivered) until a
-        second 429 measures the limit; then the cubic, whose plateau near the limit
-        (``rate_probe`` small) keeps a hard limit's 429s to one per ten seconds or fewer.
-        Latency, 503s and timeouts never start the plateau: they say the site struggled
-        then, not where a limit is, so the pace probes back up at half per second."""
+        second signal that grows with the rate (a 429, or latency) measures the limit; then
+        the cubic, whose plateau near the limit (``rate_probe`` small) keeps a hard limit's
+        429s to one per ten seconds or fewer. 503s and timeouts never start the plateau:
+        they say the site struggled then, not where a limit is, so the pace probes back up
+        at half per second."""
         since = max(0.0, now - max(d.last_decrease, min(d.hold_until, now)))  # (held time is no probing)
         if d.cuts == 0:
             doublings = min(max(0.0, now - d.born) / _SLOW_START_DOUBLING, 60.0)
@@ -83,7 +84,9 @@ class _Pacing:
             grown = max(d.rate, d.threshold * (1.0 + p.rate_probe * (since - flat_at) ** 3))
         d.rate = min(grown, self._ceiling(d, p), _MAX_RATE)
 
-    def _decrease(self, d: _Domain, p: HealthPolicy, now: float, measured: bool = False) -> bool:
+    def _decrease(
+        self, d: _Domain, p: HealthPolicy, now: float, measured: bool = False, rate_bound: bool = False
+    ) -> bool:
         """Cut the rate for a congestion event; False (nothing done) within one of the last.
 
         The limit learned is the rate the domain delivered lately (its 2xx
@@ -93,7 +96,10 @@ class _Pacing:
         is the limit), at no less than ``_CUT_FLOOR`` x the rate; other
         signals (503, timeouts, latency) say the site struggles, not how
         much it takes, and keep ``rate_decrease`` x the rate, so an outage's
-        empty windows cannot ratchet the pace down.
+        empty windows cannot ratchet the pace down. Only a signal that grows
+        with the rate (a 429, or latency: *rate_bound*) moves the domain on
+        to the cubic plateau (see ``_increase``); a 503 or a timeout (an outage
+        says nothing of a limit) leaves it probing back up at half per second.
         """
         if now - d.last_decrease < max(_MIN_DECREASE_GAP, d.latency or 0.0):
             return False
@@ -102,7 +108,7 @@ class _Pacing:
         if delivered > 0:
             floor = 0.0 if d.cuts == 0 else before * (_CUT_FLOOR if measured else p.rate_decrease)
             before = min(before, max(delivered, floor))
-        d.cuts = min(d.cuts + 1, 2) if measured else max(d.cuts, 1)  # (see _increase)
+        d.cuts = min(d.cuts + 1, 2) if measured or rate_bound else max(d.cuts, 1)  # (see _increase)
         d.threshold = before
         d.rate = max(p.min_rate, before * p.rate_decrease)
         d.tokens = min(d.tokens, float(self._burst(d, p)))

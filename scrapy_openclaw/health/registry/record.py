@@ -109,7 +109,7 @@ class _Domain:
         self.delivered: float | None = None  # successes/s the domain delivered (EWMA of windows)
         self.crawl_delay = 0.0
         self.troubled_at = 0.0  # the last domain failure; 0: none
-        self.cuts = 0  # 0: slow start; 1: cut, limit guessed; 2: a second 429 measured it (cubic plateau)
+        self.cuts = 0  # 0: slow start; 1: cut, limit guessed; 2: a 429 or latency measured it (cubic plateau)
         self.born = now  # when the domain was first seen: slow start doubles at most this fast from it
         self.blocked_seconds = 0.0  # time spent held (Retry-After) or with the circuit open
         self.ctl_hold = 0.0

@@ -43,7 +43,7 @@ class _Recording(_RegistryCore):
         if closed:  # the learned limit stays: the domain resumes at it
             d.circuit, d.probe_at, d.down_since = CLOSED, 0.0, 0.0
         if congested:
-            self._decrease(d, p, now)
+            self._decrease(d, p, now, rate_bound=True)  # latency above its baseline
         else:
             self._increase(d, p, now)
         return CLOSED if closed else None
