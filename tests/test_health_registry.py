@@ -136,6 +136,29 @@ def test_slow_start_then_the_delivered_rate_then_growth_then_the_cubic() -> None
     assert rates[5] > 2.0  # ... and speeds up: a low guess is left behind within seconds
 
 
+def test_an_outage_is_no_limit_503s_keep_probing_up_a_429_settles_on_the_cubic() -> None:
+    """After the first cut the rate grows by half per second; a second 503 (an outage says
+    nothing of a limit) keeps it growing so, a second 429 (or latency) starts the cubic plateau."""
+
+    def after_two_cuts(second: Classification) -> list[float]:
+        reg = registry(initial_rate=8, rate_probe=0.0001, rate_decrease=0.9, throttle_penalty=0, circuit_floor=0)
+        for i in range(100):  # 20 pages/s delivered for 5 s
+            reg.record_success(D, 0.01, now=T0 + 0.05 * i)
+        reg.record_failure(D, HTTP_429, now=T0 + 5, retry_after=0)
+        reg.record_failure(D, second, now=T0 + 6.5, retry_after=0)
+        after = reg.state(D, T0 + 6.5).rate
+        rates = []
+        for t in (1, 2, 3):
+            reg.record_success(D, 0.01, now=T0 + 6.5 + t)
+            rates.append(reg.state(D, T0 + 6.5 + t).rate / after)
+        return rates
+
+    probing = after_two_cuts(HTTP_503)
+    assert probing[-1] > 1.5**2.5  # x1.5 per second: past 2.8x after 3 s
+    plateau = after_two_cuts(HTTP_429)
+    assert plateau[-1] < 1.15  # the cubic, flat near the measured limit
+
+
 def test_burst_of_429s_decreases_once_per_second_and_stops_at_min_rate() -> None:
     reg = registry(initial_rate=8, rate_decrease=0.5, min_rate=0.5, throttle_penalty=0, circuit_floor=0)
     # (no success yet: nothing delivered, so the allowed rate is the limit)
