@@ -441,6 +441,24 @@ def run(quick: bool = False) -> dict[str, Any]:
     }
 
 
+def _cluster_node_port(host: str) -> int:
+    """A free port whose cluster bus port (+10000) is free too: at most 55535, as Redis requires
+    (an ephemeral port from the OS is above that about one time in five)."""
+    import random
+    import socket
+
+    for _ in range(200):
+        port = random.randint(20000, 55535)
+        try:
+            with socket.socket() as a, socket.socket() as b:
+                a.bind((host, port))
+                b.bind((host, port + 10000))
+        except OSError:
+            continue
+        return port
+    raise RuntimeError("no free port pair for a Redis Cluster node below 55536")
+
+
 class RedisClusterServer:
     """A throw-away 3-master Redis Cluster on loopback (no replicas, no persistence).
 
@@ -454,6 +472,11 @@ class RedisClusterServer:
         from scrapy_openclaw.testing.servers import RedisServer
 
         class _Node(RedisServer):
+            def start(self) -> RedisServer:
+                if self.port is None:  # a cluster node also listens on port + 10000 (its bus)
+                    self.port = _cluster_node_port(self.host)
+                return super().start()
+
             def _spawn(self, port: int) -> bool:
                 import time as _time
 
