@@ -477,43 +477,14 @@ class RedisClusterServer:
                     self.port = _cluster_node_port(self.host)
                 return super().start()
 
-            def _spawn(self, port: int) -> bool:
-                import time as _time
-
-                from scrapy_openclaw.testing.servers import _ping, stop_process
-
-                assert self._tmp is not None
-                args = [
-                    self.executable,
-                    "--port",
-                    str(port),
-                    "--bind",
-                    self.host,
-                    "--dir",
-                    self._tmp.name,
-                    "--save",
-                    "",
-                    "--appendonly",
-                    "no",
-                    "--daemonize",
-                    "no",
-                    "--cluster-enabled",
-                    "yes",
-                    "--cluster-config-file",
-                    "nodes.conf",
-                    "--cluster-node-timeout",
-                    "5000",
-                ]
-                with open(self._log_path, "ab") as log:
-                    proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
-                deadline = _time.monotonic() + self.startup_timeout
-                while _time.monotonic() < deadline and proc.poll() is None:
-                    if _ping(self.host, port):
-                        self._proc = proc
-                        return True
-                    _time.sleep(0.05)
-                stop_process(proc)
-                return False
+            extra_args = (
+                "--cluster-enabled",
+                "yes",
+                "--cluster-config-file",
+                "nodes.conf",
+                "--cluster-node-timeout",
+                "5000",
+            )
 
         self.nodes = [_Node() for _ in range(masters)]
 

@@ -213,6 +213,8 @@ class RedisServer:
     """A throw-away ``redis-server`` on 127.0.0.1 (no persistence), restartable on the same port."""
 
     host = "127.0.0.1"
+    #: more ``redis-server`` arguments (a subclass's, e.g. a cluster node's)
+    extra_args: tuple[str, ...] = ()
 
     def __init__(self, port: int | None = None, *, startup_timeout: float = 20.0, executable: str | None = None):
         self.port = port
@@ -268,6 +270,7 @@ class RedisServer:
             "no",
             "--daemonize",
             "no",
+            *self.extra_args,
         ]
         with open(self._log_path, "ab") as log:
             proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
