@@ -171,6 +171,13 @@ def download_slot(crawler: Crawler, key: str) -> Slot | None:
     return engine.downloader.slots.get(key) if engine is not None and key else None
 
 
+def new_slot_concurrency(downloader: Downloader, key: str) -> int:
+    """The concurrency the downloader gives the slot it creates for *key* (``Downloader._get_slot``:
+    ``DOWNLOAD_SLOTS``, else ``CONCURRENT_REQUESTS_PER_IP`` or ``_PER_DOMAIN``); 2.14 .. 2.19."""
+    default = downloader.ip_concurrency or downloader.domain_concurrency
+    return int(downloader.per_slot_settings.get(key, {}).get("concurrency", default))
+
+
 def downloader_activity(engine: ExecutionEngine | None) -> tuple[int, dict[str, int]] | None:
     """Requests in the downloader (``downloader.active``, middlewares included) and
     per slot key (``slots[key].active``: queued for the slot or transferring); 2.14 .. 2.19."""

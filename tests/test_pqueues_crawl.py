@@ -62,3 +62,21 @@ def test_a_due_retry_is_fetched_promptly_not_at_the_heartbeat(chaos_server, tmp_
     assert delay * 0.95 <= gap < delay + 1.5, gap
     assert result.stats.get("openclaw/queue/wakeups", 0) >= 1
     assert len(result.items) == 1
+
+
+def test_a_domain_never_has_more_downloads_than_its_slot_concurrency(chaos_server, tmp_path):
+    """The queue counts requests still in the downloader middlewares (not yet in ``slot.active``):
+    one engine loop used to hand a fast domain every free CONCURRENT_REQUESTS place, and each
+    download past CONCURRENT_REQUESTS_PER_DOMAIN opened (and closed) a TCP connection."""
+    host = HostConfig(address=address(0), pages=80, links_per_page="all", latency=0.02)
+    server = chaos_server(ChaosConfig(hosts=(host,), seed=1))
+    settings = {
+        "ADDONS": {"scrapy_openclaw.Addon": 100},
+        "CONCURRENT_REQUESTS": 16,
+        "CONCURRENT_REQUESTS_PER_DOMAIN": 3,
+    }
+    result = run_crawl(settings=settings, spider_args={"start_urls": server.start_urls}, out_dir=tmp_path / "out")
+    assert result.stats.get("finish_reason") == "finished", result.log[-3000:]
+    truth = server.truth()["hosts"][host.address]
+    assert len(truth["requests"]) == 80
+    assert truth["max_in_flight"] <= 3

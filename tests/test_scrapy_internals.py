@@ -161,3 +161,14 @@ def test_slot_clock_is_the_lastseen_clock(newer: bool) -> None:
     import time
 
     assert si.slot_clock is (time.monotonic if newer else time.time)
+
+
+def test_new_slot_concurrency_is_the_one_the_downloader_gives_a_new_slot() -> None:
+    from scrapy.core.downloader import Downloader
+
+    crawler = get_crawler(
+        settings_dict={"CONCURRENT_REQUESTS_PER_DOMAIN": 3, "DOWNLOAD_SLOTS": {"slow.example": {"concurrency": 1}}}
+    )
+    downloader = Downloader(crawler)
+    assert si.new_slot_concurrency(downloader, "fast.example") == 3
+    assert si.new_slot_concurrency(downloader, "slow.example") == 1

@@ -145,6 +145,9 @@ class DeadlinePriorityQueue(DomainReadiness, Deadlines, NotBefore, Upkeep, Jobdi
         self._timer = None
         self._timer_due = math.inf
         self._closed = False
+        self._handed = {}  # popped, not yet in their download slot (see _in_flight)
+        self._handed_total = 0
+        self._handed_prune_at = 64
         queues: list[DeadlinePriorityQueue] = shared(crawler, "queues", list)
         queues.append(self)
         # (Scrapy's scheduler closes only the disk queue: the figures at close come from here)
@@ -179,6 +182,7 @@ class DeadlinePriorityQueue(DomainReadiness, Deadlines, NotBefore, Upkeep, Jobdi
         dq, where = choice
         request = dq.take(where)
         dq.rank = next(self._rr)
+        self._note_handed(dq.domain, request)
         self._after_take(dq)
         self.stats.inc_value("openclaw/queue/popped")
         return request

@@ -53,6 +53,9 @@ class DomainQueues:
     _timer: Any
     _timer_due: float
     _closed: bool
+    _handed: dict[str, set[Request]]
+    _handed_total: int
+    _handed_prune_at: int
 
     if TYPE_CHECKING:  # implemented by DeadlinePriorityQueue
 
@@ -106,8 +109,40 @@ class DomainQueues:
 
     def _busy(self, domain: str) -> int:
         downloader = self._downloader()
-        slot = downloader.slots.get(domain) if downloader is not None else None
-        return len(slot.active) if slot is not None else 0
+        return self._in_flight(domain, downloader.slots.get(domain) if downloader is not None else None)
+
+    def _in_flight(self, domain: str, slot: Any | None) -> int:
+        """Downloads of *domain* under way: in its download slot, and handed out but still in the
+        downloader middlewares (Scrapy puts a request in ``slot.active`` only after them, a loop
+        turn later). Without the second, one engine loop could hand one domain every free
+        ``CONCURRENT_REQUESTS`` place at once, past the slot's concurrency; each download past the
+        connection pool's ``CONCURRENT_REQUESTS_PER_DOMAIN`` then opens a new TCP connection."""
+        busy = len(slot.active) if slot is not None else 0
+        handed = self._handed.get(domain)
+        if handed:
+            self._prune_handed(domain, handed, slot)
+            busy += len(handed)
+        return busy
+
+    def _note_handed(self, domain: str, request: Request) -> None:
+        """Remember a request just popped until it reaches its download slot (or leaves the downloader)."""
+        self._handed.setdefault(domain, set()).add(request)
+        self._handed_total += 1
+        if self._handed_total > self._handed_prune_at:  # (domains never looked at again: amortised O(1))
+            downloader = self._downloader()
+            for name, handed in list(self._handed.items()):
+                self._prune_handed(name, handed, downloader.slots.get(name) if downloader is not None else None)
+            self._handed_prune_at = max(64, 2 * self._handed_total)
+
+    def _prune_handed(self, domain: str, handed: set[Request], slot: Any | None) -> None:
+        downloader = self._downloader()
+        in_downloader = downloader.active if downloader is not None else ()
+        in_slot = slot.active if slot is not None else ()
+        gone = [r for r in handed if r not in in_downloader or r in in_slot]
+        handed.difference_update(gone)
+        self._handed_total -= len(gone)
+        if not handed:
+            del self._handed[domain]
 
     def _rekey(self, dq: DomainQueue, *, force: bool = False) -> None:
         """Index *dq* under its current top requests (a parked domain is indexed when it wakes)."""

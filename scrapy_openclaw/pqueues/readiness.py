@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import heapq
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from scrapy_openclaw.pqueues.domains import DomainQueues
+from scrapy_openclaw.scrapy_internals import new_slot_concurrency
 
 if TYPE_CHECKING:
     from scrapy_openclaw._heaps import DomainQueue
@@ -32,9 +33,7 @@ class DomainReadiness(DomainQueues):
         if registry is not None and registry.given_up(domain, now):
             return True, math.inf  # out it goes, to become a dead letter in the health middleware
         downloader = self._downloader()
-        slot = downloader.slots.get(domain) if downloader is not None else None
-        # (the health middleware keeps slot.concurrency scaled by the domain's health)
-        if slot is not None and len(slot.active) >= slot.concurrency:
+        if downloader is not None and not self._has_room(downloader, domain):
             return False, math.inf
         if registry is None:
             return True, math.inf
@@ -44,6 +43,14 @@ class DomainReadiness(DomainQueues):
         if acquire and not registry.try_acquire(domain, now):
             return False, now + _RETRY_POLL
         return True, math.inf
+
+    def _has_room(self, downloader: Any, domain: str) -> bool:
+        """Fewer downloads of *domain* under way than its slot's concurrency (which the health
+        middleware keeps scaled by the domain's health; before the slot exists, the one Scrapy
+        will give it: several requests may be handed out before the first reaches the slot)."""
+        slot = downloader.slots.get(domain)
+        concurrency = slot.concurrency if slot is not None else new_slot_concurrency(downloader, domain)
+        return self._in_flight(domain, slot) < concurrency
 
     def _park(self, dq: DomainQueue, at: float) -> None:
         """Keep a domain that cannot send out of the index until *at* (inf: until its slot frees)."""
@@ -74,10 +81,8 @@ class DomainReadiness(DomainQueues):
                 self._unpark(entry[2])
         if self._full:  # (at most one per active download) a download left, or the slot grew
             downloader = self._downloader()
-            slots = downloader.slots if downloader is not None else {}
             for name, dq in list(self._full.items()):
-                slot = slots.get(name)
-                if slot is None or len(slot.active) < slot.concurrency:
+                if downloader is None or self._has_room(downloader, name):
                     del self._full[name]
                     self._unpark(dq)
 
