@@ -63,18 +63,34 @@ class RetrySpider(ChaosSpider):
 
     name = "retry_test"
 
-    def __init__(self, *args: Any, follow: str = "1", meta_by_path: str = "{}", partial: str = "0", **kwargs: Any):
+    def __init__(
+        self,
+        *args: Any,
+        follow: str = "1",
+        meta_by_path: str = "{}",
+        partial: str = "0",
+        async_parse: str = "0",
+        **kwargs: Any,
+    ):
         super().__init__(*args, **kwargs)
         self.follow = follow == "1"
         self.meta_by_path = json.loads(meta_by_path)
         self.partial = partial == "1"
+        self.callback = self.parse_async if async_parse == "1" else self.parse
 
     async def start(self):
         for url in self.start_urls:
             path = "/" + url.split("//", 1)[1].partition("/")[2]
-            yield scrapy.Request(url, meta=dict(self.meta_by_path.get(path, {})), dont_filter=True)
+            yield scrapy.Request(
+                url, meta=dict(self.meta_by_path.get(path, {})), dont_filter=True, callback=self.callback
+            )
 
-    def parse(self, response):
+    async def parse_async(self, response):
+        """The same outputs from an async generator callback (ParseRetryMiddleware's async hook)."""
+        for output in self.parse(response, callback=self.parse_async):
+            yield output
+
+    def parse(self, response, callback=None):
         if self.partial:
             yield {"url": response.url, "part": "head"}
         title = response.css("h1#title::text").get()
@@ -83,7 +99,7 @@ class RetrySpider(ChaosSpider):
         yield {"url": response.url, "title": title, "host": urlparse_cached(response).hostname}
         if self.follow:
             for href in response.css("a::attr(href)").getall():
-                yield response.follow(href, callback=self.parse)
+                yield response.follow(href, callback=callback or self.parse)
 
 
 # --------------------------------------------------------------------------- test-side helpers
@@ -263,11 +279,15 @@ def test_a_waiting_retry_does_not_stop_other_domains(chaos_server, tmp_path, que
     assert any(t > first + 3.5 for t in others), [t - first for t in others]
 
 
-def test_callback_failing_twice_then_succeeding_yields_items_once(chaos_server, tmp_path):
+@pytest.mark.parametrize("callback", ["sync", "async"])
+def test_callback_failing_twice_then_succeeding_yields_items_once(chaos_server, tmp_path, callback):
+    """Both hooks of the universal middleware: a plain generator callback and an async one."""
     server = chaos_server(one_host(pages=4, links_per_page="all", parse_fail={1: 2, 2: 10}))
     base = server.urls["127.0.0.2"]
     policy = fast_policy("parse", max_attempts=3)
-    result, letters = crawl(tmp_path, server, [base + "page/0"], policy=policy, partial="1")
+    result, letters = crawl(
+        tmp_path, server, [base + "page/0"], policy=policy, partial="1", async_parse="1" if callback == "async" else "0"
+    )
     truth = server.truth()["hosts"]["127.0.0.2"]
     assert truth["counts"]["/page/1"] == 3 and truth["counts"]["/page/2"] == 3
     items = Counter((i["url"], i.get("part", "title")) for i in result.items)

@@ -102,8 +102,7 @@ class DeadLetterPipeline:
         for record in early:
             self._write(record)
 
-    def process_item(self, item: Any, spider: Spider | None = None) -> Any:
-        return item
+    # (no process_item: items pass by untouched, and Scrapy skips a pipeline without one)
 
     # signals ----------------------------------------------------------------
 

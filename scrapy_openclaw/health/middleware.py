@@ -70,6 +70,9 @@ class DomainHealthMiddleware:
         self.crawl_delay_max = OpenClawSettings.for_crawler(crawler).crawl_delay_max
         self._given_up_logged: set[str] = set()
         self._slot_concurrency: dict[str, int] = {}  # each slot's own concurrency, before we scaled it
+        # id() of the download slot last tuned per domain (Scrapy drops idle slots and makes new
+        # ones; its Slot takes no weak reference, and keeping the slot would keep it alive)
+        self._tuned: dict[str, int] = {}
         DelayedRequests.for_crawler(crawler)  # keeps deferred requests when the queue cannot
         shared(crawler, "health_middleware", lambda: self)  # found by BanDetectionMiddleware (record_blocked)
         crawler.signals.connect(self._request_reached_downloader, signal=signals.request_reached_downloader)
@@ -242,10 +245,11 @@ class DomainHealthMiddleware:
         self.crawler.signals.send_catch_log(signal=signal, domain=state.domain, state=state, spider=self.crawler.spider)
 
     def _request_reached_downloader(self, request: Request, spider: Any = None) -> None:
-        """Tune the request's slot right before it queues there (the slot exists by now)."""
+        """Tune a new slot right before its first request queues there (the slot exists by now);
+        after that each response or failure of the domain tunes it (``_record``)."""
         domain = self._domain(request)
         slot = download_slot(self.crawler, domain)
-        if slot is not None:
+        if slot is not None and self._tuned.get(domain) != id(slot):
             self._apply(domain, slot)
 
     def _robots_parsed(self, robotparser: Any, request: Request, **kwargs: Any) -> None:
@@ -272,12 +276,12 @@ class DomainHealthMiddleware:
 
     def _apply(self, domain: str, slot: Slot) -> None:
         own = self._slot_concurrency.setdefault(domain, slot.concurrency)
-        slot.concurrency = self.registry.concurrency(domain, own)
-        if self.paces_slots:  # (state() only here: it is the costliest read, and _apply runs twice a request)
+        slot.concurrency, paused_until = self.registry.slot_limits(domain, own)
+        self._tuned[domain] = id(slot)
+        if self.paces_slots:  # (state() only here: it is the costliest read)
             slot.delay = max(self.min_delay, 1.0 / self.registry.state(domain).rate)
         elif not self.autothrottle:  # (AutoThrottle owns the slot delay when the user enabled it)
             slot.delay = self.min_delay  # undo a pause's minimal delay
-        paused_until = self.registry.blocked_until(domain)
         if paused_until > time.time():
             pause_slot(slot, paused_until)
 

@@ -46,7 +46,7 @@ from scrapy_openclaw.retry.middleware import (
 from scrapy_openclaw.scrapy_internals import slot_key
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Iterable
+    from collections.abc import AsyncIterator, Iterable, Iterator
 
     from scrapy import Request, Spider
     from scrapy.crawler import Crawler
@@ -89,33 +89,57 @@ class ParseRetryMiddleware:
         policy = self.policies.for_domain(slot_key(self.crawler, request)).retry.parse
         return retries_left(request, _PARSE, policy, retry_cap(self.crawler, request, _PARSE))
 
-    async def process_spider_output(
+    # Universal (a sync and an async hook, as Scrapy's own spider middlewares): a plain callback's
+    # outputs stay a plain iterable, which Scrapy would otherwise convert to async for this hook.
+    def process_spider_output(
+        self, response: Response, result: Iterable[Any], spider: Spider | None = None
+    ) -> Iterable[Any]:
+        if not self._may_retry(response.request):
+            return result
+        return self._hold(response, result)
+
+    async def process_spider_output_async(
         self, response: Response, result: AsyncIterator[Any], spider: Spider | None = None
     ) -> AsyncIterator[Any]:
         if not self._may_retry(response.request):
             async for output in result:
                 yield output
             return
-        key = id(response)
-        attempt = self._held[key] = _Attempt()
-        held: list[Any] = []
+        attempt, held = self._start_holding(response), []
         try:
             async for output in result:
                 held.append(output)
         except Exception:
-            # Not handled by anyone (a bug, or a retry refused): pass on what
-            # the callback produced, then let the error go on as usual.
-            self._held.pop(key, None)
-            for output in held:
+            for output in self._release(response, attempt, held, failed=True):
                 yield output
             raise
-        self._held.pop(key, None)
-        if attempt.retried:
+        for output in self._release(response, attempt, held):
+            yield output
+
+    def _hold(self, response: Response, result: Iterable[Any]) -> Iterator[Any]:
+        attempt, held = self._start_holding(response), []
+        try:
+            for output in result:
+                held.append(output)
+        except Exception:
+            yield from self._release(response, attempt, held, failed=True)
+            raise
+        yield from self._release(response, attempt, held)
+
+    def _start_holding(self, response: Response) -> _Attempt:
+        attempt = self._held[id(response)] = _Attempt()
+        return attempt
+
+    def _release(self, response: Response, attempt: _Attempt, held: list[Any], *, failed: bool = False) -> list[Any]:
+        """What to pass on once the callback has ended: everything, unless it failed and was retried
+        (the retry yields it all again). A failure not handled by anyone (a bug, or a retry refused)
+        passes on what the callback produced, then the error goes on as usual."""
+        self._held.pop(id(response), None)
+        if attempt.retried and not failed:
             if held:
                 self.crawler.stats.inc_value(f"{STATS_PREFIX}/parse/discarded_outputs", len(held))
-            return
-        for output in held:
-            yield output
+            return []
+        return held
 
     def process_spider_exception(
         self, response: Response, exception: Exception, spider: Spider | None = None

@@ -169,6 +169,12 @@ class HealthRegistry(_Recording, _Eviction, _Snapshots):
         d, p = self._get(domain)
         return self._concurrency(d, p, slot_concurrency)
 
+    def slot_limits(self, domain: str, slot_concurrency: int) -> tuple[int, float]:
+        """:meth:`concurrency` and :meth:`blocked_until` in one read: what the health middleware
+        sets on the domain's download slot after each response."""
+        d, p = self._get(domain)
+        return self._concurrency(d, p, slot_concurrency), self._blocked_until(d)
+
     def blocked_until(self, domain: str, now: float | None = None) -> float:
         """When the domain's hold or open circuit ends (``<= now``: not blocked).
 
@@ -176,6 +182,10 @@ class HealthRegistry(_Recording, _Eviction, _Snapshots):
         it is the time before which *nothing* may reach the domain.
         """
         d, _ = self._get(domain, now)
+        return self._blocked_until(d)
+
+    @staticmethod
+    def _blocked_until(d: _Domain) -> float:
         return max(d.hold_until, d.opened_at + d.cooldown if d.circuit == OPEN else 0.0, d.ctl_hold)
 
     def down_for(self, domain: str, now: float | None = None) -> float:
@@ -206,7 +216,7 @@ class HealthRegistry(_Recording, _Eviction, _Snapshots):
         """The earliest UNIX time a request to *domain* may be sent (*now* if it may go now)."""
         now = time.time() if now is None else now
         d, p = self._get(domain, now)
-        ready = max(now, self.blocked_until(domain, now))
+        ready = max(now, self._blocked_until(d))
         if d.circuit == HALF_OPEN and d.probe_at:
             ready = max(ready, now + _PROBE_RECHECK)
         if d.tokens < 1.0:
@@ -243,7 +253,7 @@ class HealthRegistry(_Recording, _Eviction, _Snapshots):
         now = time.time() if now is None else now
         d, _ = self._get(domain, now)
         probe_out = d.circuit == HALF_OPEN and d.probe_at
-        if self.blocked_until(domain, now) > now or probe_out or (token and d.tokens < 1.0):
+        if self._blocked_until(d) > now or probe_out or (token and d.tokens < 1.0):
             return False
         if token:
             d.tokens -= 1.0
