@@ -161,7 +161,6 @@ class RedisHealthRegistry(HealthRegistry):
                 k_latency_alpha=local._LATENCY_ALPHA,
                 k_baseline_drift=local._BASELINE_DRIFT,
                 k_latency_slack=local._LATENCY_SLACK,
-                k_latency_persist=local._LATENCY_PERSIST,
                 k_min_decrease_gap=local._MIN_DECREASE_GAP,
                 k_slow_start_gain=local._SLOW_START_GAIN,
                 k_slow_start_doubling=local._SLOW_START_DOUBLING,

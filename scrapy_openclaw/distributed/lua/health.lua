@@ -31,7 +31,7 @@
 -- tests/test_distributed_parity.py drives both with the same events and compares
 -- every field: change one side and that test tells you to change the other.
 local HF = {'health', 'rate', 'tokens', 'threshold', 'updated', 'last_decrease',
-  'circuit', 'opened_at', 'probe_at', 'latency', 'best_latency', 'latency_high_since', 'hold_until',
+  'circuit', 'opened_at', 'probe_at', 'latency', 'best_latency', 'hold_until',
   'consecutive_failures', 'requests', 'successes', 'failures', 'cooldown', 'opens', 'down_since',
   'answered_at', 'last_success', 'share_fast', 'share_slow', 'win_start', 'win_ok', 'delivered',
   'crawl_delay', 'troubled_at', 'cuts', 'born', 'blocked_seconds',
@@ -74,7 +74,7 @@ local function h_load(hkey, now, pjson)
     d.cooldown, d.opens, d.down_since = p.circuit_cooldown, 0, 0
     d.answered_at, d.last_success, d.share_fast, d.share_slow = 0, 0, 0, 0
     d.win_start, d.win_ok, d.delivered, d.crawl_delay, d.troubled_at, d.cuts = now, 0, nil, 0, 0, 0
-    d.born, d.blocked_seconds, d.latency_high_since = now, 0, 0
+    d.born, d.blocked_seconds = now, 0
     d.ctl_hold, d.ctl_rate, d.ctl_concurrency, d.ctl_down = 0, 0, 0, 0
     return d, p
   end
@@ -86,7 +86,7 @@ local function h_load(hkey, now, pjson)
   d.share_fast, d.share_slow, d.crawl_delay = d.share_fast or 0, d.share_slow or 0, d.crawl_delay or 0
   d.win_start, d.win_ok, d.last_decrease = d.win_start or now, d.win_ok or 0, d.last_decrease or 0
   d.troubled_at, d.cuts, d.born = d.troubled_at or 0, d.cuts or 0, d.born or d.updated
-  d.blocked_seconds, d.latency_high_since = d.blocked_seconds or 0, d.latency_high_since or 0
+  d.blocked_seconds = d.blocked_seconds or 0
   d.ctl_hold, d.ctl_rate = d.ctl_hold or 0, d.ctl_rate or 0
   d.ctl_concurrency, d.ctl_down = d.ctl_concurrency or 0, d.ctl_down or 0
   local elapsed = now - d.updated
@@ -223,23 +223,15 @@ local function h_open(d, p, now, jitter)
 end
 
 -- latency: a number >= 0, or nil (no sample). Returns true when congested.
-local function h_observe_latency(d, p, latency, now)
+local function h_observe_latency(d, p, latency)
   if latency == nil then return false end
   if d.latency == nil then d.latency = latency else d.latency = d.latency + p.k_latency_alpha * (latency - d.latency) end
   if d.best_latency == nil or d.latency < d.best_latency then
-    d.best_latency, d.latency_high_since = d.latency, 0
+    d.best_latency = d.latency
     return false
   end
-  -- (the baseline drifts towards a lasting change, but not while a rise waits for confirmation)
-  local drifted = d.best_latency + p.k_baseline_drift * (d.latency - d.best_latency)
-  if d.latency <= p.latency_factor * drifted + p.k_latency_slack then
-    d.best_latency, d.latency_high_since = drifted, 0
-    return false
-  end
-  if d.latency_high_since == 0 then d.latency_high_since = now end
-  if now - d.latency_high_since < math.max(p.k_latency_persist, d.best_latency) then return false end
-  d.best_latency = drifted
-  return true
+  d.best_latency = d.best_latency + p.k_baseline_drift * (d.latency - d.best_latency)
+  return d.latency > p.latency_factor * d.best_latency + p.k_latency_slack
 end
 
 local function h_success(d, p, now, latency)
@@ -251,7 +243,7 @@ local function h_success(d, p, now, latency)
   d.health = math.min(100, d.health + p.success_reward)
   d.share_fast = d.share_fast - p.k_share_fast * d.share_fast
   d.share_slow = d.share_slow - p.k_share_slow * d.share_slow
-  local congested = h_observe_latency(d, p, latency, now)
+  local congested = h_observe_latency(d, p, latency)
   if d.circuit == 'half_open' then d.circuit, d.probe_at, d.down_since = 'closed', 0, 0 end
   if congested then h_decrease(d, p, now, false, true) else h_increase(d, p, now) end
 end

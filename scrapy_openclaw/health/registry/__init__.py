@@ -74,7 +74,6 @@ from scrapy_openclaw.health.registry.tuning import _BASELINE_DRIFT as _BASELINE_
 from scrapy_openclaw.health.registry.tuning import _BURST_SECONDS as _BURST_SECONDS
 from scrapy_openclaw.health.registry.tuning import _CUT_FLOOR as _CUT_FLOOR
 from scrapy_openclaw.health.registry.tuning import _LATENCY_ALPHA as _LATENCY_ALPHA
-from scrapy_openclaw.health.registry.tuning import _LATENCY_PERSIST as _LATENCY_PERSIST
 from scrapy_openclaw.health.registry.tuning import _LATENCY_SLACK as _LATENCY_SLACK
 from scrapy_openclaw.health.registry.tuning import _MAX_DOUBLINGS as _MAX_DOUBLINGS
 from scrapy_openclaw.health.registry.tuning import _MAX_PROBE_SECONDS as _MAX_PROBE_SECONDS

@@ -14,7 +14,6 @@ from scrapy_openclaw.health.registry.tuning import (
     _BURST_SECONDS,
     _CUT_FLOOR,
     _LATENCY_ALPHA,
-    _LATENCY_PERSIST,
     _LATENCY_SLACK,
     _MAX_PROBE_SECONDS,
     _MAX_RATE,
@@ -117,28 +116,16 @@ class _Pacing:
         return True
 
     @staticmethod
-    def _observe_latency(d: _Domain, p: HealthPolicy, latency: float | None, now: float) -> bool:
-        """Fold a sample into the EWMA; True when it says the domain is congested: above
-        ``latency_factor`` x its baseline for ``_LATENCY_PERSIST`` seconds (or a baseline's worth).
-        The baseline drifts towards a lasting change, but not while a rise waits for confirmation
-        (at a hundred samples a second it would catch up with any rise within that wait)."""
+    def _observe_latency(d: _Domain, p: HealthPolicy, latency: float | None) -> bool:
+        """Fold a sample into the EWMA; True when it says the domain is congested."""
         if latency is None or not math.isfinite(latency) or latency < 0:
             return False
         d.latency = latency if d.latency is None else d.latency + _LATENCY_ALPHA * (latency - d.latency)
         if d.best_latency is None or d.latency < d.best_latency:
             d.best_latency = d.latency
-            d.latency_high_since = 0.0
             return False
-        drifted = d.best_latency + _BASELINE_DRIFT * (d.latency - d.best_latency)
-        if d.latency <= p.latency_factor * drifted + _LATENCY_SLACK:
-            d.best_latency, d.latency_high_since = drifted, 0.0
-            return False
-        if not d.latency_high_since:
-            d.latency_high_since = now
-        if now - d.latency_high_since < max(_LATENCY_PERSIST, d.best_latency):
-            return False
-        d.best_latency = drifted
-        return True
+        d.best_latency += _BASELINE_DRIFT * (d.latency - d.best_latency)
+        return d.latency > p.latency_factor * d.best_latency + _LATENCY_SLACK
 
 
 def _count_delivered(d: _Domain, now: float) -> None:

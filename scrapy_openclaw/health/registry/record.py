@@ -52,7 +52,6 @@ class _Domain:
         "probe_at",
         "latency",
         "best_latency",
-        "latency_high_since",
         "hold_until",
         "consecutive_failures",
         "requests",
@@ -93,7 +92,6 @@ class _Domain:
         self.probe_at = 0.0  # when the half-open probe was handed out; 0: none out
         self.latency: float | None = None
         self.best_latency: float | None = None
-        self.latency_high_since = 0.0  # since when the latency is above its threshold; 0: it is not
         self.hold_until = 0.0
         self.consecutive_failures = 0  # domain failures in a row
         self.requests = 0

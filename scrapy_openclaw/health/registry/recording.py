@@ -38,7 +38,7 @@ class _Recording(_RegistryCore):
         d.health = min(100.0, d.health + p.success_reward)
         d.share_fast -= _SHARE_FAST * d.share_fast
         d.share_slow -= _SHARE_SLOW * d.share_slow
-        congested = self._observe_latency(d, p, latency, now)
+        congested = self._observe_latency(d, p, latency)
         closed = d.circuit == HALF_OPEN
         if closed:  # the learned limit stays: the domain resumes at it
             d.circuit, d.probe_at, d.down_since = CLOSED, 0.0, 0.0

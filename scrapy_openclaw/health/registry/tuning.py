@@ -16,9 +16,6 @@ SNAPSHOT_VERSION = 1
 _LATENCY_ALPHA = 0.2  # weight of a new sample in the latency EWMA
 _BASELINE_DRIFT = 0.01  # how fast the best-latency baseline follows a lasting change
 _LATENCY_SLACK = 0.05  # seconds; latency noise below this is never congestion
-# seconds the latency must stay above its threshold to be congestion (or the baseline latency, if
-# longer): a pause of the crawler itself (a GC, a busy core) delays every download in flight at once
-_LATENCY_PERSIST = 0.5
 _MIN_DECREASE_GAP = 1.0  # seconds between two multiplicative decreases (or one RTT if longer)
 _SLOW_START_GAIN = 0.5  # slow start: the rate grows by this share with every success ...
 _SLOW_START_DOUBLING = 0.1  # ... but doubles at most once per this many seconds (from initial_rate)
