@@ -341,7 +341,7 @@ SPECS: dict[str, list[Spec]] = {
     "distributed": [
         Spec(
             "distributed: scaling, 3 hosts x 150 pages (quick 60) at 50 ms, no rate limit, add-on on defaults "
-            "(2 requests in flight per worker)",
+            "(2 requests in flight per worker; the median of 3 runs of each, quick 1)",
             [
                 M("pages_per_s", "pages/s at the server", "higher"),
                 M("speedup", "pages/s vs 1 worker of its kind", "higher", ratio=False),
