@@ -145,9 +145,8 @@ class DeadlinePriorityQueue(DomainReadiness, Deadlines, NotBefore, Upkeep, Jobdi
         self._timer = None
         self._timer_due = math.inf
         self._closed = False
-        self._handed = {}  # popped, not yet in their download slot (see _in_flight)
-        self._handed_total = 0
-        self._handed_prune_at = 64
+        self._handed = {}  # by domain: popped, not yet in their download slot (see _in_flight)
+        self._handed_prune_at = 64  # domains in it
         queues: list[DeadlinePriorityQueue] = shared(crawler, "queues", list)
         queues.append(self)
         # (Scrapy's scheduler closes only the disk queue: the figures at close come from here)

@@ -54,7 +54,6 @@ class DomainQueues:
     _timer_due: float
     _closed: bool
     _handed: dict[str, set[Request]]
-    _handed_total: int
     _handed_prune_at: int
 
     if TYPE_CHECKING:  # implemented by DeadlinePriorityQueue
@@ -127,12 +126,11 @@ class DomainQueues:
     def _note_handed(self, domain: str, request: Request) -> None:
         """Remember a request just popped until it reaches its download slot (or leaves the downloader)."""
         self._handed.setdefault(domain, set()).add(request)
-        self._handed_total += 1
-        if self._handed_total > self._handed_prune_at:  # (domains never looked at again: amortised O(1))
+        if len(self._handed) > self._handed_prune_at:  # (domains never looked at again: amortised O(1))
             downloader = self._downloader()
             for name, handed in list(self._handed.items()):
                 self._prune_handed(name, handed, downloader.slots.get(name) if downloader is not None else None)
-            self._handed_prune_at = max(64, 2 * self._handed_total)
+            self._handed_prune_at = max(64, 2 * len(self._handed))
 
     def _prune_handed(self, domain: str, handed: set[Request], slot: Any | None) -> None:
         downloader = self._downloader()
@@ -140,7 +138,6 @@ class DomainQueues:
         in_slot = slot.active if slot is not None else ()
         gone = [r for r in handed if r not in in_downloader or r in in_slot]
         handed.difference_update(gone)
-        self._handed_total -= len(gone)
         if not handed:
             del self._handed[domain]
 
