@@ -30,6 +30,7 @@ FEED_EXPORTER = "scrapy_openclaw.checkpoint.feeds.DurableFeedExporter"
 BAN_MIDDLEWARE = "scrapy_openclaw.health.BanDetectionMiddleware"
 SNAPSHOT_MIDDLEWARE = "scrapy_openclaw.dlq.snapshots.ErrorSnapshotMiddleware"
 PARSE_SNAPSHOT_MIDDLEWARE = "scrapy_openclaw.dlq.snapshots.ParseErrorSnapshotMiddleware"
+HEAP_FREEZE = "scrapy_openclaw.heap.HeapFreeze"
 
 # Orders: health sits nearer the downloader than retry (560 > 550), so it sees
 # every raw response and failure before retry decides what to do with it.
@@ -37,7 +38,7 @@ PARSE_SNAPSHOT_MIDDLEWARE = "scrapy_openclaw.dlq.snapshots.ParseErrorSnapshotMid
 DOWNLOADER_MIDDLEWARES = {HEALTH_MIDDLEWARE: 560, RETRY_MIDDLEWARE: 550, BAN_MIDDLEWARE: 580, SNAPSHOT_MIDDLEWARE: 570}
 SPIDER_MIDDLEWARES = {PARSE_RETRY_MIDDLEWARE: 45, PARSE_SNAPSHOT_MIDDLEWARE: 46}
 ITEM_PIPELINES = {DLQ_PIPELINE: 1000}
-EXTENSIONS = {CHECKPOINT_EXTENSION: 10, METRICS_EXTENSION: 500, FEED_EXPORTER: 0}
+EXTENSIONS = {CHECKPOINT_EXTENSION: 10, METRICS_EXTENSION: 500, FEED_EXPORTER: 0, HEAP_FREEZE: 0}
 
 
 class Addon:

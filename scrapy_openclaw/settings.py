@@ -116,6 +116,8 @@ DEFAULTS: dict[str, Any] = {
     "OPENCLAW_SCHEDULE_REDIS_PREFIX": "openclaw:schedule",  # key prefix of locks/history/cursors (with REDIS_URL)
     "OPENCLAW_SCHEDULE_METRICS_PORT": 0,  # the scheduler's own /metrics port (0: off); host OPENCLAW_METRICS_HOST
     "OPENCLAW_SCHEDULE_RUN_FILE": None,  # set by the scheduler on each crawl: where RunStatsExtension reports
+    # --- process (HeapFreeze) ---
+    "OPENCLAW_GC_FREEZE": True,  # freeze the start-up heap out of the cyclic GC while crawling (see heap.py)
 }
 
 
@@ -281,6 +283,7 @@ class OpenClawSettings:
     schedule_redis_prefix: str
     schedule_metrics_port: int
     schedule_run_file: str | PathLike[str] | None
+    gc_freeze: bool
 
     @classmethod
     def from_settings(cls, settings: Any) -> OpenClawSettings:
