@@ -167,8 +167,13 @@ def _hostname(url: str) -> str:
 
 def download_slot(crawler: Crawler, key: str) -> Slot | None:
     """The downloader's slot for *key* (``downloader.slots``, a dict, 2.14 .. 2.19), None if none yet."""
+    return download_slots(crawler).get(key) if key else None
+
+
+def download_slots(crawler: Crawler) -> dict[str, Slot]:
+    """The downloader's slots by key (``downloader.slots``, 2.14 .. 2.19); empty before the engine exists."""
     engine = engine_of(crawler)
-    return engine.downloader.slots.get(key) if engine is not None and key else None
+    return engine.downloader.slots if engine is not None else {}
 
 
 def new_slot_concurrency(downloader: Downloader, key: str) -> int:

@@ -35,7 +35,10 @@ from scrapy_openclaw.retry_after import parse_retry_after
 from scrapy_openclaw.runtime import crawl_id, shared
 from scrapy_openclaw.scrapy_internals import (
     download_slot,
+    download_slots,
     drain_slot_queue,
+    engine_of,
+    new_slot_concurrency,
     pause_slot,
     robots_parsed_signal,
     slot_key,
@@ -53,6 +56,8 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+_MIN_PRUNE = 1024  # tuned-slot records kept before the first prune
+
 
 class DomainHealthMiddleware:
     """Downloader middleware: per-domain health, pacing, circuit breaking and Retry-After holds."""
@@ -69,10 +74,11 @@ class DomainHealthMiddleware:
         self.autothrottle = crawler.settings.getbool("AUTOTHROTTLE_ENABLED")
         self.crawl_delay_max = OpenClawSettings.for_crawler(crawler).crawl_delay_max
         self._given_up_logged: set[str] = set()
-        self._slot_concurrency: dict[str, int] = {}  # each slot's own concurrency, before we scaled it
         # id() of the download slot last tuned per domain (Scrapy drops idle slots and makes new
-        # ones; its Slot takes no weak reference, and keeping the slot would keep it alive)
+        # ones; its Slot takes no weak reference, and keeping the slot would keep it alive).
+        # Entries of dropped slots are pruned once the dict doubles (amortised O(1)).
         self._tuned: dict[str, int] = {}
+        self._prune_tuned_at = _MIN_PRUNE
         DelayedRequests.for_crawler(crawler)  # keeps deferred requests when the queue cannot
         shared(crawler, "health_middleware", lambda: self)  # found by BanDetectionMiddleware (record_blocked)
         crawler.signals.connect(self._request_reached_downloader, signal=signals.request_reached_downloader)
@@ -251,6 +257,14 @@ class DomainHealthMiddleware:
         slot = download_slot(self.crawler, domain)
         if slot is not None and self._tuned.get(domain) != id(slot):
             self._apply(domain, slot)
+            if len(self._tuned) > self._prune_tuned_at:
+                self._prune_tuned()
+
+    def _prune_tuned(self) -> None:
+        """Forget the slots Scrapy dropped (idle for a minute): a broad crawl sees millions of domains."""
+        slots = download_slots(self.crawler)
+        self._tuned = {domain: tuned for domain, tuned in self._tuned.items() if domain in slots}
+        self._prune_tuned_at = max(_MIN_PRUNE, 2 * len(self._tuned))
 
     def _robots_parsed(self, robotparser: Any, request: Request, **kwargs: Any) -> None:
         """Honour robots.txt ``Crawl-delay`` (capped by ``OPENCLAW_CRAWL_DELAY_MAX``)."""
@@ -275,7 +289,9 @@ class DomainHealthMiddleware:
         )
 
     def _apply(self, domain: str, slot: Slot) -> None:
-        own = self._slot_concurrency.setdefault(domain, slot.concurrency)
+        engine = engine_of(self.crawler)
+        assert engine is not None  # (a slot exists)
+        own = new_slot_concurrency(engine.downloader, domain)  # (the slot's own, before we scaled it)
         slot.concurrency, paused_until = self.registry.slot_limits(domain, own)
         self._tuned[domain] = id(slot)
         if self.paces_slots:  # (state() only here: it is the costliest read)

@@ -1,0 +1,48 @@
+"""DomainHealthMiddleware and Scrapy's download slots: each new slot is tuned once, and what it keeps
+per slot goes when Scrapy drops the slot (a broad crawl meets millions of domains)."""
+
+from __future__ import annotations
+
+from scrapy import Request, Spider
+from scrapy.core.downloader import Slot
+from scrapy.utils.test import get_crawler
+
+from scrapy_openclaw.health import DomainHealthMiddleware
+from scrapy_openclaw.health.middleware import _MIN_PRUNE
+from scrapy_openclaw.scrapy_internals import new_slot_concurrency
+
+
+class _Spider(Spider):
+    name = "slots"
+
+
+def test_dropped_slots_are_forgotten_and_a_new_slot_is_tuned_again():
+    crawler = get_crawler(
+        _Spider, {"CONCURRENT_REQUESTS_PER_DOMAIN": 4, "DOWNLOAD_SLOTS": {"slow.example": {"concurrency": 1}}}
+    )
+    crawler.spider = crawler._create_spider()
+    crawler.engine = crawler._create_engine()
+    downloader = crawler.engine.downloader
+    middleware = DomainHealthMiddleware.from_crawler(crawler)
+
+    def reach(domain: str) -> Slot:
+        slot = downloader.slots.get(domain)
+        if slot is None:  # as the downloader makes it
+            slot = downloader.slots[domain] = Slot(new_slot_concurrency(downloader, domain), 0, 0)
+        middleware._request_reached_downloader(Request(f"http://{domain}/"))
+        return slot
+
+    kept = reach("slow.example")
+    assert kept.concurrency == 1  # its own concurrency (DOWNLOAD_SLOTS), at health 100
+    for i in range(5 * _MIN_PRUNE):  # a broad crawl: each domain once, its idle slot dropped later
+        reach(f"d{i}.example")
+        downloader.slots.pop(f"d{i}.example")
+    assert len(middleware._tuned) <= 2 * _MIN_PRUNE + 1
+    assert "slow.example" in middleware._tuned  # a live slot stays known
+
+    kept.concurrency = 7  # (a tuned slot is not re-tuned on every request)
+    assert reach("slow.example").concurrency == 7
+    downloader.slots.pop("slow.example")  # dropped by Scrapy, made again later
+    again = reach("slow.example")
+    assert again is not kept and again.concurrency == 1
+    downloader.close()
