@@ -137,3 +137,42 @@ def test_a_redis_health_hash_expires_when_idle_unless_its_state_matters(redis_se
     assert server.pttl(reg._key("down.test")) == -1
     reg.control("down.test", now=now, ctl_down=0)
     assert 0 < server.pttl(reg._key("down.test")) <= TTL * 1000
+
+
+def test_a_worker_forgets_idle_domains_in_its_cache_and_reads_them_from_redis_again(redis_server: Any) -> None:
+    """Distributed mode: the worker's cache of the Redis registry is swept by its queue, so a broad
+    crawl's worker does not keep every domain it ever met; the state lives on in Redis."""
+    from tests.test_distributed_queue import FakeClock, _queue
+
+    clock = FakeClock()
+    q = _queue(
+        redis_server.url,
+        clock=clock,
+        OPENCLAW_HEALTH_ENABLED=True,
+        OPENCLAW_HEALTH_IDLE_TTL=TTL,
+        OPENCLAW_HEALTH_REGISTRY_CLASS="scrapy_openclaw.distributed.health.RedisHealthRegistry",
+    )
+    try:
+        reg = q.registry
+        assert reg is not None
+        for i in range(30):
+            q.push(Request(f"http://old{i}.test/"))
+        reg.record_failure("old0.test", REFUSED, now=clock())
+        q.push(Request("http://held.test/"))
+        reg.hold("held.test", clock() + 10 * TTL)
+        q.push(Request("http://ready.test/"))
+        q._sweep_idle()  # the first sweep: nothing idle yet
+        assert len(reg.domains()) == 32
+        assert len(reg._policy_json) == 1  # one policy JSON for all domains without a rule
+        clock.advance(TTL + 61)
+        q._ready.append(Request("http://ready.test/"))  # leased ahead, not handed out yet
+        q._sweep_idle()
+        assert sorted(reg.domains()) == ["held.test", "ready.test"]
+        assert not any(name.startswith("old") for name in reg._known)
+        assert q.stats.get_value("openclaw/health/evicted") == 30
+        q._sweep_idle()  # not due again yet
+        assert q.stats.get_value("openclaw/health/evicted") == 30
+        q.push(Request("http://old0.test/again"))  # met again: ensured, read from Redis
+        assert reg.state("old0.test").failures == 1
+    finally:
+        q._loop.stop()

@@ -34,7 +34,7 @@ import json
 import logging
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Container
 from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import RedisError
@@ -52,6 +52,7 @@ if TYPE_CHECKING:
     from scrapy.crawler import Crawler
 
     from scrapy_openclaw.errors import Classification
+    from scrapy_openclaw.policy import HealthPolicy
 
 logger = logging.getLogger(__name__)
 
@@ -126,7 +127,9 @@ class RedisHealthRegistry(HealthRegistry):
         self.redis_prefix = f"{name}:health:"
         self._ensuring: set[str] = set()
         self._known: set[str] = set()
-        self._policy_json: dict[str, str] = {}
+        # By policy, not by domain: every domain without a policy rule shares one entry
+        # (a domain's JSON is ~1 KB, and a broad crawl meets millions of domains).
+        self._policy_json: dict[HealthPolicy, str] = {}
         self._ensure = self.server.register_script(lua.H_ENSURE)
         self._acquire = self.server.register_script(lua.H_ACQUIRE)
         self._record = self.server.register_script(lua.H_RECORD)
@@ -154,9 +157,10 @@ class RedisHealthRegistry(HealthRegistry):
 
     def policy_json(self, domain: str) -> str:
         """The domain's HealthPolicy plus the registry's constants, as the Lua side reads them."""
-        cached = self._policy_json.get(domain)
+        policy = self.policy(domain)
+        cached = self._policy_json.get(policy)
         if cached is None:
-            data = dataclasses.asdict(self.policy(domain))
+            data = dataclasses.asdict(policy)
             data.update(
                 k_latency_alpha=local._LATENCY_ALPHA,
                 k_baseline_drift=local._BASELINE_DRIFT,
@@ -179,7 +183,7 @@ class RedisHealthRegistry(HealthRegistry):
                 k_retry_poll=_retry_poll(),
                 k_key_ttl=self.idle_ttl,  # the hash's TTL, refreshed by every script that saves it
             )
-            cached = self._policy_json[domain] = json.dumps(data, sort_keys=True)
+            cached = self._policy_json[policy] = json.dumps(data, sort_keys=True)
         return cached
 
     # --- the cache ----------------------------------------------------------------
@@ -242,6 +246,13 @@ class RedisHealthRegistry(HealthRegistry):
             return
         keys = [self._key(domain), self._domains_key(domain)]
         self.link.submit(lambda: script(keys=keys, args=[*args, domain]), callback=on_reply)
+
+    def evict_idle(self, now: float | None = None, keep: Container[str] = ()) -> list[str]:
+        """Forget idle domains in this worker's cache, and that they were ensured: a domain seen
+        again is ensured and read from Redis anew (its hash there expires on its own, ``k_key_ttl``)."""
+        gone = super().evict_idle(now, keep)
+        self._known.difference_update(gone)
+        return gone
 
     # --- the contract: changes run in Redis ------------------------------------------
 

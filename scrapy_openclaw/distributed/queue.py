@@ -66,8 +66,9 @@ from scrapy_openclaw.distributed.health import shared_registry
 from scrapy_openclaw.distributed.link import RedisLink
 from scrapy_openclaw.distributed.rounds import Push, Round, RoundRunner, split_lease
 from scrapy_openclaw.distributed.shards import ShardKeys
+from scrapy_openclaw.pqueues.upkeep import EVICT_EVERY
 from scrapy_openclaw.runtime import shared
-from scrapy_openclaw.scrapy_internals import slot_key
+from scrapy_openclaw.scrapy_internals import downloader_activity, engine_of, slot_key
 from scrapy_openclaw.serialization import SerializationError, request_to_data
 from scrapy_openclaw.settings import OpenClawSettings
 
@@ -137,6 +138,7 @@ class LeasedDeadlineQueue(Batching, QueueEntries):
         self._ready: deque[Request] = deque()  # leased ahead, not yet handed to the engine
         self.link = RedisLink.for_crawler(self.crawler, clock=clock)
         self._last_beat = 0.0
+        self._next_sweep = 0.0  # when the health cache is next swept for idle domains
         self._last_foreign = -1e18
         self._wake_timer: Any = None
         self._wake_at = float("inf")
@@ -399,3 +401,20 @@ class LeasedDeadlineQueue(Batching, QueueEntries):
         """Every poll interval: retry buffered writes, heartbeat, let the engine look for work."""
         self._kick(counts=self.clock() - self._counts_at > 0.5)
         self._wake_engine()  # work pushed by other workers
+        if self.registry is not None and self.registry.idle_ttl and self.clock() >= self._next_sweep:
+            self._sweep_idle()
+
+    def _sweep_idle(self) -> None:
+        """Let this worker's cache of the health registry forget idle domains, keeping those it has
+        leased ahead or is downloading (their Redis hashes expire by themselves)."""
+        registry = self.registry
+        assert registry is not None
+        now = self.clock()
+        self._next_sweep = now + min(EVICT_EVERY, registry.idle_ttl / 4)
+        keep = {slot_key(self.crawler, request) for request in self._ready}
+        activity = downloader_activity(engine_of(self.crawler))
+        if activity is not None:
+            keep.update(domain for domain, active in activity[1].items() if active)
+        evicted = registry.evict_idle(now, keep)
+        if evicted:
+            self.stats.inc_value("openclaw/health/evicted", len(evicted))

@@ -66,7 +66,7 @@ from scrapy_openclaw.pqueues.deadlines import Deadlines
 from scrapy_openclaw.pqueues.delays import _MIN_TIMER, NotBefore
 from scrapy_openclaw.pqueues.jobdir import JobdirPersistence
 from scrapy_openclaw.pqueues.readiness import _FULL, _RETRY_POLL, DomainReadiness
-from scrapy_openclaw.pqueues.upkeep import _EVICT_EVERY, Upkeep
+from scrapy_openclaw.pqueues.upkeep import EVICT_EVERY, Upkeep
 from scrapy_openclaw.runtime import shared
 from scrapy_openclaw.settings import OpenClawSettings
 
@@ -75,7 +75,7 @@ if TYPE_CHECKING:
     from scrapy.crawler import Crawler
     from typing_extensions import Self
 
-__all__ = ["_EVICT_EVERY", "_FULL", "_MIN_TIMER", "_RETRY_POLL", "DeadlinePriorityQueue", "queue_state"]
+__all__ = ["EVICT_EVERY", "_FULL", "_MIN_TIMER", "_RETRY_POLL", "DeadlinePriorityQueue", "queue_state"]
 
 
 def _is_lifo(queue_cls: type | None, default: bool) -> bool:

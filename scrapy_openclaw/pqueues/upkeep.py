@@ -18,7 +18,7 @@ from scrapy_openclaw.runtime import shared
 
 #: Seconds between two sweeps for idle domains in the health registry (as Scrapy's downloader
 #: collects idle slots every 60 s; a quarter of OPENCLAW_HEALTH_IDLE_TTL if that is shorter).
-_EVICT_EVERY = 60.0
+EVICT_EVERY = 60.0
 
 
 class Upkeep(DomainQueues):
@@ -31,7 +31,7 @@ class Upkeep(DomainQueues):
         if registry is None or not registry.idle_ttl:
             self._next_sweep = math.inf
             return
-        self._next_sweep = now + min(_EVICT_EVERY, registry.idle_ttl / 4)
+        self._next_sweep = now + min(EVICT_EVERY, registry.idle_ttl / 4)
         keep: set[str] = set()
         queues: list[DomainQueues] = shared(self.crawler, "queues", list)
         for queue in queues:
