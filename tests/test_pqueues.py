@@ -258,6 +258,34 @@ def test_equal_priorities_are_served_round_robin():
     assert sorted(hosts[3:6]) == ["a", "b", "c"]
 
 
+def test_memory_and_disk_queues_count_each_others_handed_out_requests():
+    """With JOBDIR Scrapy's scheduler keeps two of our queues (memory for what cannot be stored,
+    disk for the rest) in front of one download slot: a domain's concurrency counts what both
+    handed out that is still in the downloader middlewares."""
+    crawler = get_crawler(QueueSpider, {"CONCURRENT_REQUESTS_PER_DOMAIN": 2})
+    crawler.spider = crawler._create_spider()
+    crawler.engine = crawler._create_engine()
+    downloader = crawler.engine.downloader
+    memory, disk = make_queue(crawler=crawler), make_queue(crawler=crawler)
+    for i in range(3):
+        memory.push(Request(f"http://a.example/memory/{i}"))
+        disk.push(Request(f"http://a.example/disk/{i}"))
+    first = memory.pop()
+    downloader.active.add(first)  # (what the engine does with a popped request, at once)
+    second = disk.pop()
+    assert second is not None
+    downloader.active.add(second)
+    assert memory.pop() is None and disk.pop() is None  # the slot's 2, handed out by the two together
+    downloader.active.discard(first)  # its download ended
+    third = disk.pop()
+    assert third is not None and third.url.startswith("http://a.example/disk/")
+    downloader.active.add(third)
+    assert memory.pop() is None
+    memory.close()
+    disk.close()
+    downloader.close()
+
+
 def test_ties_go_to_the_domain_with_fewest_active_downloads_then_round_robin():
     """As Scrapy's DownloaderAwarePriorityQueue: among equal effective priorities the least busy
     slot first; a higher priority or an expired deadline still comes first."""

@@ -145,7 +145,9 @@ class DeadlinePriorityQueue(DomainReadiness, Deadlines, NotBefore, Upkeep, Jobdi
         self._timer = None
         self._timer_due = math.inf
         self._closed = False
-        self._handed = {}  # by domain: popped, not yet in their download slot (see _in_flight)
+        # By domain: popped, not yet in their download slot (see _in_flight). Crawl-wide: with
+        # JOBDIR, Scrapy's scheduler has two of these queues (memory and disk) feeding one slot.
+        self._handed = shared(crawler, "queue_handed_out", dict)
         self._handed_prune_at = 64  # domains in it
         queues: list[DeadlinePriorityQueue] = shared(crawler, "queues", list)
         queues.append(self)
