@@ -179,7 +179,14 @@ def test_slot_concurrency_is_the_slots_own_scaled_by_health() -> None:
     from scrapy_openclaw.errors import Classification, ErrorClass
     from scrapy_openclaw.health import DomainHealthMiddleware
 
-    crawler = get_crawler(Spider, {"CONCURRENT_REQUESTS_PER_DOMAIN": 2})
+    class Named(Spider):
+        name = "slots"
+
+    crawler = get_crawler(
+        Named, {"CONCURRENT_REQUESTS_PER_DOMAIN": 2, "DOWNLOAD_SLOTS": {"b.test": {"concurrency": 5}}}
+    )
+    crawler.spider = crawler._create_spider()
+    crawler.engine = crawler._create_engine()  # (the slots' own concurrency comes from its downloader)
     middleware = build_from_crawler(DomainHealthMiddleware, crawler)
 
     def slot(concurrency: int) -> Slot:  # (Scrapy < 2.16 requires randomize_delay; later ones deprecate it)
@@ -201,3 +208,4 @@ def test_slot_concurrency_is_the_slots_own_scaled_by_health() -> None:
     assert middleware.registry.state("b.test").health == pytest.approx(43, abs=0.5)
     middleware._apply("b.test", listed)
     assert listed.concurrency == 2  # 5 x 43%
+    crawler.engine.downloader.close()

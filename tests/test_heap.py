@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import warnings
 
 import pytest
 from scrapy import signals
@@ -16,13 +17,19 @@ from scrapy_openclaw.testing.presets import fault_free_site
 
 @pytest.fixture
 def unfrozen():
+    """No frozen heap before or after; garbage other tests left (an unclosed socket, say) collected
+    first, so its ResourceWarning is not raised inside this test's collection."""
     gc.unfreeze()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ResourceWarning)
+        gc.collect()
     yield
     gc.unfreeze()
 
 
 def started(settings: dict | None = None):
-    crawler = get_crawler(settings_dict=settings or {})
+    # (no telnet console: on Scrapy 2.14 get_crawler's crawler has one, listening from engine_started)
+    crawler = get_crawler(settings_dict={"TELNETCONSOLE_ENABLED": False, **(settings or {})})
     crawler.stats.open_spider()
     extension = HeapFreeze.from_crawler(crawler)
     crawler.signals.send_catch_log(signals.engine_started)
