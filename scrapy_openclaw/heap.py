@@ -10,7 +10,8 @@ moves them to the permanent generation, which collections skip; reference
 counting still frees them as usual, and objects made later are collected as
 before. The heap is unfrozen when the last crawl of the process stops, so a
 process that runs crawls one after another (or a test session) loses
-nothing to the freeze.
+nothing to the freeze; a process that had frozen its heap itself before the
+first crawl (a pre-forking server) is left frozen as it was.
 
 Process-wide by nature: ``OPENCLAW_GC_FREEZE = False`` leaves the collector alone.
 """
@@ -33,8 +34,10 @@ logger = logging.getLogger(__name__)
 
 STATS_KEY = "openclaw/gc/frozen_objects"
 
-# Crawls of this process that froze the heap and have not stopped yet.
+# Crawls of this process that froze the heap and have not stopped yet, and whether the first of
+# them found nothing frozen (else the process froze its heap itself: it stays as it was found).
 _freezers = 0
+_unfreeze_at_end = True
 
 
 class HeapFreeze:
@@ -53,7 +56,9 @@ class HeapFreeze:
         return cls(crawler)
 
     def engine_started(self) -> None:
-        global _freezers
+        global _freezers, _unfreeze_at_end
+        if _freezers == 0:
+            _unfreeze_at_end = gc.get_freeze_count() == 0
         gc.collect()  # garbage of the start-up must not be frozen with it
         gc.freeze()
         _freezers += 1
@@ -69,5 +74,5 @@ class HeapFreeze:
             return
         self.frozen = False
         _freezers -= 1
-        if _freezers == 0:
+        if _freezers == 0 and _unfreeze_at_end:
             gc.unfreeze()

@@ -55,6 +55,15 @@ def test_freezes_at_engine_start_and_unfreezes_when_the_last_crawl_stops(unfroze
     assert not first_extension.frozen and not second_extension.frozen
 
 
+def test_a_heap_the_process_froze_itself_stays_frozen(unfrozen):
+    gc.freeze()  # e.g. a pre-forking server, before any crawl
+    before = gc.get_freeze_count()
+    crawler, extension = started()
+    crawler.signals.send_catch_log(signals.engine_stopped)
+    assert not extension.frozen
+    assert gc.get_freeze_count() >= before > 0
+
+
 def test_switched_off_by_its_setting(unfrozen):
     crawler = get_crawler(settings_dict={"OPENCLAW_GC_FREEZE": False})
     with pytest.raises(NotConfigured):
