@@ -207,6 +207,11 @@ def pause_slot(slot: Slot, until: float) -> None:
     slot.lastseen = max(slot.lastseen, slot_clock() + (until - time.time()))
 
 
+def slot_paused(slot: Slot) -> bool:
+    """Whether :func:`pause_slot` holds the slot now (its ``lastseen`` is in the future)."""
+    return bool(slot.lastseen > slot_clock())
+
+
 def resume_slot(slot: Slot, downloader: Downloader) -> None:
     """Undo :func:`pause_slot` at once (an operator released the hold early).
 

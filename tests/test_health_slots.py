@@ -3,13 +3,15 @@ per slot goes when Scrapy drops the slot (a broad crawl meets millions of domain
 
 from __future__ import annotations
 
+import time
+
 from scrapy import Request, Spider
 from scrapy.core.downloader import Slot
 from scrapy.utils.test import get_crawler
 
 from scrapy_openclaw.health import DomainHealthMiddleware
 from scrapy_openclaw.health.middleware import _MIN_PRUNE
-from scrapy_openclaw.scrapy_internals import new_slot_concurrency
+from scrapy_openclaw.scrapy_internals import new_slot_concurrency, slot_paused
 
 
 class _Spider(Spider):
@@ -45,4 +47,25 @@ def test_dropped_slots_are_forgotten_and_a_new_slot_is_tuned_again():
     downloader.slots.pop("slow.example")  # dropped by Scrapy, made again later
     again = reach("slow.example")
     assert again is not kept and again.concurrency == 1
+    downloader.close()
+
+
+def test_a_slot_paused_for_a_hold_that_ended_early_resumes_at_its_next_request():
+    """An operator's release resumes the slot where it is applied; should the slot be paused again
+    by a late view of the hold (in distributed mode a Redis reply sent before the release), the
+    next request that reaches the slot resumes it, instead of it waiting out the old hold."""
+    crawler = get_crawler(_Spider, {"CONCURRENT_REQUESTS_PER_DOMAIN": 4})
+    crawler.spider = crawler._create_spider()
+    crawler.engine = crawler._create_engine()
+    downloader = crawler.engine.downloader
+    middleware = DomainHealthMiddleware.from_crawler(crawler)
+    slot = downloader.slots["a.test"] = Slot(new_slot_concurrency(downloader, "a.test"), 0, 0)
+    middleware.registry.control("a.test", ctl_hold=time.time() + 600)
+    middleware._apply("a.test", slot)
+    assert slot_paused(slot)
+    middleware._request_reached_downloader(Request("http://a.test/1"))
+    assert slot_paused(slot)  # still held: a request does not resume it
+    middleware.registry.control("a.test", ctl_hold=0)
+    middleware._request_reached_downloader(Request("http://a.test/2"))
+    assert not slot_paused(slot)
     downloader.close()

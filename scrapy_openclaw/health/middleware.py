@@ -40,8 +40,10 @@ from scrapy_openclaw.scrapy_internals import (
     engine_of,
     new_slot_concurrency,
     pause_slot,
+    resume_slot,
     robots_parsed_signal,
     slot_key,
+    slot_paused,
 )
 from scrapy_openclaw.settings import OpenClawSettings
 
@@ -251,11 +253,12 @@ class DomainHealthMiddleware:
         self.crawler.signals.send_catch_log(signal=signal, domain=state.domain, state=state, spider=self.crawler.spider)
 
     def _request_reached_downloader(self, request: Request, spider: Any = None) -> None:
-        """Tune a new slot right before its first request queues there (the slot exists by now);
-        after that each response or failure of the domain tunes it (``_record``)."""
+        """Tune a new slot right before its first request queues there (the slot exists by now),
+        and a paused one (its hold may have ended early); after that each response or failure of
+        the domain tunes it (``_record``)."""
         domain = self._domain(request)
         slot = download_slot(self.crawler, domain)
-        if slot is not None and self._tuned.get(domain) != id(slot):
+        if slot is not None and (self._tuned.get(domain) != id(slot) or slot_paused(slot)):
             self._apply(domain, slot)
             if len(self._tuned) > self._prune_tuned_at:
                 self._prune_tuned()
@@ -300,6 +303,8 @@ class DomainHealthMiddleware:
             slot.delay = self.min_delay  # undo a pause's minimal delay
         if paused_until > time.time():
             pause_slot(slot, paused_until)
+        elif slot_paused(slot):  # a hold that ended early (an operator's release, seen late)
+            resume_slot(slot, engine.downloader)
 
     def _spider_closed(self, spider: Any = None, reason: str = "") -> None:
         for domain in self.registry.domains():
