@@ -130,6 +130,23 @@ def test_middleware_holds_retries_and_signals() -> None:
     assert seen[0]["retry_request"] is retry and seen[0]["domain"] == "shop.example"
     assert crawler.stats.get_value("openclaw/ban/blocked") == 1
     assert crawler.stats.get_value("openclaw/ban/domain/shop.example") == 1
+    assert retry.meta["dont_cache"] is True  # (HTTPCACHE stored the ban page: the retry goes to the site)
+
+
+def test_a_ban_page_from_the_http_cache_is_retried_past_the_cache_and_costs_the_domain_nothing() -> None:
+    crawler = get_crawler(Spider, {"OPENCLAW_POLICY": {"defaults": {"health": {"ban_markers": [BAN_MARKER]}}}})
+    crawler.spider = crawler._create_spider("s")
+    from scrapy_openclaw.health import DomainHealthMiddleware
+
+    health = DomainHealthMiddleware.from_crawler(crawler)  # (found by the ban middleware, as in a crawl)
+    mw = BanDetectionMiddleware.from_crawler(crawler)
+    request = Request("http://shop.example/p/1")
+    ban = HtmlResponse(request.url, body=f"<form id='{BAN_MARKER}'>".encode(), request=request, flags=["cached"])
+    retry = mw.process_response(request, ban)
+    assert isinstance(retry, Request) and retry.meta["dont_cache"] is True
+    assert crawler.stats.get_value("openclaw/ban/cached") == 1
+    state = health.registry.state("shop.example")
+    assert (state.health, state.hold_until, state.failures) == (100, 0.0, 0)
 
 
 # --------------------------------------------------------------------------- crawls
@@ -183,6 +200,31 @@ def test_ban_page_host_is_held_and_items_stay_clean(chaos_server: Any, tmp_path:
     assert stats["openclaw/health/failures/blocked_policy"] == len(bans)  # a domain failure of class blocked
     assert stats[f"openclaw/health/final_health/{address(0)}"] == 100
     assert not [d for d in _dead_letters(tmp_path) if d["error_class"] == "blocked"]
+
+
+def test_with_the_http_cache_on_a_ban_page_is_fetched_again_not_read_from_the_cache(
+    chaos_server: Any, tmp_path: Path
+) -> None:
+    """HTTPCACHE_ENABLED stores the ban pages (200s); their retries bypass the cache, so once the
+    ban lifts every page is scraped, none ends as a dead letter of class blocked."""
+    server = chaos_server(ban_site(pages=25, ban_after=8, ban_seconds=2.0))
+    banned_host = address(1)
+    policy = {"domains": {banned_host: {"health": {"ban_markers": [BAN_MARKER], "blocked_hold": 2.0}}}}
+    result = _crawl(
+        server,
+        tmp_path,
+        OPENCLAW_POLICY=policy,
+        CONCURRENT_REQUESTS_PER_DOMAIN=4,
+        HTTPCACHE_ENABLED=True,
+        HTTPCACHE_DIR=str(tmp_path / "httpcache"),
+    )
+    bans = [r for r in _served(server.truth(), banned_host) if r.get("banned")]
+    assert bans, "the chaos host never banned"
+    items = result.items
+    assert all(item["title"] != BAN_TITLE for item in items)
+    assert len(items) == len({i["url"] for i in items}) == 2 * 25 + 1
+    assert not [d for d in _dead_letters(tmp_path) if d["error_class"] == "blocked"]
+    assert result.stats["openclaw/ban/blocked"] == len(bans)  # each ban page seen once: none came from the cache
 
 
 def test_a_ban_for_good_ends_as_blocked_dead_letters(chaos_server: Any, tmp_path: Path) -> None:

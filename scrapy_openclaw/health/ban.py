@@ -8,6 +8,11 @@ middleware records it (``blocked_penalty``, a hold of ``blocked_hold`` seconds
 or the response's Retry-After), ``openclaw_signals.blocked`` is sent, and the
 request is retried after the hold on the ``retry.blocked`` schedule or, out of
 attempts, becomes a dead letter (IgnoreRequest: the callback never runs).
+
+The retry bypasses Scrapy's HTTP cache (``meta["dont_cache"]``): with
+``HTTPCACHE_ENABLED`` the ban page was stored, and each retry would get it back
+from the cache until the attempts ran out. A ban page that comes from the cache
+is an old answer: it is retried the same way but costs the domain nothing.
 """
 
 from __future__ import annotations
@@ -68,16 +73,21 @@ class BanDetectionMiddleware:
         )
         if classification is None:
             return response
+        # A ban page from Scrapy's HTTP cache is an old answer: no news of the domain (no hold, no
+        # penalty), and its retry must not be served from the cache again.
+        cached = "cached" in response.flags
         retry_after = parse_retry_after(response.headers.get(b"Retry-After"), cap=policy.retry_after_cap)
-        hold = max(policy.blocked_hold, retry_after or 0.0)
+        hold = 0.0 if cached else max(policy.blocked_hold, retry_after or 0.0)
         self.stats.inc_value(f"{STATS_PREFIX}/blocked")
+        if cached:
+            self.stats.inc_value(f"{STATS_PREFIX}/cached")
         self.stats.inc_value(f"{STATS_PREFIX}/reason/{classification.reason}")
         self.stats.inc_value(f"{STATS_PREFIX}/domain/{domain}")
         snapshots = peek(self.crawler, "error_snapshots")
         if snapshots is not None:
             snapshots.capture(classification, request, response=response)
         health = peek(self.crawler, "health_middleware")
-        if health is not None:
+        if health is not None and not cached:
             health.record_blocked(request, classification, hold)
         spider = self.crawler.spider
         assert spider is not None
@@ -86,15 +96,18 @@ class BanDetectionMiddleware:
             retry = get_classified_retry_request(
                 request, classification=classification, spider=spider, response=response
             )
+            if retry is not None:  # (HttpCacheMiddleware stored the ban page: fetch it anew, and do not store it)
+                retry.meta["dont_cache"] = True
         else:
             send_dead_letter(request, classification, spider=spider)
         logger.warning(
-            "Ban page from %(domain)s (%(reason)s, status %(status)d) for %(request)s: holding the domain "
-            "%(hold).0fs; %(next)s",
+            "Ban page from %(domain)s (%(reason)s, status %(status)d%(cached)s) for %(request)s: holding the "
+            "domain %(hold).0fs; %(next)s",
             {
                 "domain": domain,
                 "reason": classification.reason,
                 "status": response.status,
+                "cached": ", from the HTTP cache" if cached else "",
                 "request": request,
                 "hold": hold,
                 "next": "retrying later" if retry is not None else "giving up (dead letter)",
