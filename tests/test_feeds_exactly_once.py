@@ -396,3 +396,26 @@ def test_a_failed_feed_write_keeps_the_unwritten_bytes_and_offsets_only_advance_
     f.write(b"]")  # a trailer: beyond the resume point
     f.close()
     assert feed.read_bytes() == b'[{"a": 1},\n{"c": 3}]' and f.items_end == 19
+
+
+@pytest.mark.parametrize(
+    "kills",
+    [[(0.05, None), (0.1, None), (0.15, None)], [(0.3, "sigterm"), (0.05, None), (0.1, None)]],
+    ids=["kill-9", "stop-then-kill-9"],
+)
+def test_small_batches_that_rotate_between_commits_stay_exactly_once(
+    chaos_server: Any, tmp_path: Path, kills: list[tuple[float, str | None]]
+) -> None:
+    """Batches of 2 items start and finish several times between two group commits, so the journal
+    never records most of them; a resumed crawl starts such a batch's file afresh instead of
+    appending to what the interrupted run wrote there (which doubled batches before)."""
+    server = chaos_server(site(pages=60))
+    plain = tmp_path / "items.jsonl"
+    batches = tmp_path / "batch-%(batch_id)03d.jsonl"
+    feeds = {str(plain): {"format": "jsonlines"}, str(batches): {"format": "jsonlines", "batch_item_count": 2}}
+    done, final = crawl_with_kills(server, settings(tmp_path / "ckpt", feeds), tmp_path, plain, kills)
+    files = sorted(tmp_path.glob("batch-*.jsonl"))
+    assert_exactly_once([it["url"] for f in files for it in jsonl_lines(f)], server, final, done, 3)
+    assert_exactly_once([it["url"] for it in jsonl_lines(plain)], server, final, done, 3)
+    assert [f.name for f in files] == [f"batch-{i:03d}.jsonl" for i in range(1, len(files) + 1)]
+    assert all(len(jsonl_lines(f)) <= 2 for f in files)

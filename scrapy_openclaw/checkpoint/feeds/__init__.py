@@ -185,11 +185,24 @@ class DurableFeedExporter(FeedExporter):
         if uri_template in self._durable_templates:
             # FeedSlot.storage is a plain attribute in 2.14 and 2.19; FileFeedStorage.path/.write_mode too
             plain: Any = slot.storage  # a FileFeedStorage: durable templates are local file feeds
+            overwrite = getattr(plain, "write_mode", "ab") == "wb" or self._unrecorded_batch(uri_template, batch_id)
             storage: Any = DurableFileFeedStorage(
-                plain.path, getattr(plain, "write_mode", "ab") == "wb", None, self.durable
+                plain.path, overwrite, None, self.durable
             )  # (Any: its open() returns a DurableFile, not typed as IO[bytes])
             slot.storage = storage
         return slot
+
+    def _unrecorded_batch(self, template: str, batch_id: int) -> bool:
+        """A batch after the one the journal recorded last, opened by a resumed crawl: its file, if
+        any, was written by the interrupted run after that record (a batch started and finished
+        between two commits), pages the resume fetches again; it starts empty, not appended to."""
+        if not self.durable.resumed or not self.feeds[template].get("batch_item_count"):
+            return False
+        state = self.durable.recovered_feeds.get(template)
+        if state is None:
+            return True
+        # (recorded before its file was opened: what the file holds came after the record too)
+        return batch_id > state["batch"] or (batch_id == state["batch"] and state["offset"] is None)
 
     def item_scraped(self, item: Any, spider: Spider, response: Any = None) -> None:
         if not self.durable.active:
