@@ -90,12 +90,15 @@ def test_scripted_story_matches(redis_server: Any) -> None:
     )
     t = 1_000_000.0
     events: list[tuple[Any, ...]] = [("acquire", "a", t, True)]
-    for i in range(12):  # slow start: +50% per success while nothing is learned
-        events += [("acquire", "a", t + i * 0.25, True), ("ok", "a", t + i * 0.25 + 0.1, 0.1)]
+    for i in range(24):  # slow start: +50% per success while nothing is learned (and a latency baseline)
+        events += [("acquire", "a", t + i * 0.15, True), ("ok", "a", t + i * 0.15 + 0.1, 0.1)]
     t += 4
     events += [("fail", "a", t, C429, None), ("acquire", "a", t + 0.01, True), ("acquire", "a", t + 0.5, True)]
     for i in range(8):  # latency climbs: congestion from latency alone
         events.append(("ok", "a", t + 1 + i * 0.3, 0.1 + i * 0.4))
+    _drive(local, shared, events)
+    assert local.snapshot()["domains"]["a"]["last_decrease"] > t + 1  # the latency cut happened
+    events = []
     t += 5
     events += [("fail", "a", t, C503, 2.0), ("acquire", "a", t + 1, False), ("acquire", "a", t + 2.5, False)]
     events += [

@@ -184,6 +184,20 @@ def test_rising_latency_is_a_congestion_signal() -> None:
     assert state.health == 100.0  # slower, not sicker
 
 
+def test_a_domains_first_answers_form_its_baseline_and_are_no_congestion() -> None:
+    """Start-up latency (connection set-up, every domain of a crawl beginning at once) is
+    not the site's: within its first answers a slow one does not cut the pace."""
+    reg = registry(initial_rate=8, latency_factor=3)
+    latencies = [0.01, 0.01, 0.3, 0.5, 0.4, 0.2] + [0.01] * 14
+    for i, latency in enumerate(latencies):
+        reg.record_success(D, latency, now=T0 + 0.05 * i)
+    state = reg.state(D, T0 + 1)
+    assert state.limit is None and state.rate > 8
+    for i in range(20):  # past the warm-up the same rise is congestion
+        reg.record_success(D, 0.5, now=T0 + 2 + 0.05 * i)
+    assert reg.state(D, T0 + 3).limit is not None
+
+
 def test_small_latency_jitter_is_not_congestion() -> None:
     reg = registry(initial_rate=4, base_rate=100)
     for i in range(40):

@@ -165,6 +165,7 @@ class RedisHealthRegistry(HealthRegistry):
                 k_latency_alpha=local._LATENCY_ALPHA,
                 k_baseline_drift=local._BASELINE_DRIFT,
                 k_latency_slack=local._LATENCY_SLACK,
+                k_latency_warmup=local._LATENCY_WARMUP,
                 k_min_decrease_gap=local._MIN_DECREASE_GAP,
                 k_slow_start_gain=local._SLOW_START_GAIN,
                 k_slow_start_doubling=local._SLOW_START_DOUBLING,

@@ -231,7 +231,7 @@ local function h_observe_latency(d, p, latency)
     return false
   end
   d.best_latency = d.best_latency + p.k_baseline_drift * (d.latency - d.best_latency)
-  return d.latency > p.latency_factor * d.best_latency + p.k_latency_slack
+  return d.successes > p.k_latency_warmup and d.latency > p.latency_factor * d.best_latency + p.k_latency_slack
 end
 
 local function h_success(d, p, now, latency)

@@ -75,6 +75,7 @@ from scrapy_openclaw.health.registry.tuning import _BURST_SECONDS as _BURST_SECO
 from scrapy_openclaw.health.registry.tuning import _CUT_FLOOR as _CUT_FLOOR
 from scrapy_openclaw.health.registry.tuning import _LATENCY_ALPHA as _LATENCY_ALPHA
 from scrapy_openclaw.health.registry.tuning import _LATENCY_SLACK as _LATENCY_SLACK
+from scrapy_openclaw.health.registry.tuning import _LATENCY_WARMUP as _LATENCY_WARMUP
 from scrapy_openclaw.health.registry.tuning import _MAX_DOUBLINGS as _MAX_DOUBLINGS
 from scrapy_openclaw.health.registry.tuning import _MAX_PROBE_SECONDS as _MAX_PROBE_SECONDS
 from scrapy_openclaw.health.registry.tuning import _MAX_RATE as _MAX_RATE

@@ -15,6 +15,7 @@ from scrapy_openclaw.health.registry.tuning import (
     _CUT_FLOOR,
     _LATENCY_ALPHA,
     _LATENCY_SLACK,
+    _LATENCY_WARMUP,
     _MAX_PROBE_SECONDS,
     _MAX_RATE,
     _MIN_DECREASE_GAP,
@@ -117,7 +118,8 @@ class _Pacing:
 
     @staticmethod
     def _observe_latency(d: _Domain, p: HealthPolicy, latency: float | None) -> bool:
-        """Fold a sample into the EWMA; True when it says the domain is congested."""
+        """Fold a sample into the EWMA; True when it says the domain is congested (never
+        within the first ``_LATENCY_WARMUP`` successes: the baseline is still forming)."""
         if latency is None or not math.isfinite(latency) or latency < 0:
             return False
         d.latency = latency if d.latency is None else d.latency + _LATENCY_ALPHA * (latency - d.latency)
@@ -125,7 +127,7 @@ class _Pacing:
             d.best_latency = d.latency
             return False
         d.best_latency += _BASELINE_DRIFT * (d.latency - d.best_latency)
-        return d.latency > p.latency_factor * d.best_latency + _LATENCY_SLACK
+        return d.successes > _LATENCY_WARMUP and d.latency > p.latency_factor * d.best_latency + _LATENCY_SLACK
 
 
 def _count_delivered(d: _Domain, now: float) -> None:

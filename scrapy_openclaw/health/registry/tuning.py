@@ -16,6 +16,9 @@ SNAPSHOT_VERSION = 1
 _LATENCY_ALPHA = 0.2  # weight of a new sample in the latency EWMA
 _BASELINE_DRIFT = 0.01  # how fast the best-latency baseline follows a lasting change
 _LATENCY_SLACK = 0.05  # seconds; latency noise below this is never congestion
+# Successes before latency may signal congestion: the baseline of the first few (connection
+# set-up, a crawl's start-up when every domain begins at once) is not the site's own.
+_LATENCY_WARMUP = 20
 _MIN_DECREASE_GAP = 1.0  # seconds between two multiplicative decreases (or one RTT if longer)
 _SLOW_START_GAIN = 0.5  # slow start: the rate grows by this share with every success ...
 _SLOW_START_DOUBLING = 0.1  # ... but doubles at most once per this many seconds (from initial_rate)
