@@ -64,6 +64,7 @@ from scrapy_openclaw.health.reader import health_registry
 from scrapy_openclaw.policy import PolicySet
 from scrapy_openclaw.pqueues.deadlines import Deadlines
 from scrapy_openclaw.pqueues.delays import _MIN_TIMER, NotBefore
+from scrapy_openclaw.pqueues.domains import HandedOut
 from scrapy_openclaw.pqueues.jobdir import JobdirPersistence
 from scrapy_openclaw.pqueues.readiness import _FULL, _RETRY_POLL, DomainReadiness
 from scrapy_openclaw.pqueues.upkeep import EVICT_EVERY, Upkeep
@@ -147,8 +148,7 @@ class DeadlinePriorityQueue(DomainReadiness, Deadlines, NotBefore, Upkeep, Jobdi
         self._closed = False
         # By domain: popped, not yet in their download slot (see _in_flight). Crawl-wide: with
         # JOBDIR, Scrapy's scheduler has two of these queues (memory and disk) feeding one slot.
-        self._handed = shared(crawler, "queue_handed_out", dict)
-        self._handed_prune_at = 64  # domains in it
+        self._handed = shared(crawler, "queue_handed_out", HandedOut)
         queues: list[DeadlinePriorityQueue] = shared(crawler, "queues", list)
         queues.append(self)
         # (Scrapy's scheduler closes only the disk queue: the figures at close come from here)

@@ -23,6 +23,18 @@ if TYPE_CHECKING:
     from scrapy_openclaw.policy import PolicySet
 
 
+class HandedOut:
+    """Requests popped from a queue and not yet in their download slot, by domain: one per
+    crawl (with ``JOBDIR`` Scrapy's memory and disk queues feed the same slots), with the
+    size at which the domains nobody looks at again are swept."""
+
+    __slots__ = ("by_domain", "prune_at")
+
+    def __init__(self) -> None:
+        self.by_domain: dict[str, set[Request]] = {}
+        self.prune_at = 64
+
+
 class DomainQueues:
     """The queue's shared state and its per-domain store (see the module docstring)."""
 
@@ -53,8 +65,7 @@ class DomainQueues:
     _timer: Any
     _timer_due: float
     _closed: bool
-    _handed: dict[str, set[Request]]
-    _handed_prune_at: int
+    _handed: HandedOut
 
     if TYPE_CHECKING:  # implemented by DeadlinePriorityQueue
 
@@ -117,7 +128,7 @@ class DomainQueues:
         ``CONCURRENT_REQUESTS`` place at once, past the slot's concurrency; each download past the
         connection pool's ``CONCURRENT_REQUESTS_PER_DOMAIN`` then opens a new TCP connection."""
         busy = len(slot.active) if slot is not None else 0
-        handed = self._handed.get(domain)
+        handed = self._handed.by_domain.get(domain)
         if handed:
             self._prune_handed(domain, handed, slot)
             busy += len(handed)
@@ -125,12 +136,13 @@ class DomainQueues:
 
     def _note_handed(self, domain: str, request: Request) -> None:
         """Remember a request just popped until it reaches its download slot (or leaves the downloader)."""
-        self._handed.setdefault(domain, set()).add(request)
-        if len(self._handed) > self._handed_prune_at:  # (domains never looked at again: amortised O(1))
+        by_domain = self._handed.by_domain
+        by_domain.setdefault(domain, set()).add(request)
+        if len(by_domain) > self._handed.prune_at:  # (domains never looked at again: amortised O(1))
             downloader = self._downloader()
-            for name, handed in list(self._handed.items()):
+            for name, handed in list(by_domain.items()):
                 self._prune_handed(name, handed, downloader.slots.get(name) if downloader is not None else None)
-            self._handed_prune_at = max(64, 2 * len(self._handed))
+            self._handed.prune_at = max(64, 2 * len(by_domain))
 
     def _prune_handed(self, domain: str, handed: set[Request], slot: Any | None) -> None:
         downloader = self._downloader()
@@ -139,7 +151,7 @@ class DomainQueues:
         gone = [r for r in handed if r not in in_downloader or r in in_slot]
         handed.difference_update(gone)
         if not handed:
-            del self._handed[domain]
+            del self._handed.by_domain[domain]
 
     def _rekey(self, dq: DomainQueue, *, force: bool = False) -> None:
         """Index *dq* under its current top requests (a parked domain is indexed when it wakes)."""
