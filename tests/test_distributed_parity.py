@@ -71,6 +71,8 @@ def _apply(reg: Any, event: tuple[Any, ...]) -> Any:
         return reg.record_success(domain, rest[0], now)
     if kind == "crawl_delay":
         return reg.set_crawl_delay(domain, rest[0])
+    if kind == "control":
+        return reg.control(domain, now, **rest[0])
     failed_before = rest[2] if len(rest) > 2 else None
     return reg.record_failure(domain, rest[0], now, retry_after=rest[1], failed_before=failed_before)
 
@@ -117,7 +119,14 @@ def test_scripted_story_matches(redis_server: Any) -> None:
         ("acquire", "a", t + 15.3, True),
     ]
     events += [("ok", "b", t + 16, None), ("fail", "b", t + 16.5, C429, 600.0), ("acquire", "b", t + 17, True)]
+    events += [  # the operator's hold counts as held time
+        ("control", "c", t + 20, {"ctl_hold": t + 30}),
+        ("acquire", "c", t + 25, True),
+        ("control", "c", t + 26, {"ctl_hold": 0.0}),
+        ("acquire", "c", t + 27, True),
+    ]
     _drive(local, shared, events)
+    assert local.snapshot()["domains"]["c"]["blocked_seconds"] == pytest.approx(6.0)
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])

@@ -10,6 +10,7 @@ import urllib.request
 from collections import Counter
 from typing import Any
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from scrapy.utils.misc import build_from_crawler
 from scrapy.utils.test import get_crawler
@@ -132,3 +133,22 @@ def test_progress_line_says_what_a_stalled_crawl_waits_for() -> None:
     line = table.progress_line(progress, Counter(), sent=0)  # an interval without progress
     assert "0.0/min" in line and "ETA ?" in line and "nothing sent: 2 request(s) wait for 127.0.0.5" in line
     assert eta(120, 2.0) == "1m00s" and eta(0, 1.0) == "-" and eta(9000, 1.0) == "2h30m"
+
+
+def test_an_operators_hold_is_named_in_the_stall_line_and_counted_as_held_time() -> None:
+    settings = {
+        "OPENCLAW_LOG_DOMAINS": 3,
+        "LOGSTATS_INTERVAL": 10,
+        "DOWNLOADER_MIDDLEWARES": {"scrapy_openclaw.health.DomainHealthMiddleware": 600},
+    }
+    crawler = get_crawler(settings_dict=settings)
+    ext = build_from_crawler(MetricsExtension, crawler)
+    table = ext.logtable
+    registry: Any = ext.collector.health()
+    assert table is not None and registry is not None
+    now = time.time()
+    registry.control("127.0.0.5", now - 20, ctl_hold=now + 100)  # held by `scrapy openclaw hold` 20 s ago
+    progress = Progress(discovered=3, queued=0, waiting=2, in_flight=0, domains={"127.0.0.5": 2})
+    line = table.progress_line(progress, Counter(), sent=0)
+    assert re.search(r"2 request\(s\) wait for 127\.0\.0\.5, held by the operator for (99|100) s", line), line
+    assert registry.state("127.0.0.5").blocked_seconds == pytest.approx(20, abs=1)

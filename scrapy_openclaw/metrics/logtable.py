@@ -208,6 +208,8 @@ class DomainLogTable:
                     why = f"circuit open for {blocked:.0f} s"
                 elif state.hold_until > now:
                     why = f"held for {state.hold_until - now:.0f} s (Retry-After)"
+                elif blocked > 0:
+                    why = f"held by the operator for {blocked:.0f} s"
                 elif state.circuit == "half_open":
                     why = "a half-open probe"
             reasons.append(f"{n} request(s) wait for {domain}, {why}")

@@ -91,7 +91,7 @@ local function h_load(hkey, now, pjson)
   d.ctl_concurrency, d.ctl_down = d.ctl_concurrency or 0, d.ctl_down or 0
   local elapsed = now - d.updated
   if elapsed > 0 then
-    local blocked_end = d.hold_until
+    local blocked_end = math.max(d.hold_until, d.ctl_hold)
     if d.circuit == 'open' then blocked_end = math.max(blocked_end, d.opened_at + d.cooldown) end
     d.blocked_seconds = d.blocked_seconds + math.max(0, math.min(now, blocked_end) - d.updated)
     d.health = math.min(100, d.health + p.recovery_per_minute * elapsed / 60)

@@ -58,8 +58,9 @@ class _RegistryCore(_Pacing):
             return d, p
         elapsed = now - d.updated
         if elapsed > 0:
-            # a hold or an opening starts at an update, so [updated, now] covers any part of it since
-            blocked_end = max(d.hold_until, d.opened_at + d.cooldown if d.circuit == OPEN else 0.0)
+            # a hold (the site's or the operator's) or an opening starts at an update, so
+            # [updated, now] covers any part of it since
+            blocked_end = max(d.hold_until, d.opened_at + d.cooldown if d.circuit == OPEN else 0.0, d.ctl_hold)
             d.blocked_seconds += max(0.0, min(now, blocked_end) - d.updated)
             d.health = min(100.0, d.health + p.recovery_per_minute * elapsed / 60.0)
             d.tokens = min(float(self._burst(d, p)), d.tokens + elapsed * self._rate(d, p))
