@@ -74,7 +74,8 @@ def _apply(reg: Any, event: tuple[Any, ...]) -> Any:
     if kind == "control":
         return reg.control(domain, now, **rest[0])
     failed_before = rest[2] if len(rest) > 2 else None
-    return reg.record_failure(domain, rest[0], now, retry_after=rest[1], failed_before=failed_before)
+    latency = rest[3] if len(rest) > 3 else None
+    return reg.record_failure(domain, rest[0], now, retry_after=rest[1], failed_before=failed_before, latency=latency)
 
 
 def _drive(local: HealthRegistry, shared: RedisHealthRegistry, events: list[tuple[Any, ...]]) -> None:
@@ -258,3 +259,34 @@ def test_give_up_clock_matches(redis_server: Any) -> None:
         assert reg.down_for("g", t + 9.9) == pytest.approx(9.4)
         assert not reg.given_up("g", t + 9.9)
         assert reg.given_up("g", t + 10.6)
+
+
+def test_limit_fit_matches(redis_server: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A client above a token bucket's rate, 429s with Retry-After: the cuts from the second 429
+    on take the fitted limit (Lindley's recursion over the history, limitfit.py / h_fit), and
+    both registries learn the same one, bit for bit."""
+    from scrapy_openclaw.health.registry import limitfit
+
+    fits: list[float | None] = []
+    fit = limitfit.LimitHistory.fit
+    monkeypatch.setattr(limitfit.LimitHistory, "fit", lambda self, guess: fits.append(fit(self, guess)) or fits[-1])
+    local, shared = _pair(redis_server.url)
+    rng = random.Random(5)
+    rate, burst = 40.0, 10
+    tokens, filled, t = float(burst), 1_000_000.0, 1_000_000.0
+    events: list[tuple[Any, ...]] = []
+    while t < 1_000_000.0 + 16:
+        tokens = min(burst, tokens + (t - filled) * rate)
+        filled = t
+        latency = rng.uniform(0.002, 0.01)
+        if tokens >= 1:
+            tokens -= 1
+            events.append(("ok", "a", t + latency, latency))
+            t += 1.0 / (rate * rng.uniform(0.95, 1.25))
+        else:
+            events.append(("fail", "a", t + latency, C429, 1.0, None, latency))
+            t += 1.0 + latency
+    _drive(local, shared, events)
+    assert any(f is not None for f in fits), fits  # the fit took part
+    limit = local.snapshot()["domains"]["a"]["threshold"]
+    assert limit is not None and 0.9 * rate <= limit <= rate

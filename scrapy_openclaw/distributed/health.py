@@ -44,7 +44,8 @@ from scrapy_openclaw.distributed import lua
 from scrapy_openclaw.distributed import shards as sharding
 from scrapy_openclaw.distributed.link import RedisLink
 from scrapy_openclaw.health import registry as local
-from scrapy_openclaw.health.registry import HealthRegistry, _accounted, _penalty, scrapy_limits
+from scrapy_openclaw.health.registry import HealthRegistry, _accounted, _penalty, limitfit, scrapy_limits
+from scrapy_openclaw.health.registry.limitfit import NOTE_ANSWER, note_kind, sent_at
 from scrapy_openclaw.policy import PolicySet
 from scrapy_openclaw.runtime import shared
 
@@ -152,6 +153,12 @@ class RedisHealthRegistry(HealthRegistry):
         """The domain's hash, in the domain's queue shard (same hash tag)."""
         return self._key(domain)
 
+    def _keys(self, domain: str) -> list[str]:
+        """A health script's KEYS: the domain's hash, its shard's domain index, and its history
+        for the limit fit (a list; only recording touches it)."""
+        key = self._key(domain)
+        return [key, self._domains_key(domain), key + ":fit"]
+
     def _domains_key(self, domain: str) -> str:
         return sharding.health_domains_key(self.spider_name, sharding.shard_of(domain, self.shards))
 
@@ -174,6 +181,15 @@ class RedisHealthRegistry(HealthRegistry):
                 k_cut_floor=local._CUT_FLOOR,
                 k_max_rate=local._MAX_RATE,
                 k_burst_seconds=local._BURST_SECONDS,
+                k_fit_bin=local._FIT_BIN,
+                k_fit_horizon_bins=limitfit.HORIZON_BINS,
+                k_fit_burn_in_bins=limitfit.BURN_IN_BINS,
+                k_fit_episode_bins=limitfit.EPISODE_BINS,
+                k_fit_step=local._FIT_STEP,
+                k_fit_low=local._FIT_LOW,
+                k_fit_high=local._FIT_HIGH,
+                k_fit_refine=local._FIT_REFINE,
+                k_fit_margin=local._FIT_MARGIN,
                 k_window=local._WINDOW,
                 k_stale_window=local._STALE_WINDOW,
                 k_share_fast=local._SHARE_FAST,
@@ -206,7 +222,7 @@ class RedisHealthRegistry(HealthRegistry):
         if not self.link.ok():
             return None
         try:
-            return self.link.call(script, keys=[self._key(domain), self._domains_key(domain)], args=[*args, domain])
+            return self.link.call(script, keys=self._keys(domain), args=[*args, domain])
         except RedisError as exc:
             logger.warning(
                 "Health state of %(domain)s not shared (Redis: %(error)s); pacing locally",
@@ -245,7 +261,7 @@ class RedisHealthRegistry(HealthRegistry):
         """During a crawl: run a health script on the Redis thread; *on_reply* gets its result."""
         if not self.link.ok():
             return
-        keys = [self._key(domain), self._domains_key(domain)]
+        keys = self._keys(domain)
         self.link.submit(lambda: script(keys=keys, args=[*args, domain]), callback=on_reply)
 
     def evict_idle(self, now: float | None = None, keep: Container[str] = ()) -> list[str]:
@@ -271,7 +287,7 @@ class RedisHealthRegistry(HealthRegistry):
     def record_success(self, domain: str, latency: float | None, now: float | None = None) -> str | None:
         now = self.clock() if now is None else now
         sample = "" if latency is None or not math.isfinite(latency) or latency < 0 else repr(float(latency))
-        args = [now, self.policy_json(domain), 1, sample, 0, 0, 0, 0, "", 1, 1, 0]
+        args = [now, self.policy_json(domain), 1, sample, 0, 0, 0, 0, "", 1, 1, 0, NOTE_ANSWER, sent_at(now, latency)]
         if self.link.background:  # the local cache answers now; Redis's reply refreshes it
             self._send(self._record, domain, args, lambda res: self.refresh(domain, res[0]))
             return super().record_success(domain, latency, now)
@@ -287,6 +303,7 @@ class RedisHealthRegistry(HealthRegistry):
         now: float | None = None,
         retry_after: float | None = None,
         failed_before: float | None = None,
+        latency: float | None = None,
     ) -> str | None:
         """The verdict (page or domain) is judged here, on this worker's cached view;
         Redis applies it (see the H_RECORD script)."""
@@ -307,13 +324,15 @@ class RedisHealthRegistry(HealthRegistry):
             self._jitter(domain),
             int(classification.status is not None),
             int(in_share),
+            note_kind(classification.status),
+            sent_at(now, latency),
         ]
         if self.link.background:
             self._send(self._record, domain, args, lambda res: self.refresh(domain, res[0]))
-            return super().record_failure(domain, classification, now, retry_after, failed_before)
+            return super().record_failure(domain, classification, now, retry_after, failed_before, latency)
         res = self._run(self._record, domain, args)
         if res is None:
-            return super().record_failure(domain, classification, now, retry_after, failed_before)
+            return super().record_failure(domain, classification, now, retry_after, failed_before, latency)
         return self._recorded(domain, res)
 
     def _recorded(self, domain: str, res: list[Any]) -> str | None:

@@ -201,7 +201,11 @@ class DomainHealthMiddleware:
             scope = self.registry.judge(domain, classification, retry_after=retry_after, failed_before=failed_before)
             request.meta[M.FAILURE_SCOPE] = scope
             changed = self.registry.record_failure(
-                domain, classification, retry_after=retry_after, failed_before=failed_before
+                domain,
+                classification,
+                retry_after=retry_after,
+                failed_before=failed_before,
+                latency=request.meta.get("download_latency"),
             )
             self.stats.inc_value(f"openclaw/health/{scope}_failures")
             self.stats.inc_value(f"openclaw/health/failures/{classification.reason}")

@@ -158,6 +158,96 @@ local function h_acquire(d, p, now, token)
   return true
 end
 
+-- The limit fit (scrapy_openclaw/health/registry/limitfit.py, LimitHistory): the
+-- history is the list fkey, its first element the start bin, then one int per event
+-- (the bin of an answer that took a token, -bin - 1 for a 429).
+local function fit_bin(at, born, p) return math.max(0, math.floor((at - born) / p.k_fit_bin)) end
+
+local function h_note(fkey, d, p, at, answered)
+  local index = fit_bin(at, d.born, p)
+  if redis.call('EXISTS', fkey) == 0 then redis.call('RPUSH', fkey, 0) end
+  local event = index
+  if not answered then event = -index - 1 end
+  redis.call('RPUSH', fkey, event)
+  local start = tonumber(redis.call('LINDEX', fkey, 0))
+  if index - start > math.floor(3 * p.k_fit_horizon_bins / 2) then  -- trim to the horizon
+    local raw = redis.call('LRANGE', fkey, 1, -1)
+    local new_start = index - p.k_fit_horizon_bins
+    local kept = {new_start}
+    for _, v in ipairs(raw) do
+      local e = tonumber(v)
+      local at_bin = e
+      if e < 0 then at_bin = -e - 1 end
+      if at_bin >= new_start then table.insert(kept, e) end
+    end
+    redis.call('DEL', fkey)
+    for i = 1, #kept, 1000 do redis.call('RPUSH', fkey, unpack(kept, i, math.min(i + 999, #kept))) end
+  end
+  if h_ttl > 0 then redis.call('PEXPIRE', fkey, math.floor(h_ttl * 1000)) end
+end
+
+local function fit_judged(index, start, p) return start == 0 or index >= start + p.k_fit_burn_in_bins end
+
+local function fit_slack(events, start, rate, p)
+  local w, most, least, before = 0, 0, math.huge, start
+  local drain = rate * p.k_fit_bin
+  for _, e in ipairs(events) do
+    local index = e
+    if e < 0 then index = -e - 1 end
+    if index > before then
+      w = math.max(0, w - drain * (index - before))
+      before = index
+    end
+    if e >= 0 then
+      w = w + 1
+      if w > most then most = w end
+    elseif w < least and fit_judged(index, start, p) then
+      least = w
+    end
+  end
+  if least > 0 then return most - least end
+  return math.huge
+end
+
+-- LimitHistory.fit: the largest consistent rate near guess, or nil.
+local function h_fit(fkey, guess, p)
+  local raw = redis.call('LRANGE', fkey, 0, -1)
+  if #raw < 2 then return nil end
+  local start, events = tonumber(raw[1]), {}
+  for i = 2, #raw do events[i - 1] = tonumber(raw[i]) end
+  local episodes, last = 0, -math.huge
+  for _, e in ipairs(events) do
+    if e < 0 then
+      local index = -e - 1
+      if fit_judged(index, start, p) then
+        if index - last >= p.k_fit_episode_bins then episodes = episodes + 1 end
+        last = index
+      end
+    end
+  end
+  if episodes < 2 then return nil end
+  local rates, slacks = {}, {}
+  for k = p.k_fit_low, p.k_fit_high do
+    local rate = guess * p.k_fit_step ^ k
+    table.insert(rates, rate)
+    table.insert(slacks, fit_slack(events, start, rate, p))
+  end
+  local best = 1
+  for i = 2, #slacks do if slacks[i] < slacks[best] then best = i end end
+  local least = slacks[best]
+  if least == math.huge or best == 1 or best == #slacks then return nil end
+  local top = best
+  while top + 1 <= #slacks and (slacks[top + 1] < 1 or slacks[top + 1] <= least) do top = top + 1 end
+  local a = rates[top]
+  local b = a * p.k_fit_step
+  for _ = 1, p.k_fit_refine do
+    local c = (a + b) / 2
+    local slack = fit_slack(events, start, c, p)
+    if slack < 1 or slack <= least then a = c else b = c end
+  end
+  return a
+end
+
 local function h_increase(d, p, now)
   local grown
   local since = math.max(0, now - math.max(d.last_decrease, math.min(d.hold_until, now)))
@@ -173,7 +263,8 @@ local function h_increase(d, p, now)
   d.rate = math.min(grown, h_ceiling(d, p), p.k_max_rate)
 end
 
-local function h_decrease(d, p, now, measured, rate_bound)
+-- fkey: the history for the limit fit (a 429 from the second on), or nil.
+local function h_decrease(d, p, now, measured, rate_bound, fkey)
   if now - d.last_decrease < math.max(p.k_min_decrease_gap, d.latency or 0) then return false end
   local before = h_rate(d, p)
   local delivered, span = 0, now - d.win_start
@@ -187,6 +278,10 @@ local function h_decrease(d, p, now, measured, rate_bound)
     if d.cuts >= 1 and measured then floor = before * p.k_cut_floor
     elseif d.cuts >= 1 then floor = before * p.rate_decrease end
     before = math.min(before, math.max(delivered, floor))
+  end
+  if measured and d.cuts >= 1 and fkey ~= nil then
+    local fitted = h_fit(fkey, before, p)
+    if fitted ~= nil then before = math.min(before, fitted * p.k_fit_margin) end
   end
   -- only a 429 (measured) or latency (rate_bound) moves on to the cubic plateau; 503s and
   -- timeouts cut and probe back up
@@ -234,11 +329,12 @@ local function h_observe_latency(d, p, latency)
   return d.successes > p.k_latency_warmup and d.latency > p.latency_factor * d.best_latency + p.k_latency_slack
 end
 
-local function h_success(d, p, now, latency)
+local function h_success(d, p, now, latency, fkey, note_at)
   d.requests = d.requests + 1
   d.successes = d.successes + 1
   d.consecutive_failures = 0
   h_count_delivered(d, p, now)
+  h_note(fkey, d, p, note_at, true)
   d.answered_at, d.last_success = now, now
   d.health = math.min(100, d.health + p.success_reward)
   d.share_fast = d.share_fast - p.k_share_fast * d.share_fast
@@ -249,11 +345,13 @@ local function h_success(d, p, now, latency)
 end
 
 -- answered/in_share/domain/congestion/measured/throttle: booleans; retry_after: seconds or nil.
+-- note: 'a' (an answer that took a token), 'r' (a 429) or '' for the fit history at fkey, sent at note_at.
 local function h_failure(d, p, now, answered, in_share, domain, penalty, congestion, measured, throttle, retry_after,
-                         jitter)
+                         jitter, fkey, note, note_at)
   d.requests = d.requests + 1
   d.failures = d.failures + 1
   if answered then d.answered_at = now end
+  if note ~= '' then h_note(fkey, d, p, note_at, note == 'a') end
   if in_share then
     d.share_fast = d.share_fast + p.k_share_fast * (1 - d.share_fast)
     d.share_slow = d.share_slow + p.k_share_slow * (1 - d.share_slow)
@@ -266,7 +364,9 @@ local function h_failure(d, p, now, answered, in_share, domain, penalty, congest
   d.consecutive_failures = d.consecutive_failures + 1
   -- a congestion signal costs its penalty once per event (when it also cuts the
   -- rate); while the circuit is not closed a failure costs no health and no hold
-  local fresh = congestion and h_decrease(d, p, now, measured)
+  local fkey_fit = nil
+  if measured then fkey_fit = fkey end
+  local fresh = congestion and h_decrease(d, p, now, measured, false, fkey_fit)
   local closed = d.circuit == 'closed'
   if closed and (fresh or not congestion) then d.health = math.max(0, d.health - penalty) end
   if retry_after ~= nil then

@@ -73,6 +73,12 @@ from scrapy_openclaw.health.registry.snapshots import _Snapshots
 from scrapy_openclaw.health.registry.tuning import _BASELINE_DRIFT as _BASELINE_DRIFT
 from scrapy_openclaw.health.registry.tuning import _BURST_SECONDS as _BURST_SECONDS
 from scrapy_openclaw.health.registry.tuning import _CUT_FLOOR as _CUT_FLOOR
+from scrapy_openclaw.health.registry.tuning import _FIT_BIN as _FIT_BIN
+from scrapy_openclaw.health.registry.tuning import _FIT_HIGH as _FIT_HIGH
+from scrapy_openclaw.health.registry.tuning import _FIT_LOW as _FIT_LOW
+from scrapy_openclaw.health.registry.tuning import _FIT_MARGIN as _FIT_MARGIN
+from scrapy_openclaw.health.registry.tuning import _FIT_REFINE as _FIT_REFINE
+from scrapy_openclaw.health.registry.tuning import _FIT_STEP as _FIT_STEP
 from scrapy_openclaw.health.registry.tuning import _LATENCY_ALPHA as _LATENCY_ALPHA
 from scrapy_openclaw.health.registry.tuning import _LATENCY_SLACK as _LATENCY_SLACK
 from scrapy_openclaw.health.registry.tuning import _LATENCY_WARMUP as _LATENCY_WARMUP

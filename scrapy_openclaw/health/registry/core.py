@@ -12,6 +12,7 @@ import random
 import time
 from collections.abc import Callable
 
+from scrapy_openclaw.health.registry.limitfit import LimitHistory
 from scrapy_openclaw.health.registry.pacing import _Pacing
 from scrapy_openclaw.health.registry.record import _Domain
 from scrapy_openclaw.health.registry.tuning import _MAX_DOUBLINGS, _PROBE_LOST_AFTER, CLOSED, HALF_OPEN, OPEN
@@ -32,6 +33,7 @@ class _RegistryCore(_Pacing):
     ):
         self._policies = policies or PolicySet({}, [])
         self._domains: dict[str, _Domain] = {}
+        self._histories: dict[str, LimitHistory] = {}  # answers and 429s per domain, for the limit fit
         self._uniform = uniform or random.uniform  # the cool-down jitter's random source (tests pin it)
         self._given_up: set[str] = set()  # domains past give_up_after: given up for good
         #: bumped when a domain may be ready sooner than ``ready_at`` said (an operator override,

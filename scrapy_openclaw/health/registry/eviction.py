@@ -44,8 +44,10 @@ class _Eviction(_RegistryCore):
         ]
         for name in gone:
             del self._domains[name]
+            self._histories.pop(name, None)
         if len(gone) > len(self._domains):  # a dict never shrinks by itself
             self._domains = dict(self._domains)
+            self._histories = dict(self._histories)
         self.evicted += len(gone)
         return gone
 
@@ -63,8 +65,12 @@ class _Eviction(_RegistryCore):
 
     def bytes_per_domain(self, sample: int = 50) -> float:
         """An estimate (``sys.getsizeof`` of a few records, their fields and dict entries) of the
-        memory one known domain costs here; 0.0 with none known."""
-        return _sampled_bytes(self._domains, sample)
+        memory one known domain costs here (its record and its history for the limit fit); 0.0
+        with none known."""
+        if not self._domains:
+            return 0.0
+        histories = _sampled_bytes(self._histories, sample) * len(self._histories) / len(self._domains)
+        return _sampled_bytes(self._domains, sample) + histories
 
 
 def _sampled_bytes(mapping: dict[str, Any], sample: int) -> float:

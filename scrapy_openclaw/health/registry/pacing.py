@@ -13,6 +13,7 @@ from scrapy_openclaw.health.registry.tuning import (
     _BASELINE_DRIFT,
     _BURST_SECONDS,
     _CUT_FLOOR,
+    _FIT_MARGIN,
     _LATENCY_ALPHA,
     _LATENCY_SLACK,
     _LATENCY_WARMUP,
@@ -28,6 +29,7 @@ from scrapy_openclaw.health.registry.tuning import (
 )
 
 if TYPE_CHECKING:
+    from scrapy_openclaw.health.registry.limitfit import LimitHistory
     from scrapy_openclaw.health.registry.record import _Domain
     from scrapy_openclaw.policy import HealthPolicy
 
@@ -86,7 +88,13 @@ class _Pacing:
         d.rate = min(grown, self._ceiling(d, p), _MAX_RATE)
 
     def _decrease(
-        self, d: _Domain, p: HealthPolicy, now: float, measured: bool = False, rate_bound: bool = False
+        self,
+        d: _Domain,
+        p: HealthPolicy,
+        now: float,
+        measured: bool = False,
+        rate_bound: bool = False,
+        history: LimitHistory | None = None,
     ) -> bool:
         """Cut the rate for a congestion event; False (nothing done) within one of the last.
 
@@ -101,6 +109,9 @@ class _Pacing:
         with the rate (a 429, or latency: *rate_bound*) moves the domain on
         to the cubic plateau (see ``_increase``); a 503 or a timeout (an outage
         says nothing of a limit) leaves it probing back up at half per second.
+        From the second 429 on, the limit is at most ``_FIT_MARGIN`` x the one
+        the domain's *history* proves (:mod:`.limitfit`): the window still holds
+        the burst the site's bucket had saved, so alone it reads a few per cent high.
         """
         if now - d.last_decrease < max(_MIN_DECREASE_GAP, d.latency or 0.0):
             return False
@@ -109,6 +120,10 @@ class _Pacing:
         if delivered > 0:
             floor = 0.0 if d.cuts == 0 else before * (_CUT_FLOOR if measured else p.rate_decrease)
             before = min(before, max(delivered, floor))
+        if measured and d.cuts >= 1 and history is not None:
+            fitted = history.fit(before)
+            if fitted is not None:
+                before = min(before, fitted * _FIT_MARGIN)
         d.cuts = min(d.cuts + 1, 2) if measured or rate_bound else max(d.cuts, 1)  # (see _increase)
         d.threshold = before
         d.rate = max(p.min_rate, before * p.rate_decrease)

@@ -10,12 +10,14 @@ import time
 from typing import TYPE_CHECKING
 
 from scrapy_openclaw.health.registry.core import _RegistryCore
+from scrapy_openclaw.health.registry.limitfit import NOTE_ANSWER, LimitHistory, fit_bin, note_kind, sent_at
 from scrapy_openclaw.health.registry.pacing import _count_delivered
 from scrapy_openclaw.health.registry.tuning import _SHARE_FAST, _SHARE_SLOW, CLOSED, HALF_OPEN, OPEN
 from scrapy_openclaw.health.registry.verdicts import _accounted, _penalty
 
 if TYPE_CHECKING:
     from scrapy_openclaw.errors import Classification
+    from scrapy_openclaw.health.registry.record import _Domain
 
 
 class _Recording(_RegistryCore):
@@ -34,6 +36,7 @@ class _Recording(_RegistryCore):
         d.successes += 1
         d.consecutive_failures = 0
         _count_delivered(d, now)
+        self._note(domain, d, sent_at(now, latency), NOTE_ANSWER)
         d.answered_at = d.last_success = now
         d.health = min(100.0, d.health + p.success_reward)
         d.share_fast -= _SHARE_FAST * d.share_fast
@@ -55,8 +58,10 @@ class _Recording(_RegistryCore):
         now: float | None = None,
         retry_after: float | None = None,
         failed_before: float | None = None,
+        latency: float | None = None,
     ) -> str | None:
-        """Count a failed request; *retry_after* is the server's wait in seconds, if it sent one.
+        """Count a failed request; *retry_after* is the server's wait in seconds, if it sent one,
+        *latency* the answer's download latency (when the request was sent, for the limit fit).
 
         Only a domain signal (see :meth:`judge`) costs health, pace or the
         circuit, and only one the failure itself shows (see :func:`_accounted`).
@@ -69,6 +74,9 @@ class _Recording(_RegistryCore):
         d.failures += 1
         if classification.status is not None:
             d.answered_at = now
+        note = note_kind(classification.status)
+        if note:
+            self._note(domain, d, sent_at(now, latency), note)
         domain_signal, in_share = _accounted(d, classification, retry_after, failed_before)
         if in_share:
             d.share_fast += _SHARE_FAST * (1.0 - d.share_fast)
@@ -84,7 +92,9 @@ class _Recording(_RegistryCore):
         # the rate). While the circuit is open or half-open the domain is known
         # to be down: a failed probe or a late answer costs no health and no hold
         # of its own; the growing cool-down is the penalty.
-        fresh = congestion and self._decrease(d, p, now, measured=classification.status == 429)
+        measured = classification.status == 429
+        history = self._histories.get(domain) if measured else None
+        fresh = congestion and self._decrease(d, p, now, measured=measured, history=history)
         closed = d.circuit == CLOSED
         if closed and (fresh or not congestion):
             d.health = max(0.0, d.health - penalty)
@@ -98,3 +108,11 @@ class _Recording(_RegistryCore):
             self._open(d, p, now)
             return OPEN
         return None
+
+    def _note(self, domain: str, d: _Domain, at: float, note: str) -> None:
+        """Add an answer that took a token or a 429 (*note*), sent at *at*, to the domain's
+        history for the limit fit."""
+        history = self._histories.get(domain)
+        if history is None:
+            history = self._histories[domain] = LimitHistory()
+        history.note(fit_bin(at, d.born), note == NOTE_ANSWER)

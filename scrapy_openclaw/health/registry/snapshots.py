@@ -43,6 +43,7 @@ class _Snapshots(_RegistryCore):
         for name, fields in domains.items():
             restored[name] = self._restore_domain(name, fields)
         self._domains = restored
+        self._histories = {}  # (not in snapshots: a fit starts again from the next answers)
         self.readiness_epoch += 1
 
     def _restore_domain(self, name: Any, fields: Any) -> _Domain:

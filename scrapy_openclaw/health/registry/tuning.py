@@ -27,6 +27,19 @@ _MAX_PROBE_SECONDS = 30.0  # ... (a bound for the exponent)
 _CUT_FLOOR = 0.5  # a cut after the first keeps at least this share of the rate (a guard against a bad window)
 _MAX_RATE = 100000.0  # req/s; at this rate pacing has stopped mattering ("unpaced")
 _BURST_SECONDS = 0.25  # the token bucket holds at most this much time's worth of requests
+# The limit fit (limitfit.py): the history's bins and span, ...
+_FIT_BIN = 0.01  # seconds
+_FIT_HORIZON = 20.0  # seconds kept (trimmed back to this once half as long again)
+_FIT_BURN_IN = 5.0  # seconds at the start of a trimmed history whose 429s are not judged
+_FIT_EPISODE_GAP = 1.0  # seconds between 429s of two episodes (a fit needs two)
+# ... the search: rates guess x STEP**k for k in LOW..HIGH (the window reads 0-8% high), then
+# REFINE halvings of the last step ...
+_FIT_STEP = 1.01
+_FIT_LOW = -11
+_FIT_HIGH = 2
+_FIT_REFINE = 3
+# ... and the share of the fitted limit a cut keeps as the learned limit
+_FIT_MARGIN = 0.98
 _WINDOW = 1.0  # seconds; the delivered-rate estimate is the last such window and the open one
 _STALE_WINDOW = 5.0  # a window longer than this (an idle domain) says nothing about its rate
 # 5xx share of recent fresh answers: a fast and a slow EWMA (about the last 5 and 50);

@@ -1,0 +1,152 @@
+"""The rate limit a domain's answers prove, fitted as a token bucket (Lindley's recursion).
+
+A site that limits with a token bucket (rate r, burst b) answers while it has a
+token and 429 when it has none. The tokens it lacks, W, follow Lindley's
+recursion: W falls by r per second (never below 0) and rises by 1 per answer;
+so W <= b at every answer and W > b - 1 at every 429. Replayed over a domain's
+history with a candidate rate, the recursion gives M (the largest W at an
+answer) and m (the smallest W at a 429): the candidate is consistent when a
+burst fits between them, M < m + 1. The largest consistent rate is the limit
+(within a per cent or two once two 429 episodes are in the history).
+
+Why not only the 2xx rate over the last second or two (a cut's first reading,
+and the guide of the search here): at a 429 that window still holds the burst
+the bucket had saved, and on a plateau above the limit it reads the client's
+own pace, so a limit learned from it alone sat a few per cent over the real one
+and the next 429 came ~10 s later.
+
+The history is kept from the domain's first answer (its bucket was full then:
+the recursion's W = 0 start), bounded to the last ``_FIT_HORIZON`` seconds; once
+trimmed, the 429s of its first ``_FIT_BURN_IN`` seconds are not judged (W's
+start there is a guess until a hold refills the bucket). The Lua port is
+``h_fit`` in ``distributed/lua/health.lua``; the parity test drives both.
+"""
+
+from __future__ import annotations
+
+import math
+from array import array
+
+from scrapy_openclaw.health.registry.tuning import (
+    _FIT_BIN,
+    _FIT_BURN_IN,
+    _FIT_EPISODE_GAP,
+    _FIT_HIGH,
+    _FIT_HORIZON,
+    _FIT_LOW,
+    _FIT_REFINE,
+    _FIT_STEP,
+)
+
+# (in bins; the Lua port is sent these)
+HORIZON_BINS = round(_FIT_HORIZON / _FIT_BIN)
+BURN_IN_BINS = round(_FIT_BURN_IN / _FIT_BIN)
+EPISODE_BINS = round(_FIT_EPISODE_GAP / _FIT_BIN)
+#: What an answer adds to the history: a token taken, a 429, or nothing ("").
+NOTE_ANSWER = "a"
+NOTE_429 = "r"
+
+
+def note_kind(status: int | None) -> str:
+    """An answer took a token, whatever its status, but a 429 (none left) and a 503 (a site
+    in trouble says nothing of its bucket); no answer is no event."""
+    if status is None or status == 503:
+        return ""
+    return NOTE_429 if status == 429 else NOTE_ANSWER
+
+
+def sent_at(now: float, latency: float | None) -> float:
+    """When a request answered at *now* was sent (the site's bucket judged it then, not when
+    the answer came back after its download latency)."""
+    if latency is None or not math.isfinite(latency) or latency <= 0:
+        return now
+    return now - latency
+
+
+def fit_bin(at: float, born: float) -> int:
+    """The history bin of time *at* for a domain first seen at *born* (never negative)."""
+    return max(0, math.floor((at - born) / _FIT_BIN))
+
+
+class LimitHistory:
+    """A domain's answers and 429s since *start* (a bin): one int per event, its bin for an
+    answer that took a token, ``-bin - 1`` for a 429."""
+
+    __slots__ = ("events", "start")
+
+    def __init__(self) -> None:
+        self.start = 0  # 0: the history reaches back to the domain's first answer
+        self.events = array("q")
+
+    def note(self, index: int, answered: bool) -> None:
+        """Add an event at bin *index*; trim to the horizon when half as long again."""
+        self.events.append(index if answered else -index - 1)
+        if index - self.start > 3 * HORIZON_BINS // 2:
+            start = index - HORIZON_BINS
+            self.events = array("q", (e for e in self.events if (e if e >= 0 else -e - 1) >= start))
+            self.start = start
+
+    def fit(self, guess: float) -> float | None:
+        """The largest rate consistent with the history near *guess* (the 2xx window's
+        reading, which the burst makes high): searched from ``_FIT_STEP**_FIT_LOW`` to
+        ``_FIT_STEP**_FIT_HIGH`` x *guess*. None without two 429 episodes to judge, or when
+        the best fit is at either end of that range (the guess was no guide).
+
+        Consistent: a slack under 1, or, when timing noise leaves none, no more than the
+        least found; the rates from the least-slack one up to the first that is not.
+        """
+        if self._episodes() < 2:
+            return None
+        rates = [guess * _FIT_STEP**k for k in range(_FIT_LOW, _FIT_HIGH + 1)]
+        slacks = [self._slack(rate) for rate in rates]
+        least = min(slacks)
+        best = slacks.index(least)
+        if least == math.inf or best in (0, len(slacks) - 1):
+            return None
+        top = best
+        while top + 1 < len(slacks) and (slacks[top + 1] < 1.0 or slacks[top + 1] <= least):
+            top += 1
+        a = rates[top]
+        b = a * _FIT_STEP
+        for _ in range(_FIT_REFINE):
+            c = (a + b) / 2
+            slack = self._slack(c)
+            if slack < 1.0 or slack <= least:
+                a = c
+            else:
+                b = c
+        return a
+
+    def _judged(self, index: int) -> bool:
+        return self.start == 0 or index >= self.start + BURN_IN_BINS
+
+    def _episodes(self) -> int:
+        """429 episodes to judge by (429s less than ``_FIT_EPISODE_GAP`` apart are one)."""
+        episodes, last = 0, -math.inf
+        for e in self.events:
+            if e < 0:
+                index = -e - 1
+                if self._judged(index):
+                    if index - last >= EPISODE_BINS:
+                        episodes += 1
+                    last = index
+        return episodes
+
+    def _slack(self, rate: float) -> float:
+        """M - m for *rate*: < 1 when a burst exists that explains every answer and 429
+        (infinite when a 429 would have found the bucket full)."""
+        w, most, least, before = 0.0, 0.0, math.inf, self.start
+        drain = rate * _FIT_BIN
+        for e in self.events:
+            index = e if e >= 0 else -e - 1
+            if index > before:
+                w = max(0.0, w - drain * (index - before))
+                before = index
+            if e >= 0:
+                w += 1.0
+                if w > most:
+                    most = w
+            elif w < least and self._judged(index):
+                least = w
+        # a 429 that finds the bucket full (W = 0) is no bucket at all: the rate is too high
+        return most - least if least > 0.0 else math.inf
