@@ -290,3 +290,33 @@ def test_limit_fit_matches(redis_server: Any, monkeypatch: pytest.MonkeyPatch) -
     assert any(f is not None for f in fits), fits  # the fit took part
     limit = local.snapshot()["domains"]["a"]["threshold"]
     assert limit is not None and 0.9 * rate <= limit <= rate
+
+
+def test_limit_fit_histories_match(redis_server: Any) -> None:
+    """The history itself, Python's array and Redis's list: kept from birth, dropped when 30 s of
+    it hold no 429, started again (as if trimmed) by a later 429, trimmed with 429s in it."""
+    import redis
+
+    local, shared = _pair(redis_server.url)
+    client = redis.Redis.from_url(redis_server.url)
+    key = shared._keys("a")[2]
+
+    def same() -> None:
+        history = local._histories.get("a")
+        stored = [int(v) for v in client.lrange(key, 0, -1)]
+        assert stored == ([history.start, *history.events] if history is not None else [])
+
+    t = 1_000_000.0
+    events: list[tuple[Any, ...]] = [("acquire", "a", t, True)]
+    events += [("ok", "a", t + 0.1 * i, 0.01) for i in range(1, 320)]
+    _drive(local, shared, events)
+    same()
+    assert "a" not in local._histories  # 32 s, no 429: dropped on both sides
+    events = [("fail", "a", t + 33.0, C429, 1.0, None, 0.01)]
+    events += [("ok", "a", t + 34 + 0.1 * i, 0.02) for i in range(140)]
+    events += [("fail", "a", t + 48.5, C429, 1.0, None, 0.01)]
+    events += [("ok", "a", t + 50 + 0.1 * i, 0.02) for i in range(100)]
+    _drive(local, shared, events)
+    same()
+    history = local._histories["a"]
+    assert history.start > 0 and any(e < 0 for e in history.events)

@@ -99,3 +99,13 @@ def test_a_crawl_learns_the_limit_at_or_just_under_a_token_buckets_rate(rate: fl
         limits = _crawl(rate, burst, seed)
         assert len(limits) >= 3
         assert all(0.95 * rate <= limit <= 1.0 * rate for limit in limits[2:]), (seed, [x / rate for x in limits])
+
+
+def test_a_healthy_domain_drops_its_history_and_a_later_429_starts_one_as_if_trimmed() -> None:
+    reg = HealthRegistry()
+    for i in range(400):  # 40 s of answers, no 429
+        reg.record_success("a", 0.01, now=1000.0 + 0.1 * i)
+    assert "a" not in reg._histories  # (trimmed at 30 s with nothing to fit: dropped)
+    reg.record_failure("a", HTTP_429, now=1041.0, retry_after=1.0, latency=0.01)
+    history = reg._histories["a"]
+    assert history.start == fit_bin(1041.0 - 0.01, 1000.0) and len(history.events) == 1

@@ -165,7 +165,15 @@ local function fit_bin(at, born, p) return math.max(0, math.floor((at - born) / 
 
 local function h_note(fkey, d, p, at, answered)
   local index = fit_bin(at, d.born, p)
-  if redis.call('EXISTS', fkey) == 0 then redis.call('RPUSH', fkey, 0) end
+  if redis.call('EXISTS', fkey) == 0 then  -- (LimitHistory(index): from birth, or as if trimmed)
+    if index < p.k_fit_horizon_bins then
+      redis.call('RPUSH', fkey, 0)
+    elseif answered then
+      return  -- a domain past its first seconds keeps no history until a 429
+    else
+      redis.call('RPUSH', fkey, index)
+    end
+  end
   local event = index
   if not answered then event = -index - 1 end
   redis.call('RPUSH', fkey, event)
@@ -173,14 +181,18 @@ local function h_note(fkey, d, p, at, answered)
   if index - start > math.floor(3 * p.k_fit_horizon_bins / 2) then  -- trim to the horizon
     local raw = redis.call('LRANGE', fkey, 1, -1)
     local new_start = index - p.k_fit_horizon_bins
-    local kept = {new_start}
+    local kept, any429 = {new_start}, false
     for _, v in ipairs(raw) do
       local e = tonumber(v)
       local at_bin = e
       if e < 0 then at_bin = -e - 1 end
-      if at_bin >= new_start then table.insert(kept, e) end
+      if at_bin >= new_start then
+        table.insert(kept, e)
+        if e < 0 then any429 = true end
+      end
     end
     redis.call('DEL', fkey)
+    if not any429 then return end  -- no 429 left: nothing to fit, the history goes
     for i = 1, #kept, 1000 do redis.call('RPUSH', fkey, unpack(kept, i, math.min(i + 999, #kept))) end
   end
   if h_ttl > 0 then redis.call('PEXPIRE', fkey, math.floor(h_ttl * 1000)) end

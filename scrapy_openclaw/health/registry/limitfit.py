@@ -18,7 +18,9 @@ and the next 429 came ~10 s later.
 The history is kept from the domain's first answer (its bucket was full then:
 the recursion's W = 0 start), bounded to the last ``_FIT_HORIZON`` seconds; once
 trimmed, the 429s of its first ``_FIT_BURN_IN`` seconds are not judged (W's
-start there is a guess until a hold refills the bucket). The Lua port is
+start there is a guess until a hold refills the bucket). A history that holds no
+429 when it is trimmed is dropped, and an older domain starts one only at a 429:
+a healthy domain costs nothing here after its first half minute. The Lua port is
 ``h_fit`` in ``distributed/lua/health.lua``; the parity test drives both.
 """
 
@@ -74,17 +76,24 @@ class LimitHistory:
 
     __slots__ = ("events", "start")
 
-    def __init__(self) -> None:
-        self.start = 0  # 0: the history reaches back to the domain's first answer
+    def __init__(self, index: int = 0) -> None:
+        # 0: the history reaches back to the domain's first answer; a domain older than the
+        # horizon (its history dropped, or forgotten by a resume) starts one at a 429, as if
+        # trimmed there
+        self.start = 0 if index < HORIZON_BINS else index
         self.events = array("q")
 
-    def note(self, index: int, answered: bool) -> None:
-        """Add an event at bin *index*; trim to the horizon when half as long again."""
+    def note(self, index: int, answered: bool) -> bool:
+        """Add an event at bin *index*; trim to the horizon when half as long again. False when
+        the trimmed history holds no 429: nothing to fit, the caller drops it (a healthy
+        domain costs no history after its first seconds)."""
         self.events.append(index if answered else -index - 1)
         if index - self.start > 3 * HORIZON_BINS // 2:
             start = index - HORIZON_BINS
             self.events = array("q", (e for e in self.events if (e if e >= 0 else -e - 1) >= start))
             self.start = start
+            return any(e < 0 for e in self.events)
+        return True
 
     def fit(self, guess: float) -> float | None:
         """The largest rate consistent with the history near *guess* (the 2xx window's

@@ -10,7 +10,14 @@ import time
 from typing import TYPE_CHECKING
 
 from scrapy_openclaw.health.registry.core import _RegistryCore
-from scrapy_openclaw.health.registry.limitfit import NOTE_ANSWER, LimitHistory, fit_bin, note_kind, sent_at
+from scrapy_openclaw.health.registry.limitfit import (
+    HORIZON_BINS,
+    NOTE_ANSWER,
+    LimitHistory,
+    fit_bin,
+    note_kind,
+    sent_at,
+)
 from scrapy_openclaw.health.registry.pacing import _count_delivered
 from scrapy_openclaw.health.registry.tuning import _SHARE_FAST, _SHARE_SLOW, CLOSED, HALF_OPEN, OPEN
 from scrapy_openclaw.health.registry.verdicts import _accounted, _penalty
@@ -112,7 +119,11 @@ class _Recording(_RegistryCore):
     def _note(self, domain: str, d: _Domain, at: float, note: str) -> None:
         """Add an answer that took a token or a 429 (*note*), sent at *at*, to the domain's
         history for the limit fit."""
+        index = fit_bin(at, d.born)
         history = self._histories.get(domain)
         if history is None:
-            history = self._histories[domain] = LimitHistory()
-        history.note(fit_bin(at, d.born), note == NOTE_ANSWER)
+            if index >= HORIZON_BINS and note == NOTE_ANSWER:
+                return  # (a domain past its first seconds keeps no history until a 429)
+            history = self._histories[domain] = LimitHistory(index)
+        if not history.note(index, note == NOTE_ANSWER):
+            del self._histories[domain]
