@@ -335,6 +335,11 @@ class RedisHealthRegistry(HealthRegistry):
             return super().record_failure(domain, classification, now, retry_after, failed_before, latency)
         return self._recorded(domain, res)
 
+    def _note(self, domain: str, d: Any, at: float, note: str) -> None:
+        """The limit fit's history lives in Redis (``h_note``, beside the hash): this worker's
+        cache keeps none, so a 429's fit runs once, in the script (while Redis is away the
+        local pacing cuts by the 2xx window alone)."""
+
     def _recorded(self, domain: str, res: list[Any]) -> str | None:
         """Cache the new state; the circuit transition this worker's record caused, if any."""
         fields, changed = res
