@@ -292,6 +292,35 @@ def test_limit_fit_matches(redis_server: Any, monkeypatch: pytest.MonkeyPatch) -
     assert limit is not None and 0.9 * rate <= limit <= rate
 
 
+def test_limit_fit_replaces_a_low_window_alike(redis_server: Any) -> None:
+    """The second 429 at the end of the probe, when the 2xx window reads low: both registries
+    take the fitted limit instead (the Lua port of the same rule), field for field."""
+    rate, burst, latency = 50.0, 5, 0.005
+    probe = HealthRegistry()  # the client's own pace decides when it sends: replayed on the pair
+    tokens, filled, events, failures = float(burst), 1_000_000.0, [], 0
+    for i in range(10_000):
+        sent = 1_000_000.0 + i / 1000
+        if not probe.try_acquire("a", now=sent):
+            continue
+        events.append(("acquire", "a", sent, True))
+        tokens = min(burst, tokens + (sent - filled) * rate)
+        filled = sent
+        if tokens >= 1:
+            tokens -= 1
+            event: tuple[Any, ...] = ("ok", "a", sent + latency, latency)
+        else:
+            event = ("fail", "a", sent + latency, C429, 1.0, None, latency)
+            failures += 1
+        events.append(event)
+        _apply(probe, event)
+        if failures == 2:
+            break
+    local, shared = _pair(redis_server.url)
+    _drive(local, shared, events)
+    limit = local.snapshot()["domains"]["a"]["threshold"]
+    assert failures == 2 and 0.95 * rate <= limit <= rate
+
+
 def test_limit_fit_histories_match(redis_server: Any) -> None:
     """The history itself, Python's array and Redis's list: kept from birth, dropped when 30 s of
     it hold no 429, started again (as if trimmed) by a later 429, trimmed with 429s in it."""

@@ -9,7 +9,7 @@ import pytest
 from scrapy.settings import Settings
 
 from scrapy_openclaw.errors import ErrorTaxonomy
-from scrapy_openclaw.health.registry import HealthRegistry
+from scrapy_openclaw.health.registry import HealthRegistry, _delivered
 from scrapy_openclaw.health.registry.limitfit import LimitHistory, fit_bin
 
 HTTP_429 = ErrorTaxonomy.from_settings(Settings()).classify_status(429)
@@ -109,3 +109,30 @@ def test_a_healthy_domain_drops_its_history_and_a_later_429_starts_one_as_if_tri
     reg.record_failure("a", HTTP_429, now=1041.0, retry_after=1.0, latency=0.01)
     history = reg._histories["a"]
     assert history.start == fit_bin(1041.0 - 0.01, 1000.0) and len(history.events) == 1
+
+
+@pytest.mark.parametrize("rate", [50.0, 150.0])
+def test_a_window_that_reads_low_at_the_end_of_the_probe_gives_way_to_the_fit(rate: float) -> None:
+    """The second 429 comes while the pace is still rising (the probe after slow start's
+    cut): the 2xx of the last second or two read ~0.9 x the limit, and the fit, which knows
+    the bucket, sets the limit instead (0.98 x its fit), so the pace does not settle 10% low."""
+    burst, latency = 5, 0.005
+    reg = HealthRegistry()
+    tokens, filled, readings = float(burst), 1000.0, []
+    for i in range(10_000):  # a client asking every millisecond, paced by the registry
+        sent = 1000.0 + i / 1000
+        if not reg.try_acquire("a", now=sent):
+            continue
+        tokens = min(burst, tokens + (sent - filled) * rate)
+        filled = sent
+        if tokens >= 1:
+            tokens -= 1
+            reg.record_success("a", latency, now=sent + latency)
+            continue
+        readings.append(_delivered(reg._domains["a"], sent + latency))
+        reg.record_failure("a", HTTP_429, now=sent + latency, retry_after=1.0, latency=latency)
+        if len(readings) == 2:
+            break
+    assert len(readings) == 2 and readings[1] < 0.93 * rate  # what the window alone would learn
+    limit = reg.state("a").limit
+    assert limit is not None and 0.95 * rate <= limit <= 1.0 * rate, limit / rate

@@ -278,7 +278,8 @@ end
 -- fkey: the history for the limit fit (a 429 from the second on), or nil.
 local function h_decrease(d, p, now, measured, rate_bound, fkey)
   if now - d.last_decrease < math.max(p.k_min_decrease_gap, d.latency or 0) then return false end
-  local before = h_rate(d, p)
+  local rate = h_rate(d, p)
+  local before = rate
   local delivered, span = 0, now - d.win_start
   if span >= 0 and d.delivered ~= nil then
     delivered = (d.delivered * p.k_window + d.win_ok) / (p.k_window + span)
@@ -293,7 +294,7 @@ local function h_decrease(d, p, now, measured, rate_bound, fkey)
   end
   if measured and d.cuts >= 1 and fkey ~= nil then
     local fitted = h_fit(fkey, before, p)
-    if fitted ~= nil then before = math.min(before, fitted * p.k_fit_margin) end
+    if fitted ~= nil then before = math.min(rate, fitted * p.k_fit_margin) end  -- (it replaces the window's reading)
   end
   -- only a 429 (measured) or latency (rate_bound) moves on to the cubic plateau; 503s and
   -- timeouts cut and probe back up

@@ -13,7 +13,9 @@ Why not only the 2xx rate over the last second or two (a cut's first reading,
 and the guide of the search here): at a 429 that window still holds the burst
 the bucket had saved, and on a plateau above the limit it reads the client's
 own pace, so a limit learned from it alone sat a few per cent over the real one
-and the next 429 came ~10 s later.
+and the next 429 came ~10 s later. At the end of the probe that follows slow
+start's cut, while the pace was still rising, it reads up to ~10% low. So a
+fit, when there is one, replaces the window's reading.
 
 The history is kept from the domain's first answer (its bucket was full then:
 the recursion's W = 0 start), bounded to the last ``_FIT_HORIZON`` seconds; once
@@ -97,7 +99,7 @@ class LimitHistory:
 
     def fit(self, guess: float) -> float | None:
         """The largest rate consistent with the history near *guess* (the 2xx window's
-        reading, which the burst makes high): searched from ``_FIT_STEP**_FIT_LOW`` to
+        reading: high by the burst on a plateau, low while the pace rose): searched from ``_FIT_STEP**_FIT_LOW`` to
         ``_FIT_STEP**_FIT_HIGH`` x *guess*. None without two 429 episodes to judge, or when
         the best fit is at either end of that range (the guess was no guide).
 

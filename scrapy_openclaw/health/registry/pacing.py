@@ -109,13 +109,15 @@ class _Pacing:
         with the rate (a 429, or latency: *rate_bound*) moves the domain on
         to the cubic plateau (see ``_increase``); a 503 or a timeout (an outage
         says nothing of a limit) leaves it probing back up at half per second.
-        From the second 429 on, the limit is at most ``_FIT_MARGIN`` x the one
-        the domain's *history* proves (:mod:`.limitfit`): the window still holds
-        the burst the site's bucket had saved, so alone it reads a few per cent high.
+        From the second 429 on, the limit is ``_FIT_MARGIN`` x the one the
+        domain's *history* proves (:mod:`.limitfit`), when it proves one: the
+        window misreads both ways. On a plateau it still holds the burst the
+        site's bucket had saved and reads a few per cent high; at the end of
+        the probe, while the rate was still rising, it reads up to ~10% low.
         """
         if now - d.last_decrease < max(_MIN_DECREASE_GAP, d.latency or 0.0):
             return False
-        before = self._rate(d, p)
+        rate = before = self._rate(d, p)
         delivered = _delivered(d, now)
         if delivered > 0:
             floor = 0.0 if d.cuts == 0 else before * (_CUT_FLOOR if measured else p.rate_decrease)
@@ -123,7 +125,7 @@ class _Pacing:
         if measured and d.cuts >= 1 and history is not None:
             fitted = history.fit(before)
             if fitted is not None:
-                before = min(before, fitted * _FIT_MARGIN)
+                before = min(rate, fitted * _FIT_MARGIN)
         d.cuts = min(d.cuts + 1, 2) if measured or rate_bound else max(d.cuts, 1)  # (see _increase)
         d.threshold = before
         d.rate = max(p.min_rate, before * p.rate_decrease)

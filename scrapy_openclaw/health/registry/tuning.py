@@ -32,11 +32,12 @@ _FIT_BIN = 0.01  # seconds
 _FIT_HORIZON = 20.0  # seconds kept (trimmed back to this once half as long again)
 _FIT_BURN_IN = 5.0  # seconds at the start of a trimmed history whose 429s are not judged
 _FIT_EPISODE_GAP = 1.0  # seconds between 429s of two episodes (a fit needs two)
-# ... the search: rates guess x STEP**k for k in LOW..HIGH (the window reads 0-8% high), then
+# ... the search: rates guess x STEP**k for k in LOW..HIGH (the window reads 0-8% high on a
+# plateau, up to ~10% low at the end of the probe, when the rate was still rising), then
 # REFINE halvings of the last step ...
 _FIT_STEP = 1.01
 _FIT_LOW = -11
-_FIT_HIGH = 2
+_FIT_HIGH = 12
 _FIT_REFINE = 3
 # ... and the share of the fitted limit a cut keeps as the learned limit
 _FIT_MARGIN = 0.98
