@@ -136,3 +136,14 @@ def test_a_window_that_reads_low_at_the_end_of_the_probe_gives_way_to_the_fit(ra
     assert len(readings) == 2 and readings[1] < 0.93 * rate  # what the window alone would learn
     limit = reg.state("a").limit
     assert limit is not None and 0.95 * rate <= limit <= 1.0 * rate, limit / rate
+
+
+@pytest.mark.parametrize("rate", [40, 60, 150])
+def test_a_site_whose_bucket_holds_two_keeps_its_pace(rate: float) -> None:
+    """A bucket of 2 at 40-150 req/s: the burst saved up during a Retry-After hold is refused
+    as the domain resumes. That 429 halves the burst the domain sends and leaves its pace;
+    read as a limit (the window the hold emptied), it cut the pace to 0.06-0.5 x the limit."""
+    for seed in range(2):
+        limits = _crawl(rate, 2, seed)
+        assert len(limits) >= 2
+        assert all(limit >= 0.7 * rate for limit in limits[1:]), (seed, [x / rate for x in limits])

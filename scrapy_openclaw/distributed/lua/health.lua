@@ -34,7 +34,7 @@ local HF = {'health', 'rate', 'tokens', 'threshold', 'updated', 'last_decrease',
   'circuit', 'opened_at', 'probe_at', 'latency', 'best_latency', 'hold_until',
   'consecutive_failures', 'requests', 'successes', 'failures', 'cooldown', 'opens', 'down_since',
   'answered_at', 'last_success', 'share_fast', 'share_slow', 'win_start', 'win_ok', 'delivered',
-  'crawl_delay', 'troubled_at', 'cuts', 'born', 'blocked_seconds',
+  'crawl_delay', 'troubled_at', 'cuts', 'born', 'blocked_seconds', 'burst_cap',
   'ctl_hold', 'ctl_rate', 'ctl_concurrency', 'ctl_down'}
 local h_ttl = 0  -- seconds an idle domain's hash lives (policy k_key_ttl; 0: for ever), set by h_load
 
@@ -53,7 +53,9 @@ end
 local function h_rate(d, p) return math.min(math.max(d.rate, p.min_rate), h_ceiling(d, p)) end
 local function h_burst(d, p)
   if d.crawl_delay > 0 then return 1 end
-  return math.max(1, math.min(p.burst, math.floor(h_rate(d, p) * p.k_burst_seconds)))
+  local burst = math.min(p.burst, math.floor(h_rate(d, p) * p.k_burst_seconds))
+  if d.burst_cap > 0 then burst = math.min(burst, d.burst_cap) end
+  return math.max(1, burst)
 end
 
 -- The domain's record brought up to now; nil when it has no state and no policy.
@@ -74,7 +76,7 @@ local function h_load(hkey, now, pjson)
     d.cooldown, d.opens, d.down_since = p.circuit_cooldown, 0, 0
     d.answered_at, d.last_success, d.share_fast, d.share_slow = 0, 0, 0, 0
     d.win_start, d.win_ok, d.delivered, d.crawl_delay, d.troubled_at, d.cuts = now, 0, nil, 0, 0, 0
-    d.born, d.blocked_seconds = now, 0
+    d.born, d.blocked_seconds, d.burst_cap = now, 0, 0
     d.ctl_hold, d.ctl_rate, d.ctl_concurrency, d.ctl_down = 0, 0, 0, 0
     return d, p
   end
@@ -86,7 +88,7 @@ local function h_load(hkey, now, pjson)
   d.share_fast, d.share_slow, d.crawl_delay = d.share_fast or 0, d.share_slow or 0, d.crawl_delay or 0
   d.win_start, d.win_ok, d.last_decrease = d.win_start or now, d.win_ok or 0, d.last_decrease or 0
   d.troubled_at, d.cuts, d.born = d.troubled_at or 0, d.cuts or 0, d.born or d.updated
-  d.blocked_seconds = d.blocked_seconds or 0
+  d.blocked_seconds, d.burst_cap = d.blocked_seconds or 0, d.burst_cap or 0
   d.ctl_hold, d.ctl_rate = d.ctl_hold or 0, d.ctl_rate or 0
   d.ctl_concurrency, d.ctl_down = d.ctl_concurrency or 0, d.ctl_down or 0
   local elapsed = now - d.updated
@@ -200,7 +202,8 @@ end
 
 local function fit_judged(index, start, p) return start == 0 or index >= start + p.k_fit_burn_in_bins end
 
-local function fit_slack(events, start, rate, p)
+-- LimitHistory._replay: M and m at rate.
+local function fit_replay(events, start, rate, p)
   local w, most, least, before = 0, 0, math.huge, start
   local drain = rate * p.k_fit_bin
   for _, e in ipairs(events) do
@@ -217,11 +220,16 @@ local function fit_slack(events, start, rate, p)
       least = w
     end
   end
+  return most, least
+end
+
+local function fit_slack(events, start, rate, p)
+  local most, least = fit_replay(events, start, rate, p)
   if least > 0 then return most - least end
   return math.huge
 end
 
--- LimitHistory.fit: the largest consistent rate near guess, or nil.
+-- LimitHistory.fit: the largest consistent rate near guess, or nil; and LimitHistory.burst at it.
 local function h_fit(fkey, guess, p)
   local raw = redis.call('LRANGE', fkey, 0, -1)
   if #raw < 2 then return nil end
@@ -257,7 +265,8 @@ local function h_fit(fkey, guess, p)
     local slack = fit_slack(events, start, c, p)
     if slack < 1 or slack <= least then a = c else b = c end
   end
-  return a
+  local most = fit_replay(events, start, a, p)
+  return a, math.max(1, math.floor(most))
 end
 
 local function h_increase(d, p, now)
@@ -278,6 +287,13 @@ end
 -- fkey: the history for the limit fit (a 429 from the second on), or nil.
 local function h_decrease(d, p, now, measured, rate_bound, fkey)
   if now - d.last_decrease < math.max(p.k_min_decrease_gap, d.latency or 0) then return false end
+  if measured and d.cuts >= 1 and now - d.hold_until >= 0 and now - d.hold_until <= p.k_burst_seconds then
+    -- refused while resuming from a hold: a smaller burst, the pace stands (_Pacing._decrease)
+    d.burst_cap = math.max(1, math.floor(h_burst(d, p) / 2))
+    d.tokens = math.min(d.tokens, d.burst_cap)
+    d.last_decrease = now
+    return true
+  end
   local rate = h_rate(d, p)
   local before = rate
   local delivered, span = 0, now - d.win_start
@@ -293,8 +309,11 @@ local function h_decrease(d, p, now, measured, rate_bound, fkey)
     before = math.min(before, math.max(delivered, floor))
   end
   if measured and d.cuts >= 1 and fkey ~= nil then
-    local fitted = h_fit(fkey, before, p)
-    if fitted ~= nil then before = math.min(rate, fitted * p.k_fit_margin) end  -- (it replaces the window's reading)
+    local fitted, burst = h_fit(fkey, before, p)
+    if fitted ~= nil then  -- (it replaces the window's reading)
+      before = math.min(rate, fitted * p.k_fit_margin)
+      d.burst_cap = burst
+    end
   end
   -- only a 429 (measured) or latency (rate_bound) moves on to the cubic plateau; 503s and
   -- timeouts cut and probe back up

@@ -143,9 +143,22 @@ class LimitHistory:
                     last = index
         return episodes
 
+    def burst(self, rate: float) -> int:
+        """The burst the site has proved it allows at *rate* (M: the most tokens it gave
+        beyond its refill), at least 1: a client that sends no bigger bursts is not refused
+        for bursting, on a site whose bucket is small for its rate."""
+        return max(1, math.floor(self._replay(rate)[0]))
+
     def _slack(self, rate: float) -> float:
         """M - m for *rate*: < 1 when a burst exists that explains every answer and 429
         (infinite when a 429 would have found the bucket full)."""
+        most, least = self._replay(rate)
+        # a 429 that finds the bucket full (W = 0) is no bucket at all: the rate is too high
+        return most - least if least > 0.0 else math.inf
+
+    def _replay(self, rate: float) -> tuple[float, float]:
+        """Lindley's recursion at *rate*: M (the largest W at an answer) and m (the least at
+        a judged 429; infinite without one)."""
         w, most, least, before = 0.0, 0.0, math.inf, self.start
         drain = rate * _FIT_BIN
         for e in self.events:
@@ -159,5 +172,4 @@ class LimitHistory:
                     most = w
             elif w < least and self._judged(index):
                 least = w
-        # a 429 that finds the bucket full (W = 0) is no bucket at all: the rate is too high
-        return most - least if least > 0.0 else math.inf
+        return most, least

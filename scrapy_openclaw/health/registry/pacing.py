@@ -52,11 +52,12 @@ class _Pacing:
 
     def _burst(self, d: _Domain, p: HealthPolicy) -> int:
         """Tokens the bucket holds: ``burst``, but no more than a quarter second's
-        worth (a paused domain resumes at its pace, not with a burst), and one
-        under a Crawl-delay."""
+        worth (a paused domain resumes at its pace, not with a burst), no more than
+        the site has shown it takes (``burst_cap``), and one under a Crawl-delay."""
         if d.crawl_delay > 0:
             return 1
-        return max(1, min(p.burst, int(self._rate(d, p) * _BURST_SECONDS)))
+        burst = min(p.burst, int(self._rate(d, p) * _BURST_SECONDS))
+        return max(1, min(burst, d.burst_cap) if d.burst_cap else burst)
 
     def _concurrency(self, d: _Domain, p: HealthPolicy, slot_concurrency: int | None) -> int:
         if d.circuit != CLOSED:
@@ -114,9 +115,19 @@ class _Pacing:
         window misreads both ways. On a plateau it still holds the burst the
         site's bucket had saved and reads a few per cent high; at the end of
         the probe, while the rate was still rising, it reads up to ~10% low.
+        The fit also caps the domain's burst at the largest the site took. A 429
+        within ``_BURST_SECONDS`` of a hold's end only halves the burst: the
+        site refused what the hold saved up, not the pace.
         """
         if now - d.last_decrease < max(_MIN_DECREASE_GAP, d.latency or 0.0):
             return False
+        if measured and d.cuts >= 1 and 0.0 <= now - d.hold_until <= _BURST_SECONDS:
+            # refused while resuming from a hold: the burst the hold saved up was more than the
+            # site's bucket holds, not the pace more than its rate; send smaller bursts
+            d.burst_cap = max(1, self._burst(d, p) // 2)
+            d.tokens = min(d.tokens, float(d.burst_cap))
+            d.last_decrease = now  # (the rest of that burst is the same event)
+            return True
         rate = before = self._rate(d, p)
         delivered = _delivered(d, now)
         if delivered > 0:
@@ -126,6 +137,7 @@ class _Pacing:
             fitted = history.fit(before)
             if fitted is not None:
                 before = min(rate, fitted * _FIT_MARGIN)
+                d.burst_cap = history.burst(fitted)
         d.cuts = min(d.cuts + 1, 2) if measured or rate_bound else max(d.cuts, 1)  # (see _increase)
         d.threshold = before
         d.rate = max(p.min_rate, before * p.rate_decrease)

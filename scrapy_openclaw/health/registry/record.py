@@ -72,6 +72,7 @@ class _Domain:
         "cuts",
         "born",
         "blocked_seconds",
+        "burst_cap",
         # operator overrides (scrapy_openclaw.control): a hold (UNIX time), a rate ceiling
         # (req/s), a concurrency (0: none of them) and a give-up (1/0)
         "ctl_hold",
@@ -112,6 +113,7 @@ class _Domain:
         self.cuts = 0  # 0: slow start; 1: cut, limit guessed; 2: a 429 or latency measured it (cubic plateau)
         self.born = now  # when the domain was first seen: slow start doubles at most this fast from it
         self.blocked_seconds = 0.0  # time spent held (Retry-After) or with the circuit open
+        self.burst_cap = 0  # the largest burst the site has proved it allows (the limit fit); 0: not known
         self.ctl_hold = 0.0
         self.ctl_rate = 0.0
         self.ctl_concurrency = 0
@@ -122,5 +124,5 @@ class _Domain:
 _FIELD_TYPES: dict[str, tuple[type, ...]] = {name: (int, float) for name in _Domain.__slots__ if name != "circuit"}
 _OPTIONAL = (int, float, type(None))
 _FIELD_TYPES.update(circuit=(str,), threshold=_OPTIONAL, latency=_OPTIONAL, best_latency=_OPTIONAL, delivered=_OPTIONAL)
-_COUNTERS = ("consecutive_failures", "requests", "successes", "failures", "opens", "win_ok", "cuts")
+_COUNTERS = ("consecutive_failures", "requests", "successes", "failures", "opens", "win_ok", "cuts", "burst_cap")
 _OBSOLETE = frozenset({"last_increase"})  # written by 0.1 snapshots; ignored on restore

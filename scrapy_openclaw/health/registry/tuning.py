@@ -35,10 +35,10 @@ _FIT_EPISODE_GAP = 1.0  # seconds between 429s of two episodes (a fit needs two)
 # ... the search: rates guess x STEP**k for k in LOW..HIGH (the window reads 0-8% high on a
 # plateau, up to ~10% low at the end of the probe, when the rate was still rising), then
 # REFINE halvings of the last step ...
-_FIT_STEP = 1.01
-_FIT_LOW = -11
-_FIT_HIGH = 12
-_FIT_REFINE = 3
+_FIT_STEP = 1.02
+_FIT_LOW = -12
+_FIT_HIGH = 6
+_FIT_REFINE = 4
 # ... and the share of the fitted limit a cut keeps as the learned limit
 _FIT_MARGIN = 0.98
 _WINDOW = 1.0  # seconds; the delivered-rate estimate is the last such window and the open one
