@@ -82,6 +82,7 @@ def no_target(value: float | None, ratio: float | None) -> None:
 
 M = Metric
 SWEEP_LIMITS = (3, 12, 40, 60, 150)  # benchmarks.sweep.LIMITS (not imported: the report must not need it)
+SMALL_BUCKET_LIMITS = (12, 40, 60, 150)  # benchmarks.smallbucket.LIMITS
 SPECS: dict[str, list[Spec]] = {
     "overhead": [
         Spec(
@@ -314,6 +315,33 @@ SPECS: dict[str, list[Spec]] = {
             [
                 *(M(f"rate_after_5s_{limit}", f"{limit}/s: rate", "higher", ratio=False) for limit in SWEEP_LIMITS),
                 *(M(f"share_429_{limit}", f"{limit}/s: 429s", "lower", ratio=False) for limit in SWEEP_LIMITS),
+            ],
+        ),
+    ],
+    "smallbucket": [
+        Spec(
+            "smallbucket: one host each at 12, 40, 60 and 150 req/s, burst 2, 429 + Retry-After 1",
+            [
+                M("rate_after_5s_min_host", "min host 2xx rate / limit after 5 s", "higher"),
+                M("share_429", "429 share", "lower"),
+                M("share_429_max_host", "max host 429 share", "lower"),
+                M("wall_vs_bound", "wall / lower bound", "lower"),
+                M("scraped_fraction", "pages scraped", "higher"),
+                M("finished", "ended by itself", ratio=False),
+            ],
+            [
+                Headline("rate_after_5s_min_host", "openclaw", ">= 0.9 (the sweep's)", at_least(0.9)),
+                Headline("share_429_max_host", "openclaw", "<= 0.02 (the sweep's)", at_most(0.02)),
+            ],
+        ),
+        Spec(
+            "smallbucket per host: 2xx rate / limit after the host's first 5 s, and 429 share",
+            [
+                *(
+                    M(f"rate_after_5s_{limit}", f"{limit}/s: rate", "higher", ratio=False)
+                    for limit in SMALL_BUCKET_LIMITS
+                ),
+                *(M(f"share_429_{limit}", f"{limit}/s: 429s", "lower", ratio=False) for limit in SMALL_BUCKET_LIMITS),
             ],
         ),
     ],

@@ -122,6 +122,14 @@ SCENARIOS: dict[str, Scenario] = {
             quick_limit=180,
         ),
         Scenario(
+            "smallbucket",
+            "benchmarks.smallbucket",
+            "the sweep's hosts at 12-150 req/s with a bucket of 2 (nginx limit_req with a small burst)",
+            repeat=3,
+            limit=600,
+            quick_limit=180,
+        ),
+        Scenario(
             "deadhosts",
             "benchmarks.deadhosts",
             "2 healthy hosts + 40 URLs on a refused and 40 on an unresolvable host",

@@ -91,9 +91,15 @@ def _round(value: float | None, digits: int) -> float | None:
 
 
 def one(
-    name: str, settings: dict[str, Any], limits: tuple[float, ...], seconds: float, out: Path, limit: float
+    name: str,
+    settings: dict[str, Any],
+    limits: tuple[float, ...],
+    seconds: float,
+    out: Path,
+    limit: float,
+    burst: int | None = None,
 ) -> dict[str, Any]:
-    site = limit_sweep_site(limits=limits, seconds=seconds)
+    site = limit_sweep_site(limits=limits, seconds=seconds, burst=burst)
     by_address = {h.address: float(h.rate_limit.rate) for h in site.hosts if h.rate_limit}
     pages = {h.address: h.pages for h in site.hosts}
     try:

@@ -209,3 +209,13 @@ def test_overhead_profile_lists_the_add_on_functions(tmp_path):
     assert "retry_after.py" in text and "(parse_retry_after)" in text
     assert "presets.py" not in text  # testing/ is the chaos side, not the add-on's cost
     assert (tmp_path / "results" / "profile-overhead.pstats").exists()
+
+
+def test_smallbucket_gives_every_host_a_bucket_of_two(tmp_path):
+    from benchmarks import smallbucket, sweep
+    from benchmarks.adapters import SMALL_BUCKET_LIMITS
+
+    row = sweep.one("scrapy", {}, limits=(12,), seconds=2.0, out=tmp_path, limit=30, burst=smallbucket.BURST)
+    assert row["finished"] == 1 and row["share_429_12"] > 0.1, row  # plain Scrapy's bursts meet a bucket of 2
+    assert smallbucket.LIMITS == SMALL_BUCKET_LIMITS
+    _adapted("smallbucket", row)

@@ -114,16 +114,20 @@ def limit_sweep_site(
     seconds: float = 20.0,
     retry_after: str | None = "1",
     seed: int = 1,
+    burst: int | None = None,
 ) -> ChaosConfig:
-    """One host per limit (429 + ``Retry-After`` beyond it, burst :func:`sweep_burst`), each with
-    ``limit * seconds`` pages all linked from its root, so every host needs ``seconds`` at its limit."""
+    """One host per limit (429 + ``Retry-After`` beyond it, burst :func:`sweep_burst` unless
+    *burst* is given), each with ``limit * seconds`` pages all linked from its root, so every
+    host needs ``seconds`` at its limit."""
     return ChaosConfig(
         hosts=tuple(
             HostConfig(
                 address=address(i),
                 pages=max(2, round(limit * seconds)),
                 links_per_page="all",
-                rate_limit=RateLimit(rate=limit, burst=sweep_burst(limit), retry_after=retry_after),
+                rate_limit=RateLimit(
+                    rate=limit, burst=sweep_burst(limit) if burst is None else burst, retry_after=retry_after
+                ),
             )
             for i, limit in enumerate(limits)
         ),
