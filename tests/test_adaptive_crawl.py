@@ -22,6 +22,7 @@ from scrapy_openclaw.testing.presets import (
     UNRESOLVABLE_HOST,
     crawl_delay_site,
     fault_free_site,
+    limit_sweep_site,
     mixed_failures_site,
     page_urls,
 )
@@ -130,6 +131,21 @@ def test_a_healthy_site_is_not_paced(chaos_server: Any, tmp_path: Path) -> None:
     assert len(result.items) == 400
     assert truth["hosts"][host]["max_1s_window"] > 60  # the old default ceiling was 20 req/s
     assert result.stats.get("openclaw/health/domain_failures", 0) == 0
+
+
+def test_a_site_whose_bucket_holds_two_keeps_the_domains_pace(chaos_server: Any, tmp_path: Path) -> None:
+    """40 req/s with a bucket of 2 (nginx ``limit_req`` with a small burst): the burst a
+    Retry-After hold saves up is refused as the domain resumes. That costs the domain its
+    burst, not its pace; read as a limit, it cut the pace to ~0.3 x 40 (the server's record
+    and the registry's final rate say which)."""
+    server = chaos_server(limit_sweep_site(limits=(40,), seconds=8.0, burst=2))
+    result = _crawl(server, tmp_path)
+    truth = server.truth(include_requests=True)
+    (host,) = truth["hosts"]
+    served = _served(truth, host)
+    assert len(result.items) == len(server.reachable().ok)
+    assert sum(1 for r in served if r["status"] == 429) <= 0.05 * len(served)
+    assert 0.55 * 40 <= result.stats[f"openclaw/health/final_rate/{host}"] <= 40
 
 
 def test_autothrottle_keeps_its_meaning(chaos_server: Any, tmp_path: Path) -> None:
