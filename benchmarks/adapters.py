@@ -83,6 +83,33 @@ def no_target(value: float | None, ratio: float | None) -> None:
 M = Metric
 SWEEP_LIMITS = (3, 12, 40, 60, 150)  # benchmarks.sweep.LIMITS (not imported: the report must not need it)
 SMALL_BUCKET_LIMITS = (12, 40, 60, 150)  # benchmarks.smallbucket.LIMITS
+
+
+def _limit_specs(name: str, site: str, limits: tuple[int, ...], headlines: list[Headline]) -> list[Spec]:
+    """The tables of a limit sweep (``benchmarks.sweep``, ``benchmarks.smallbucket``): the crawl, then per host."""
+    return [
+        Spec(
+            f"{name}: {site}",
+            [
+                M("rate_after_5s_min_host", "min host 2xx rate / limit after 5 s", "higher"),
+                M("share_429", "429 share", "lower"),
+                M("share_429_max_host", "max host 429 share", "lower"),
+                M("wall_vs_bound", "wall / lower bound", "lower"),
+                M("scraped_fraction", "pages scraped", "higher"),
+                M("finished", "ended by itself", ratio=False),
+            ],
+            headlines,
+        ),
+        Spec(
+            f"{name} per host: 2xx rate / limit after the host's first 5 s, and 429 share",
+            [
+                *(M(f"rate_after_5s_{limit}", f"{limit}/s: rate", "higher", ratio=False) for limit in limits),
+                *(M(f"share_429_{limit}", f"{limit}/s: 429s", "lower", ratio=False) for limit in limits),
+            ],
+        ),
+    ]
+
+
 SPECS: dict[str, list[Spec]] = {
     "overhead": [
         Spec(
@@ -293,58 +320,25 @@ SPECS: dict[str, list[Spec]] = {
             ],
         )
     ],
-    "sweep": [
-        Spec(
-            "sweep: one host each at 3, 12, 40, 60 (and 150) req/s, burst 2-15, 429 + Retry-After 1",
-            [
-                M("rate_after_5s_min_host", "min host 2xx rate / limit after 5 s", "higher"),
-                M("share_429", "429 share", "lower"),
-                M("share_429_max_host", "max host 429 share", "lower"),
-                M("wall_vs_bound", "wall / lower bound", "lower"),
-                M("scraped_fraction", "pages scraped", "higher"),
-                M("finished", "ended by itself", ratio=False),
-            ],
-            [
-                Headline("rate_after_5s_min_host", "openclaw", ">= 0.9 (every host)", at_least(0.9)),
-                Headline("share_429", "openclaw", "<= 0.02", at_most(0.02)),
-                Headline("share_429_max_host", "openclaw", "<= 0.02 (every host)", at_most(0.02)),
-            ],
-        ),
-        Spec(
-            "sweep per host: 2xx rate / limit after the host's first 5 s, and 429 share",
-            [
-                *(M(f"rate_after_5s_{limit}", f"{limit}/s: rate", "higher", ratio=False) for limit in SWEEP_LIMITS),
-                *(M(f"share_429_{limit}", f"{limit}/s: 429s", "lower", ratio=False) for limit in SWEEP_LIMITS),
-            ],
-        ),
-    ],
-    "smallbucket": [
-        Spec(
-            "smallbucket: one host each at 12, 40, 60 and 150 req/s, burst 2, 429 + Retry-After 1",
-            [
-                M("rate_after_5s_min_host", "min host 2xx rate / limit after 5 s", "higher"),
-                M("share_429", "429 share", "lower"),
-                M("share_429_max_host", "max host 429 share", "lower"),
-                M("wall_vs_bound", "wall / lower bound", "lower"),
-                M("scraped_fraction", "pages scraped", "higher"),
-                M("finished", "ended by itself", ratio=False),
-            ],
-            [
-                Headline("rate_after_5s_min_host", "openclaw", ">= 0.9 (the sweep's)", at_least(0.9)),
-                Headline("share_429_max_host", "openclaw", "<= 0.02 (the sweep's)", at_most(0.02)),
-            ],
-        ),
-        Spec(
-            "smallbucket per host: 2xx rate / limit after the host's first 5 s, and 429 share",
-            [
-                *(
-                    M(f"rate_after_5s_{limit}", f"{limit}/s: rate", "higher", ratio=False)
-                    for limit in SMALL_BUCKET_LIMITS
-                ),
-                *(M(f"share_429_{limit}", f"{limit}/s: 429s", "lower", ratio=False) for limit in SMALL_BUCKET_LIMITS),
-            ],
-        ),
-    ],
+    "sweep": _limit_specs(
+        "sweep",
+        "one host each at 3, 12, 40, 60 (and 150) req/s, burst 2-15, 429 + Retry-After 1",
+        SWEEP_LIMITS,
+        [
+            Headline("rate_after_5s_min_host", "openclaw", ">= 0.9 (every host)", at_least(0.9)),
+            Headline("share_429", "openclaw", "<= 0.02", at_most(0.02)),
+            Headline("share_429_max_host", "openclaw", "<= 0.02 (every host)", at_most(0.02)),
+        ],
+    ),
+    "smallbucket": _limit_specs(
+        "smallbucket",
+        "one host each at 12, 40, 60 and 150 req/s, burst 2, 429 + Retry-After 1",
+        SMALL_BUCKET_LIMITS,
+        [
+            Headline("rate_after_5s_min_host", "openclaw", ">= 0.9 (the sweep's)", at_least(0.9)),
+            Headline("share_429_max_host", "openclaw", "<= 0.02 (the sweep's)", at_most(0.02)),
+        ],
+    ),
     "deadhosts": [
         Spec(
             "deadhosts: 2 healthy hosts + 40 URLs on a refused and 40 on an unresolvable host",

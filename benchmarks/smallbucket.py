@@ -13,12 +13,10 @@ configurations and numbers as :mod:`benchmarks.sweep` (``rate_after_5s_<limit>``
 
 from __future__ import annotations
 
-import tempfile
-from pathlib import Path
 from typing import Any
 
 from benchmarks.suite import run_module
-from benchmarks.sweep import CONFIGS, LIMIT, QUICK_LIMIT, QUICK_SECONDS, SECONDS, one
+from benchmarks.sweep import run_sweep
 
 LIMITS = (12, 40, 60, 150)
 QUICK_LIMITS = (12, 40)
@@ -27,22 +25,7 @@ BURST = 2
 
 def run(quick: bool = False) -> dict[str, Any]:
     """``{"baseline": "scrapy", "configs": {name: {...}}}``, one crawl per configuration."""
-    limits = QUICK_LIMITS if quick else LIMITS
-    seconds = QUICK_SECONDS if quick else SECONDS
-    results: dict[str, Any] = {}
-    with tempfile.TemporaryDirectory(prefix="openclaw-bench-smallbucket-") as tmp:
-        for name, settings in CONFIGS.items():
-            results[name] = one(
-                name, settings, limits, seconds, Path(tmp), QUICK_LIMIT if quick else LIMIT, burst=BURST
-            )
-    return {
-        "baseline": "scrapy",
-        "quick": quick,
-        "limits": list(limits),
-        "burst": BURST,
-        "seconds_per_host": seconds,
-        "configs": results,
-    }
+    return run_sweep(QUICK_LIMITS if quick else LIMITS, quick, burst=BURST)
 
 
 def main() -> None:

@@ -114,16 +114,21 @@ def one(
 
 def run(quick: bool = False) -> dict[str, Any]:
     """``{"baseline": "scrapy", "configs": {name: {...}}}``, one crawl per configuration."""
-    limits = QUICK_LIMITS if quick else LIMITS
+    return run_sweep(QUICK_LIMITS if quick else LIMITS, quick)
+
+
+def run_sweep(limits: tuple[float, ...], quick: bool, burst: int | None = None) -> dict[str, Any]:
+    """Each configuration crawls one host per limit (*burst*: every host's bucket; None: the sweep's)."""
     seconds = QUICK_SECONDS if quick else SECONDS
     results: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="openclaw-bench-sweep-") as tmp:
         for name, settings in CONFIGS.items():
-            results[name] = one(name, settings, limits, seconds, Path(tmp), QUICK_LIMIT if quick else LIMIT)
+            results[name] = one(name, settings, limits, seconds, Path(tmp), QUICK_LIMIT if quick else LIMIT, burst)
     return {
         "baseline": "scrapy",
         "quick": quick,
         "limits": list(limits),
+        "burst": burst,
         "seconds_per_host": seconds,
         "configs": results,
     }

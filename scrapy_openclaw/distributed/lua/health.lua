@@ -26,7 +26,9 @@
 --   h_open          HealthRegistry._open (cool-down doubling per unforgiven
 --                   opening, capped, with jitter drawn in Python)
 --   h_decrease      HealthRegistry._decrease (at most once per max(1 s, latency);
---                   the learned limit is min(allowed, delivered))
+--                   the learned limit is min(allowed, delivered), or the fit's;
+--                   a 429 just after a hold only halves the burst)
+--   h_fit           LimitHistory.fit and .burst (limitfit.py)
 --
 -- tests/test_distributed_parity.py drives both with the same events and compares
 -- every field: change one side and that test tells you to change the other.
