@@ -269,7 +269,7 @@ def test_limit_fit_matches(redis_server: Any, monkeypatch: pytest.MonkeyPatch) -
 
     fits: list[float | None] = []
     fit = limitfit.LimitHistory.fit
-    monkeypatch.setattr(limitfit.LimitHistory, "fit", lambda self, guess: fits.append(fit(self, guess)) or fits[-1])
+    monkeypatch.setattr(limitfit.LimitHistory, "fit", lambda self, guess, top=0.0: fits.append(fit(self, guess, top)) or fits[-1])
     local, shared = _pair(redis_server.url)
     rng = random.Random(5)
     rate, burst = 40.0, 10
@@ -292,7 +292,7 @@ def test_limit_fit_matches(redis_server: Any, monkeypatch: pytest.MonkeyPatch) -
     assert limit is not None and 0.9 * rate <= limit <= rate
 
 
-@pytest.mark.parametrize(("rate", "burst", "refusals"), [(50.0, 5, 2), (60.0, 2, 3)])
+@pytest.mark.parametrize(("rate", "burst", "refusals"), [(50.0, 5, 2), (100.0, 2, 3)])
 def test_limit_fit_replaces_a_low_window_alike(redis_server: Any, rate: float, burst: int, refusals: int) -> None:
     """The second 429 at the end of the probe, when the 2xx window reads low: both registries
     take the fitted limit instead (the Lua port of the same rule), field for field. On a site
@@ -324,7 +324,7 @@ def test_limit_fit_replaces_a_low_window_alike(redis_server: Any, rate: float, b
     if burst == 5:
         assert 0.95 * rate <= state["threshold"] <= rate
     else:
-        assert 0.7 * rate <= state["threshold"] <= rate and state["burst_cap"] <= 2
+        assert 0.9 * rate <= state["threshold"] <= rate and state["burst_cap"] <= 2
 
 
 def test_limit_fit_histories_match(redis_server: Any) -> None:

@@ -52,6 +52,17 @@ def test_no_fit_without_two_429_episodes_or_when_the_guess_is_no_guide() -> None
     assert two.fit(40 / 3) is None  # the answer is past the top of the range searched
 
 
+def test_the_search_reaches_up_to_the_pace_when_the_window_reads_low() -> None:
+    """A bucket of 2 refuses as soon as the pace passes the limit, so a window of the rising
+    probe reads ~0.8 x it: out of the search around it, but not above the pace the client sent
+    at (evidence up to there)."""
+    for seed in range(3):
+        history = _bucket(40, 2, seed, seconds=20.0, pace=(0.9, 1.3))
+        assert history.fit(32.0) is None
+        fitted = history.fit(32.0, top=44.0)
+        assert fitted is not None and 0.96 * 40 <= fitted <= 1.02 * 40, (seed, fitted)
+
+
 def test_a_long_history_is_trimmed_and_still_fits() -> None:
     history = _bucket(40, 10, 1, seconds=120.0, pace=(0.9, 1.3))
     assert history.start > 0

@@ -231,8 +231,8 @@ local function fit_slack(events, start, rate, p)
   return math.huge
 end
 
--- LimitHistory.fit: the largest consistent rate near guess, or nil; and LimitHistory.burst at it.
-local function h_fit(fkey, guess, p)
+-- LimitHistory.fit: the largest consistent rate near guess (or up to top), or nil; and LimitHistory.burst at it.
+local function h_fit(fkey, guess, top, p)
   local raw = redis.call('LRANGE', fkey, 0, -1)
   if #raw < 2 then return nil end
   local start, events = tonumber(raw[1]), {}
@@ -249,7 +249,11 @@ local function h_fit(fkey, guess, p)
   end
   if episodes < 2 then return nil end
   local rates, slacks = {}, {}
-  for k = p.k_fit_low, p.k_fit_high do
+  local high = p.k_fit_high
+  if top > guess * p.k_fit_step ^ p.k_fit_high then
+    high = math.ceil(math.log(top / guess) / math.log(p.k_fit_step))
+  end
+  for k = p.k_fit_low, high do
     local rate = guess * p.k_fit_step ^ k
     table.insert(rates, rate)
     table.insert(slacks, fit_slack(events, start, rate, p))
@@ -311,7 +315,7 @@ local function h_decrease(d, p, now, measured, rate_bound, fkey)
     before = math.min(before, math.max(delivered, floor))
   end
   if measured and d.cuts >= 1 and fkey ~= nil then
-    local fitted, burst = h_fit(fkey, before, p)
+    local fitted, burst = h_fit(fkey, before, rate, p)
     if fitted ~= nil then  -- (it replaces the window's reading)
       before = math.min(rate, fitted * p.k_fit_margin)
       d.burst_cap = burst

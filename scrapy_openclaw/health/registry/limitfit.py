@@ -97,18 +97,23 @@ class LimitHistory:
             return any(e < 0 for e in self.events)
         return True
 
-    def fit(self, guess: float) -> float | None:
+    def fit(self, guess: float, top: float = 0.0) -> float | None:
         """The largest rate consistent with the history near *guess* (the 2xx window's
-        reading: high by the burst on a plateau, low while the pace rose): searched from ``_FIT_STEP**_FIT_LOW`` to
-        ``_FIT_STEP**_FIT_HIGH`` x *guess*. None without two 429 episodes to judge, or when
-        the best fit is at either end of that range (the guess was no guide).
+        reading: high by the burst on a plateau, low while the pace rose): searched from
+        ``_FIT_STEP**_FIT_LOW`` to ``_FIT_STEP**_FIT_HIGH`` x *guess*, or up to *top* (the
+        pace at the 429: the client sent no faster) when that is higher. None without two
+        429 episodes to judge, or when the best fit is at either end of that range (the
+        guess was no guide).
 
         Consistent: a slack under 1, or, when timing noise leaves none, no more than the
         least found; the rates from the least-slack one up to the first that is not.
         """
         if self._episodes() < 2:
             return None
-        rates = [guess * _FIT_STEP**k for k in range(_FIT_LOW, _FIT_HIGH + 1)]
+        high = _FIT_HIGH
+        if top > guess * _FIT_STEP**_FIT_HIGH:  # (a small bucket refuses as soon as the pace passes it)
+            high = math.ceil(math.log(top / guess) / math.log(_FIT_STEP))
+        rates = [guess * _FIT_STEP**k for k in range(_FIT_LOW, high + 1)]
         slacks = [self._slack(rate) for rate in rates]
         least = min(slacks)
         best = slacks.index(least)

@@ -134,7 +134,7 @@ class _Pacing:
             floor = 0.0 if d.cuts == 0 else before * (_CUT_FLOOR if measured else p.rate_decrease)
             before = min(before, max(delivered, floor))
         if measured and d.cuts >= 1 and history is not None:
-            fitted = history.fit(before)
+            fitted = history.fit(before, rate)
             if fitted is not None:
                 before = min(rate, fitted * _FIT_MARGIN)
                 d.burst_cap = history.burst(fitted)
