@@ -269,7 +269,9 @@ def test_limit_fit_matches(redis_server: Any, monkeypatch: pytest.MonkeyPatch) -
 
     fits: list[float | None] = []
     fit = limitfit.LimitHistory.fit
-    monkeypatch.setattr(limitfit.LimitHistory, "fit", lambda self, guess, top=0.0: fits.append(fit(self, guess, top)) or fits[-1])
+    monkeypatch.setattr(
+        limitfit.LimitHistory, "fit", lambda self, guess, top=0.0: fits.append(fit(self, guess, top)) or fits[-1]
+    )
     local, shared = _pair(redis_server.url)
     rng = random.Random(5)
     rate, burst = 40.0, 10
