@@ -535,6 +535,22 @@ def test_snapshot_without_cooldown_fields_restores_with_the_policy_cooldown() ->
     assert other.state(D, T0 + 10).circuit == "half_open"
 
 
+def test_a_snapshot_from_before_burst_caps_or_with_a_negative_one_leaves_the_bucket_uncapped() -> None:
+    reg = registry(burst=10)
+    reg.record_success(D, 0.01, now=T0)
+    data = json.loads(json.dumps(reg.snapshot()))
+    for value in (None, -5):
+        fields = data["domains"][D]
+        if value is None:
+            del fields["burst_cap"]  # written before the field existed
+        else:
+            fields["burst_cap"] = value  # hostile
+        other = registry(burst=10)
+        other.restore(data)
+        assert other._domains[D].burst_cap == 0
+        assert other.state(D, T0).burst == reg.state(D, T0).burst
+
+
 @pytest.mark.parametrize(
     ("data", "message"),
     [

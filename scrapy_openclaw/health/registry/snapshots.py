@@ -65,6 +65,7 @@ class _Snapshots(_RegistryCore):
             setattr(d, field, int(value) if field in _COUNTERS else value)
         d.health = min(100.0, max(0.0, float(d.health)))
         d.opens = min(max(0, d.opens), _MAX_DOUBLINGS)
+        d.burst_cap = max(0, d.burst_cap)  # (0: none; a negative one would pin the bucket at one token)
         d.cooldown = max(0.0, float(d.cooldown))
         d.rate = min(max(float(d.rate), 0.0), _MAX_RATE)
         return d
