@@ -344,3 +344,32 @@ def test_pops_take_turns_across_shards(queues: Any) -> None:
     hosts = [q.pop().url.split("/")[2] for _ in range(6)]
     assert hosts.count(a) == 3 and hosts.count(b) == 3
     assert all(x != y for x, y in zip(hosts, hosts[1:]))  # alternating
+
+
+def test_a_released_domain_is_popped_again_at_once(queues: Any) -> None:
+    """An operator's release reaches the pop now, not at the old hold's end: the shard's last
+    pop said "wait 600 s", and no push to that shard came to say otherwise (the domain's
+    requests were all queued before the hold). In a crawl it stalled the released domain."""
+    from scrapy_openclaw.control.channel import ControlChannel
+    from scrapy_openclaw.control.controller import Controller
+
+    q = queues(
+        OPENCLAW_HEALTH_ENABLED=True,
+        OPENCLAW_HEALTH_REGISTRY_CLASS="scrapy_openclaw.distributed.health.RedisHealthRegistry",
+    )
+    held, free = "127.0.0.2", "127.0.0.3"  # (different shards)
+    assert q.shards.of(held) != q.shards.of(free)
+    controller = Controller.for_crawler(q.crawler)
+    assert controller.registry is q.registry
+    controller.channel = ControlChannel(q.crawler, controller, q.server, q.link, poll=0.2)
+    for i in range(3):
+        q.push(Request(f"http://{held}/{i}"))
+    q.push(Request(f"http://{free}/0"))
+    controller.execute({"command": "hold", "domain": held, "for": 600}, who="test")
+    got = q.pop()
+    assert got is not None and got.url == f"http://{free}/0"
+    assert q.pop() is None  # the held domain's shard waits for the hold's end
+    assert q.runner.shard_wait[q.shards.of(held)] > time.time() + 500
+    controller.execute({"command": "release", "domain": held}, who="test")
+    got = q.pop()
+    assert got is not None and got.url.startswith(f"http://{held}/")

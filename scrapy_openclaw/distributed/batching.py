@@ -70,6 +70,7 @@ class Batching:
     _counts_at: float
     _wake_timer: Any
     _wake_at: float
+    _readiness_epoch: int
 
     if TYPE_CHECKING:  # (QueueEntries')
 
@@ -115,12 +116,22 @@ class Batching:
         if job.foreign:
             self._last_foreign = now
         if pops and not everything:
+            self._look_again_after_overrides()
             want = self.prefetch if self.link.background else 1
             job.pops = max(0, want - len(self._ready))
             if job.pops and all(self.runner.shard_wait.get(i, 0) > now for i in range(self.shards.count)):
                 job.pops = 0
         job.counts = counts and not everything
         return None if job.empty() else job
+
+    def _look_again_after_overrides(self) -> None:
+        """An operator's release or restore (``readiness_epoch``) may make a domain due before
+        the time its shard's last pop said to wait for (a 600 s hold's end): look at every
+        shard again, as the local queue wakes its parked domains."""
+        epoch = getattr(self.registry, "readiness_epoch", 0)
+        if epoch != self._readiness_epoch:
+            self._readiness_epoch = epoch
+            self.runner.shard_wait.clear()
 
     def _plan_writes(self) -> Round:
         job = Round()

@@ -393,6 +393,7 @@ class RedisHealthRegistry(HealthRegistry):
             super().control(domain, now, **changes)
             return
         self.refresh(domain, res)
+        self.readiness_epoch += 1  # (as super().control: the queue looks again at what it parked)
         if changes.get("ctl_down", 1) == 0:
             self._given_up.discard(domain)
 

@@ -150,6 +150,7 @@ class LeasedDeadlineQueue(Batching, QueueEntries):
         self._again = self._again_pops = self._again_counts = False
         self._last_push_queued = True
         self.registry = shared_registry(self.crawler)  # the pop takes its tokens when it lives in Redis
+        self._readiness_epoch = getattr(self.registry, "readiness_epoch", 0)
         self.runner = RoundRunner(
             server,
             self.shards,
