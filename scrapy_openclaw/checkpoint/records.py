@@ -42,8 +42,12 @@ if TYPE_CHECKING:
 
     from scrapy_openclaw.checkpoint.state import RecoveredState
 
-#: Version of the on-disk format (journal and snapshot). Bump on any change.
-FORMAT_VERSION = 1
+#: Version of the on-disk format (journal and snapshot) written. Bump on any change.
+#: 2: the ``D`` record (durable outputs); a reader of version 1 skipped it without a word and
+#: would have fetched again the pages whose items the outputs already hold.
+FORMAT_VERSION = 2
+#: Versions read: version 1 is version 2 without ``D`` records.
+READABLE_VERSIONS = (1, 2)
 
 
 # --- lines ------------------------------------------------------------------------------
@@ -88,10 +92,11 @@ def parse_header(payload: str, path: Path, kind: str) -> dict[str, Any]:
         raise CheckpointError(f"{path}: header line is not JSON") from None
     if not isinstance(header, dict) or header.get("kind") != kind:
         raise CheckpointError(f"{path}: not a {kind} file (header {payload[:80]!r})")
-    if header.get("v") != FORMAT_VERSION:
+    version = header.get("v")
+    if isinstance(version, bool) or version not in READABLE_VERSIONS:
         raise CheckpointVersionError(
             f"{path}: checkpoint format version {header.get('v')!r}, this scrapy-openclaw "
-            f"reads version {FORMAT_VERSION}; resume with the matching version or set "
+            f"reads versions {READABLE_VERSIONS[0]}-{FORMAT_VERSION}; resume with the matching version or set "
             f"OPENCLAW_CHECKPOINT_RESTART=True to start over"
         )
     return header
