@@ -94,6 +94,7 @@ def _limit_specs(name: str, site: str, limits: tuple[int, ...], headlines: list[
                 M("rate_after_5s_min_host", "min host 2xx rate / limit after 5 s", "higher"),
                 M("share_429", "429 share", "lower"),
                 M("share_429_max_host", "max host 429 share", "lower"),
+                M("share_429_after_5s_max_host", "max host 429 share after its first 5 s", "lower"),
                 M("wall_vs_bound", "wall / lower bound", "lower"),
                 M("scraped_fraction", "pages scraped", "higher"),
                 M("finished", "ended by itself", ratio=False),

@@ -237,10 +237,13 @@ def test_scrapy_runspider_o_and_O_with_the_addon_exactly_once_after_three_kills(
 # a test extension the crawl process loads: it slows down the moment we want to kill in
 class SlowMoment:
     """``SLOW_MOMENT = "snapshot"`` or ``"fsync"``: that operation takes 0.5 s, and the file
-    ``SLOW_MOMENT_MARKER`` exists while the crawl process is inside it (after items were scraped)."""
+    ``SLOW_MOMENT_MARKER`` exists while the crawl process is inside it (after items were scraped).
+    ``"rotated"``: the 0.5 s come after a commit wrote the durable feeds, one of which went on to
+    a new batch file, and before the journal records it (the "done" record with their offsets)."""
 
     def __init__(self, crawler: Any):
         from scrapy_openclaw.checkpoint import extension, journal
+        from scrapy_openclaw.checkpoint.extension.journaling import _Journaling
 
         moment, marker = crawler.settings["SLOW_MOMENT"], Path(crawler.settings["SLOW_MOMENT_MARKER"])
         self.stats = crawler.stats
@@ -256,6 +259,18 @@ class SlowMoment:
 
         if moment == "snapshot":
             extension.write_snapshot = slowly(extension.write_snapshot)
+        elif moment == "rotated":
+            done_record = _Journaling._done_record
+
+            def rotated_then_slow(ext: Any, fsync: bool) -> Any:
+                batches = {k: v.get("batch") for k, v in ext._outputs.items()}
+                record = done_record(ext, fsync)
+                written = json.loads(record[2:]).get("o", {}) if record else {}
+                if any(v.get("batch", 0) > (batches.get(k) or 1) for k, v in written.items()):
+                    slowly(lambda: None)()
+                return record
+
+            _Journaling._done_record = rotated_then_slow  # type: ignore[method-assign]
         else:
             journal.os = _OsWithSlowFsync(slowly)  # type: ignore[attr-defined]
 
@@ -280,6 +295,26 @@ def test_csv_feed_exactly_once_with_kills_during_snapshot_and_journal_fsync(chao
     rows = csv_rows(feed)
     assert feed.read_text(encoding="utf-8").count("url,title,host") == 1  # one header, resumed twice
     assert_exactly_once([r["url"] for r in rows], server, final, kills, 3)
+
+
+def test_a_kill_after_the_feeds_went_to_a_new_batch_and_before_the_journal_said_so(
+    chaos_server: Any, tmp_path: Path
+) -> None:
+    """The deterministic form of the rotation case above: each of two runs is killed -9 after a
+    commit wrote the feeds, a batch feed among them onto a new file, and before the "done"
+    record of those pages reached the journal. The resumed crawl must cut the plain feed back
+    to the journaled offset and start the unrecorded batch files afresh."""
+    server = chaos_server(site(pages=60))
+    plain = tmp_path / "items.jsonl"
+    batches = tmp_path / "batch-%(batch_id)03d.jsonl"
+    feeds = {str(plain): {"format": "jsonlines"}, str(batches): {"format": "jsonlines", "batch_item_count": 2}}
+    kills = [(0.2, "rotated"), (0.2, "rotated"), (0.1, None)]
+    done, final = crawl_with_kills(server, settings(tmp_path / "ckpt", feeds), tmp_path, plain, kills)
+    files = sorted(tmp_path.glob("batch-*.jsonl"))
+    assert_exactly_once([it["url"] for f in files for it in jsonl_lines(f)], server, final, done, 3)
+    assert_exactly_once([it["url"] for it in jsonl_lines(plain)], server, final, done, 3)
+    assert [f.name for f in files] == [f"batch-{i:03d}.jsonl" for i in range(1, len(files) + 1)]
+    assert all(len(jsonl_lines(f)) <= 2 for f in files)
 
 
 def test_json_xml_and_batched_feeds_resume_and_other_storages_warn_once(chaos_server: Any, tmp_path: Path) -> None:
