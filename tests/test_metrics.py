@@ -123,7 +123,7 @@ def scrape(port: int) -> str | None:
     try:
         with _OPENER.open(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
             return response.read().decode("utf-8")
-    except (OSError, urllib.error.URLError):
+    except (OSError, http.client.HTTPException):  # (not up yet, or the crawl exited mid-answer)
         return None
 
 

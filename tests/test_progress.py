@@ -4,6 +4,7 @@ the first interval and at close; what a stalled crawl waits for."""
 
 from __future__ import annotations
 
+import http.client
 import re
 import time
 import urllib.request
@@ -30,7 +31,7 @@ _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 def scrape(port: int) -> dict[str, float] | None:
     try:
         text = _OPENER.open(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
-    except OSError:
+    except (OSError, http.client.HTTPException):  # (not up yet, or the crawl exited mid-answer)
         return None
     return {
         s.labels["state"]: s.value
