@@ -297,26 +297,6 @@ def test_csv_feed_exactly_once_with_kills_during_snapshot_and_journal_fsync(chao
     assert_exactly_once([r["url"] for r in rows], server, final, kills, 3)
 
 
-def test_a_kill_after_the_feeds_went_to_a_new_batch_and_before_the_journal_said_so(
-    chaos_server: Any, tmp_path: Path
-) -> None:
-    """The deterministic form of the rotation case above: each of two runs is killed -9 after a
-    commit wrote the feeds, a batch feed among them onto a new file, and before the "done"
-    record of those pages reached the journal. The resumed crawl must cut the plain feed back
-    to the journaled offset and start the unrecorded batch files afresh."""
-    server = chaos_server(site(pages=60))
-    plain = tmp_path / "items.jsonl"
-    batches = tmp_path / "batch-%(batch_id)03d.jsonl"
-    feeds = {str(plain): {"format": "jsonlines"}, str(batches): {"format": "jsonlines", "batch_item_count": 2}}
-    kills = [(0.2, "rotated"), (0.2, "rotated"), (0.1, None)]
-    done, final = crawl_with_kills(server, settings(tmp_path / "ckpt", feeds), tmp_path, plain, kills)
-    files = sorted(tmp_path.glob("batch-*.jsonl"))
-    assert_exactly_once([it["url"] for f in files for it in jsonl_lines(f)], server, final, done, 3)
-    assert_exactly_once([it["url"] for it in jsonl_lines(plain)], server, final, done, 3)
-    assert [f.name for f in files] == [f"batch-{i:03d}.jsonl" for i in range(1, len(files) + 1)]
-    assert all(len(jsonl_lines(f)) <= 2 for f in files)
-
-
 def test_json_xml_and_batched_feeds_resume_and_other_storages_warn_once(chaos_server: Any, tmp_path: Path) -> None:
     """A JSON array and an XML document are reopened after a clean stop and after kill -9 (their
     header is not written twice, their end is cut off, the array continues after a comma); a batched feed continues its numbering; stdout keeps
@@ -435,15 +415,21 @@ def test_a_failed_feed_write_keeps_the_unwritten_bytes_and_offsets_only_advance_
 
 @pytest.mark.parametrize(
     "kills",
-    [[(0.05, None), (0.1, None), (0.15, None)], [(0.3, "sigterm"), (0.05, None), (0.1, None)]],
-    ids=["kill-9", "stop-then-kill-9"],
+    [
+        [(0.05, None), (0.1, None), (0.15, None)],
+        [(0.3, "sigterm"), (0.05, None), (0.1, None)],
+        [(0.2, "rotated"), (0.2, "rotated"), (0.1, None)],
+    ],
+    ids=["kill-9", "stop-then-kill-9", "kill-9-after-a-rotation-before-the-journal"],
 )
 def test_small_batches_that_rotate_between_commits_stay_exactly_once(
     chaos_server: Any, tmp_path: Path, kills: list[tuple[float, str | None]]
 ) -> None:
     """Batches of 2 items start and finish several times between two group commits, so the journal
     never records most of them; a resumed crawl starts such a batch's file afresh instead of
-    appending to what the interrupted run wrote there (which doubled batches before)."""
+    appending to what the interrupted run wrote there (which doubled batches before). The third
+    case kills at that moment for certain: after a commit wrote the feeds, the batch feed onto a
+    new file, and before the journal's "done" record of those pages."""
     server = chaos_server(site(pages=60))
     plain = tmp_path / "items.jsonl"
     batches = tmp_path / "batch-%(batch_id)03d.jsonl"
