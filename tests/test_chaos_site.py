@@ -34,6 +34,7 @@ from scrapy_openclaw.testing.presets import (
     limit_sweep_site,
     mixed_failures_site,
     page_urls,
+    queueing_site,
     rate_limited_site,
 )
 from scrapy_openclaw.testing.servers import refused_base_url
@@ -83,6 +84,7 @@ def test_config_round_trips_through_json_and_validates() -> None:
         limit_sweep_site(),
         fast_site(),
         crawl_delay_site(),
+        queueing_site(),
     ):
         assert ChaosConfig.from_dict(json.loads(json.dumps(config.to_dict()))) == config
     built = HostConfig(
@@ -96,6 +98,8 @@ def test_config_round_trips_through_json_and_validates() -> None:
     assert built.parse_fail == {3: 1} and built.status_script == {4: (503, 200)}
     with pytest.raises(ValueError, match="127.0.0.2.*drop_rate"):
         HostConfig(address=A, drop_rate=2.0)
+    with pytest.raises(ValueError, match="capacity"):
+        HostConfig(address=A, capacity=0)
     with pytest.raises(ValueError, match="fail_windows"):
         HostConfig(address=A, fail_windows={"period": 1.0, "down": 2.0})
     with pytest.raises(ValueError, match="unique"):
@@ -282,6 +286,41 @@ def test_hanging_requests_never_answer(chaos_server: Any) -> None:
     # The client gave up and closed: the server notices and cleans up.
     assert wait_for(lambda: server.truth()["hosts"][A]["in_flight"] == 0)
     assert records(server)[0]["end"] is not None
+
+
+def test_a_host_with_capacity_serves_in_turn(chaos_server: Any) -> None:
+    """``capacity=1``: four clients at once are served one after the other (answers slow
+    down, none is refused); a client that gives up while in line frees its place."""
+    server = chaos_server(one_host(latency=0.2, capacity=1))
+    ended: list[float] = []
+    started = time.monotonic()
+
+    def client() -> None:
+        fetch(server.urls[A], timeout=10)
+        ended.append(time.monotonic() - started)
+
+    threads = [threading.Thread(target=client, daemon=True) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(20)
+    assert len(ended) == 4 and max(ended) >= 4 * 0.2 * 0.98
+    served = records(server)
+    assert [r["status"] for r in served] == [200] * 4
+    waits = sorted(r["wait"] for r in served)
+    assert waits[0] < 0.1 and all(b - a >= 0.2 * 0.95 for a, b in zip(waits, waits[1:])), waits
+    assert server.truth()["hosts"][A]["max_in_flight"] == 4  # (in flight: served or in line)
+    # a client that leaves the line is forgotten: the next one is served at once
+    blocker = threading.Thread(target=fetch, args=(server.urls[A],), daemon=True)
+    blocker.start()
+    assert wait_for(lambda: server.truth()["hosts"][A]["in_flight"] == 1)
+    with pytest.raises(TimeoutError):
+        fetch(server.urls[A], timeout=0.05)
+    blocker.join(10)
+    assert wait_for(lambda: server.truth()["hosts"][A]["in_flight"] == 0)
+    before = time.monotonic()
+    assert fetch(server.urls[A])[0] == 200
+    assert time.monotonic() - before < 0.2 * 1.9
 
 
 def test_stop_drops_hanging_connections(chaos_server: Any) -> None:

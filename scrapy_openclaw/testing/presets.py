@@ -135,6 +135,25 @@ def limit_sweep_site(
     )
 
 
+def queueing_site(capacity: int = 2, latency: float = 0.05, pages: int = 400, seed: int = 1) -> ChaosConfig:
+    """One host with ``capacity`` workers and ``latency`` (+20% jitter) per answer, its root
+    linking every page: a server that answers slower, not refuses, when pushed past what it
+    serves (``capacity / latency`` pages per second); the truth's ``wait`` is its line."""
+    return ChaosConfig(
+        hosts=(
+            HostConfig(
+                address=address(0),
+                pages=pages,
+                links_per_page="all",
+                latency=latency,
+                latency_jitter=latency * 0.2,
+                capacity=capacity,
+            ),
+        ),
+        seed=seed,
+    )
+
+
 def crawl_delay_site(pages: int = 10, crawl_delay: float = 2.0, n_hosts: int = 1, seed: int = 1) -> ChaosConfig:
     """Hosts whose robots.txt asks for ``Crawl-delay: crawl_delay`` (root links every page)."""
     robots = f"User-agent: *\nCrawl-delay: {crawl_delay:g}\n"

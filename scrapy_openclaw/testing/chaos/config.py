@@ -82,6 +82,10 @@ class HostConfig:
     ban_after: int | None = None
     ban_seconds: float | None = None  # ... for this long from the first ban page (None: for good)
     ban_status: int = 200
+    # a server with this many workers (None: as many as asked): the rest wait in line, first
+    # come first served, so pushing harder makes answers slower, not refused (``latency`` is
+    # each answer's service time; the truth's ``wait`` is how long a request stood in line)
+    capacity: int | None = None
 
     def __post_init__(self) -> None:
         # Accept plain JSON data (dicts, lists, string keys) and normalise it.
@@ -107,6 +111,8 @@ class HostConfig:
             raise ValueError(f"{where}: latency, latency_jitter and cross_links must be >= 0")
         if any(not v for v in self.status_script.values()):
             raise ValueError(f"{where}: status_script lists must not be empty")
+        if self.capacity is not None and self.capacity < 1:
+            raise ValueError(f"{where}: capacity must be >= 1 (or None)")
         if self.ban_after is not None and self.ban_after < 0 or (self.ban_seconds or 0) < 0:
             raise ValueError(f"{where}: ban_after and ban_seconds must be >= 0")
 

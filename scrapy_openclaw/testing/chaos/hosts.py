@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import random
 import time
-from collections import Counter
+from collections import Counter, deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -47,6 +47,8 @@ class _Host:
         self.port: int | None = None
         self.base_url: str | None = None
         self.in_flight = 0
+        self.serving = 0  # requests being served (at most ``capacity``)
+        self.line: deque[Any] = deque()  # (start) of the requests waiting for a worker
         self.reset()
 
     def reset(self) -> None:
@@ -137,20 +139,37 @@ class _Host:
         if outcome.body is BAN_PAGE:
             record["banned"] = True
         pending: list[Any] = []
+        served = [False]
+
+        def start() -> None:
+            served[0] = True
+            self.serving += 1
+            if self.cfg.capacity is not None:
+                record["wait"] = time.time() - now
+            if outcome.status == HANG:
+                return
+            if delay > 0:
+                pending.append(self.site.call_later(delay, _act, request, outcome))
+            else:
+                _act(request, outcome)
 
         def finished(_: Any) -> None:
             for call in pending:
                 self.site.forget_call(call)
             record["end"] = time.time()
             self.in_flight -= 1
+            if not served[0]:  # gone while in line
+                self.line.remove(start)
+                return
+            self.serving -= 1
+            if self.line:
+                self.line.popleft()()
 
         request.notifyFinish().addBoth(finished)
-        if outcome.status == HANG:
-            return server.NOT_DONE_YET
-        if delay > 0:
-            pending.append(self.site.call_later(delay, _act, request, outcome))
+        if self.cfg.capacity is not None and self.serving >= self.cfg.capacity:
+            self.line.append(start)
         else:
-            _act(request, outcome)
+            start()
         return server.NOT_DONE_YET
 
 
