@@ -340,6 +340,25 @@ SPECS: dict[str, list[Spec]] = {
             Headline("share_429_max_host", "openclaw", "<= 0.02 (the sweep's)", at_most(0.02)),
         ],
     ),
+    "queueing": [
+        Spec(
+            "queueing: one host with 2 workers (~55 ms an answer, ~36 pages/s), the rest wait in line",
+            [
+                M("vs_capacity", "pages/s / capacity", "higher"),
+                M("pages_per_s", "pages/s", "higher"),
+                M("wait_p50_ms", "server line wait p50 ms", "lower"),
+                M("wait_p90_ms", "server line wait p90 ms", "lower"),
+                M("max_in_flight", "max requests at the server", "lower"),
+                M("scraped_fraction", "pages scraped", "higher"),
+                M("finished", "ended by itself", ratio=False),
+            ],
+            [
+                # "a healthy site as fast as plain Scrapy": a slower answer is not a sick site
+                Headline("pages_per_s", "openclaw", ">= 0.95 x (no issue target)", at_least(0.95, on="ratio")),
+                Headline("wait_p50_ms", "openclaw", "(the site's cost, no target)", no_target),
+            ],
+        )
+    ],
     "deadhosts": [
         Spec(
             "deadhosts: 2 healthy hosts + 40 URLs on a refused and 40 on an unresolvable host",

@@ -130,6 +130,14 @@ SCENARIOS: dict[str, Scenario] = {
             quick_limit=180,
         ),
         Scenario(
+            "queueing",
+            "benchmarks.queueing",
+            "a server that queues instead of refusing (2 workers, ~36 pages/s): throughput and its line",
+            repeat=3,
+            limit=600,
+            quick_limit=180,
+        ),
+        Scenario(
             "deadhosts",
             "benchmarks.deadhosts",
             "2 healthy hosts + 40 URLs on a refused and 40 on an unresolvable host",

@@ -219,3 +219,14 @@ def test_smallbucket_gives_every_host_a_bucket_of_two(tmp_path):
     assert row["finished"] == 1 and row["share_429_12"] > 0.1, row  # plain Scrapy's bursts meet a bucket of 2
     assert smallbucket.LIMITS == SMALL_BUCKET_LIMITS
     _adapted("smallbucket", row)
+
+
+def test_queueing_measures_throughput_and_the_servers_line(tmp_path):
+    from benchmarks import queueing
+
+    row = queueing.one("scrapy", {}, pages=40, out=tmp_path, limit=30)
+    assert row["finished"] == 1 and row["scraped_fraction"] == 1.0, row
+    # plain Scrapy keeps 8 requests at a 2-worker server: most of them wait in its line
+    assert row["max_in_flight"] > queueing.CAPACITY and row["wait_p90_ms"] > 0, row
+    assert 0 < row["vs_capacity"] <= 1.1, row
+    _adapted("queueing", row)
