@@ -139,10 +139,11 @@ class _Host:
         if outcome.body is BAN_PAGE:
             record["banned"] = True
         pending: list[Any] = []
-        served = [False]
+        served = False
 
         def start() -> None:
-            served[0] = True
+            nonlocal served
+            served = True
             self.serving += 1
             if self.cfg.capacity is not None:
                 record["wait"] = time.time() - now
@@ -158,7 +159,7 @@ class _Host:
                 self.site.forget_call(call)
             record["end"] = time.time()
             self.in_flight -= 1
-            if not served[0]:  # gone while in line
+            if not served:  # gone while in line
                 self.line.remove(start)
                 return
             self.serving -= 1
