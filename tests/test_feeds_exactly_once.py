@@ -260,17 +260,23 @@ class SlowMoment:
         if moment == "snapshot":
             extension.write_snapshot = slowly(extension.write_snapshot)
         elif moment == "rotated":
-            done_record = _Journaling._done_record
+            journal_bases, done_record = _Journaling._journal_output_bases, _Journaling._done_record
+            rotated: list[bool] = []
 
-            def rotated_then_slow(ext: Any, fsync: bool) -> Any:
-                batches = {k: v.get("batch") for k, v in ext._outputs.items()}
+            def bases_then_note(ext: Any) -> Any:
+                before = {k: v.get("batch") for k, v in ext._outputs.items()}
+                ok = journal_bases(ext)
+                rotated[:] = [any(v.get("batch", 0) > (before.get(k) or 1) for k, v in ext._outputs.items())]
+                return ok
+
+            def written_then_slow(ext: Any, fsync: bool) -> Any:
                 record = done_record(ext, fsync)
-                written = json.loads(record[2:]).get("o", {}) if record else {}
-                if any(v.get("batch", 0) > (batches.get(k) or 1) for k, v in written.items()):
+                if rotated and rotated[0]:  # a new batch's base is journaled and the feeds written
                     slowly(lambda: None)()
                 return record
 
-            _Journaling._done_record = rotated_then_slow  # type: ignore[method-assign]
+            _Journaling._journal_output_bases = bases_then_note  # type: ignore[method-assign]
+            _Journaling._done_record = written_then_slow  # type: ignore[method-assign]
         else:
             journal.os = _OsWithSlowFsync(slowly)  # type: ignore[attr-defined]
 

@@ -76,6 +76,8 @@ def _outputs(outputs: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     rows = []
     for key, st in sorted(outputs.items()):
         kind, _, name = key.partition(":")
+        if kind == "next":
+            continue  # (a later batch's start, journaled before its bytes: not where a resume continues)
         if kind == "feed":
             rows.append(
                 {

@@ -185,12 +185,24 @@ class DurableFeedExporter(FeedExporter):
         if uri_template in self._durable_templates:
             # FeedSlot.storage is a plain attribute in 2.14 and 2.19; FileFeedStorage.path/.write_mode too
             plain: Any = slot.storage  # a FileFeedStorage: durable templates are local file feeds
-            overwrite = getattr(plain, "write_mode", "ab") == "wb" or self._unrecorded_batch(uri_template, batch_id)
+            start = self._journaled_start(uri_template, batch_id, uri)
+            overwrite = start is None and (
+                getattr(plain, "write_mode", "ab") == "wb" or self._unrecorded_batch(uri_template, batch_id)
+            )
             storage: Any = DurableFileFeedStorage(
-                plain.path, overwrite, None, self.durable
+                plain.path, overwrite, start, self.durable
             )  # (Any: its open() returns a DurableFile, not typed as IO[bytes])
             slot.storage = storage
         return slot
+
+    def _journaled_start(self, template: str, batch_id: int, uri: str) -> int | None:
+        """Where a resumed crawl's new batch starts when the interrupted run journaled its start
+        (``next:`` in :meth:`DurableFeeds.bases`): cut back to it, keeping what was there before."""
+        start = self.durable.recovered_next.get(template)
+        if start is None or start["batch"] != batch_id or start["uri"] != uri:
+            return None
+        offset = start.get("offset")
+        return offset if isinstance(offset, int) else None
 
     def _unrecorded_batch(self, template: str, batch_id: int) -> bool:
         """A batch after the one the journal recorded last, opened by a resumed crawl: its file, if

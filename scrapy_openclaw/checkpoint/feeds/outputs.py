@@ -38,9 +38,12 @@ class DurableFeeds:
         self.resumed = False
         self.exporter: DurableFeedExporter | None = None
         self.recovered_feeds: dict[str, dict[str, Any]] = {}
+        #: a feed's next batch whose start the journal holds, but not yet its first items' pages
+        self.recovered_next: dict[str, dict[str, Any]] = {}
         self._recovered_writers: dict[str, dict[str, Any]] = {}
         self._writers: dict[str, tuple[DurableWriter, list[int]]] = {}  # name -> (writer, [items])
         self._recorded: dict[str, tuple[str, int]] = {}  # feed key -> (uri, batch) the journal has
+        self._journaled: set[str] = set()  # feed keys the journal has a resume point for
         self._files: list[DurableFile] = []
         self._unrecorded: dict[str, dict[str, Any]] = {}
         self._held: dict[Any, list[Any]] = {}
@@ -54,6 +57,7 @@ class DurableFeeds:
     def activate(self, recovered: dict[str, dict[str, Any]], resumed: bool) -> None:
         self.active, self.resumed = True, resumed
         self.recovered_feeds = {k[5:]: v for k, v in recovered.items() if k.startswith("feed:")} if resumed else {}
+        self.recovered_next = {k[5:]: v for k, v in recovered.items() if k.startswith("next:")} if resumed else {}
         self._recovered_writers = {k[7:]: v for k, v in recovered.items() if k.startswith("writer:")} if resumed else {}
         if self.exporter is not None:
             self._connect()
@@ -118,14 +122,23 @@ class DurableFeeds:
     def bases(self) -> dict[str, dict[str, Any]]:
         """Outputs opened since the last commit, at their starting point (before any item of
         theirs reaches the disk): the journal must hold these first, or a crash right after
-        the next write could not cut them back."""
+        the next write could not cut them back.
+
+        A feed's first file is its resume point (``feed:``). Once the journal has one, a
+        later batch's start is kept apart (``next:``): until the done record of this commit,
+        the resume point is still the batch recorded last, whose file (or the batches
+        between) this commit's write may take past it with items of pages not yet done (a
+        resume cuts those off and fetches the pages again, and the next batch starts again
+        where this says)."""
         out, self._unrecorded = self._unrecorded, {}
         if self.exporter is not None:
             for template, st in self.exporter.feed_states().items():
                 key = f"feed:{template}"
                 file = self._file_of(template)
                 if file is not None and self._recorded.get(key) != (st["uri"], st["batch"]):
-                    out[key] = {**st, "offset": file.base, "items": file.base_items}
+                    start = {**st, "offset": file.base, "items": file.base_items}
+                    known = key in self._journaled or template in self.recovered_feeds
+                    out[f"next:{template}" if known else key] = start
         return out
 
     def _file_of(self, template: str) -> DurableFile | None:
@@ -152,5 +165,7 @@ class DurableFeeds:
     def recorded(self, states: dict[str, dict[str, Any]]) -> None:
         """The journal now holds *states* (after :meth:`bases` or :meth:`sync`)."""
         for key, st in states.items():
-            if key.startswith("feed:") and st.get("offset") is not None:
-                self._recorded[key] = (st["uri"], st["batch"])
+            if key.startswith("feed:"):
+                self._journaled.add(key)
+                if st.get("offset") is not None:
+                    self._recorded[key] = (st["uri"], st["batch"])

@@ -58,7 +58,7 @@ def parse_outputs(value: Any) -> tuple[dict[str, dict[str, Any]], list[str]]:
         return good, ["feed states are not an object"]
     for key, st in value.items():
         ok = isinstance(key, str) and isinstance(st, dict) and _nonneg(st.get("items"))
-        if ok and key.startswith("feed:"):
+        if ok and key.startswith(("feed:", "next:")):
             ok = (
                 isinstance(st.get("uri"), str)
                 and _nonneg(st.get("batch"))
