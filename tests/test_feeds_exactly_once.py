@@ -376,8 +376,11 @@ def test_recorded_feed_states_are_validated_as_untrusted_data() -> None:
     good = {
         "feed:/d/items-%(batch_id)02d.jsonl": {"uri": "/d/items-03.jsonl", "batch": 3, "offset": 10, "items": 1},
         "writer:P": {"marker": 5, "items": 1},
+        # a later batch's start, journaled before its bytes (checked as a feed state is)
+        "next:/d/items-%(batch_id)02d.jsonl": {"uri": "/d/items-04.jsonl", "batch": 4, "offset": 0, "items": 0},
     }
     bad = {
+        "next:/w": {"uri": "/w", "batch": 0, "offset": 0, "items": 0},
         "feed:/x": {"uri": "/x", "batch": 0, "offset": 1, "items": 1},  # batch ids start at 1
         "feed:/y": {"uri": "/y", "batch": 1, "offset": -1, "items": 1},
         "feed:/z": {"uri": 3, "batch": 1, "offset": 1, "items": True},
