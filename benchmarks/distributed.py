@@ -117,13 +117,27 @@ def plain(redis_url: str, *, delay: float = 0.0) -> dict[str, Any]:
 class Workers:
     """N crawl subprocesses; the first one gets the start URLs."""
 
-    def __init__(self, n: int, settings: dict[str, Any], start_urls: list[str], out: Path, spider: str = SPIDER):
+    def __init__(
+        self,
+        n: int,
+        settings: dict[str, Any],
+        start_urls: list[str],
+        out: Path,
+        spider: str = SPIDER,
+        *,
+        first_alone: bool = False,
+    ):
+        """*first_alone*: start the others once the first one's crawl is in Redis (it has joined or
+        pushed its start URLs), as an operator starts extra workers on a running crawl: a worker
+        that finds no crawl at all closes at once."""
         self.procs: list[subprocess.Popen[bytes]] = []
         self.outs: list[Path] = []
         out.mkdir(parents=True, exist_ok=True)
         cfg = out / "settings.json"
         cfg.write_text(json.dumps(settings), encoding="utf-8")
         for i in range(n):
+            if i == 1 and first_alone:
+                wait_for_crawl(settings["REDIS_URL"], self.procs[0], 60)
             wout = out / f"w{i}"
             args = [
                 sys.executable,
@@ -173,6 +187,16 @@ def scraped_urls(redis_url: str, key: str = "chaos:items") -> Counter[str]:
     return Counter(json.loads(raw)["url"] for raw in conn.lrange(key, 0, -1))
 
 
+def wait_for_crawl(redis_url: str, first: subprocess.Popen[bytes], timeout: float) -> None:
+    """Until the first worker's crawl shows in Redis: it joined (a live worker) or queued requests."""
+    conn = client(redis_url)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and first.poll() is None:
+        if any(k.startswith(b"chaos:") for k in conn.keys("chaos:*")):
+            return
+        time.sleep(0.05)
+
+
 def wait_for_items(redis_url: str, n: int, timeout: float, key: str = "chaos:items") -> int:
     conn = client(redis_url)
     deadline = time.monotonic() + timeout
@@ -202,6 +226,7 @@ def items_by_worker(redis_url: str, pid: int, key: str = "chaos:items") -> int:
 def ours_defaults(redis_url: str) -> dict[str, Any]:
     """The add-on as shipped, in distributed mode: no policy, no tuning."""
     return {
+        **_cluster_settings(redis_url),
         "ADDONS": {"scrapy_openclaw.Addon": 100},
         "OPENCLAW_DISTRIBUTED": True,
         "REDIS_URL": redis_url,

@@ -86,6 +86,12 @@ def wake_engine(crawler: Crawler) -> None:
         nextcall.schedule()
 
 
+def start_requests_pending(engine: ExecutionEngine | None) -> bool:
+    """Whether the engine still reads the spider's start requests (``engine._start``, the
+    iterator of ``start()``, set to None once exhausted; 2.14 .. 2.19)."""
+    return getattr(engine, "_start", None) is not None
+
+
 def track_engine_requests(
     engine: ExecutionEngine | None,
     on_added: Callable[[Request], None],

@@ -107,6 +107,7 @@ DEFAULTS: dict[str, Any] = {
     "OPENCLAW_DISTRIBUTED_MAX_OUTAGE": 120.0,  # seconds a worker stays open while Redis is unreachable
     "OPENCLAW_DISTRIBUTED_SHARDS": 16,  # queue shards (by domain), one Redis Cluster hash tag each; fixed per crawl
     "OPENCLAW_DISTRIBUTED_PREFETCH": 2,  # requests a worker leases ahead (popped in the background)
+    "OPENCLAW_DISTRIBUTED_LIVENESS": 5.0,  # seconds without a sign of life before a worker's leases are handed back
     "OPENCLAW_REDIS_SENTINELS": [],  # "host:port" of Redis Sentinels; set: the master comes from them
     "OPENCLAW_REDIS_SENTINEL_MASTER": "mymaster",  # the Sentinel service name of the master
     # --- schedule (scrapy openclaw-schedule) ---
@@ -130,6 +131,7 @@ _RANGES: dict[str, tuple[float, float]] = {
     "OPENCLAW_DISTRIBUTED_MAX_OUTAGE": (0.0, 86400.0),
     "OPENCLAW_DISTRIBUTED_SHARDS": (1, 4096),
     "OPENCLAW_DISTRIBUTED_PREFETCH": (1, 1000),
+    "OPENCLAW_DISTRIBUTED_LIVENESS": (1.0, 3600.0),
     "OPENCLAW_CHECKPOINT_FLUSH": (0.001, 3600.0),
     "OPENCLAW_CHECKPOINT_SNAPSHOT_INTERVAL": (0.01, 86400.0),
     "OPENCLAW_CHECKPOINT_SNAPSHOT_RECORDS": (0, 10**12),
@@ -275,6 +277,7 @@ class OpenClawSettings:
     distributed_max_outage: float
     distributed_shards: int
     distributed_prefetch: int
+    distributed_liveness: float
     redis_sentinels: tuple[str, ...]
     redis_sentinel_master: str
     schedule_state_dir: str

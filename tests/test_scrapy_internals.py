@@ -128,6 +128,7 @@ def test_outside_a_crawl_there_is_no_engine_slot_or_scheduler() -> None:
     assert si.download_slot(crawler, "example.com") is None
     assert list(si.drain_slot_queue(None)) == []
     assert not si.track_engine_requests(None, print, print)
+    assert not si.start_requests_pending(None)
     si.wake_engine(crawler)  # a no-op, not an error
 
 

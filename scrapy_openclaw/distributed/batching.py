@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from scrapy.statscollectors import StatsCollector
 
     from scrapy_openclaw.distributed.link import RedisLink
+    from scrapy_openclaw.distributed.pending import CrawlWork
     from scrapy_openclaw.distributed.shards import ShardKeys
 
 STATS = "openclaw/distributed"
@@ -66,8 +67,7 @@ class Batching:
     _last_beat: float
     _last_foreign: float
     _last_push_queued: bool
-    _counts_value: tuple[int, int, int]
-    _counts_at: float
+    work: CrawlWork
     _wake_timer: Any
     _wake_at: float
     _readiness_epoch: int
@@ -79,6 +79,8 @@ class Batching:
         def _refuse_foreign(self, member: Any) -> None: ...
         def _dead_letter(self, payload: Any, *, reason: str, error_class: str) -> None: ...
         def _requeued(self, n: int) -> None: ...
+        def _reclaimed(self, n: int, dead: list[str]) -> None: ...
+        def _busy_here(self) -> bool: ...
 
     def _kick(self, *, pops: bool = False, counts: bool = False) -> None:
         """Send what is waiting (and pop ahead) in one round on the Redis thread; inline outside a crawl."""
@@ -122,7 +124,10 @@ class Batching:
             if job.pops and all(self.runner.shard_wait.get(i, 0) > now for i in range(self.shards.count)):
                 job.pops = 0
         job.counts = counts and not everything
-        return None if job.empty() else job
+        if job.empty():
+            return None
+        job.busy = self._busy_here()
+        return job
 
     def _look_again_after_overrides(self) -> None:
         """An operator's release or restore (``readiness_epoch``) may make a domain due before
@@ -189,7 +194,12 @@ class Batching:
             self._refuse_foreign(member)
         self._take_popped(res, now)
         if res.count is not None:
-            self._counts_value, self._counts_at = res.count, now
+            self.work.counted(res)
+        elif res.pushed or job.releases:
+            self.work.wrote()
+        if res.dead_workers:
+            self.runner.shard_wait.clear()  # their leases are ready again
+            self._reclaimed(res.reclaimed, res.dead_workers)
         if res.wait is not None and not self._ready:
             self._wake(res.wait)
         if res.popped and self.link.background:

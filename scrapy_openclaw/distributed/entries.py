@@ -138,6 +138,15 @@ class QueueEntries:
         )
         self.crawler.signals.send_catch_log(signal=openclaw_signals.dead_letter, dead_letter=letter, spider=self.spider)
 
+    def _reclaimed(self, n: int, dead: list[str]) -> None:
+        self.stats.inc_value(f"{STATS}/leases_reclaimed", n)
+        self.stats.inc_value(f"{STATS}/dead_workers", len(dead))
+        logger.warning(
+            "Worker(s) %(dead)s stopped answering; handed %(n)d of their leased requests back to the queue",
+            {"dead": ", ".join(dead), "n": n},
+            extra={"spider": self.spider},
+        )
+
     def _requeued(self, n: int) -> None:
         self.stats.inc_value(f"{STATS}/lease_expired", n)
         logger.info(

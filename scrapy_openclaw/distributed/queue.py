@@ -64,16 +64,20 @@ from scrapy_openclaw.distributed.batching import Batching
 from scrapy_openclaw.distributed.entries import QueueEntries
 from scrapy_openclaw.distributed.health import shared_registry
 from scrapy_openclaw.distributed.link import RedisLink
+from scrapy_openclaw.distributed.liveness import Liveness
+from scrapy_openclaw.distributed.pending import CrawlWork
 from scrapy_openclaw.distributed.rounds import Push, Round, RoundRunner, split_lease
 from scrapy_openclaw.distributed.shards import ShardKeys
 from scrapy_openclaw.pqueues.upkeep import EVICT_EVERY
 from scrapy_openclaw.runtime import shared
-from scrapy_openclaw.scrapy_internals import downloader_activity, engine_of, slot_key
+from scrapy_openclaw.scrapy_internals import downloader_activity, engine_of, slot_key, start_requests_pending
 from scrapy_openclaw.serialization import SerializationError, request_to_data
 from scrapy_openclaw.settings import OpenClawSettings
 
 if TYPE_CHECKING:
     from scrapy import Request, Spider
+
+    from scrapy_openclaw.metrics.logtable import Progress
 
 logger = logging.getLogger(__name__)
 
@@ -144,8 +148,10 @@ class LeasedDeadlineQueue(Batching, QueueEntries):
         self._wake_at = float("inf")
         self._seq = 0
         self._encoded: tuple[Request, str] | None = None  # the last encode(), for the push after it
-        self._counts_value = (0, 0, 0)
-        self._counts_at = -1e18
+        idle_before_close = self.crawler.settings.getfloat("SCHEDULER_IDLE_BEFORE_CLOSE")
+        self.work = CrawlWork(clock, idle_before_close)  # the crawl's remaining work, as last counted
+        self.liveness = config.distributed_liveness
+        self._alive: Liveness | None = None
         self._busy = False
         self._again = self._again_pops = self._again_counts = False
         self._last_push_queued = True
@@ -159,6 +165,7 @@ class LeasedDeadlineQueue(Batching, QueueEntries):
             lease=self.lease,
             scan=self.scan,
             registry=self.registry,
+            liveness=self.liveness,
             clock=clock,
         )
         shared(self.crawler, _RUNTIME_KEY, lambda: self)
@@ -244,7 +251,8 @@ class LeasedDeadlineQueue(Batching, QueueEntries):
             # else: acknowledged after this push (another shard cannot be in the same script)
         keys = self.shards.keys(shard, dupe[0] if dupe else None)
         fingerprint = dupe[1] if dupe else ""
-        args = [self.boost, self._next_id(), payload, info, nb, now, same_shard_ack, self.worker, fingerprint]
+        copy = "1" if ack_id is not None else "0"  # a retry or redirect copy: not discovered again
+        args = [self.boost, self._next_id(), payload, info, nb, now, same_shard_ack, self.worker, fingerprint, copy]
         self._pending_push.append(Push(shard, keys, args, on_dupe, ack_id if not same_shard_ack else None))
         if ack_id is not None and not same_shard_ack:
             self._pending_ack.add(ack_id)
@@ -283,25 +291,39 @@ class LeasedDeadlineQueue(Batching, QueueEntries):
         return request
 
     def __len__(self) -> int:
-        """Everything not yet finished by anyone, minus what this worker is processing.
+        """The whole crawl's pending work, minus what this worker is processing (see ``pending.py``).
 
-        Other workers' leases count (their results may add work), ours do not
-        (Scrapy tracks those as in-progress itself), so a worker with a leaked
-        lease cannot keep itself open forever. During a crawl the counts are
-        refreshed in the background; a zero is believed only when it is fresh.
+        During a crawl the counts are refreshed in the background; a zero is
+        believed only when it is sure and fresh.
         """
         buffered = len(self._pending_push) + len(self._ready)
         if self.link.down_since is not None or not self.link.ok():
             return buffered + (1 if self.link.within_outage() else 0)
-        fresh = self.clock() - self._counts_at
-        if not self.link.background or fresh > 1.0:
+        if not self.link.background or self.work.age() > 1.0:
             self._kick(counts=True)
-        ready, delayed, inflight = self._counts_value
-        total = max(0, ready + delayed + inflight - len(self.held)) + buffered
-        if total == 0 and self.link.background and self.clock() - self._counts_at > 0.3:
+        total, again = self.work.pending(len(self.held), buffered, background=self.link.background)
+        if again:
             self._kick(counts=True)
-            return 1  # not sure yet: ask again in a moment rather than close
         return total
+
+    def progress(self, domains: dict[str, int]) -> Progress:
+        """The whole crawl's progress figures, as last counted (*domains*: this worker's, per domain)."""
+        return self.work.progress(len(self._pending_push), domains)
+
+    # --- the crawl's workers ------------------------------------------------------
+
+    def join(self) -> None:
+        """Join the crawl as a live, busy worker (its start requests are not in Redis yet), and
+        start sending signs of life (``liveness.py``); the scheduler calls it at open."""
+        self.runner.join()
+        self._alive = Liveness(self.server, self.shards.workers()[0], self.worker, self.liveness, clock=self.clock)
+        self._alive.start()
+
+    def _busy_here(self) -> bool:
+        """Whether this worker has work of its own that other workers may not see in Redis."""
+        if self.held or self._pending_push or self._pending_release or self._ready:
+            return True
+        return self.crawler.crawling and start_requests_pending(engine_of(self.crawler))
 
     def clear(self) -> None:
         self.shards.clear(self.server)
@@ -349,6 +371,8 @@ class LeasedDeadlineQueue(Batching, QueueEntries):
         """
         if self._loop.running:
             self._loop.stop()
+        if self._alive is not None:
+            self._alive.stop()
         if self._wake_timer is not None:
             self._wake_timer.cancel()
             self._wake_timer = None
@@ -361,6 +385,11 @@ class LeasedDeadlineQueue(Batching, QueueEntries):
         else:
             self._pending_release.extend((i, False) for i in ids)
         job = self._plan(pops=False, counts=False, everything=True)
+        if job is not None:
+            job.leave = self.runner.stated is not None
+        elif self.runner.stated is not None:  # nothing buffered: only leave the crawl
+            job = Round()
+            job.leave = True
         if job is None:  # nothing buffered, nothing to wait for
             return None
         return self._last_round(job, len(ids), reason)
@@ -400,7 +429,7 @@ class LeasedDeadlineQueue(Batching, QueueEntries):
 
     def _tick(self) -> None:
         """Every poll interval: retry buffered writes, heartbeat, let the engine look for work."""
-        self._kick(counts=self.clock() - self._counts_at > 0.5)
+        self._kick(counts=self.work.age() > 0.5)
         self._wake_engine()  # work pushed by other workers
         if self.registry is not None and self.registry.idle_ttl and self.clock() >= self._next_sweep:
             self._sweep_idle()

@@ -58,6 +58,8 @@ class Round:
         self.pops = 0
         self.counts = False
         self.foreign = False
+        self.busy = False  # this worker has work of its own not (yet) in the queue
+        self.leave = False  # a clean close: the worker leaves the crawl
         # results
         self.pushed: list[bool] = []
         self.acked = False
@@ -67,7 +69,11 @@ class Round:
         self.dropped: list[Any] = []
         self.states: list[Any] = []
         self.wait: float | None = None
-        self.count: tuple[int, int, int] | None = None
+        self.count: tuple[int, int, int, int] | None = None  # ready, delayed, inflight, discovered
+        self.others_busy = 0  # other live workers with work of their own
+        self.stable = False  # no worker turned busy while the shards were counted
+        self.reclaimed = 0  # leases of dead workers handed back
+        self.dead_workers: list[str] = []
         self.foreign_found: list[Any] = []
         self.error: Exception | None = None
 
@@ -82,6 +88,7 @@ class Round:
             or self.pops
             or self.counts
             or self.foreign
+            or self.leave
         )
 
 
@@ -103,11 +110,14 @@ class RoundRunner:
         lease: float,
         scan: int,
         registry: Any,
+        liveness: float = 5.0,
         clock: Callable[[], float] = time.time,
     ):
         self.server, self.shards, self.worker = server, shards, worker
         self.boost, self.lease, self.scan, self.registry = boost, lease, scan, registry
+        self.liveness = liveness
         self.clock = clock
+        self.stated: bool | None = None  # the busy flag Redis has for this worker
         self.shard_wait: dict[int, float] = {}
         self.cands: dict[int, list[str]] = {}
         self.rr = 0
@@ -118,6 +128,8 @@ class RoundRunner:
         self.release = server.register_script(lua.RELEASE)
         self.reject = server.register_script(lua.REJECT)
         self.counts = server.register_script(lua.COUNTS)
+        self.reclaim = server.register_script(lua.RECLAIM)
+        self.workers = server.register_script(lua.WORKERS)
 
     def run(self, job: Round) -> Round:
         """The Redis thread: run *job*'s calls in order; stop at the first Redis error."""
@@ -129,6 +141,11 @@ class RoundRunner:
                 self._adopt_foreign(job)
             if job.pops:
                 self._pop_round(job)
+            if job.leave:
+                self.crew("leave")
+                self.stated = None
+            else:
+                self._state(job)
             if job.counts:
                 self._count(job)
         except RedisError as exc:
@@ -158,12 +175,47 @@ class RoundRunner:
             )
             job.requeued += int(requeued)
 
+    # --- the crawl's workers -------------------------------------------------------
+
+    def crew(self, op: str, *args: Any) -> Any:
+        """``lua/workers.lua``'s *op* for this worker."""
+        return self.workers(keys=self.shards.workers(), args=[op, self.clock(), self.worker, *args])
+
+    def join(self) -> None:
+        """Tell the crawl this worker is alive and busy (its start requests are not in Redis yet)."""
+        self.crew("state", 1, self.clock() + self.liveness)
+        self.stated = True
+
+    def _state(self, job: Round) -> None:
+        """After the round's writes and pops: whether this worker still has work of its own."""
+        busy = job.busy or bool(job.popped)
+        if busy != self.stated:
+            self.crew("state", 1 if busy else 0, self.clock() + self.liveness)
+            self.stated = busy
+
     def _count(self, job: Round) -> None:
-        total = [0, 0, 0]
+        """The crawl's remaining work: every shard's entries, and the live workers with work of their own.
+
+        The shards are counted one after the other, so a worker may move work from a shard not
+        counted yet into one counted already (lease, push the page's links, acknowledge): it
+        turns busy first, which moves the epoch; a count is *stable* when the epoch did not move.
+        Dead workers' leases are handed back first.
+        """
+        epoch, busy, dead = self.crew("look")
+        dead = [text(w) for w in dead if text(w) != self.worker]
+        if dead:
+            for shard in range(self.shards.count):
+                job.reclaimed += int(self.reclaim(keys=self.shards.keys(shard), args=[self.boost, *dead]))
+            self.crew("forget", *dead)
+            job.dead_workers = dead
+        total = [0, 0, 0, 0]
         for shard in range(self.shards.count):
             for i, n in enumerate(self.counts(keys=self.shards.keys(shard))):
                 total[i] += int(n)
-        job.count = (total[0], total[1], total[2])
+        job.count = (total[0], total[1], total[2], total[3])
+        epoch_after, busy_after, _ = self.crew("look")
+        job.others_busy = max(int(busy), int(busy_after))
+        job.stable = int(epoch) == int(epoch_after)
 
     def _adopt_foreign(self, job: Round) -> None:
         """Members of the plain scrapy-redis key (e.g. a pickle pushed by stock scrapy-redis) are

@@ -176,6 +176,7 @@ class OpenClawRedisScheduler(Scheduler):
         if pending:
             logger.info("Resuming crawl (%(n)d requests scheduled)", {"n": pending}, extra={"spider": spider})
         if isinstance(self.queue, LeasedDeadlineQueue):
+            self.queue.join()
             self.queue.link.start_background()  # from here on, Redis I/O leaves the reactor thread
 
     def _refuse_legacy_layout(self) -> None:
@@ -205,6 +206,8 @@ class OpenClawRedisScheduler(Scheduler):
         return request
 
     def has_pending_requests(self) -> bool:
+        """Whether the whole crawl has work left (with our queue: see ``pending.py``), so an
+        ordinary ``scrapy.Spider`` stays open while requests wait in Redis."""
         return len(self.queue) > 0
 
     def close(self, reason: str) -> Any:

@@ -15,7 +15,7 @@ from typing import Any
 
 from scrapy_openclaw.exceptions import ShardLayoutError as ShardLayoutError  # (re-exported)
 
-#: the names of a shard's keys, in the order the queue scripts take them (KEYS[1..15])
+#: the names of a shard's keys, in the order the queue scripts take them (KEYS[1..16])
 QUEUE_KEYS = (
     "q",
     "a",
@@ -32,7 +32,11 @@ QUEUE_KEYS = (
     "released",
     "rejected",
     "seen",
+    "found",
 )
+_SEEN = QUEUE_KEYS.index("seen")
+#: the crawl's worker keys (in shard 0's tag), in the order ``lua/workers.lua`` takes them
+WORKER_KEYS = ("live", "busy", "epoch")
 
 
 def check_name(what: str, name: str) -> None:
@@ -82,7 +86,12 @@ class ShardKeys:
         keys = self._keys[shard]
         if seen is None:
             return keys
-        return [*keys[:-1], self.seen(seen, shard)]
+        return [*keys[:_SEEN], self.seen(seen, shard), *keys[_SEEN + 1 :]]
+
+    def workers(self) -> list[str]:
+        """KEYS of ``lua/workers.lua``: the crawl's live and busy workers, in shard 0's tag."""
+        base = f"{self.key}:{tag(self.spider, 0)}"
+        return [f"{base}:{name}" for name in WORKER_KEYS]
 
     def name(self, what: str, shard: int) -> str:
         return self._keys[shard][QUEUE_KEYS.index(what)]
@@ -97,8 +106,9 @@ class ShardKeys:
     def clear(self, server: Any) -> None:
         """Delete every key of the queue: all shards, and the layouts before them."""
         for shard in range(self.count):
-            server.delete(*self.keys(shard)[:-1])
+            server.delete(*(k for i, k in enumerate(self.keys(shard)) if i != _SEEN))
             server.delete(self.name("seen", shard))
+        server.delete(*self.workers())
         old = ("served", "seq", "count", "info", "owner", "released")
         for key in [self.key, *self.legacy(), *(f"{self.key}:{name}" for name in old)]:
             server.delete(key)

@@ -31,6 +31,9 @@ def crawl_progress(crawler: Crawler) -> Progress | None:
         return None
     in_flight, active = activity
     domains: dict[str, int] = dict(active)
+    distributed = peek(crawler, "distributed_queue")
+    if distributed is not None:  # the leased Redis queue: the whole crawl's figures
+        return distributed.progress(domains)
     due_at: dict[str, float] = {}
     if peek(crawler, "queues"):  # the DeadlinePriorityQueue: ready and delayed per domain
         state = deadline_queue_state(crawler)

@@ -25,7 +25,14 @@ one pop or push touches one cluster slot. Per shard (``S`` = ``K:{spider#n}``)::
                         aging window, expired mode, domain
     S:released    hash  id -> times the entry was handed back after a failed item
     S:rejected    hash  id -> refused payload (never executed)
+    S:found       str   requests discovered (pushed, copies of leased ones aside)
     <dupefilter key>:{spider#n}  set  the shard's fingerprints
+
+The crawl's workers (``workers.lua``) live in shard 0's tag, ``K:{spider#0}:``::
+
+    live          zset  worker id -> when it counts as dead (its liveness thread pushes it on)
+    busy          set   workers with work of their own not (yet) in the queue
+    epoch         str   +1 whenever a worker turns busy (a count is believed only if unchanged)
 
 Each domain's best entry is compared (heads of three orders) instead of the
 first N entries of one global set, so a held domain with many queued requests
@@ -76,6 +83,8 @@ HEARTBEAT = _script("queue", "heartbeat")
 RELEASE = _script("queue", "release")
 REJECT = _script("queue", "reject")
 COUNTS = _script("counts")
+RECLAIM = _script("queue", "reclaim")
+WORKERS = _script("workers")
 
 H_ENSURE = _script("health", "h_ensure")
 H_ACQUIRE = _script("health", "h_acquire")

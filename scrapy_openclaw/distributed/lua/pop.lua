@@ -1,4 +1,4 @@
--- KEYS: the shard's 15 keys, then the health hash of each candidate domain.
+-- KEYS: the shard's 16 keys, then the health hash of each candidate domain.
 -- ARGV: boost, now, lease_until, worker, scan, gated (1/0), candidate domains...
 -- The candidates are the domains the caller expects to be due (the last reply's
 -- 'next' list): their health keys must be declared, so the script cannot pick
@@ -13,7 +13,7 @@
 local boost, now, lease_until, worker = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3], ARGV[4]
 local scan, gated = tonumber(ARGV[5]), ARGV[6] == '1'
 local hkeys = {}
-for i = 7, #ARGV do hkeys[ARGV[i]] = KEYS[15 + i - 6] end
+for i = 7, #ARGV do hkeys[ARGV[i]] = KEYS[16 + i - 6] end
 local requeued = maintain(now, 200, boost)
 local dropped, states = {}, {}
 

@@ -1,5 +1,5 @@
 -- Queue helpers. Every script of the queue runs on ONE shard and gets that
--- shard's keys as KEYS[1..15] (all under the shard's hash tag, built in Python
+-- shard's keys as KEYS[1..16] (all under the shard's hash tag, built in Python
 -- by ``shards.ShardKeys``): nothing here builds a key name, so the scripts run
 -- unchanged on one Redis, a Redis Cluster or under ACL key patterns.
 --
@@ -10,9 +10,9 @@
 --   Q  priority order: sort key = enc(-priority), ties by id (FIFO)
 --   A  aging order (entries with a deadline): enc(D - p*W/B)
 --   E  deadline order (entries with a deadline): enc(D)
-local Q, A, E, DOMS, SERVED, SEQ, COUNT, DELAYED, INFL, OWNER, DATA, INFO, REL, REJ, SEEN =
+local Q, A, E, DOMS, SERVED, SEQ, COUNT, DELAYED, INFL, OWNER, DATA, INFO, REL, REJ, SEEN, FOUND =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10],
-  KEYS[11], KEYS[12], KEYS[13], KEYS[14], KEYS[15]
+  KEYS[11], KEYS[12], KEYS[13], KEYS[14], KEYS[15], KEYS[16]
 local SEP = '\1'
 
 -- a number as a fixed-width string that sorts like the number

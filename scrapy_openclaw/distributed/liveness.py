@@ -1,0 +1,49 @@
+"""A worker's sign of life in Redis, sent by a thread of its own.
+
+A lease lasts ``OPENCLAW_DISTRIBUTED_LEASE`` (60 s by default) so that a busy
+worker never loses it; waiting that long to notice a killed worker would stall
+the crawl. Instead every worker pushes its entry in the crawl's ``live`` set
+(``lua/workers.lua``) ``OPENCLAW_DISTRIBUTED_LIVENESS`` seconds ahead, five
+times per period, from this thread: a reactor busy parsing, or a long Redis
+round, does not stop it, so only a dead (or frozen) process misses it. Any
+live worker that finds an entry past its time hands that worker's leases back
+(``lua/reclaim.lua``, in the queue's counting round).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from redis.exceptions import RedisError
+
+logger = logging.getLogger(__name__)
+
+
+class Liveness:
+    """Pushes *worker*'s entry in the ``live`` sorted set (*key*) *ttl* seconds ahead, every *ttl* / 5."""
+
+    def __init__(self, server: Any, key: str, worker: str, ttl: float, *, clock: Callable[[], float] = time.time):
+        self.server, self.key, self.worker, self.ttl, self.clock = server, key, worker, ttl, clock
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="openclaw-liveness", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.ttl / 5):
+            try:
+                self.server.zadd(self.key, {self.worker: self.clock() + self.ttl})
+            except RedisError as exc:  # the queue's own rounds report outages
+                logger.debug("Liveness not sent: %(error)s", {"error": exc})
+
+    def stop(self) -> None:
+        """Stop the thread, without waiting for it (it ends after its current Redis call); the
+        worker's last round leaves the crawl."""
+        self._stop.set()
+        self._thread = None
