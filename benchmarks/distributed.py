@@ -24,7 +24,9 @@ from typing import Any
 from scrapy_openclaw.testing.servers import ChaosServer, RedisServer, subprocess_env
 
 ROOT = Path(__file__).resolve().parents[1]
-SPIDER = "tests.distributed_spiders.WorkerChaosSpider"
+#: ours: a plain scrapy.Spider (no keep-alive); stock scrapy-redis needs one (see the spider)
+SPIDER = "tests.distributed_spiders.PidChaosSpider"
+STOCK_SPIDER = "tests.distributed_spiders.WorkerChaosSpider"
 
 
 _CLUSTER: dict[str, bool] = {}
@@ -123,13 +125,17 @@ class Workers:
         settings: dict[str, Any],
         start_urls: list[str],
         out: Path,
-        spider: str = SPIDER,
+        spider: str | None = None,
         *,
-        first_alone: bool = False,
+        first_alone: bool | None = None,
     ):
-        """*first_alone*: start the others once the first one's crawl is in Redis (it has joined or
-        pushed its start URLs), as an operator starts extra workers on a running crawl: a worker
-        that finds no crawl at all closes at once."""
+        """*spider*: default the plain one for ours, the kept-open one for stock scrapy-redis.
+        *first_alone* (default: ours): start the others once the first one's crawl is in Redis (it
+        joined or pushed its start URLs), as an operator adds workers to a running crawl: one of
+        ours that finds no crawl at all closes at once."""
+        ours_kind = bool(settings.get("OPENCLAW_DISTRIBUTED"))
+        spider = spider or (SPIDER if ours_kind else STOCK_SPIDER)
+        first_alone = ours_kind if first_alone is None else first_alone
         self.procs: list[subprocess.Popen[bytes]] = []
         self.outs: list[Path] = []
         out.mkdir(parents=True, exist_ok=True)
@@ -195,6 +201,17 @@ def wait_for_crawl(redis_url: str, first: subprocess.Popen[bytes], timeout: floa
         if any(k.startswith(b"chaos:") for k in conn.keys("chaos:*")):
             return
         time.sleep(0.05)
+
+
+def wait_for_workers(redis_url: str, n: int, timeout: float, *, key: str = "chaos:requests") -> int:
+    """Until *n* of our workers joined the crawl (its ``live`` set); how many did."""
+    from scrapy_openclaw.distributed.shards import ShardKeys
+
+    conn, live = client(redis_url), ShardKeys(key, "chaos", 16).workers()[0]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and int(conn.zcard(live)) < n:
+        time.sleep(0.05)
+    return int(conn.zcard(live))
 
 
 def wait_for_items(redis_url: str, n: int, timeout: float, key: str = "chaos:items") -> int:

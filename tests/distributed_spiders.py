@@ -15,9 +15,21 @@ from scrapy_openclaw.distributed.queue import LEASE, LeasedDeadlineQueue
 from scrapy_openclaw.testing.spiders import ChaosSpider
 
 
-class WorkerChaosSpider(ChaosSpider):
-    """ChaosSpider that stays open ``grace`` seconds, so workers started before
-    the first request reaches Redis do not close at once."""
+class PidChaosSpider(ChaosSpider):
+    """A plain ``scrapy.Spider`` (``start_urls``, no hooks, no keep-alive): ChaosSpider's output,
+    each item tagged with this worker's pid (who scraped what). Our workers run this one."""
+
+    def parse(self, response: Any) -> Any:
+        for obj in super().parse(response):
+            if isinstance(obj, dict):
+                obj["worker"] = os.getpid()
+            yield obj
+
+
+class WorkerChaosSpider(PidChaosSpider):
+    """PidChaosSpider kept open ``grace`` seconds, for stock scrapy-redis workers only: its
+    scheduler sees nothing pending while the first request is not in Redis yet, so workers
+    started before it would close at once (ours count the crawl's work, see ``pending.py``)."""
 
     grace = 6.0  # > the engine heartbeat (5 s), so stock scrapy-redis workers get to poll too
 
@@ -28,21 +40,14 @@ class WorkerChaosSpider(ChaosSpider):
         crawler.signals.connect(spider._idle, signal=signals.spider_idle)
         return spider
 
-    def parse(self, response: Any) -> Any:
-        """ChaosSpider's output, each item tagged with this worker's pid (who scraped what)."""
-        for obj in super().parse(response):
-            if isinstance(obj, dict):
-                obj["worker"] = os.getpid()
-            yield obj
-
     def _idle(self) -> None:
         if time.time() - self._opened < self.grace:
             raise DontCloseSpider
 
 
-class LinksOnlyStartSpider(WorkerChaosSpider):
+class LinksOnlyStartSpider(PidChaosSpider):
     """Start pages yield only their links (no item), so nothing in a pipeline delays their
-    acknowledgement: it is due as soon as the links are scheduled."""
+    acknowledgement: it is due as soon as the links are scheduled. (A plain spider too.)"""
 
     def parse(self, response: Any) -> Any:
         for obj in super().parse(response):

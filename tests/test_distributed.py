@@ -143,6 +143,7 @@ def test_redis_restart_mid_crawl(chaos_server: Any, redis_server: Any, tmp_path:
     site = chaos_server(bench._site(40, hosts=2, latency=0.1))
     expected = site.reachable().ok
     workers = bench.Workers(2, bench.ours(redis_server.url), site.start_urls, tmp_path)
+    assert bench.wait_for_workers(redis_server.url, 2, 120) == 2  # both in the crawl before Redis goes
     bench.wait_for_items(redis_server.url, len(expected) // 3, 120)
     client = redis.Redis.from_url(redis_server.url)
     try:

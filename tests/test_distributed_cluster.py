@@ -39,14 +39,15 @@ def test_a_shard_and_its_domains_health_share_one_slot() -> None:
         slots.add(_slot(health_key("unit", domain, 16)))
         assert len(slots) == 1, (domain, slots)
     assert len({_slot(layout.name("q", i)) for i in range(16)}) == 16  # shards spread over slots
-    assert len(QUEUE_KEYS) == 15 and shard_of("a.test", 1) == 0
+    assert len(QUEUE_KEYS) == 16 and shard_of("a.test", 1) == 0
+    assert len({_slot(k) for k in layout.workers()}) == 1  # the crawl's workers: one script, one slot
     with pytest.raises(ShardLayoutError, match="hash tag"):
         ShardKeys("{mine}:requests", "unit", 4)
 
 
 def test_scripts_build_no_key_names() -> None:
     """Every key a queue script touches comes from KEYS (runs on a cluster, under ACL key patterns)."""
-    for name in ("PUSH", "POP", "ACK", "HEARTBEAT", "RELEASE", "REJECT", "COUNTS"):
+    for name in ("PUSH", "POP", "ACK", "HEARTBEAT", "RELEASE", "REJECT", "COUNTS", "RECLAIM", "WORKERS"):
         script = getattr(lua, name)
         assert ":q:" not in script and "K .. '" not in script and "ARGV[1] .. " not in script, name
 

@@ -187,9 +187,10 @@ class RoundRunner:
         self.stated = True
 
     def _state(self, job: Round) -> None:
-        """After the round's writes and pops: whether this worker still has work of its own."""
+        """After the round's writes and pops: whether this worker still has work of its own
+        (only once it joined the crawl: a queue used outside a crawl takes no part)."""
         busy = job.busy or bool(job.popped)
-        if busy != self.stated:
+        if self.stated is not None and busy != self.stated:
             self.crew("state", 1 if busy else 0, self.clock() + self.liveness)
             self.stated = busy
 
