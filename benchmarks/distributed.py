@@ -353,9 +353,13 @@ def _evidence(kind: str, round_: int, lost: set[str], leased: list[str] | None, 
     }
 
 
-def scenario_kill(kind: str, pages: int, tmp: Path, round_: int = 0, after: int = 5) -> dict[str, Any]:
+def scenario_kill(
+    kind: str, pages: int, tmp: Path, round_: int = 0, after: int = 5, *, kill: bool = True
+) -> dict[str, Any]:
     """3 workers; kill -9 worker 1 once it has scraped ``after`` items itself (so it is
-    mid-crawl with requests in flight); count pages lost (reachable - scraped) and duplicates.
+    mid-crawl with requests in flight); count pages lost (reachable - scraped) and duplicates,
+    and the seconds until every worker exited (*kill* False: the same crawl unkilled, the
+    reference). Ours on the default 60 s lease: what comes back comes back by liveness.
 
     Latency-bound like the scaling run, so the crawl lasts long enough for plain
     scrapy-redis workers (which look at Redis on the engine's 5-s heartbeat) to join.
@@ -363,9 +367,10 @@ def scenario_kill(kind: str, pages: int, tmp: Path, round_: int = 0, after: int 
     """
     with ChaosServer(_site(pages, latency=KILL_LATENCY)) as site, RedisServer() as redis_server:
         expected = site.reachable().ok
-        settings = ours(redis_server.url) if kind == "openclaw" else plain(redis_server.url)
+        settings = ours(redis_server.url, lease=60.0) if kind == "openclaw" else plain(redis_server.url)
         settings.update(CONCURRENT_REQUESTS=4, LOG_LEVEL="DEBUG")
-        w = Workers(3, settings, site.start_urls, tmp / f"kill-{kind}-{round_}")
+        t0 = time.monotonic()
+        w = Workers(3, settings, site.start_urls, tmp / f"kill-{kind}-{round_}-{kill}")
         pid = w.procs[1].pid
         deadline = time.monotonic() + 90
         while items_by_worker(redis_server.url, pid) < after and time.monotonic() < deadline:
@@ -373,8 +378,10 @@ def scenario_kill(kind: str, pages: int, tmp: Path, round_: int = 0, after: int 
         leased = leased_urls(redis_server.url, pid) if kind == "openclaw" else None
         own = items_by_worker(redis_server.url, pid)
         done = len(scraped_urls(redis_server.url))
-        w.kill(1)
+        if kill:
+            w.kill(1)
         w.wait(300)
+        seconds = round(time.monotonic() - t0, 2)
         urls = scraped_urls(redis_server.url)
     lost = expected - set(urls)
     row = {
@@ -387,6 +394,8 @@ def scenario_kill(kind: str, pages: int, tmp: Path, round_: int = 0, after: int 
         "scraped_unique": len(set(urls) & expected),
         "lost": len(lost),
         "duplicates": sum(c - 1 for c in urls.values() if c > 1),
+        "seconds": seconds,
+        "killed": kill,
     }
     if lost and kind == "openclaw":
         row["evidence"] = _evidence(kind, round_, lost, leased, w)
@@ -456,11 +465,15 @@ def _name(kind: str) -> str:
 def _kill_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     import statistics
 
+    killed = [r for r in rows if r["killed"]]
+    unkilled = [r["seconds"] for r in rows if not r["killed"]]
     return {
-        "rounds": len(rows),
-        "lost_total": sum(r["lost"] for r in rows),
-        "rounds_with_loss": sum(1 for r in rows if r["lost"]),
-        "duplicates_median": statistics.median(r["duplicates"] for r in rows),
+        "rounds": len(killed),
+        "lost_total": sum(r["lost"] for r in killed),
+        "seconds_median": statistics.median(r["seconds"] for r in killed),
+        "unkilled_seconds_median": statistics.median(unkilled) if unkilled else None,
+        "rounds_with_loss": sum(1 for r in killed if r["lost"]),
+        "duplicates_median": statistics.median(r["duplicates"] for r in killed),
         "expected": rows[0]["expected"],
         "per_round": rows,
     }
@@ -477,6 +490,7 @@ def run(quick: bool = False) -> dict[str, Any]:
         kill = [
             scenario_kill(k, pages, tmp, r) for r in range(1 if quick else KILL_ROUNDS) for k in ("openclaw", "plain")
         ]
+        kill += [scenario_kill(k, pages, tmp, kill=False) for k in ("openclaw", "plain")]  # the reference
         # >= 16 s at the limit, so plain workers (joining on the 5-s heartbeat) overlap
         rate = [scenario_rate(k, 5.0, 80 if quick else 90, tmp) for k in ("openclaw", "plain")]
     for row in rate:
