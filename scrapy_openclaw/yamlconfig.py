@@ -105,6 +105,11 @@ def read_yaml(path: Path, kind: str = "configuration file") -> tuple[Any, dict[t
             raw = f.read(MAX_BYTES + 1)
     except OSError as exc:
         raise OpenClawConfigError(f"{path}: cannot read {kind}: {exc.strerror}") from None
+    return load_yaml_bytes(raw, str(path), kind)
+
+
+def load_yaml_bytes(raw: bytes, path: str, kind: str = "configuration file") -> tuple[Any, dict[tuple, int]]:
+    """:func:`read_yaml` on the first ``MAX_BYTES + 1`` bytes of a file already read; errors name *path*."""
     if len(raw) > MAX_BYTES:
         raise OpenClawConfigError(f"{path}: {kind} is larger than {MAX_BYTES} bytes")
     try:
@@ -114,7 +119,7 @@ def read_yaml(path: Path, kind: str = "configuration file") -> tuple[Any, dict[t
         raise OpenClawConfigError(
             f"{path}, line {line}: {kind} is not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start})"
         ) from None
-    return load_yaml_text(text, str(path))
+    return load_yaml_text(text, path)
 
 
 def load_yaml_text(text: str, source: str) -> tuple[Any, dict[tuple, int]]:

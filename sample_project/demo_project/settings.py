@@ -8,8 +8,11 @@ NEWSPIDER_MODULE = "demo_project.spiders"
 # dead letters, metrics; checkpointing once OPENCLAW_CHECKPOINT_DIR is set).
 ADDONS = {"scrapy_openclaw.Addon": 100}
 
-# Per-domain policies: see openclaw.yaml next to scrapy.cfg.
-OPENCLAW_POLICY_FILE = "openclaw.yaml"
+# Per-domain policies: demo_project/openclaw.yaml, read as package data so that
+# it travels with the project (a scrapyd egg: see setup.py). A relative path,
+# e.g. "openclaw.yaml", would be read from the project root (beside scrapy.cfg).
+OPENCLAW_POLICY_FILE = "pkg://demo_project/openclaw.yaml"
+# Relative to the project root (beside scrapy.cfg), whatever the working directory.
 OPENCLAW_DLQ_URI = "output/deadletters.jsonl"
 
 FEEDS = {"output/items.jsonl": {"format": "jsonlines", "overwrite": True}}

@@ -13,13 +13,13 @@ from __future__ import annotations
 import json
 import time
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from scrapy.commands import ScrapyCommand
 from scrapy.exceptions import UsageError
 
 from scrapy_openclaw.exceptions import OpenClawConfigError
+from scrapy_openclaw.paths import resolve_path
 from scrapy_openclaw.settings import read_setting
 
 if TYPE_CHECKING:
@@ -122,8 +122,10 @@ class Command(ScrapyCommand):
 
         tasks = self._load(tasks_path) if tasks_path else []
         assert self.settings is not None  # (scrapy's cmdline sets it before run())
-        state_dir = Path(read_setting(self.settings, "OPENCLAW_SCHEDULE_STATE_DIR"))
-        _locks, history, _cursors = open_stores(self.settings, state_dir.absolute(), 60.0)
+        state_dir = resolve_path(
+            read_setting(self.settings, "OPENCLAW_SCHEDULE_STATE_DIR"), setting="OPENCLAW_SCHEDULE_STATE_DIR"
+        )
+        _locks, history, _cursors = open_stores(self.settings, state_dir, 60.0)
         runs = history.runs()
         now = time.time()
         per_task = summary(tasks, runs, now - 5.0) if tasks else []

@@ -20,7 +20,6 @@ import time
 from collections import defaultdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlparse
 
 from scrapy import signals
 from scrapy.exceptions import NotConfigured
@@ -28,7 +27,9 @@ from twisted.python.failure import Failure
 
 from scrapy_openclaw._files import atomic_write, is_temp, private_dir
 from scrapy_openclaw.dlq.stores import default_uri, expand_uri
+from scrapy_openclaw.dlq.stores.factory import store_path
 from scrapy_openclaw.errors import ErrorTaxonomy
+from scrapy_openclaw.paths import resolve_path
 from scrapy_openclaw.redact import MASK, mask_uri
 from scrapy_openclaw.runtime import crawl_id, peek, shared
 from scrapy_openclaw.scrapy_internals import slot_key
@@ -63,7 +64,6 @@ SECRET_HEADERS = frozenset(
     }
 )
 _TRIES_PER_SLOT = 4  # a signature whose answers are all alike stops being hashed after this x count
-_REDIS_SCHEMES = ("redis", "rediss", "unix")
 
 
 def signature(error_class: str, status: int | None, exception_type: str | None, domain: str) -> tuple[str, ...]:
@@ -81,22 +81,18 @@ def _sig_id(sig: tuple[str, ...]) -> str:
 
 def snapshot_dir(settings: Any, spider: str) -> Path:
     """``OPENCLAW_SNAPSHOT_DIR``, else ``snapshots/`` beside the spider's dead-letter file
-    (for a Redis store: beside where its file would be, ``<project>/openclaw-data/<spider>/``)."""
+    (for a Redis store: beside where its file would be, ``<project>/openclaw-data/<spider>/``).
+    Relative paths resolve as every path setting (:mod:`scrapy_openclaw.paths`)."""
     own = settings.get("OPENCLAW_SNAPSHOT_DIR")
     if own:
-        return Path(expand_uri(str(own), spider)).expanduser()
-    uri = expand_uri(default_uri(settings), spider)
-    scheme = urlparse(uri).scheme.lower()
-    if scheme in _REDIS_SCHEMES:
+        return resolve_path(expand_uri(str(own), spider), setting="OPENCLAW_SNAPSHOT_DIR")
+    path = store_path(expand_uri(default_uri(settings), spider))
+    if path is None:  # a Redis store
         from scrapy_openclaw.dlq.pipeline import _NoUri
 
-        uri = expand_uri(default_uri(_NoUri(settings)), spider)
-        scheme = ""
-    if scheme == "jsonl":
-        uri = uri[len("jsonl://") :]
-    elif scheme == "file":
-        uri = uri[len("file://") :]
-    return Path(uri).expanduser().parent / "snapshots"
+        path = store_path(expand_uri(default_uri(_NoUri(settings)), spider))
+        assert path is not None
+    return path.parent / "snapshots"
 
 
 def _redact_headers(headers: Any) -> dict[str, list[str]]:

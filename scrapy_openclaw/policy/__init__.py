@@ -26,12 +26,11 @@ and building), :mod:`.matching` (host-pattern rules). Every name is importable f
 from __future__ import annotations
 
 from functools import lru_cache
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from scrapy_openclaw.policy.loading import _HOST_PATTERN as _HOST_PATTERN
 from scrapy_openclaw.policy.loading import _ORDERED as _ORDERED
-from scrapy_openclaw.policy.loading import _Loader, inline_policy
+from scrapy_openclaw.policy.loading import _Loader, inline_policy, read_policy_file
 from scrapy_openclaw.policy.matching import _Rule
 from scrapy_openclaw.policy.policies import (
     DeadlinePolicy,
@@ -47,7 +46,6 @@ from scrapy_openclaw.policy.validation import _build, _deep_merge
 from scrapy_openclaw.policy.validation import _check_number as _check_number
 from scrapy_openclaw.policy.validation import _validate as _validate
 from scrapy_openclaw.policy.validation import _validate_value as _validate_value
-from scrapy_openclaw.yamlconfig import read_yaml
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -112,8 +110,8 @@ class PolicySet:
         loader.add(inline_policy(settings.get("OPENCLAW_POLICY")), source="setting OPENCLAW_POLICY", lines={})
         path = settings.get("OPENCLAW_POLICY_FILE")
         if path:
-            data, lines = read_yaml(Path(path), kind="policy file")
-            loader.add(data, source=str(path), lines=lines)
+            data, lines, source = read_policy_file(path)
+            loader.add(data, source=source, lines=lines)
         loader.check()
         return cls(loader.defaults, loader.rules())
 

@@ -14,7 +14,7 @@ from scrapy_openclaw.exceptions import OpenClawConfigError
 from scrapy_openclaw.policy.matching import _Rule
 from scrapy_openclaw.policy.policies import DomainPolicy
 from scrapy_openclaw.policy.validation import _build, _deep_merge, _validate
-from scrapy_openclaw.yamlconfig import Where
+from scrapy_openclaw.yamlconfig import MAX_BYTES, Where, load_yaml_bytes
 
 _HOST_PATTERN = re.compile(r"^(\*\.)?([a-z0-9_-]+|\*)(\.([a-z0-9_-]+))*$|^\*$|^[0-9.:\[\]a-f]+$")
 
@@ -36,6 +36,20 @@ def inline_policy(value: Any) -> Any:
                 f"got JSON {type(value).__name__}"
             )
     return value or {}
+
+
+def read_policy_file(value: Any) -> tuple[Any, dict[tuple, int], str]:
+    """``OPENCLAW_POLICY_FILE`` parsed: (data, line of each key, the file's resolved name for messages).
+
+    A path resolves as every path setting does (:mod:`scrapy_openclaw.paths`);
+    ``pkg://package/file.yaml`` reads package data, so the policy travels in a
+    scrapyd egg or a wheel with the project.
+    """
+    from scrapy_openclaw.paths import read_bytes
+
+    raw, source = read_bytes(value, setting="OPENCLAW_POLICY_FILE", kind="policy file", limit=MAX_BYTES)
+    data, lines = load_yaml_bytes(raw, source, kind="policy file")
+    return data, lines, source
 
 
 #: Pairs (section, lower, upper) where the lower key may not exceed the upper one.

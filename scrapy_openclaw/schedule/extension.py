@@ -30,6 +30,7 @@ from scrapy.exceptions import NotConfigured
 from scrapy.utils.asyncio import create_looping_call
 
 from scrapy_openclaw._files import atomic_write, private_dir
+from scrapy_openclaw.paths import resolve_path
 from scrapy_openclaw.schedule.tasks import CURSOR_ARG
 from scrapy_openclaw.settings import OpenClawSettings
 
@@ -89,7 +90,7 @@ class RunStatsExtension:
         path = crawler.settings.get("OPENCLAW_SCHEDULE_RUN_FILE")
         if not path:
             raise NotConfigured
-        return cls(crawler, Path(path))
+        return cls(crawler, resolve_path(path, setting="OPENCLAW_SCHEDULE_RUN_FILE"))
 
     def _check_parent(self) -> None:
         if self._parent is None or os.getppid() == self._parent:

@@ -1,23 +1,36 @@
 """The demo spider: crawls an embedded flaky site, or a real one.
 
 ``scrapy crawl demo`` starts a small chaos site inside Scrapy's own reactor
-(three hosts on 127.0.0.2-4: one with 503 windows and dropped connections, one
-that rate-limits with 429 + Retry-After, one slow) and crawls it. ``scrapy
-crawl demo -a url=https://example.com/`` crawls a real site instead (staying
-on its domain, at most ``-a max_pages=100`` pages).
+(three hosts on 127.0.0.2-4, port 8642: one with 503 windows and dropped
+connections, one that rate-limits with 429 + Retry-After, one slow) and crawls
+it. ``scrapy crawl demo -a url=https://example.com/`` crawls a real site
+instead (staying on its domain, at most ``-a max_pages=100`` pages).
 At the end it prints what scrapy-openclaw did, domain by domain.
+
+The site's port is fixed so that dead letters stay replayable: a later
+``scrapy openclaw-dlq replay demo --all`` serves the same site at the same
+addresses. ``-a port=0`` (or a port already taken: another demo running)
+serves on free ports instead, and that crawl's dead letters point at ports
+that close with it.
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
+from pathlib import Path
 from urllib.parse import urlparse
 
 import scrapy
 from scrapy import signals
 from scrapy.exceptions import CloseSpider
 from scrapy.utils.defer import maybe_deferred_to_future
+from twisted.internet.error import CannotListenError
+from twisted.internet.threads import deferToThread
 
+from scrapy_openclaw.dlq import JsonlStore, default_uri
+from scrapy_openclaw.dlq.stores import expand_uri
+from scrapy_openclaw.dlq.stores.factory import store_path
 from scrapy_openclaw.runtime import peek
 from scrapy_openclaw.testing.chaos import ChaosConfig, ChaosSite, HostConfig
 
@@ -40,32 +53,58 @@ DEMO_SITE = ChaosConfig(
     ),
     seed=7,
 )
+#: The embedded site's port on each of its addresses (see the module docstring).
+DEMO_PORT = 8642
+
+
+def demo_site(port: int) -> ChaosSite:
+    return ChaosSite(replace(DEMO_SITE, hosts=tuple(replace(host, port=port) for host in DEMO_SITE.hosts)))
 
 
 class DemoSpider(scrapy.Spider):
     name = "demo"
 
-    def __init__(self, url: str | None = None, max_pages: str = "100", **kwargs):
+    def __init__(self, url: str | None = None, max_pages: str = "100", port: str = str(DEMO_PORT), **kwargs):
         super().__init__(**kwargs)
         self.url = url
         self.max_pages = int(max_pages)
+        self.port = int(port)
         self.site: ChaosSite | None = None
         self.pages: Counter[str] = Counter()
 
     @classmethod
     def from_crawler(cls, crawler, *args, **kwargs):
         spider = super().from_crawler(crawler, *args, **kwargs)
+        crawler.signals.connect(spider.open_site, signal=signals.spider_opened)
         crawler.signals.connect(spider.closed_summary, signal=signals.spider_closed)
         return spider
+
+    async def open_site(self, spider):
+        """Serve the embedded site (also for a replay, which does not run :meth:`start`)."""
+        if self.url:
+            return
+        site = demo_site(self.port)
+        try:
+            site.start()
+        except CannotListenError as exc:
+            await maybe_deferred_to_future(site.stop())
+            self.logger.warning(
+                "Cannot serve the demo site on port %(port)d (%(error)s; another demo running?): serving it on "
+                "free ports; this crawl's dead letters will point at ports that close with it",
+                {"port": self.port, "error": exc.socketError},
+            )
+            site = demo_site(0)
+            site.start()
+        self.site = site
+        for base_url in site.urls.values():
+            self.logger.info("Embedded demo site serving %s", base_url)
 
     async def start(self):
         if self.url:
             self.allowed_domains = [urlparse(self.url).hostname]
             yield scrapy.Request(self.url)
             return
-        self.site = ChaosSite(DEMO_SITE)
-        for base_url in self.site.start().values():
-            self.logger.info("Embedded demo site serving %s", base_url)
+        for base_url in self.site.urls.values() if self.site else ():
             yield scrapy.Request(base_url)
 
     def parse(self, response):
@@ -99,11 +138,22 @@ class DemoSpider(scrapy.Spider):
                 )
             )
         retries = sum(v for k, v in stats.get_stats().items() if k.startswith("openclaw/retry/") and k.endswith("/count"))
-        lines.append(
-            f"items: {stats.get_value('item_scraped_count', 0)}, retries: {retries}, "
-            f"dead letters: {stats.get_value('openclaw/dlq/count', 0)} "
-            f"(see output/items.jsonl and output/deadletters.jsonl)"
-        )
+        lines.append(f"items: {stats.get_value('item_scraped_count', 0)}, retries: {retries}")
+        lines += await maybe_deferred_to_future(deferToThread(self._files_summary))
         print("\n".join(lines), flush=True)
         if self.site is not None:
             await maybe_deferred_to_future(self.site.stop())
+
+    def _files_summary(self) -> list[str]:
+        """Where this crawl's items and dead letters are (a thread: it reads the dead-letter file)."""
+        feeds = [Path(uri).absolute() for uri in self.settings.getdict("FEEDS") if "://" not in uri]
+        lines = [f"items of this crawl: {feed}" for feed in feeds]
+        written = self.crawler.stats.get_value("openclaw/dlq/count", 0)
+        path = store_path(expand_uri(default_uri(self.settings), self.name))
+        if path is None:
+            return [*lines, f"dead letters of this crawl: {written}"]
+        total = sum(1 for _ in JsonlStore(path).iter()) if path.exists() else 0
+        lines.append(f"dead letters: {written} from this crawl, {total} in {path} (all runs)")
+        if total:
+            lines.append("  list them: scrapy openclaw-dlq list demo; replay: scrapy openclaw-dlq replay demo --all")
+        return lines

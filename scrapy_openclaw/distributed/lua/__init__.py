@@ -42,7 +42,10 @@ Health keys: ``<spider>:health:{spider#n}:d:<domain>`` hash in the domain's shar
 see :data:`HEALTH` (the rate controller, ``health.lua``).
 
 The scripts are ``.lua`` files in this package (package data, read with
-:mod:`importlib.resources`), so they can be read, linted and diffed as Lua.
+:mod:`importlib.resources`, so from an egg or a zip too), so they can be
+read, linted and diffed as Lua. ``_embedded.py`` holds a generated copy for a
+package copied without its data (vendored into an egg by a ``setup.py``
+that lists none); a test keeps it equal to the files.
 Two are shared preludes, not scripts of their own: ``health.lua`` (the rate
 controller) and ``queue.lua`` (a shard's keys and the entry helpers). A
 script is its preludes followed by its own file, concatenated here once at
@@ -63,7 +66,13 @@ from importlib import resources
 
 
 def _read(name: str) -> str:
-    return resources.files(__name__).joinpath(f"{name}.lua").read_text(encoding="utf-8")
+    """The script file *name*; the embedded copy where the package's data did not travel."""
+    try:
+        return resources.files(__name__).joinpath(f"{name}.lua").read_text(encoding="utf-8")
+    except (FileNotFoundError, KeyError):  # (KeyError: a member missing from a zip, on some Pythons)
+        from scrapy_openclaw.distributed.lua._embedded import SCRIPTS
+
+        return SCRIPTS[name]
 
 
 def _script(*parts: str) -> str:

@@ -1,20 +1,26 @@
 """Which store a dead-letter URI names: a path or ``jsonl://``, or ``redis://``.
 
 Also where the default store lives (one file per spider under the Scrapy
-project) and how ``%(name)s`` in a URI becomes the spider name.
+project), how ``%(name)s`` in a URI becomes the spider name, and where a
+relative path points (the project root, see :mod:`scrapy_openclaw.paths`).
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
 from scrapy_openclaw.dlq.stores.base import DeadLetterStore
 from scrapy_openclaw.dlq.stores.jsonl import JsonlStore
 from scrapy_openclaw.dlq.stores.redis_stream import RedisStore
+from scrapy_openclaw.paths import base_dir, resolve_path
 from scrapy_openclaw.redact import mask_uri
+
+#: URI schemes of the Redis stream store.
+REDIS_SCHEMES = ("redis", "rediss", "unix")
 
 
 def expand_uri(uri: str, spider: str | None) -> str:
@@ -34,20 +40,33 @@ def default_uri(settings: Any) -> str:
 
     One store per spider for plain, checkpointed and scheduled crawls alike, so
     that ``scrapy openclaw-dlq list SPIDER`` finds all of them. ``<project>``
-    is the directory of the Scrapy project's ``scrapy.cfg`` (the working
-    directory outside a project), so the path is the same from any directory.
+    is the project root (:mod:`scrapy_openclaw.paths`), so the path is the
+    same from any directory.
     """
     uri = settings.get("OPENCLAW_DLQ_URI")
     if uri:
         return str(uri)
-    return os.path.join(_project_dir(), "openclaw-data", "%(name)s", "deadletters.jsonl")
+    root = str(base_dir()).replace("%", "%%")  # (a template: a literal % in the directory stays one)
+    return os.path.join(root, "openclaw-data", "%(name)s", "deadletters.jsonl")
 
 
-def _project_dir() -> str:
-    from scrapy.utils.conf import closest_scrapy_cfg
-
-    cfg = closest_scrapy_cfg()
-    return os.path.dirname(os.path.abspath(cfg)) if cfg else os.getcwd()
+def store_path(uri: str) -> Path | None:
+    """The absolute file of a file store's (expanded) *uri*, relative paths resolved as every path setting;
+    None for a Redis URI. A ``ValueError`` for an unknown scheme or an empty path."""
+    scheme = urlparse(uri).scheme.lower()
+    if scheme in REDIS_SCHEMES:
+        return None
+    if scheme == "jsonl":
+        path = uri[len("jsonl://") :]
+    elif scheme in ("", "file") or len(scheme) == 1:  # a plain (or Windows drive) path
+        path = uri[len("file://") :] if scheme == "file" else uri
+    else:
+        raise ValueError(
+            f"dead-letter URI {mask_uri(uri)!r}: unsupported scheme {scheme!r} (use a path, jsonl:// or redis://)"
+        )
+    if not path:
+        raise ValueError(f"dead-letter URI {uri!r} has no path")
+    return resolve_path(path, setting="OPENCLAW_DLQ_URI")
 
 
 def open_store(
@@ -63,18 +82,8 @@ def open_store(
     key prefix (default ``openclaw:dlq``; the stream is ``<prefix>:<spider>``).
     """
     uri = expand_uri(str(uri), spider)
-    scheme = urlparse(uri).scheme.lower()
-    if scheme in ("redis", "rediss", "unix"):
+    path = store_path(uri)
+    if path is None:
         prefix = parse_qs(urlparse(uri).query).get("prefix", ["openclaw:dlq"])[0]
         return RedisStore(uri, prefix=prefix, schedule=schedule)
-    if scheme == "jsonl":
-        path = uri[len("jsonl://") :]
-    elif scheme in ("", "file") or len(scheme) == 1:  # a plain (or Windows drive) path
-        path = uri[len("file://") :] if scheme == "file" else uri
-    else:
-        raise ValueError(
-            f"dead-letter URI {mask_uri(uri)!r}: unsupported scheme {scheme!r} (use a path, jsonl:// or redis://)"
-        )
-    if not path:
-        raise ValueError(f"dead-letter URI {uri!r} has no path")
-    return JsonlStore(os.path.expanduser(path), fsync_interval=fsync_interval)
+    return JsonlStore(path, fsync_interval=fsync_interval)

@@ -43,6 +43,7 @@ from scrapy.utils.asyncio import call_later, create_looping_call
 from twisted.internet.defer import Deferred, DeferredList
 from twisted.internet.threads import deferToThread
 
+from scrapy_openclaw.paths import resolve_path
 from scrapy_openclaw.schedule.history import UNFINISHED, RunRecord, missed_windows
 from scrapy_openclaw.schedule.metrics import ScheduleMetrics
 from scrapy_openclaw.schedule.scheduler.backends import open_stores
@@ -92,9 +93,7 @@ class Scheduler(WindowRunner):
         self.settings = settings
         self.config = OpenClawSettings.from_settings(settings)
         self.cwd = str(cwd or os.getcwd())
-        self.state_dir = Path(self.config.schedule_state_dir)
-        if not self.state_dir.is_absolute():
-            self.state_dir = Path(self.cwd) / self.state_dir
+        self.state_dir = resolve_path(self.config.schedule_state_dir, setting="OPENCLAW_SCHEDULE_STATE_DIR")
         self.lock_ttl = self.config.schedule_lock_ttl
         self.stop_timeout = self.config.schedule_stop_timeout
         self.node = f"{socket.gethostname()}:{os.getpid()}"

@@ -18,6 +18,7 @@ from scrapy.utils.asyncio import call_later, create_looping_call
 from twisted.internet.threads import deferToThread
 
 from scrapy_openclaw._files import private_dir
+from scrapy_openclaw.paths import resolve_path
 from scrapy_openclaw.schedule.extension import PARENT_ENV
 from scrapy_openclaw.schedule.history import RunRecord
 from scrapy_openclaw.schedule.scheduler.command import crawl_command
@@ -62,9 +63,11 @@ class WindowRunner(CrawlControl):
                 {"task": task.id, "window": wid},
             )
             return
-        base = Path(task.checkpoint_dir) if task.checkpoint_dir else self.state_dir / task.id
-        if not base.is_absolute():
-            base = Path(self.cwd) / base
+        base = (
+            resolve_path(task.checkpoint_dir, setting=f"checkpoint_dir of task {task.id}")
+            if task.checkpoint_dir
+            else self.state_dir / task.id
+        )
         record = RunRecord(task.id, when, start=time.time(), node=self.node, checkpoint_dir=str(base / wid))
         run = WindowRun(task, record, lock, base / wid, self.state_dir / task.id / f"{wid}.run.json")
         if task.id in self.running:  # a catch-up and a timer raced for the lock's thread hop

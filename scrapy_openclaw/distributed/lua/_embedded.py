@@ -1,0 +1,813 @@
+"""The Lua scripts as Python text (generated: ``python -m scrapy_openclaw.distributed.lua``; do not edit).
+
+The fallback for a copy of the package whose ``.lua`` files did not travel:
+one vendored into a project's egg by a ``setup.py`` without package data.
+"""
+
+SCRIPTS = {
+    "ack": r"""-- ARGV: boost, worker, id1, id2, ... -> number removed
+-- (runs after the shared queue.lua, see __init__.py)
+local n = 0
+for i = 3, #ARGV do n = n + ack(ARGV[i], ARGV[2], tonumber(ARGV[1])) end
+return n
+""",
+    "counts": r"""-- {ready, delayed, inflight} of one shard in one round trip. KEYS: the shard's keys.
+local n = tonumber(redis.call('GET', KEYS[7]) or '0')
+return {n, redis.call('ZCARD', KEYS[8]), redis.call('ZCARD', KEYS[9])}
+""",
+    "h_acquire": r"""-- ARGV: now, policy_json, token(1/0) -> {ok, {fields}}
+-- (runs after the shared health.lua, see __init__.py)
+redis.call('SADD', KEYS[2], ARGV[#ARGV])  -- the domain index (last ARGV: the domain)
+local now = tonumber(ARGV[1])
+local d, p = h_load(KEYS[1], now, ARGV[2])
+local ok = h_acquire(d, p, now, ARGV[3] == '1')
+local flat = h_save(KEYS[1], d, ARGV[2])
+if ok then return {1, flat} end
+return {0, flat}
+""",
+    "h_control": r"""-- Operator overrides (HealthRegistry.control). ARGV: now, policy_json, then name/value pairs
+-- of ctl_hold, ctl_rate, ctl_concurrency, ctl_down -> {fields}. Ending a give-up forgives the
+-- outage so far (down_since = now).
+-- (runs after the shared health.lua, see __init__.py)
+redis.call('SADD', KEYS[2], ARGV[#ARGV])  -- the domain index (last ARGV: the domain)
+local now = tonumber(ARGV[1])
+local d, p = h_load(KEYS[1], now, ARGV[2])
+for i = 3, #ARGV - 1, 2 do d[ARGV[i]] = tonumber(ARGV[i + 1]) end
+for i = 3, #ARGV - 1, 2 do
+  if ARGV[i] == 'ctl_down' and tonumber(ARGV[i + 1]) == 0 and d.down_since ~= 0 then d.down_since = now end
+end
+return h_save(KEYS[1], d, ARGV[2])
+""",
+    "h_crawl_delay": r"""-- robots.txt Crawl-delay (0: none). ARGV: now, policy_json, seconds -> {fields}
+-- (runs after the shared health.lua, see __init__.py)
+redis.call('SADD', KEYS[2], ARGV[#ARGV])  -- the domain index (last ARGV: the domain)
+local d, p = h_load(KEYS[1], tonumber(ARGV[1]), ARGV[2])
+d.crawl_delay = math.max(0, tonumber(ARGV[3]))
+if d.crawl_delay > 0 then d.tokens = math.min(d.tokens, 0) end
+return h_save(KEYS[1], d, ARGV[2])
+""",
+    "h_ensure": r"""-- Create the state if missing and store the policy. ARGV: now, policy_json
+-- (runs after the shared health.lua, see __init__.py)
+local d, p = h_load(KEYS[1], tonumber(ARGV[1]), ARGV[2])
+redis.call('SADD', KEYS[2], ARGV[3])
+return h_save(KEYS[1], d, ARGV[2])
+""",
+    "h_hold": r"""-- Holds only ever extend. ARGV: now, policy_json, until -> {fields}
+-- (runs after the shared health.lua, see __init__.py)
+redis.call('SADD', KEYS[2], ARGV[#ARGV])  -- the domain index (last ARGV: the domain)
+local d, p = h_load(KEYS[1], tonumber(ARGV[1]), ARGV[2])
+d.hold_until = math.max(d.hold_until, tonumber(ARGV[3]))
+return h_save(KEYS[1], d, ARGV[2])
+""",
+    "h_record": r"""-- ARGV: now, policy_json, success(1/0), latency ('' none), domain signal(1/0), penalty,
+--       congestion(2: a 429, whose delivered rate is the limit / 1 / 0), throttle(1/0), retry_after ('' none),
+--       jitter factor,
+--       answered(1/0), in the 5xx share(1/0), the fit history's note ('a' / 'r' / ''), when it was sent
+-- KEYS: the domain's hash, the domain index, the domain's history for the limit fit
+--       -> {{fields}, the circuit transition this record caused: 'open' | 'closed' | ''}
+-- (runs after the shared health.lua, see __init__.py)
+redis.call('SADD', KEYS[2], ARGV[#ARGV])  -- the domain index (last ARGV: the domain)
+local now = tonumber(ARGV[1])
+local d, p = h_load(KEYS[1], now, ARGV[2])
+local before = d.circuit
+if ARGV[3] == '1' then
+  h_success(d, p, now, tonumber(ARGV[4]), KEYS[3], tonumber(ARGV[14]))
+else
+  h_failure(d, p, now, ARGV[11] == '1', ARGV[12] == '1', ARGV[5] == '1', tonumber(ARGV[6]), ARGV[7] ~= '0',
+    ARGV[7] == '2', ARGV[8] == '1', tonumber(ARGV[9]), tonumber(ARGV[10]), KEYS[3], ARGV[13], tonumber(ARGV[14]))
+end
+-- the transition this record caused (a worker reports only its own)
+local changed = ''
+if d.circuit ~= before and d.circuit ~= 'half_open' then changed = d.circuit end
+return {h_save(KEYS[1], d, ARGV[2]), changed}
+""",
+    "health": r"""-- The rate controller, a line-by-line port of scrapy_openclaw/health/registry/ (pacing.py, recording.py)
+-- (HealthRegistry). The hash fields are the names of registry._Domain's slots
+-- (None stored as ''), plus 'policy' (cjson of the domain's HealthPolicy and the
+-- registry's module constants, written by RedisHealthRegistry; a None in it
+-- arrives as cjson.null, so optional knobs are tested with type() == 'number').
+-- Where each rule lives in the Python original:
+--
+--   h_load          HealthRegistry._get (new domain = _Domain.__init__; health
+--                   recovery, token refill at the current rate, open -> half-open
+--                   after the cooldown, a lost half-open probe is forgotten)
+--   h_ceiling/h_rate/h_burst  HealthRegistry._ceiling / _rate / _burst
+--   h_blocked_until HealthRegistry.blocked_until
+--   h_ready_at      HealthRegistry.ready_at
+--   h_given_up      HealthRegistry.given_up + _give_up_limit (the pop hands such a
+--                   domain's requests out ungated: the worker's health middleware
+--                   dead-letters them)
+--   h_acquire       HealthRegistry.try_acquire (token=false: hold/circuit only,
+--                   still takes the probe)
+--   h_success       HealthRegistry.record_success (+ _count_delivered, the 5xx
+--                   share's decay, _observe_latency; latency congestion ->
+--                   _decrease, else _increase: slow start, then the cubic)
+--   h_failure       HealthRegistry.record_failure. The verdict (registry._verdict:
+--                   domain or page, and whether it counts in the 5xx share) and
+--                   penalty/congestion (registry._penalty) come from Python, judged
+--                   on the worker's cached state
+--   h_open          HealthRegistry._open (cool-down doubling per unforgiven
+--                   opening, capped, with jitter drawn in Python)
+--   h_decrease      HealthRegistry._decrease (at most once per max(1 s, latency);
+--                   the learned limit is min(allowed, delivered), or the fit's;
+--                   a 429 just after a hold only halves the burst)
+--   h_fit           LimitHistory.fit and .burst (limitfit.py)
+--
+-- tests/test_distributed_parity.py drives both with the same events and compares
+-- every field: change one side and that test tells you to change the other.
+local HF = {'health', 'rate', 'tokens', 'threshold', 'updated', 'last_decrease',
+  'circuit', 'opened_at', 'probe_at', 'latency', 'best_latency', 'hold_until',
+  'consecutive_failures', 'requests', 'successes', 'failures', 'cooldown', 'opens', 'down_since',
+  'answered_at', 'last_success', 'share_fast', 'share_slow', 'win_start', 'win_ok', 'delivered',
+  'crawl_delay', 'troubled_at', 'cuts', 'born', 'blocked_seconds', 'burst_cap',
+  'ctl_hold', 'ctl_rate', 'ctl_concurrency', 'ctl_down'}
+local h_ttl = 0  -- seconds an idle domain's hash lives (policy k_key_ttl; 0: for ever), set by h_load
+
+local function f17(x)
+  if x == nil then return '' end
+  return string.format('%.17g', x)
+end
+
+local function h_ceiling(d, p)
+  local ceiling = p.k_max_rate
+  if type(p.base_rate) == 'number' then ceiling = math.max(p.min_rate, p.base_rate * d.health / 100) end
+  if d.ctl_rate > 0 then ceiling = math.min(ceiling, d.ctl_rate) end  -- the operator's ceiling
+  if d.crawl_delay > 0 then ceiling = math.min(ceiling, 1 / d.crawl_delay) end
+  return ceiling
+end
+local function h_rate(d, p) return math.min(math.max(d.rate, p.min_rate), h_ceiling(d, p)) end
+local function h_burst(d, p)
+  if d.crawl_delay > 0 then return 1 end
+  local burst = math.min(p.burst, math.floor(h_rate(d, p) * p.k_burst_seconds))
+  if d.burst_cap > 0 then burst = math.min(burst, d.burst_cap) end
+  return math.max(1, burst)
+end
+
+-- The domain's record brought up to now; nil when it has no state and no policy.
+local function h_load(hkey, now, pjson)
+  local raw = redis.call('HMGET', hkey, 'policy', unpack(HF))
+  local pj = pjson
+  if pj == nil or pj == '' then pj = raw[1] end
+  if not pj then return nil end
+  local p = cjson.decode(pj)
+  h_ttl = tonumber(p.k_key_ttl) or 0
+  local d = {}
+  if not raw[2] then
+    d.health, d.rate, d.threshold = 100, p.initial_rate, nil
+    d.tokens = math.max(1, math.min(p.burst, math.floor(p.initial_rate * p.k_burst_seconds)))
+    d.updated, d.last_decrease = now, 0
+    d.circuit, d.opened_at, d.probe_at, d.latency, d.best_latency, d.hold_until = 'closed', 0, 0, nil, nil, 0
+    d.consecutive_failures, d.requests, d.successes, d.failures = 0, 0, 0, 0
+    d.cooldown, d.opens, d.down_since = p.circuit_cooldown, 0, 0
+    d.answered_at, d.last_success, d.share_fast, d.share_slow = 0, 0, 0, 0
+    d.win_start, d.win_ok, d.delivered, d.crawl_delay, d.troubled_at, d.cuts = now, 0, nil, 0, 0, 0
+    d.born, d.blocked_seconds, d.burst_cap = now, 0, 0
+    d.ctl_hold, d.ctl_rate, d.ctl_concurrency, d.ctl_down = 0, 0, 0, 0
+    return d, p
+  end
+  for i, name in ipairs(HF) do
+    if name == 'circuit' then d.circuit = raw[i + 1] or 'closed' else d[name] = tonumber(raw[i + 1]) end
+  end
+  -- (a record from before a field existed)
+  d.down_since, d.answered_at, d.last_success = d.down_since or 0, d.answered_at or 0, d.last_success or 0
+  d.share_fast, d.share_slow, d.crawl_delay = d.share_fast or 0, d.share_slow or 0, d.crawl_delay or 0
+  d.win_start, d.win_ok, d.last_decrease = d.win_start or now, d.win_ok or 0, d.last_decrease or 0
+  d.troubled_at, d.cuts, d.born = d.troubled_at or 0, d.cuts or 0, d.born or d.updated
+  d.blocked_seconds, d.burst_cap = d.blocked_seconds or 0, d.burst_cap or 0
+  d.ctl_hold, d.ctl_rate = d.ctl_hold or 0, d.ctl_rate or 0
+  d.ctl_concurrency, d.ctl_down = d.ctl_concurrency or 0, d.ctl_down or 0
+  local elapsed = now - d.updated
+  if elapsed > 0 then
+    local blocked_end = math.max(d.hold_until, d.ctl_hold)
+    if d.circuit == 'open' then blocked_end = math.max(blocked_end, d.opened_at + d.cooldown) end
+    d.blocked_seconds = d.blocked_seconds + math.max(0, math.min(now, blocked_end) - d.updated)
+    d.health = math.min(100, d.health + p.recovery_per_minute * elapsed / 60)
+    d.tokens = math.min(h_burst(d, p), d.tokens + elapsed * h_rate(d, p))
+    d.updated = now
+  end
+  if d.circuit == 'open' and now >= d.opened_at + d.cooldown then
+    d.circuit, d.probe_at = 'half_open', 0
+  elseif d.circuit == 'half_open' and d.probe_at ~= 0 and now - d.probe_at > math.max(d.cooldown, p.k_probe_lost_after) then
+    d.probe_at = 0
+  end
+  return d, p
+end
+
+-- Store the record; returns it as a flat field/value list (the caller's cache).
+local function h_save(hkey, d, pjson)
+  local flat = {}
+  for _, name in ipairs(HF) do
+    table.insert(flat, name)
+    if name == 'circuit' then table.insert(flat, d.circuit) else table.insert(flat, f17(d[name])) end
+  end
+  redis.call('HSET', hkey, unpack(flat))
+  if pjson ~= nil and pjson ~= '' then redis.call('HSET', hkey, 'policy', pjson) end
+  if h_ttl > 0 then  -- HealthRegistry.evict_idle: what outlives idleness never expires
+    if d.circuit ~= 'closed' or d.ctl_down ~= 0 or d.ctl_rate > 0 or d.ctl_concurrency > 0 or d.crawl_delay > 0 then
+      redis.call('PERSIST', hkey)
+    else
+      -- relative to the record's own clock (its times are the workers'), past any hold
+      local held = math.max(0, d.hold_until - d.updated, d.ctl_hold - d.updated)
+      redis.call('PEXPIRE', hkey, math.floor((held + h_ttl) * 1000))
+    end
+  end
+  return flat
+end
+
+local function h_blocked_until(d, p)
+  local circuit_end = 0
+  if d.circuit == 'open' then circuit_end = d.opened_at + d.cooldown end
+  return math.max(d.hold_until, circuit_end, d.ctl_hold)
+end
+
+-- HealthRegistry.given_up: down (circuit not closed) for give_up_after seconds,
+-- or unreachable_give_up when the domain never answered.
+local function h_given_up(d, p, now)
+  if d.ctl_down ~= 0 then return true end  -- given up by the operator
+  local limit = p.give_up_after
+  if d.answered_at == 0 and type(p.unreachable_give_up) == 'number' then limit = p.unreachable_give_up end
+  return type(limit) == 'number' and d.circuit ~= 'closed' and d.down_since ~= 0
+    and now - d.down_since >= limit
+end
+
+local function h_ready_at(d, p, now)
+  local ready = math.max(now, h_blocked_until(d, p))
+  if d.circuit == 'half_open' and d.probe_at ~= 0 then ready = math.max(ready, now + p.k_probe_recheck) end
+  if d.tokens < 1 then ready = math.max(ready, now + (1 - d.tokens) / h_rate(d, p)) end
+  return ready
+end
+
+local function h_acquire(d, p, now, token)
+  local probe_out = d.circuit == 'half_open' and d.probe_at ~= 0
+  if h_blocked_until(d, p) > now or probe_out or (token and d.tokens < 1) then return false end
+  if token then d.tokens = d.tokens - 1 end
+  if d.circuit == 'half_open' then d.probe_at = now end
+  return true
+end
+
+-- The limit fit (scrapy_openclaw/health/registry/limitfit.py, LimitHistory): the
+-- history is the list fkey, its first element the start bin, then one int per event
+-- (the bin of an answer that took a token, -bin - 1 for a 429).
+local function fit_bin(at, born, p) return math.max(0, math.floor((at - born) / p.k_fit_bin)) end
+
+local function h_note(fkey, d, p, at, answered)
+  local index = fit_bin(at, d.born, p)
+  if redis.call('EXISTS', fkey) == 0 then  -- (LimitHistory(index): from birth, or as if trimmed)
+    if index < p.k_fit_horizon_bins then
+      redis.call('RPUSH', fkey, 0)
+    elseif answered then
+      return  -- a domain past its first seconds keeps no history until a 429
+    else
+      redis.call('RPUSH', fkey, index)
+    end
+  end
+  local event = index
+  if not answered then event = -index - 1 end
+  redis.call('RPUSH', fkey, event)
+  local start = tonumber(redis.call('LINDEX', fkey, 0))
+  if index - start > math.floor(3 * p.k_fit_horizon_bins / 2) then  -- trim to the horizon
+    local raw = redis.call('LRANGE', fkey, 1, -1)
+    local new_start = index - p.k_fit_horizon_bins
+    local kept, any429 = {new_start}, false
+    for _, v in ipairs(raw) do
+      local e = tonumber(v)
+      local at_bin = e
+      if e < 0 then at_bin = -e - 1 end
+      if at_bin >= new_start then
+        table.insert(kept, e)
+        if e < 0 then any429 = true end
+      end
+    end
+    redis.call('DEL', fkey)
+    if not any429 then return end  -- no 429 left: nothing to fit, the history goes
+    for i = 1, #kept, 1000 do redis.call('RPUSH', fkey, unpack(kept, i, math.min(i + 999, #kept))) end
+  end
+  if h_ttl > 0 then redis.call('PEXPIRE', fkey, math.floor(h_ttl * 1000)) end
+end
+
+local function fit_judged(index, start, p) return start == 0 or index >= start + p.k_fit_burn_in_bins end
+
+-- LimitHistory._replay: M and m at rate.
+local function fit_replay(events, start, rate, p)
+  local w, most, least, before = 0, 0, math.huge, start
+  local drain = rate * p.k_fit_bin
+  for _, e in ipairs(events) do
+    local index = e
+    if e < 0 then index = -e - 1 end
+    if index > before then
+      w = math.max(0, w - drain * (index - before))
+      before = index
+    end
+    if e >= 0 then
+      w = w + 1
+      if w > most then most = w end
+    elseif w < least and fit_judged(index, start, p) then
+      least = w
+    end
+  end
+  return most, least
+end
+
+local function fit_slack(events, start, rate, p)
+  local most, least = fit_replay(events, start, rate, p)
+  if least > 0 then return most - least end
+  return math.huge
+end
+
+-- LimitHistory.fit: the largest consistent rate near guess (or up to top), or nil; and LimitHistory.burst at it.
+local function h_fit(fkey, guess, top, p)
+  local raw = redis.call('LRANGE', fkey, 0, -1)
+  if #raw < 2 then return nil end
+  local start, events = tonumber(raw[1]), {}
+  for i = 2, #raw do events[i - 1] = tonumber(raw[i]) end
+  local episodes, last = 0, -math.huge
+  for _, e in ipairs(events) do
+    if e < 0 then
+      local index = -e - 1
+      if fit_judged(index, start, p) then
+        if index - last >= p.k_fit_episode_bins then episodes = episodes + 1 end
+        last = index
+      end
+    end
+  end
+  if episodes < 2 then return nil end
+  local rates, slacks = {}, {}
+  local high = p.k_fit_high
+  if top > guess * p.k_fit_step ^ p.k_fit_high then
+    high = math.ceil(math.log(top / guess) / math.log(p.k_fit_step))
+  end
+  for k = p.k_fit_low, high do
+    local rate = guess * p.k_fit_step ^ k
+    table.insert(rates, rate)
+    table.insert(slacks, fit_slack(events, start, rate, p))
+  end
+  local best = 1
+  for i = 2, #slacks do if slacks[i] < slacks[best] then best = i end end
+  local least = slacks[best]
+  if least == math.huge or best == 1 or best == #slacks then return nil end
+  local top = best
+  while top + 1 <= #slacks and (slacks[top + 1] < 1 or slacks[top + 1] <= least) do top = top + 1 end
+  local a = rates[top]
+  local b = a * p.k_fit_step
+  for _ = 1, p.k_fit_refine do
+    local c = (a + b) / 2
+    local slack = fit_slack(events, start, c, p)
+    if slack < 1 or slack <= least then a = c else b = c end
+  end
+  local most = fit_replay(events, start, a, p)
+  return a, math.max(1, math.floor(most))
+end
+
+local function h_increase(d, p, now)
+  local grown
+  local since = math.max(0, now - math.max(d.last_decrease, math.min(d.hold_until, now)))
+  if d.cuts == 0 then
+    local doublings = math.min(math.max(0, now - d.born) / p.k_slow_start_doubling, 60)
+    grown = math.min(d.rate * (1 + p.k_slow_start_gain), p.initial_rate * 2 ^ doublings)
+  elseif d.cuts == 1 and d.threshold ~= nil then
+    grown = math.max(d.rate, d.threshold * p.rate_decrease * p.k_probe_growth ^ math.min(since, p.k_max_probe_seconds))
+  else
+    local flat_at = ((1 - p.rate_decrease) / p.rate_probe) ^ (1 / 3)
+    grown = math.max(d.rate, d.threshold * (1 + p.rate_probe * (since - flat_at) ^ 3))
+  end
+  d.rate = math.min(grown, h_ceiling(d, p), p.k_max_rate)
+end
+
+-- fkey: the history for the limit fit (a 429 from the second on), or nil.
+local function h_decrease(d, p, now, measured, rate_bound, fkey)
+  if now - d.last_decrease < math.max(p.k_min_decrease_gap, d.latency or 0) then return false end
+  if measured and d.cuts >= 1 and now - d.hold_until >= 0 and now - d.hold_until <= p.k_burst_seconds then
+    -- refused while resuming from a hold: a smaller burst, the pace stands (_Pacing._decrease)
+    d.burst_cap = math.max(1, math.floor(h_burst(d, p) / 2))
+    d.tokens = math.min(d.tokens, d.burst_cap)
+    d.last_decrease = now
+    return true
+  end
+  local rate = h_rate(d, p)
+  local before = rate
+  local delivered, span = 0, now - d.win_start
+  if span >= 0 and d.delivered ~= nil then
+    delivered = (d.delivered * p.k_window + d.win_ok) / (p.k_window + span)
+  elseif span >= 0 then
+    delivered = d.win_ok / math.max(span, p.k_window)
+  end
+  if delivered > 0 then
+    local floor = 0
+    if d.cuts >= 1 and measured then floor = before * p.k_cut_floor
+    elseif d.cuts >= 1 then floor = before * p.rate_decrease end
+    before = math.min(before, math.max(delivered, floor))
+  end
+  if measured and d.cuts >= 1 and fkey ~= nil then
+    local fitted, burst = h_fit(fkey, before, rate, p)
+    if fitted ~= nil then  -- (it replaces the window's reading)
+      before = math.min(rate, fitted * p.k_fit_margin)
+      d.burst_cap = burst
+    end
+  end
+  -- only a 429 (measured) or latency (rate_bound) moves on to the cubic plateau; 503s and
+  -- timeouts cut and probe back up
+  if measured or rate_bound then d.cuts = math.min(d.cuts + 1, 2) else d.cuts = math.max(d.cuts, 1) end
+  d.threshold = before
+  d.rate = math.max(p.min_rate, before * p.rate_decrease)
+  d.tokens = math.min(d.tokens, h_burst(d, p))
+  d.last_decrease = now
+  return true
+end
+
+local function h_count_delivered(d, p, now)
+  d.win_ok = d.win_ok + 1
+  local span = now - d.win_start
+  if span < p.k_window then return end
+  if span <= p.k_stale_window then
+    d.delivered = d.win_ok / span
+  end
+  d.win_start, d.win_ok = now, 0
+end
+
+-- jitter: the factor drawn in Python (registry._uniform(1 - j, 1 + j)), used only when opening.
+local function h_open(d, p, now, jitter)
+  if d.circuit == 'closed' then d.down_since = now end  -- an outage begins
+  if d.circuit == 'closed' and d.opens ~= 0 then
+    local healthy = math.max(0, now - (d.opened_at + d.cooldown))
+    d.opens = math.max(0, d.opens - math.floor(healthy / p.circuit_cooldown))
+  end
+  local cap = math.max(p.circuit_cooldown_max, p.circuit_cooldown)
+  local base = math.min(cap, p.circuit_cooldown * 2 ^ math.min(d.opens, p.k_max_doublings))
+  if p.circuit_jitter ~= 0 then d.cooldown = base * jitter else d.cooldown = base end
+  d.opens = math.min(d.opens + 1, p.k_max_doublings)
+  d.circuit, d.opened_at, d.probe_at = 'open', now, 0
+end
+
+-- latency: a number >= 0, or nil (no sample). Returns true when congested.
+local function h_observe_latency(d, p, latency)
+  if latency == nil then return false end
+  if d.latency == nil then d.latency = latency else d.latency = d.latency + p.k_latency_alpha * (latency - d.latency) end
+  if d.best_latency == nil or d.latency < d.best_latency then
+    d.best_latency = d.latency
+    return false
+  end
+  d.best_latency = d.best_latency + p.k_baseline_drift * (d.latency - d.best_latency)
+  return d.successes > p.k_latency_warmup and d.latency > p.latency_factor * d.best_latency + p.k_latency_slack
+end
+
+local function h_success(d, p, now, latency, fkey, note_at)
+  d.requests = d.requests + 1
+  d.successes = d.successes + 1
+  d.consecutive_failures = 0
+  h_count_delivered(d, p, now)
+  h_note(fkey, d, p, note_at, true)
+  d.answered_at, d.last_success = now, now
+  d.health = math.min(100, d.health + p.success_reward)
+  d.share_fast = d.share_fast - p.k_share_fast * d.share_fast
+  d.share_slow = d.share_slow - p.k_share_slow * d.share_slow
+  local congested = h_observe_latency(d, p, latency)
+  if d.circuit == 'half_open' then d.circuit, d.probe_at, d.down_since = 'closed', 0, 0 end
+  if congested then h_decrease(d, p, now, false, true) else h_increase(d, p, now) end
+end
+
+-- answered/in_share/domain/congestion/measured/throttle: booleans; retry_after: seconds or nil.
+-- note: 'a' (an answer that took a token), 'r' (a 429) or '' for the fit history at fkey, sent at note_at.
+local function h_failure(d, p, now, answered, in_share, domain, penalty, congestion, measured, throttle, retry_after,
+                         jitter, fkey, note, note_at)
+  d.requests = d.requests + 1
+  d.failures = d.failures + 1
+  if answered then d.answered_at = now end
+  if note ~= '' then h_note(fkey, d, p, note_at, note == 'a') end
+  if in_share then
+    d.share_fast = d.share_fast + p.k_share_fast * (1 - d.share_fast)
+    d.share_slow = d.share_slow + p.k_share_slow * (1 - d.share_slow)
+  end
+  if not domain then
+    if d.circuit == 'half_open' then d.probe_at = 0 end
+    return
+  end
+  d.troubled_at = now
+  d.consecutive_failures = d.consecutive_failures + 1
+  -- a congestion signal costs its penalty once per event (when it also cuts the
+  -- rate); while the circuit is not closed a failure costs no health and no hold
+  local fkey_fit = nil
+  if measured then fkey_fit = fkey end
+  local fresh = congestion and h_decrease(d, p, now, measured, false, fkey_fit)
+  local closed = d.circuit == 'closed'
+  if closed and (fresh or not congestion) then d.health = math.max(0, d.health - penalty) end
+  if retry_after ~= nil then
+    d.hold_until = math.max(d.hold_until, now + math.min(math.max(retry_after, 0), p.retry_after_cap))
+  elseif throttle and closed then
+    d.hold_until = math.max(d.hold_until, now + 1 / h_rate(d, p))
+  end
+  if d.circuit == 'half_open' or (d.circuit == 'closed' and
+      (d.health < p.circuit_floor or d.consecutive_failures >= p.circuit_failures)) then
+    h_open(d, p, now, jitter)
+  end
+end
+""",
+    "heartbeat": r"""-- Extend this worker's leases and requeue everyone's expired ones.
+-- ARGV: boost, worker, now, lease_until, id1, ... -> {extended, requeued}
+-- (runs after the shared queue.lua, see __init__.py)
+local worker = ARGV[2]
+local n = 0
+for i = 5, #ARGV do
+  if redis.call('HGET', OWNER, ARGV[i]) == worker then
+    redis.call('ZADD', INFL, 'XX', ARGV[4], ARGV[i])
+    n = n + 1
+  end
+end
+return {n, maintain(tonumber(ARGV[3]), 1000, tonumber(ARGV[1]))}
+""",
+    "pop": r"""-- KEYS: the shard's 15 keys, then the health hash of each candidate domain.
+-- ARGV: boost, now, lease_until, worker, scan, gated (1/0), candidate domains...
+-- The candidates are the domains the caller expects to be due (the last reply's
+-- 'next' list): their health keys must be declared, so the script cannot pick
+-- domains it was not told about while gating. A due domain that was not a
+-- candidate makes the reply 'retry' (call again with the new list).
+-- Returns {status, x, payload, requeued, {dropped payloads}, {domain, {field, value, ...}, ...}, {next}}
+--   status 'ok': x = entry id; 'wait': x = when to look again; 'empty'; 'retry'.
+--   dropped: entries whose deadline passed with the "drop" policy (dead letters);
+--   states: the health state of every domain whose token the pop looked at;
+--   next: the domains due now (at most scan; else the soonest), for the next call.
+-- (runs after the shared health.lua and queue.lua, see __init__.py)
+local boost, now, lease_until, worker = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3], ARGV[4]
+local scan, gated = tonumber(ARGV[5]), ARGV[6] == '1'
+local hkeys = {}
+for i = 7, #ARGV do hkeys[ARGV[i]] = KEYS[15 + i - 6] end
+local requeued = maintain(now, 200, boost)
+local dropped, states = {}, {}
+
+local function next_list()
+  local doms = redis.call('ZRANGEBYSCORE', DOMS, '-inf', now, 'LIMIT', 0, scan)
+  if #doms == 0 then doms = redis.call('ZRANGE', DOMS, 0, scan - 1) end
+  return doms
+end
+
+-- The best entry of a domain: {id, tier, eff, info} or nil (the domain has no ready entry).
+local function best_of(dom)
+  for _ = 1, 4 do  -- bounded: drop-policy entries past their deadline become dead letters
+    local late = redis.call('ZRANGEBYLEX', E, lo(dom), '[' .. dom .. SEP .. enc(now) .. SEP .. '\255', 'LIMIT', 0, 16)
+    if #late == 0 then break end
+    local boosted = nil
+    for _, m in ipairs(late) do
+      local id = id_of(m)
+      local info = info_of(id)
+      if info.x == 'drop' then
+        local payload = redis.call('HGET', DATA, id)
+        forget(id, boost)
+        if payload then table.insert(dropped, payload) end
+      elseif boosted == nil then
+        boosted = {id = id, tier = 2, eff = -info.d, info = info}
+      end
+    end
+    if boosted then return boosted end
+  end
+  local best = nil
+  local head = redis.call('ZRANGEBYLEX', Q, lo(dom), hi(dom), 'LIMIT', 0, 1)
+  if head[1] then
+    local id = id_of(head[1])
+    local info = info_of(id)
+    best = {id = id, tier = 1, eff = info.p, info = info}
+  end
+  for _ = 1, 4 do  -- bounded: an aging member left behind (a worker with another boost) is dropped
+    local aging = redis.call('ZRANGEBYLEX', A, lo(dom), hi(dom), 'LIMIT', 0, 1)
+    if not aging[1] then break end
+    local id = id_of(aging[1])
+    local info = info_of(id)
+    if not redis.call('ZSCORE', Q, dom .. SEP .. enc(-info.p) .. SEP .. id) then
+      redis.call('ZREM', A, aging[1])
+    else
+      if info.w > 0 then
+        local eff = math.max(info.p, info.p + boost + (now - info.d) * boost / info.w)
+        if best == nil or eff > best.eff then best = {id = id, tier = 1, eff = eff, info = info} end
+      end
+      break
+    end
+  end
+  return best
+end
+
+local function take(c)
+  unindex(c.id, c.info, boost)
+  redis.call('ZADD', INFL, lease_until, c.id)
+  redis.call('HSET', OWNER, c.id, worker)
+  redis.call('HSET', SERVED, c.dom, redis.call('INCR', SEQ))
+  redis.call('ZADD', DOMS, 'XX', now, c.dom)
+  local payload = redis.call('HGET', DATA, c.id) or c.id
+  return {'ok', c.id, payload, requeued, dropped, states, next_list()}
+end
+
+local wait, missed = nil, false
+local cands = {}
+local doms = redis.call('ZRANGEBYSCORE', DOMS, '-inf', now, 'LIMIT', 0, scan)
+for _, dom in ipairs(doms) do
+  if gated and dom ~= '' and hkeys[dom] == nil then
+    missed = true
+  else
+    local b = best_of(dom)
+    if b then
+      b.dom = dom
+      b.served = tonumber(redis.call('HGET', SERVED, dom) or '0')
+      table.insert(cands, b)
+    else
+      redis.call('ZREM', DOMS, dom)
+    end
+  end
+end
+table.sort(cands, function(a, b)
+  if a.tier ~= b.tier then return a.tier > b.tier end
+  if a.eff ~= b.eff then return a.eff > b.eff end
+  if a.served ~= b.served then return a.served < b.served end
+  return a.dom < b.dom
+end)
+for _, c in ipairs(cands) do
+  local ok, at = true, now
+  if gated and c.dom ~= '' then
+    local hkey = hkeys[c.dom]
+    local d, p = h_load(hkey, now, nil)
+    if d then  -- (no state yet: nobody has set a pace for the domain)
+      if not h_given_up(d, p, now) then  -- (given up: out it goes ungated, to be dead-lettered)
+        at = h_ready_at(d, p, now)
+        if at > now then ok = false else ok = h_acquire(d, p, now, true) end
+        if not ok and at <= now then at = now + p.k_retry_poll end
+      end
+      table.insert(states, c.dom)
+      table.insert(states, h_save(hkey, d, nil))
+    end
+  end
+  if ok then return take(c) end
+  redis.call('ZADD', DOMS, 'XX', at, c.dom)
+  if wait == nil or at < wait then wait = at end
+end
+if missed then return {'retry', '0', '', requeued, dropped, states, next_list()} end
+local nxt = redis.call('ZRANGEBYSCORE', DOMS, '(' .. now, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+if nxt[2] and (wait == nil or tonumber(nxt[2]) < wait) then wait = tonumber(nxt[2]) end
+if #cands > 0 and (wait == nil or now < wait) then
+  -- blocked domains stepped aside: others may be due now
+  if redis.call('ZCOUNT', DOMS, '-inf', now) > 0 then wait = now end
+end
+local head = redis.call('ZRANGE', DELAYED, 0, 0, 'WITHSCORES')
+if head[2] and (wait == nil or tonumber(head[2]) < wait) then wait = tonumber(head[2]) end
+if wait == nil then return {'empty', '0', '', requeued, dropped, states, next_list()} end
+return {'wait', f17(wait), '', requeued, dropped, states, next_list()}
+""",
+    "push": r"""-- KEYS: the shard's 15 keys (SEEN: the shard's part of the dupefilter).
+-- ARGV: boost, id, payload, info_json, not_before, now, ack_id, worker, fingerprint ('' = unchecked)
+-- Returns 1 when queued, 0 when the fingerprint was already seen.
+-- The dupefilter mark and the push are one step: marked-but-not-queued (a worker
+-- killed between two round trips) would filter the page for good, since the
+-- parent's re-fetch finds its child "seen". A filtered copy still acknowledges
+-- ack_id (a redirect to a seen URL finishes the original request); ack_id is
+-- only given when the original lives in the same shard (same domain).
+-- (runs after the shared queue.lua, see __init__.py)
+local boost, id, now = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[6])
+if ARGV[9] ~= '' and redis.call('SADD', SEEN, ARGV[9]) == 0 then
+  if ARGV[7] ~= '' then ack(ARGV[7], ARGV[8], boost) end
+  return 0
+end
+redis.call('HSET', DATA, id, ARGV[3])
+redis.call('HSET', INFO, id, ARGV[4])
+local nb = tonumber(ARGV[5])
+if nb > now then
+  redis.call('ZADD', DELAYED, nb, id)
+else
+  make_ready(id, boost)
+end
+if ARGV[7] ~= '' then ack(ARGV[7], ARGV[8], boost) end
+return 1
+""",
+    "queue": r"""-- Queue helpers. Every script of the queue runs on ONE shard and gets that
+-- shard's keys as KEYS[1..15] (all under the shard's hash tag, built in Python
+-- by ``shards.ShardKeys``): nothing here builds a key name, so the scripts run
+-- unchanged on one Redis, a Redis Cluster or under ACL key patterns.
+--
+-- A shard's ready entries of all its domains live in three sorted sets whose
+-- members sort lexicographically as "<domain>\1<sort key>\1<id>" (all scores
+-- 0): a domain's best entry is the first member of its prefix (ZRANGEBYLEX,
+-- O(log n)), so per-domain keys are not needed.
+--   Q  priority order: sort key = enc(-priority), ties by id (FIFO)
+--   A  aging order (entries with a deadline): enc(D - p*W/B)
+--   E  deadline order (entries with a deadline): enc(D)
+local Q, A, E, DOMS, SERVED, SEQ, COUNT, DELAYED, INFL, OWNER, DATA, INFO, REL, REJ, SEEN =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10],
+  KEYS[11], KEYS[12], KEYS[13], KEYS[14], KEYS[15]
+local SEP = '\1'
+
+-- a number as a fixed-width string that sorts like the number
+local function enc(x)
+  x = x + 1e10
+  if x < 0 then x = 0 elseif x > 9e14 then x = 9e14 end
+  return string.format('%022.6f', x)
+end
+
+local function info_of(id)
+  local raw = redis.call('HGET', INFO, id)
+  if raw then
+    local info = cjson.decode(raw)
+    info.p, info.d, info.w, info.dom = info.p or 0, info.d or 0, info.w or 0, info.dom or ''
+    return info
+  end
+  return {p = 0, d = 0, w = 0, x = 'boost', dom = ''}
+end
+
+local function id_of(member) return string.match(member, '^[^\1]*\1[^\1]*\1(.*)$') end
+local function lo(dom) return '[' .. dom .. SEP end
+local function hi(dom) return '[' .. dom .. SEP .. '\255' end
+
+local function make_ready(id, boost)
+  local info = info_of(id)
+  local dom = info.dom
+  local added = redis.call('ZADD', Q, 0, dom .. SEP .. enc(-info.p) .. SEP .. id)
+  redis.call('INCRBY', COUNT, added)
+  redis.call('ZADD', DOMS, 'NX', 0, dom)
+  if info.d > 0 and info.w > 0 then
+    redis.call('ZADD', A, 0, dom .. SEP .. enc(info.d - info.p * info.w / boost) .. SEP .. id)
+    redis.call('ZADD', E, 0, dom .. SEP .. enc(info.d) .. SEP .. id)
+  end
+end
+
+local function unindex(id, info, boost)
+  local dom = info.dom
+  local removed = redis.call('ZREM', Q, dom .. SEP .. enc(-info.p) .. SEP .. id)
+  if info.d > 0 and info.w > 0 then
+    redis.call('ZREM', A, dom .. SEP .. enc(info.d - info.p * info.w / boost) .. SEP .. id)
+    redis.call('ZREM', E, dom .. SEP .. enc(info.d) .. SEP .. id)
+  end
+  redis.call('DECRBY', COUNT, removed)
+  if redis.call('ZLEXCOUNT', Q, lo(dom), hi(dom)) == 0 then redis.call('ZREM', DOMS, dom) end
+end
+
+local function forget(id, boost)
+  unindex(id, info_of(id), boost)
+  redis.call('ZREM', DELAYED, id)
+  redis.call('ZREM', INFL, id)
+  redis.call('HDEL', OWNER, id)
+  redis.call('HDEL', DATA, id)
+  redis.call('HDEL', INFO, id)
+  redis.call('HDEL', REL, id)
+end
+
+-- Due delayed entries and expired leases go back to ready. Returns the number requeued.
+local function maintain(now, limit, boost)
+  local due = redis.call('ZRANGEBYSCORE', DELAYED, '-inf', now, 'LIMIT', 0, limit)
+  for _, id in ipairs(due) do
+    redis.call('ZREM', DELAYED, id)
+    make_ready(id, boost)
+  end
+  local expired = redis.call('ZRANGEBYSCORE', INFL, '-inf', now, 'LIMIT', 0, limit)
+  for _, id in ipairs(expired) do
+    redis.call('ZREM', INFL, id)
+    redis.call('HDEL', OWNER, id)
+    if redis.call('HEXISTS', DATA, id) == 1 then make_ready(id, boost) end
+  end
+  return #expired
+end
+
+-- Acknowledge: the request is finished. A late ack after the lease expired
+-- removes the entry if it is still waiting (no second fetch), and leaves it
+-- alone if another worker leased it meanwhile. Returns 1 when removed.
+local function ack(id, worker, boost)
+  local owner = redis.call('HGET', OWNER, id)
+  if owner then
+    if owner ~= worker then return 0 end
+    forget(id, boost)
+    return 1
+  end
+  if redis.call('HEXISTS', DATA, id) == 1 then
+    forget(id, boost)
+    return 1
+  end
+  return 0
+end
+""",
+    "reject": r"""-- Move a refused (undecodable) leased entry aside. ARGV: boost, id, worker, reason
+-- (runs after the shared queue.lua, see __init__.py)
+local id = ARGV[2]
+local payload = redis.call('HGET', DATA, id) or id
+redis.call('HSET', REJ, id, payload)
+forget(id, tonumber(ARGV[1]))
+return 1
+""",
+    "release": r"""-- Give leases back at once. ARGV: boost, worker, max_releases (-1: not counted), id1, ...
+-- A failed item counts against the entry; past max_releases the entry is removed
+-- and its payload returned (the caller turns it into a dead letter).
+-- Returns {requeued, {dead payloads}}.
+-- (runs after the shared queue.lua, see __init__.py)
+local boost, worker, max = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])
+local n, dead = 0, {}
+for i = 4, #ARGV do
+  local id = ARGV[i]
+  if redis.call('HGET', OWNER, id) == worker then
+    redis.call('ZREM', INFL, id)
+    redis.call('HDEL', OWNER, id)
+    local times = 0
+    if max >= 0 then times = redis.call('HINCRBY', REL, id, 1) end
+    if max >= 0 and times > max then
+      local payload = redis.call('HGET', DATA, id)
+      forget(id, boost)
+      if payload then table.insert(dead, payload) end
+    else
+      make_ready(id, boost)
+      n = n + 1
+    end
+  end
+end
+return {n, dead}
+""",
+}
