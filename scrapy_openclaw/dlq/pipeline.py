@@ -24,8 +24,8 @@ from scrapy_openclaw import signals as openclaw_signals
 from scrapy_openclaw.dlq.stores import JsonlStore, RedisStore, default_uri, expand_uri, open_store
 from scrapy_openclaw.errors import ErrorTaxonomy
 from scrapy_openclaw.exceptions import OpenClawConfigError
-from scrapy_openclaw.runtime import crawl_id, peek, shared
 from scrapy_openclaw.redact import mask_uri
+from scrapy_openclaw.runtime import crawl_id, peek, shared
 from scrapy_openclaw.settings import OpenClawSettings, read_setting
 
 if TYPE_CHECKING:
