@@ -21,7 +21,7 @@ from test_distributed import bench
 
 from scrapy_openclaw.checkpoint import load
 from scrapy_openclaw.checkpoint.journal import JournalWriter, read_journal
-from scrapy_openclaw.checkpoint.records import CheckpointError, CheckpointVersionError, encode_line
+from scrapy_openclaw.checkpoint.records import CheckpointError, CheckpointVersionError
 from scrapy_openclaw.checkpoint.state import journal_path
 from scrapy_openclaw.deadletter import DeadLetter
 from scrapy_openclaw.dlq import JsonlStore
