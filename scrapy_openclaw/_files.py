@@ -9,6 +9,7 @@ someone else's ``*.tmp``), then fsync, rename and a directory fsync.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import tempfile
 from collections.abc import Callable
@@ -39,9 +40,29 @@ def private_dir(path: str | os.PathLike[str]) -> Path:
     return path
 
 
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+
+
 def open_private(path: str | os.PathLike[str], flags: int) -> int:
-    """``os.open`` creating the file 0600 when it does not exist (never widening an existing one)."""
-    return os.open(path, flags | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), FILE_MODE)
+    """``os.open`` creating the file 0600 when it does not exist (never widening an existing one).
+
+    A symlink at *path* is refused (``O_NOFOLLOW``), never followed.
+    """
+    return _open(path, flags | os.O_CREAT, FILE_MODE)
+
+
+def open_existing(path: str | os.PathLike[str], flags: int) -> int:
+    """``os.open`` of a file that must exist, refusing a symlink at *path*."""
+    return _open(path, flags, FILE_MODE)
+
+
+def _open(path: str | os.PathLike[str], flags: int, mode: int) -> int:
+    try:
+        return os.open(path, flags | _NOFOLLOW, mode)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP or (exc.errno == errno.ENOENT and os.path.islink(path)):
+            raise OSError(exc.errno, f"{path} is a symlink (refused: files are never opened through one)") from None
+        raise
 
 
 def fsync_dir(path: str | os.PathLike[str]) -> None:

@@ -85,9 +85,16 @@ DEFAULTS: dict[str, Any] = {
     "OPENCLAW_SNAPSHOT_DIR": None,  # unset: snapshots/ beside the dead-letter file (<project>/openclaw-data/<spider>/)
     # --- stored requests (Redis queue, dead-letter replay, checkpoint): untrusted data ---
     "OPENCLAW_STORED_SCHEMES": ["http", "https"],  # URL schemes a stored request may have
-    # meta keys a stored request may not carry (they choose where and how it is sent)
-    # (not download_slot: Scrapy's downloader writes it into every request's meta)
-    "OPENCLAW_STORED_META_DENY": ["proxy", "_auth_proxy", "_scheme_proxy", "bindaddress"],
+    # meta keys a stored request may not carry, an extra filter on top of the store key (which is
+    # the defence: a crawl's own sealed entries are trusted whole); e.g. ["bindaddress"]
+    "OPENCLAW_STORED_META_DENY": [],
+    # --- store key (HMAC seal on checkpoint lines, dead letters, Redis entries, control messages) ---
+    # the key itself (16+ characters); unset: the environment variable below, else a key file
+    # generated once per project (<project>/openclaw-data/store.key, 0600; not in distributed mode)
+    "OPENCLAW_STORE_KEY": None,
+    "OPENCLAW_STORE_KEY_ENV": "OPENCLAW_STORE_KEY",  # environment variable holding the key
+    # True: read unsigned checkpoints and dead letters of older versions (with a warning)
+    "OPENCLAW_STORE_ACCEPT_UNSIGNED": False,
     # --- metrics (MetricsExtension) ---
     "OPENCLAW_METRICS_PORT": 0,  # 0: no HTTP endpoint
     "OPENCLAW_METRICS_HOST": "127.0.0.1",  # interface the /metrics endpoint listens on
@@ -262,6 +269,9 @@ class OpenClawSettings:
     snapshot_dir: str | PathLike[str] | None
     stored_schemes: tuple[str, ...]
     stored_meta_deny: tuple[str, ...]
+    store_key: str | None
+    store_key_env: str
+    store_accept_unsigned: bool
     metrics_port: int
     metrics_host: str
     metrics_max_domains: int
@@ -292,6 +302,9 @@ class OpenClawSettings:
     def from_settings(cls, settings: Any) -> OpenClawSettings:
         """Validate *settings* (:func:`validate_settings`) and read every ``OPENCLAW_*`` setting."""
         validate_settings(settings)
+        from scrapy_openclaw.serialization import signing
+
+        signing.configure(settings)
         return cls(**{field_name(name): read_setting(settings, name) for name in DEFAULTS})
 
     @classmethod

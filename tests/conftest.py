@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import os
+import secrets
 from typing import TYPE_CHECKING, Any
 
 import pytest
 import redis
 
 from scrapy_openclaw.testing.servers import ChaosServer, RedisServer
+
+# One store key for the session (in-process crawls and the scrapy subprocesses the tests start):
+# no test writes a key file into the checkout, and distributed workers share it as they must.
+os.environ.setdefault("OPENCLAW_STORE_KEY", f"openclaw-tests-{secrets.token_hex(16)}")
 
 #: Fixtures that start a server process: a test using one is a ``crawl`` test
 #: (``pytest -m "not crawl"`` runs the unit tests alone, in seconds).

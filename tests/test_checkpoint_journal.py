@@ -134,18 +134,18 @@ def test_a_version_1_journal_is_read_and_a_newer_one_refused(tmp_path: Path) -> 
     """Version 2 added the ``D`` record, which a version 1 reader skipped without a word (it
     would fetch again pages whose items a durable feed already holds): version 2 files stop
     such a reader with a clear error, and this one still reads what version 1 wrote."""
-    assert FORMAT_VERSION == 2
+    assert FORMAT_VERSION == 3
     path = journal_path(tmp_path, 0)
     _journal(path, [f"a 1 p - {_req('http://a.example/1')}", f"a 2 p - {_req('http://a.example/2')}", "d 1"])
     lines = path.read_bytes().splitlines(keepends=True)
     header = json.loads(decode_line(lines[0]) or "")
-    assert header["v"] == 2
+    assert header["v"] == 3
     path.write_bytes(encode_line(json.dumps({**header, "v": 1}, sort_keys=True)) + b"".join(lines[1:]))
     assert read_journal(path).version == 1
     assert list(load(tmp_path).requests) == [2]
-    for version in (3, True, "2"):
+    for version in (4, True, "3"):
         path.write_bytes(encode_line(json.dumps({**header, "v": version}, sort_keys=True)) + b"".join(lines[1:]))
-        with pytest.raises(CheckpointVersionError, match="reads versions 1-2"):
+        with pytest.raises(CheckpointVersionError, match="reads versions 1-3"):
             read_journal(path)
 
 

@@ -104,7 +104,7 @@ def test_jsonl_skips_a_line_whose_checksum_does_not_match(tmp_path, caplog):
     with caplog.at_level(logging.WARNING, logger="scrapy_openclaw.dlq.stores"):
         urls = [r.url for r in JsonlStore(path).iter()]
     assert urls == ["http://a.test/page/0", "http://a.test/page/2"]
-    assert any("checksum mismatch" in m and "line 2" in m for m in caplog.messages)
+    assert any("fails the store key check" in m and "line 2" in m for m in caplog.messages)
 
 
 def test_jsonl_replayed_marks_are_appended_not_rewritten(tmp_path):

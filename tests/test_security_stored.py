@@ -28,7 +28,7 @@ from scrapy_openclaw import signals as openclaw_signals
 from scrapy_openclaw.deadletter import DeadLetter
 from scrapy_openclaw.delay import MAX_WAIT, not_before, request_class
 from scrapy_openclaw.dlq import JsonlStore, open_store
-from scrapy_openclaw.dlq.records import InvalidRecord, read_record, with_crc
+from scrapy_openclaw.dlq.records import InvalidRecord, read_record, seal, unseal
 from scrapy_openclaw.redact import mask_uri
 from scrapy_openclaw.serialization import (
     RefusedRequest,
@@ -150,7 +150,9 @@ def test_stored_schemes_and_meta_can_be_widened_by_the_operator() -> None:
 
 @pytest.mark.parametrize("key", ["proxy", "_auth_proxy", "_scheme_proxy", "bindaddress"])
 def test_stored_meta_deny_list(key: str) -> None:
-    spider = crawler_spider()
+    """An opt-in filter on top of the store key (by default a crawl's own sealed meta is kept whole)."""
+    assert request_from_data({"url": "http://a.test/", "meta": {key: "http://p:1"}}, crawler_spider()).meta[key]
+    spider = crawler_spider({"OPENCLAW_STORED_META_DENY": [key]})
     with pytest.raises(RefusedRequest) as info:
         request_from_data({"url": "http://a.test/", "meta": {key: "http://127.0.0.1:1"}}, spider)
     assert info.value.kind == "meta" and key in str(info.value)
@@ -201,31 +203,41 @@ def _dead_letters(q: Any) -> list[DeadLetter]:
 
 
 def test_hostile_queue_entries_are_refused_at_once(queues: Any, tmp_path: Path) -> None:  # noqa: F811
+    """A writer to Redis without the store key: every entry is refused unread (counted, moved aside);
+    a sealed entry is the crawl's own (its proxy kept), and still only calls spider methods."""
+    from scrapy_openclaw.distributed import serializer
+
     q = queues()
     letters = _dead_letters(q)
     secret = tmp_path / "secret.html"
     secret.write_text("<h1 id='title'>SECRET</h1>")
-    hostile = [
+    forged = [
         {"url": secret.as_uri(), "callback": "parse"},
         {"url": "http://a.test/proxied", "meta": {"proxy": "http://127.0.0.1:9"}},
+        {"url": "http://a.test/p", "priority": 99999999, "headers": {"Authorization": ["Basic eDp5"]}},
     ]
-    hostile += [{"url": f"http://a.test/{name}", "callback": name} for name in ("__init__", "close", "start", "_idle")]
-    foreign = [
+    foreign = [json.dumps(h) for h in forged] + [
         '{"url":"http://a.test/codec","encoding":"no-such-codec"}',
         '{"url":"http://a.test/deep","meta":{"x":' + "[" * 100000 + "]" * 100000 + "}}",
+        serializer.dumps({"url": "http://a.test/tampered"}).replace("tampered", "elsewhere"),
+        "x" * (serializer.MAX_ENTRY_BYTES + 1),
     ]
-    for i, raw in enumerate([json.dumps(h) for h in hostile] + foreign):
+    bad_callbacks = [{"url": f"http://a.test/{name}", "callback": name} for name in ("__init__", "close", "_idle")]
+    sealed = [serializer.dumps(h) for h in bad_callbacks]
+    for i, raw in enumerate(foreign + sealed):
         q.server.zadd(q.key, {raw: -100 - i})
-    q.push(Request("http://a.test/good"))
+    q.push(Request("http://a.test/good", meta={"proxy": "http://127.0.0.1:3128"}))
     got = q.pop()
     assert got is not None and got.url == "http://a.test/good"
+    assert got.meta["proxy"] == "http://127.0.0.1:3128"  # the crawl's own entry, trusted whole
     assert q.pop() is None
     # nothing left leased: refused entries are moved aside at once, not after a lease period
     inflight = q.shards.name("inflight", q.shards.of("a.test"))
     assert q.server.zcard(inflight) == 1 and list(q.held) == [got.meta[M.LEASE]]
-    assert q.server.hlen(q.shards.name("rejected", 0)) == len(hostile) + len(foreign)
-    assert q.stats.get_value("openclaw/distributed/rejected") == len(hostile) + len(foreign)
-    assert sorted(d.url for d in letters) == sorted(h["url"] for h in hostile)
+    assert q.server.hlen(q.shards.name("rejected", 0)) == len(foreign) + len(sealed)
+    assert q.stats.get_value("openclaw/distributed/rejected") == len(foreign) + len(sealed)
+    assert q.stats.get_value("openclaw/distributed/refused") == len(foreign) - 1  # (the oversized one: unread)
+    assert sorted(d.url for d in letters) == sorted(h["url"] for h in bad_callbacks)
     assert {d.error_class for d in letters} == {"refused"} and all(d.request is None for d in letters)
 
 
@@ -304,13 +316,13 @@ def test_read_record_names_the_bad_field(field: str, value: Any) -> None:
     data = good_letter().to_dict()
     data[field] = value
     with pytest.raises(InvalidRecord, match=field if field != "version" else "version 99"):
-        read_record(json.loads(with_crc(data)))
+        read_record(unseal(seal(data)))
 
 
-def test_read_record_wants_a_checksum() -> None:
-    with pytest.raises(InvalidRecord, match="no checksum"):
-        read_record(good_letter().to_dict())
-    assert read_record(json.loads(with_crc(good_letter().to_dict()))).url == "http://a.test/0"
+def test_read_record_wants_a_seal() -> None:
+    with pytest.raises(InvalidRecord, match="not sealed"):
+        read_record(unseal(json.dumps(good_letter().to_dict())))
+    assert read_record(unseal(seal(good_letter().to_dict()))).url == "http://a.test/0"
 
 
 def write_bad_jsonl(path: Path) -> list[str]:
@@ -324,10 +336,10 @@ def write_bad_jsonl(path: Path) -> list[str]:
     for field, value in BAD_RECORDS.items():
         data = good_letter(10).to_dict()
         data[field] = value
-        lines.append(with_crc(data))
+        lines.append(seal(data))
     lines.append(json.dumps(good_letter(11).to_dict()))  # no checksum
-    lines.append(with_crc({"openclaw_mark": "replayed", "id": good[0].id, "at": "abc"}))
-    lines.append(with_crc({"openclaw_mark": "replayed", "id": 5, "at": 1.0}))
+    lines.append(seal({"openclaw_mark": "replayed", "id": good[0].id, "at": "abc"}))
+    lines.append(seal({"openclaw_mark": "replayed", "id": 5, "at": 1.0}))
     with open(path, "a", encoding="utf-8") as f:
         f.write("\n".join(lines) + "\n")
     return [r.id for r in good]
@@ -346,7 +358,7 @@ def test_jsonl_store_skips_bad_records_with_a_counted_warning(tmp_path: Path, ca
     warnings = [m for m in caplog.messages if "Skipping dead letter" in m]
     assert len(warnings) == len(store.skipped)  # once per record, however often it is read
     assert any("line 3" in m and "created_at" in m for m in warnings)
-    assert any("no checksum" in m for m in warnings) and any("version 99" in m for m in warnings)
+    assert any("refused: not sealed" in m for m in warnings) and any("version 99" in m for m in warnings)
 
 
 def test_redis_store_skips_bad_entries(redis_server: Any) -> None:
@@ -357,7 +369,7 @@ def test_redis_store_skips_bad_entries(redis_server: Any) -> None:
     for field, value in BAD_RECORDS.items():
         data = good_letter(10).to_dict()
         data[field] = value
-        client.xadd(key, {"id": "x", "data": with_crc(data)})
+        client.xadd(key, {"id": "x", "data": seal(data)})
     client.xadd(key, {"id": "y", "data": json.dumps(good_letter(11).to_dict())})
     client.xadd(key, {"id": "z", "data": b"\xff not json"})
     client.xadd(key, {"nodata": "1"})
@@ -392,12 +404,14 @@ def test_cli_survives_bad_records_and_replay_refuses_hostile_ones(chaos_server: 
         )
 
     good = letter(f"{base}page/3", callback="parse")
-    hostile = [
+    # written by someone without the store key: refused unread
+    forged = [
         letter(secret.as_uri(), callback="parse"),
         letter(f"{base}refused/proxy", meta={"proxy": base}),
         letter("http://127.0.0.9:9/refused/proxied", meta={"proxy": base}),
-        *(letter(f"{base}refused/{name}", callback=name) for name in ("__init__", "close", "start", "_private")),
     ]
+    # sealed, yet still only spider methods are called
+    hostile = [letter(f"{base}refused/{name}", callback=name) for name in ("__init__", "close", "start", "_private")]
     malformed = DeadLetter(
         url=f"{base}refused/malformed",
         domain="127.0.0.2",
@@ -409,10 +423,12 @@ def test_cli_survives_bad_records_and_replay_refuses_hostile_ones(chaos_server: 
     for record in [good, *hostile, malformed]:
         store.append(record)
     store.close()
-    with open(path, "a", encoding="utf-8") as f:  # item 5: "request" not an object, checksum valid
+    with open(path, "a", encoding="utf-8") as f:  # item 5: "request" not an object, seal valid
         data = good_letter(12).to_dict()
         data["request"] = "GET /etc/passwd"
-        f.write(with_crc(data) + "\n")
+        f.write(seal(data) + "\n")
+        for record in forged:
+            f.write(json.dumps(record.to_dict()) + "\n")
     items = tmp_path / "replay-items.jsonl"
     project = make_project(
         tmp_path / "proj", {**dlq_settings(str(path)), "FEEDS": {str(items): {"format": "jsonlines"}}}
@@ -428,8 +444,10 @@ def test_cli_survives_bad_records_and_replay_refuses_hostile_ones(chaos_server: 
         out = cli(project, *args)
         assert out.returncode == 0, (args, out.stderr[-3000:])
         assert "Traceback" not in out.stderr, out.stderr[-3000:]
-        assert f"skipped {len(BAD_RECORDS) + 4} unreadable dead-letter record(s)" in out.stderr, out.stderr[-2000:]
+        unreadable = len(BAD_RECORDS) + 4 + len(forged)
+        assert f"skipped {unreadable} unreadable dead-letter record(s)" in out.stderr, out.stderr[-2000:]
     assert "created_at" in out.stderr and "version 99" in out.stderr  # each bad record is named
+    assert out.stderr.count("refused: not sealed") >= len(forged) + 1
 
     replay = cli(project, "replay", "chaos")
     assert replay.returncode == 1, replay.stderr[-3000:]
@@ -464,8 +482,10 @@ def test_password_in_redis_url_reaches_no_log_or_cli_output(
     cfg = bench._site(8, hosts=1, latency=0.0)
     cfg["hosts"][0]["not_found"] = [2, 5]
     site = chaos_server(cfg)
-    hostile = {"url": f"{site.start_urls[0]}refused", "callback": "close"}
-    redis.Redis.from_url(password_redis).zadd("chaos:requests", {json.dumps(hostile): -100})
+    from scrapy_openclaw.distributed import serializer
+
+    hostile = {"url": f"{site.start_urls[0]}refused", "callback": "close"}  # sealed: a dead letter "refused"
+    redis.Redis.from_url(password_redis).zadd("chaos:requests", {serializer.dumps(hostile): -100})
     settings = dict(bench.ours(password_redis), LOG_LEVEL="DEBUG")
     workers = bench.Workers(1, settings, site.start_urls, tmp_path / "crawl")
     assert workers.wait(120) == [0]

@@ -1,10 +1,11 @@
 """The append-only journal: one checksummed record per line, written with group commit.
 
-Why lines with a CRC32 in front (``<crc32 hex> <payload>\\n``): a process
-killed mid-write leaves at most one torn line at the end, and a flipped bit
-anywhere breaks only its own line. The reader checks every line, skips the
-bad ones and says how many it dropped, instead of crashing or silently
-resuming from damaged state.
+Why lines with a MAC in front (``<MAC hex> <payload>\\n``): a process
+killed mid-write leaves at most one torn line at the end, a flipped bit
+anywhere breaks only its own line, and nobody without the store key can add
+one. The reader checks every line, skips the bad ones and says how many it
+dropped (complete lines that fail the check are *refused*), instead of
+crashing or silently resuming from damaged or forged state.
 
 Why group commit: an ``fsync`` per scheduled request would cap a crawl at
 the disk's sync rate. Records are buffered in memory and written together by a
@@ -41,6 +42,7 @@ from scrapy_openclaw.checkpoint.records import (
     header_line,
     iter_lines,
     parse_header,
+    sealed_elsewhere,
 )
 
 if TYPE_CHECKING:
@@ -58,6 +60,7 @@ class JournalContents:
     payloads: list[str] = field(default_factory=list)
     corrupt: int = 0  #: bad records followed by good ones
     torn_tail: int = 0  #: bad records at the very end (a write cut short)
+    refused: int = 0  #: complete lines that fail the store key check (forged, or damaged)
 
     @property
     def dropped(self) -> int:
@@ -73,14 +76,21 @@ def read_journal(path: Path) -> JournalContents:
 
     A bad line followed by good ones is *corrupt* (skipped, the rest is kept);
     bad lines at the end are a *torn tail*. A file with a header from another
-    format version raises :class:`CheckpointVersionError`.
+    format version raises :class:`CheckpointVersionError`, one sealed with
+    another store key :class:`CheckpointError`.
     """
     contents = JournalContents(path=path, header=None)
     bad_run = 0
-    for _number, raw in iter_lines(path):
+    for number, raw in iter_lines(path):
         payload = decode_line(raw)
         if payload is None:
+            if number == 1 and sealed_elsewhere(raw):
+                raise CheckpointError(
+                    f"{path}: sealed with another store key (OPENCLAW_STORE_KEY changed, or another "
+                    "project's key file?): resume with the key that wrote it, or set OPENCLAW_CHECKPOINT_RESTART=True"
+                )
             bad_run += 1
+            contents.refused += raw.endswith(b"\n")
             continue
         contents.corrupt += bad_run
         bad_run = 0

@@ -1,9 +1,11 @@
 """The checkpoint's record format, written and read in one place.
 
-Every line of a journal or snapshot file is ``<crc32 of payload, 8 hex>
-<payload>\\n``: a process killed mid-write leaves at most one torn line at the
-end, and a flipped bit breaks only its own line. The first line is a JSON
-header with ``kind`` and the format version.
+Every line of a journal or snapshot file is ``<MAC of payload, 32 hex>
+<payload>\\n``, the MAC an HMAC-SHA-256 with the store key (see
+:mod:`scrapy_openclaw.serialization.signing`): a process killed mid-write
+leaves at most one torn line at the end, a flipped bit breaks only its own
+line, and a line written by anyone without the key is refused. The first line
+is a JSON header with ``kind`` and the format version.
 
 Journal payloads::
 
@@ -29,12 +31,14 @@ fingerprint lines and an end line (see :mod:`scrapy_openclaw.checkpoint.snapshot
 from __future__ import annotations
 
 import json
+import logging
 import zlib
 from typing import TYPE_CHECKING, Any
 
 from scrapy_openclaw.checkpoint.feeds import parse_outputs
 from scrapy_openclaw.exceptions import CheckpointError as CheckpointError  # (re-exported)
 from scrapy_openclaw.exceptions import CheckpointVersionError as CheckpointVersionError
+from scrapy_openclaw.serialization import signing
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -42,33 +46,72 @@ if TYPE_CHECKING:
 
     from scrapy_openclaw.checkpoint.state import RecoveredState
 
+logger = logging.getLogger(__name__)
+
 #: Version of the on-disk format (journal and snapshot) written. Bump on any change.
 #: 2: the ``D`` record (durable outputs); a reader of version 1 skipped it without a word and
 #: would have fetched again the pages whose items the outputs already hold.
-FORMAT_VERSION = 2
-#: Versions read: version 1 is version 2 without ``D`` records.
-READABLE_VERSIONS = (1, 2)
+#: 3: lines sealed with the store key instead of a CRC32 anyone can recompute.
+FORMAT_VERSION = 3
+#: Versions read: 1 and 2 (CRC32 lines) only with ``OPENCLAW_STORE_ACCEPT_UNSIGNED``.
+READABLE_VERSIONS = (1, 2, 3)
+_PURPOSE = "checkpoint"
+_MAC = signing.MAC_LEN
 
 
 # --- lines ------------------------------------------------------------------------------
 
 
 def encode_line(payload: str) -> bytes:
-    """One record: ``<crc32 of payload, 8 hex> <payload>\\n`` (payload has no newline)."""
+    """One record: ``<MAC of payload, 32 hex> <payload>\\n`` (payload has no newline)."""
     body = payload.encode("utf-8")
-    return b"%08x %s\n" % (zlib.crc32(body), body)
+    return b"%s %s\n" % (signing.current().mac(_PURPOSE, body).encode("ascii"), body)
 
 
 def decode_line(line: bytes) -> str | None:
-    """The payload of a complete record line, or None if its checksum does not match."""
-    if len(line) < 10 or line[8:9] != b" " or not line.endswith(b"\n"):
+    """The payload of a complete record line, or None if it is torn or fails the key check.
+
+    An unsigned header of an older version raises :class:`CheckpointVersionError`
+    with advice, unless ``OPENCLAW_STORE_ACCEPT_UNSIGNED`` lets it be read.
+    """
+    if not line.endswith(b"\n"):
+        return None
+    key = signing.current()
+    if line[8:9] != b" ":
+        body = line[_MAC + 1 : -1]
+        if line[_MAC : _MAC + 1] != b" " or not key.check(_PURPOSE, body, line[:_MAC]):
+            return None
+    else:
+        body = _unsigned_body(line)
+        if body is None:
+            return None
+        if not key.accept_unsigned:
+            if body.startswith(b'{"') and b'"kind"' in body:
+                raise CheckpointVersionError(
+                    "checkpoint written by an older scrapy-openclaw (lines not sealed with the store key): "
+                    "finish it with that version, set OPENCLAW_STORE_ACCEPT_UNSIGNED=True to trust it once, "
+                    "or OPENCLAW_CHECKPOINT_RESTART=True to start over"
+                )
+            return None
+    try:
+        return body.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
+def sealed_elsewhere(line: bytes) -> bool:
+    """Whether *line* (that failed :func:`decode_line`) is a header sealed with another key."""
+    return line[_MAC : _MAC + 3] == b' {"' and b'"kind"' in line[:200] and line.endswith(b"\n")
+
+
+def _unsigned_body(line: bytes) -> bytes | None:
+    """The payload of a CRC32 line (format versions 1 and 2), or None."""
+    if len(line) < 10 or line[8:9] != b" ":
         return None
     body = line[9:-1]
     try:
-        if int(line[:8], 16) != zlib.crc32(body):
-            return None
-        return body.decode("utf-8")
-    except (ValueError, UnicodeDecodeError):
+        return body if int(line[:8], 16) == zlib.crc32(body) else None
+    except ValueError:
         return None
 
 
@@ -93,6 +136,12 @@ def parse_header(payload: str, path: Path, kind: str) -> dict[str, Any]:
     if not isinstance(header, dict) or header.get("kind") != kind:
         raise CheckpointError(f"{path}: not a {kind} file (header {payload[:80]!r})")
     version = header.get("v")
+    if version in (1, 2) and not isinstance(version, bool):
+        logger.warning(
+            "%(path)s: an unsigned checkpoint of an older version, read because OPENCLAW_STORE_ACCEPT_UNSIGNED "
+            "is set: it is trusted as it is",
+            {"path": path},
+        )
     if isinstance(version, bool) or version not in READABLE_VERSIONS:
         raise CheckpointVersionError(
             f"{path}: checkpoint format version {header.get('v')!r}, this scrapy-openclaw "

@@ -134,6 +134,8 @@ class Restorer:
     def start(self) -> None:
         self._restore_health()
         self._restore_stats()
+        if self.recovered.refused:
+            self.stats.set_value("openclaw/checkpoint/refused", self.recovered.refused)
         self._started = time.monotonic()
         call_later(0, self.step)
 

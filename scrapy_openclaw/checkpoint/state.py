@@ -126,6 +126,7 @@ class RecoveredState:
     dropped: int = 0  #: journal records skipped (torn tail or corrupt)
     corrupt_records: int = 0
     torn_records: int = 0
+    refused: int = 0  #: complete lines that failed the store key check (counted in ``dropped`` too)
     bad_snapshots: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     crawl_id: str | None = None
@@ -194,10 +195,12 @@ def load(directory: Path) -> RecoveredState:
         if contents.dropped:
             state.corrupt_records += contents.corrupt
             state.torn_records += contents.torn_tail
+            state.refused += contents.refused
             state.dropped += contents.dropped
             state.warnings.append(
                 f"{contents.path.name}: dropped {contents.dropped} damaged journal records "
-                f"({contents.torn_tail} in a torn tail, {contents.corrupt} corrupt mid-file)"
+                f"({contents.torn_tail} in a torn tail, {contents.corrupt} corrupt mid-file; "
+                f"{contents.refused} complete lines failed the store key check)"
             )
         apply_payloads(state, contents.payloads)
     return state

@@ -153,6 +153,9 @@ class Command(ScrapyCommand):
         directory = Path(args[1])
         if not directory.is_dir():
             raise UsageError(f"{directory}: not a directory")
+        from scrapy_openclaw.serialization import signing
+
+        signing.configure(self.settings)  # lines are checked with the project's store key
         if args[0] == "verify":
             try:
                 ok, lines = verify_dir(directory)

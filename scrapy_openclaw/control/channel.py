@@ -6,6 +6,10 @@ it to ``<spider>:control``; every worker reads the stream on a reactor timer
 also live in the shared health state, so a pop on any worker obeys a hold the
 moment it is stored; the stream brings the crawl-wide commands (pause, resume,
 close), each worker's log line and stats, and commands from the CLI.
+
+Every entry is sealed with the store key (a ``mac`` field over its other
+fields): anyone else who can write to Redis is refused, counted
+(``openclaw/control/refused``) and reported in one condensed warning.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from scrapy_openclaw.control.controller import ControlError
+from scrapy_openclaw.serialization import signing
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -29,6 +34,12 @@ logger = logging.getLogger(__name__)
 
 MAXLEN = 1000  # entries kept in the stream (approximately)
 READ_COUNT = 100
+_FIELDS = ("command", "who", "origin", "at")
+_PURPOSE = "control"
+#: A command is a few hundred bytes; a larger entry is refused unread.
+MAX_FIELD_BYTES = 4096
+#: Seconds between two warnings about refused entries (the count says how many in between).
+WARN_EVERY = 60.0
 
 
 def stream_key(spider_name: str) -> str:
@@ -38,8 +49,20 @@ def stream_key(spider_name: str) -> str:
 def publish(server: Any, spider_name: str, command: dict[str, Any], who: str, origin: str = "cli") -> str:
     """Append a validated command to the crawl's control stream; the entry id."""
     entry = {"command": json.dumps(command, sort_keys=True), "who": who, "origin": origin, "at": repr(time.time())}
+    entry["mac"] = signing.current().mac(_PURPOSE, _signed_body(entry))
     eid = server.xadd(stream_key(spider_name), entry, maxlen=MAXLEN, approximate=True)
     return eid.decode() if isinstance(eid, bytes) else str(eid)
+
+
+def _signed_body(fields: dict[str, str]) -> bytes:
+    return json.dumps([fields.get(name, "") for name in _FIELDS]).encode("utf-8")
+
+
+def sealed(fields: dict[str, str]) -> bool:
+    """Whether a stream entry carries a valid seal (and no field is oversized)."""
+    if any(len(v) > MAX_FIELD_BYTES for v in fields.values()):
+        return False
+    return signing.current().check(_PURPOSE, _signed_body(fields), fields.get("mac", ""))
 
 
 def _text(value: Any) -> str:
@@ -67,6 +90,8 @@ class ControlChannel:
         self.worker = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         self.last_id = "$"
         self._loop: Any = None
+        self._refused_unreported = 0
+        self._warned_at = float("-inf")
 
     def start(self) -> None:
         """Read only what is sent from now on (overrides sent earlier are in the health state)."""
@@ -145,6 +170,9 @@ class ControlChannel:
                 self._apply({_text(k): _text(v) for k, v in fields.items()})
 
     def _apply(self, fields: dict[str, str]) -> None:
+        if not sealed(fields):
+            self._refused(fields)
+            return
         if fields.get("origin") == self.worker:
             return  # applied when it was taken
         who = "".join(ch for ch in fields.get("who", "") if ch.isprintable())[:80] or "anonymous"
@@ -155,3 +183,18 @@ class ControlChannel:
             logger.warning(
                 "Ignoring an invalid control command from Redis (%(key)s): %(error)s", {"key": self.key, "error": exc}
             )
+
+    def _refused(self, fields: dict[str, str]) -> None:
+        """Count an entry without a valid seal; warn at most every :data:`WARN_EVERY` seconds."""
+        self.crawler.stats.inc_value("openclaw/control/refused")
+        self._refused_unreported += 1
+        now = time.monotonic()
+        if now - self._warned_at < WARN_EVERY:
+            return
+        self._warned_at = now
+        logger.warning(
+            "Refused %(n)d control command(s) from Redis (%(key)s) without a valid store key seal, not run "
+            "(latest: %(command)r); anyone who can write to this Redis can add them",
+            {"n": self._refused_unreported, "key": self.key, "command": fields.get("command", "")[:80]},
+        )
+        self._refused_unreported = 0

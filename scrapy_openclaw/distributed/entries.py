@@ -1,7 +1,8 @@
 """Queue entries that leave the leased queue other than by being crawled.
 
 Redis entries are untrusted (anyone who can write to Redis): an entry that
-does not decode is moved aside to its shard's ``:rejected`` hash, never
+is not sealed with the store key (counted in ``openclaw/distributed/refused``)
+or does not decode is moved aside to its shard's ``:rejected`` hash, never
 executed, and never left leased until its lease expires. A refused request
 (scheme, callback, meta), a request whose deadline passed under the "drop"
 policy and one whose items kept failing become dead letters, through the
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 from scrapy_openclaw import meta as M
+from scrapy_openclaw.distributed.serializer import UnsealedPayload
 from scrapy_openclaw.runtime import crawl_id
 from scrapy_openclaw.serialization import RefusedRequest, SerializationError, request_from_data
 
@@ -70,6 +72,8 @@ class QueueEntries:
             extra={"spider": self.spider},
         )
         self.stats.inc_value(f"{STATS}/rejected")
+        if isinstance(exc, UnsealedPayload):
+            self.stats.inc_value(f"{STATS}/refused")
         self.held.pop(lease, None)
         self._pending_reject.append((lease, str(exc)[:500]))  # (if lost, the lease expires and it is refused again)
         self._kick()
@@ -88,6 +92,8 @@ class QueueEntries:
                 extra={"spider": self.spider},
             )
             self.stats.inc_value(f"{STATS}/rejected")
+            if isinstance(exc, UnsealedPayload):
+                self.stats.inc_value(f"{STATS}/refused")
             if isinstance(exc, RefusedRequest):
                 self._refused_dead_letter(exc)
             return

@@ -2,10 +2,12 @@
 
 scrapy-redis's default serializer is pickle, so anyone who can write to the
 queue key can run code on every worker. This module has the ``loads`` /
-``dumps`` pair scrapy-redis expects, but ``loads`` accepts only a JSON object
-that looks like a serialised request, and refuses a pickle (or anything else)
-with :class:`RefusedPayload` before any byte of it is interpreted. The queue
-moves refused entries aside; they are never executed.
+``dumps`` pair scrapy-redis expects: ``dumps`` seals the JSON with the store
+key (``{"_mac":"<hex>",...}``, see :mod:`scrapy_openclaw.serialization.signing`),
+and ``loads`` checks the size and the seal before any byte of the entry is
+parsed, refusing a pickle, a forged or oversized entry with
+:class:`RefusedPayload`. The queue moves refused entries aside; they are
+never executed. A sealed entry is the crawl's own, trusted whole.
 """
 
 from __future__ import annotations
@@ -15,12 +17,21 @@ from typing import Any
 
 from scrapy_openclaw.exceptions import RefusedPayload as RefusedPayload  # (re-exported)
 from scrapy_openclaw.serialization import dumps as _json_dumps
+from scrapy_openclaw.serialization import signing
 
-__all__ = ["RefusedPayload", "dumps", "loads"]
+__all__ = ["RefusedPayload", "UnsealedPayload", "dumps", "loads"]
 
 _PICKLE_PROTO = 0x80  # protocol 2+ pickles start with PROTO (0x80)
-#: A request body beyond this is not something a crawl queues (Redis's own limit is 512 MB).
-MAX_ENTRY_BYTES = 64 * 1024 * 1024
+#: Larger entries are refused unread: a queued request with a body of a few MB is plenty
+#: (a 15 MB forged entry took a worker from 93 MB to 927 MB while it was parsed).
+MAX_ENTRY_BYTES = 8 * 1024 * 1024
+_PURPOSE = "queue"
+_HEAD = b'{"_mac":"'
+_BODY = len(_HEAD) + signing.MAC_LEN + 2  # where the request's JSON resumes, after '",'
+
+
+class UnsealedPayload(RefusedPayload):
+    """An entry without a valid seal: written by someone without the store key."""
 
 
 def _describe(raw: bytes) -> str:
@@ -30,19 +41,28 @@ def _describe(raw: bytes) -> str:
 
 
 def dumps(obj: Any) -> str:
-    """Compact JSON of a request dict (from ``request_to_data``)."""
-    return _json_dumps(obj)
+    """Compact JSON of a request dict (from ``request_to_data``), sealed."""
+    body = _json_dumps(obj)
+    mac = signing.current().mac(_PURPOSE, body.encode("utf-8"))
+    return f'{_HEAD.decode()}{mac}",{body[1:]}'
 
 
 def loads(raw: bytes | str) -> dict[str, Any]:
-    """Parse a stored request dict; :class:`RefusedPayload` for anything else."""
+    """Parse a sealed request dict; :class:`RefusedPayload` for anything else."""
     data = raw.encode("utf-8", "surrogateescape") if isinstance(raw, str) else bytes(raw)
+    if len(data) > MAX_ENTRY_BYTES:
+        raise RefusedPayload(f"queue entry of {len(data)} bytes is larger than {MAX_ENTRY_BYTES} (not read)")
     if not data.lstrip().startswith(b"{"):
         raise RefusedPayload(f"queue entry is {_describe(data)}")
-    if len(data) > MAX_ENTRY_BYTES:
-        raise RefusedPayload(f"queue entry of {len(data)} bytes is larger than {MAX_ENTRY_BYTES}")
+    body = b"{" + data[_BODY:]
+    if not (
+        data.startswith(_HEAD)
+        and data[_BODY - 2 : _BODY] == b'",'
+        and signing.current().check(_PURPOSE, body, data[len(_HEAD) : _BODY - 2])
+    ):
+        raise UnsealedPayload("queue entry fails the store key check (not written by this crawl's workers)")
     try:
-        obj = json.loads(data.decode("utf-8"))
+        obj = json.loads(body.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as exc:
         raise RefusedPayload(f"queue entry is not valid JSON: {exc}") from None
     except RecursionError:

@@ -24,8 +24,8 @@ from scrapy_openclaw.dlq.stores import JsonlStore, RedisStore, default_uri, expa
 from scrapy_openclaw.errors import ErrorTaxonomy
 from scrapy_openclaw.exceptions import OpenClawConfigError
 from scrapy_openclaw.paths import resolve_path
+from scrapy_openclaw.redact import mask_uri
 from scrapy_openclaw.runtime import crawl_id, peek, shared
-from scrapy_openclaw.serialization import dumps
 from scrapy_openclaw.settings import OpenClawSettings, read_setting
 
 if TYPE_CHECKING:
@@ -67,6 +67,7 @@ class DeadLetterPipeline:
         self._early: list[DeadLetter] = []  # arrived before the spider opened
         self._unwritten: list[DeadLetter] = []  # the store failed (e.g. disk full); retried
         self.written = 0
+        self._proxies_reported: set[str] = set()
         self.alerted = False
         self._closing: Any = None
         self._sync_loop: Any = None
@@ -117,10 +118,28 @@ class DeadLetterPipeline:
             if plan is not None and plan.failed_again(dead_letter):
                 self.crawler.stats.inc_value("openclaw/dlq/replay_failed")
                 return
+        if dead_letter.status == 407:
+            self._name_the_proxy(dead_letter)
         if self.store is None:
             self._early.append(dead_letter)
             return
         self._write(dead_letter)
+
+    def _name_the_proxy(self, record: DeadLetter) -> None:
+        """A 407 is the proxy's answer, not the site's: say which proxy (once per proxy in the log)."""
+        proxy = proxy_of(record)
+        if proxy is None:
+            return
+        message = f"proxy {proxy} refused authentication (HTTP 407 Proxy Authentication Required)"
+        record.exception_message = message
+        self.crawler.stats.inc_value("openclaw/dlq/proxy_auth_refused")
+        if proxy not in self._proxies_reported:
+            self._proxies_reported.add(proxy)
+            logger.error(
+                "%(message)s for %(url)s; its requests become dead letters (check the proxy credentials)",
+                {"message": message, "url": mask_uri(record.url)},
+                extra={"spider": self.crawler.spider},
+            )
 
     def on_item_dropped(
         self,
@@ -230,10 +249,17 @@ class DeadLetterPipeline:
         if store is None:
             return
         self._retry_unwritten()
-        for record in self._unwritten:  # last resort: the record goes to the log
+        for record in self._unwritten:  # last resort: what identifies it goes to the log (never its headers)
             logger.error(
-                "Dead letter could not be stored in %(uri)s: %(record)s",
-                {"uri": store.uri, "record": dumps(record.to_dict())},
+                "Dead letter %(id)s could not be stored in %(uri)s: %(method)s %(url)s (%(cls)s, %(reason)s)",
+                {
+                    "id": record.id,
+                    "uri": mask_uri(store.uri),
+                    "method": record.method,
+                    "url": mask_uri(record.url),
+                    "cls": record.error_class,
+                    "reason": record.reason,
+                },
                 extra={"spider": spider},
             )
         if isinstance(store, RedisStore):
@@ -295,3 +321,18 @@ class _NoUri:
         if name == "OPENCLAW_DLQ_URI":
             return None
         return self._settings.get(name, default)
+
+
+def proxy_of(record: DeadLetter) -> str | None:
+    """``host:port`` of the proxy a dead letter's request went through, if any."""
+    from urllib.parse import urlsplit
+
+    meta = (record.request or {}).get("meta")
+    proxy = meta.get("proxy") if isinstance(meta, dict) else None
+    if not isinstance(proxy, str) or not proxy:
+        return None
+    try:
+        parts = urlsplit(proxy if "://" in proxy else f"http://{proxy}")
+        return f"{parts.hostname}:{parts.port or (443 if parts.scheme == 'https' else 80)}"
+    except ValueError:
+        return "(unparsable proxy URL)"

@@ -1,14 +1,18 @@
 """Reading dead letters back: the one validating reader every store and command uses.
 
 A store is untrusted input (a hand-edited file, a Redis stream other tools
-write to), so a record is checked before anything uses it: checksum, known
+write to), so a record is checked before anything uses it: its seal (an
+HMAC with the store key, checked before the JSON is even parsed), known
 format version and the type of every field. A bad record raises
-:class:`InvalidRecord` naming the field; the stores skip it with a counted
-warning, so one bad record never breaks the tooling for everybody.
+:class:`InvalidRecord` naming the field (:class:`UnsealedRecord` when the
+seal fails); the stores skip it with a counted warning, so one bad record
+never breaks the tooling for everybody.
 """
 
 from __future__ import annotations
 
+import json
+import logging
 import math
 import re
 import zlib
@@ -17,11 +21,18 @@ from typing import Any
 
 from scrapy_openclaw.deadletter import FORMAT_VERSION, DeadLetter
 from scrapy_openclaw.exceptions import InvalidRecord as InvalidRecord  # (re-exported)
-from scrapy_openclaw.serialization import dumps
+from scrapy_openclaw.serialization import dumps, signing
 
-__all__ = ["CRC", "InvalidRecord", "check_crc", "read_mark", "read_record", "safe_id", "with_crc"]
+__all__ = ["MAC", "InvalidRecord", "UnsealedRecord", "read_mark", "read_record", "safe_id", "seal", "unseal"]
 
-CRC = "_crc"
+logger = logging.getLogger(__name__)
+
+MAC = "_mac"
+_CRC = "_crc"  # older versions' unsigned checksum
+_PURPOSE = "dead-letter"
+_HEAD = '{"_mac":"'
+#: A stored record beyond this is not a dead letter we wrote (a request with its body, an item).
+MAX_RECORD_BYTES = 16 * 1024 * 1024
 #: What our ids look like (uuid4 hex); anything else might be a terminal escape or a path.
 _ID = re.compile(r"[0-9A-Za-z_.:-]{1,128}")
 
@@ -56,23 +67,66 @@ _REQUIRED = ("id", "version", "created_at", "url", "domain", "error_class", "rea
 _NULLABLE = {f.name for f in fields(DeadLetter) if f.default is None}
 
 
-def with_crc(data: dict[str, Any]) -> str:
-    """The JSON line of *data* with its checksum."""
+class UnsealedRecord(InvalidRecord):
+    """A record that fails the store key check: forged, edited, damaged, or sealed with another key."""
+
+
+def seal(data: dict[str, Any]) -> str:
+    """The JSON line of *data*, its MAC first: ``{"_mac":"<hex>",<the rest of the JSON>}``."""
     body = dumps(data)
-    return dumps({**data, CRC: zlib.crc32(body.encode("utf-8"))})
+    mac = signing.current().mac(_PURPOSE, body.encode("utf-8"))
+    return f'{_HEAD}{mac}"' + ("," + body[1:] if len(body) > 2 else "}")
 
 
-def check_crc(data: dict[str, Any]) -> None:
-    """Remove and verify the checksum; :class:`InvalidRecord` if missing or wrong."""
-    crc = data.pop(CRC, None)
+def unseal(raw: bytes | str) -> dict[str, Any]:
+    """The JSON object of a sealed line, verified before it is parsed; :class:`InvalidRecord` if not.
+
+    An unsigned record of an older version (a CRC32 anyone can recompute) is
+    refused unless ``OPENCLAW_STORE_ACCEPT_UNSIGNED`` is set.
+    """
+    if len(raw) > MAX_RECORD_BYTES:
+        raise UnsealedRecord(f"{len(raw)} bytes, larger than a dead letter may be ({MAX_RECORD_BYTES})")
+    text = raw.decode("utf-8", "surrogateescape") if isinstance(raw, bytes) else raw
+    text = text.rstrip("\r\n")
+    key = signing.current()
+    end = len(_HEAD) + signing.MAC_LEN
+    if not text.startswith(_HEAD):
+        return _unsigned(text, key)
+    rest = text[end + 1 :]
+    body = "{" + rest[1:] if text[end : end + 1] == '"' and rest[:1] == "," else "{}" if rest == "}" else None
+    encoded = None if body is None else body.encode("utf-8", "surrogateescape")
+    if encoded is None or not key.check(_PURPOSE, encoded, text[len(_HEAD) : end]):
+        raise UnsealedRecord("fails the store key check (forged, edited, damaged, or sealed with another key)")
+    return _json_object(encoded)
+
+
+def _json_object(body: bytes) -> dict[str, Any]:
+    try:
+        data = json.loads(body)
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        raise InvalidRecord("corrupt line (not JSON)") from None
+    if not isinstance(data, dict):
+        raise InvalidRecord(f"not a JSON object but {type(data).__name__}")
+    return data
+
+
+def _unsigned(text: str, key: signing.StoreKey) -> dict[str, Any]:
+    data = _json_object(text.encode("utf-8", "surrogateescape"))
+    crc = data.pop(_CRC, None)
     if crc is None:
-        raise InvalidRecord("no checksum (not written by scrapy-openclaw, or edited by hand)")
+        raise UnsealedRecord("not sealed (not written by scrapy-openclaw, or edited by hand)")
     try:
         body = dumps(data)
     except (TypeError, ValueError) as exc:  # e.g. keys of mixed types: no JSON line reads back like that
         raise InvalidRecord(f"not JSON data ({exc})") from None
     if crc != zlib.crc32(body.encode("utf-8")):
         raise InvalidRecord("checksum mismatch (corrupt or edited)")
+    if not key.accept_unsigned:
+        raise UnsealedRecord(
+            "unsigned, from an older scrapy-openclaw: set OPENCLAW_STORE_ACCEPT_UNSIGNED=True to read it "
+            "(a replay then stores it again sealed)"
+        )
+    return data
 
 
 def safe_id(value: Any) -> str:
@@ -100,13 +154,10 @@ def _check_field(name: str, value: Any) -> None:
         raise _type_error(name, value, "a string" if kind is _STR else "an object")
 
 
-def read_record(data: Any, *, checksum: bool = True) -> DeadLetter:
-    """A validated :class:`DeadLetter` from stored *data*; :class:`InvalidRecord` says what is wrong."""
+def read_record(data: Any) -> DeadLetter:
+    """A validated :class:`DeadLetter` from unsealed *data*; :class:`InvalidRecord` says what is wrong."""
     if not isinstance(data, dict):
         raise InvalidRecord(f"not a JSON object but {type(data).__name__}")
-    data = dict(data)
-    if checksum:
-        check_crc(data)
     missing = [name for name in _REQUIRED if name not in data]
     if missing:
         raise InvalidRecord(f"missing field(s) {', '.join(missing)}")

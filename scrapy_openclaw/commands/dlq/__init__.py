@@ -109,6 +109,13 @@ class Command(InspectSubcommands, ReplaySubcommand, ScrapyCommand):
         if not args or args[0] not in SUBCOMMANDS:
             raise UsageError(f"expected one of: {', '.join(SUBCOMMANDS)}")
         sub, rest = args[0], args[1:]
+        from scrapy_openclaw.exceptions import OpenClawConfigError
+        from scrapy_openclaw.serialization import signing
+
+        try:
+            signing.configure(self.settings)  # records are sealed and read with the project's store key
+        except OpenClawConfigError as exc:
+            raise UsageError(str(exc), print_help=False) from None
         if sub in ("list", "stats", "purge") and len(rest) == 1:  # list SPIDER = list --spider SPIDER
             if opts.spider and opts.spider != rest[0]:
                 raise UsageError(f"{sub} {rest[0]}: --spider {opts.spider} names another spider", print_help=False)

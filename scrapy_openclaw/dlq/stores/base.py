@@ -50,6 +50,8 @@ class Filters:
 
 
 ANY = Filters()
+#: How the reason of a record that failed the store key check starts.
+REFUSED = "refused: "
 
 
 class DeadLetterStore(ABC):
@@ -62,12 +64,19 @@ class DeadLetterStore(ABC):
         """Unreadable records met so far: where (file and line, or stream entry) -> why."""
         return self.__dict__.setdefault("_skipped", {})
 
+    @property
+    def refused(self) -> int:
+        """How many of the :attr:`skipped` records failed the store key check (never used)."""
+        return sum(why.startswith(REFUSED) for why in self.skipped.values())
+
     def _skip(self, where: str, why: Any) -> None:
         """Count an unreadable record and warn about it once per store."""
+        from scrapy_openclaw.dlq.records import UnsealedRecord
+
         if where in self.skipped:
             return
-        self.skipped[where] = str(why)
-        logger.warning("Skipping dead letter %(where)s: %(why)s", {"where": where, "why": why})
+        self.skipped[where] = f"{REFUSED}{why}" if isinstance(why, UnsealedRecord) else str(why)
+        logger.warning("Skipping dead letter %(where)s: %(why)s", {"where": where, "why": self.skipped[where]})
 
     @abstractmethod
     def append(self, record: DeadLetter) -> None:

@@ -1,4 +1,4 @@
-"""The JSON-lines dead-letter store: an append-only file, one CRC-checked record per line.
+"""The JSON-lines dead-letter store: an append-only file, one sealed record per line.
 
 A replay marks records in place by an atomic rewrite (temp file, fsync,
 rename); older files' separate "replayed" mark lines are still read. A
@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import json
 import os
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from scrapy_openclaw._files import atomic_writer, open_private, private_dir
-from scrapy_openclaw.dlq.records import InvalidRecord, check_crc, read_mark, read_record, safe_id, with_crc
+from scrapy_openclaw.dlq.records import InvalidRecord, read_mark, read_record, safe_id, seal, unseal
 from scrapy_openclaw.dlq.stores.base import ANY, DeadLetterStore, Filters
 
 if TYPE_CHECKING:
@@ -31,7 +30,7 @@ MARK = "openclaw_mark"
 class JsonlStore(DeadLetterStore):
     """One JSON object per line, appended and flushed per record.
 
-    Safe against partial lines: every line carries a CRC; the reader skips a
+    Safe against partial lines and forgery: every line carries a MAC (the store key's); the reader skips a
     torn, corrupt, unchecked or badly typed line with a warning (naming file,
     line and record id; counted in :attr:`skipped`), and the writer
     starts a fresh line if the file ends mid-line. ``fsync`` is batched: at most
@@ -89,14 +88,14 @@ class JsonlStore(DeadLetterStore):
             self.sync()
 
     def append(self, record: DeadLetter) -> None:
-        self._write_line(with_crc(record.to_dict()))
+        self._write_line(seal(record.to_dict()))
 
     def mark_replayed(self, ids: Iterable[str]) -> int:
         already = self.replayed()
         new = [i for i in dict.fromkeys(ids) if i not in already]
         now = time.time()
         for id_ in new:
-            self._write_line(with_crc({MARK: "replayed", "id": id_, "at": now}))
+            self._write_line(seal({MARK: "replayed", "id": id_, "at": now}))
         self.sync()
         return len(new)
 
@@ -131,21 +130,15 @@ class JsonlStore(DeadLetterStore):
                 if not raw.strip():
                     continue
                 where = f"in {self.path}, line {number}"
-                try:
-                    data = json.loads(raw)
-                except (ValueError, UnicodeDecodeError, RecursionError):
-                    self._skip(where, "torn last line" if not raw.endswith(b"\n") else "corrupt line (not JSON)")
+                if not raw.endswith(b"\n"):
+                    self._skip(where, "torn last line")
                     continue
-                if isinstance(data, dict):
-                    where += f" (id {safe_id(data.get('id'))})"
                 try:
-                    if not isinstance(data, dict):
-                        raise InvalidRecord(f"not a JSON object but {type(data).__name__}")
-                    check_crc(data)
+                    data = unseal(raw)
                 except InvalidRecord as exc:
                     self._skip(where, exc)
                     continue
-                yield where, data
+                yield f"{where} (id {safe_id(data.get('id'))})", data
 
     def _scan(self) -> tuple[list[DeadLetter], dict[str, float]]:
         records: list[DeadLetter] = []
@@ -158,7 +151,7 @@ class JsonlStore(DeadLetterStore):
                     id_, at = read_mark(data)
                     marks.setdefault(id_, at)
                 else:
-                    records.append(read_record(data, checksum=False))  # checked by _lines
+                    records.append(read_record(data))
             except InvalidRecord as exc:
                 self._skip(where, exc)
         return records, marks
@@ -193,9 +186,9 @@ class JsonlStore(DeadLetterStore):
     def _rewrite(self, records: list[DeadLetter], marks: dict[str, float]) -> None:
         with atomic_writer(self.path) as out:
             for record in records:
-                out.write(with_crc(record.to_dict()).encode("utf-8") + b"\n")
+                out.write(seal(record.to_dict()).encode("utf-8") + b"\n")
             for id_, at in marks.items():
-                out.write(with_crc({MARK: "replayed", "id": id_, "at": at}).encode("utf-8") + b"\n")
+                out.write(seal({MARK: "replayed", "id": id_, "at": at}).encode("utf-8") + b"\n")
 
     def purge(self, filters: Filters = ANY) -> int:
         if not self.path.exists():

@@ -7,7 +7,6 @@ reactor timer, so a Redis outage never drops a dead letter nor stalls the crawl.
 
 from __future__ import annotations
 
-import json
 import logging
 import sys
 import time
@@ -16,7 +15,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlencode, urlparse, urlunparse
 
-from scrapy_openclaw.dlq.records import InvalidRecord, read_record, safe_id, with_crc
+from scrapy_openclaw.dlq.records import InvalidRecord, read_record, safe_id, seal, unseal
 from scrapy_openclaw.dlq.stores.base import ANY, DeadLetterStore, Filters
 from scrapy_openclaw.redact import mask_uri
 
@@ -135,7 +134,7 @@ class RedisStore(DeadLetterStore):
         for record in records:
             key = self.stream_key(record.spider)
             try:
-                self._add(keys=[key, f"{key}:ids"], args=[record.id, with_crc(record.to_dict())])
+                self._add(keys=[key, f"{key}:ids"], args=[record.id, seal(record.to_dict())])
             except self._errors as exc:
                 return sent, exc
             sent += 1
@@ -208,12 +207,11 @@ class RedisStore(DeadLetterStore):
         """The validated record of one stream entry, or None (skipped with a counted warning)."""
         where = f"in Redis stream {key} entry {sid.decode() if isinstance(sid, bytes) else sid}"
         try:
-            data = json.loads(fields_.get(b"data") or b"null")
-        except (ValueError, UnicodeDecodeError, RecursionError):
-            self._skip(where, "not JSON")
+            data = unseal(fields_.get(b"data") or b"")
+        except InvalidRecord as exc:
+            self._skip(where, exc)
             return None
-        if isinstance(data, dict):
-            where += f" (id {safe_id(data.get('id'))})"
+        where += f" (id {safe_id(data.get('id'))})"
         try:
             return read_record(data)
         except InvalidRecord as exc:
@@ -259,7 +257,7 @@ class RedisStore(DeadLetterStore):
         n = 0
         for record in records:
             key = self.stream_key(record.spider)
-            n += self._update(keys=[key, f"{key}:ids"], args=[record.id, with_crc(record.to_dict())])
+            n += self._update(keys=[key, f"{key}:ids"], args=[record.id, seal(record.to_dict())])
         return n
 
     def mark_replayed(self, ids: Iterable[str]) -> int:

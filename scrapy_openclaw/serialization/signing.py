@@ -1,0 +1,189 @@
+"""The store key: an HMAC-SHA-256 seal on everything the crawl stores and reads back.
+
+Checkpoint lines, dead letters, Redis queue entries and control messages
+carry a MAC made with a key nobody who can only write the store knows, so a
+forged entry is refused before any byte of it is interpreted, and the crawl's
+own entries are trusted whole (``meta["proxy"]`` included). Each store seals
+under its own *purpose*, so a line of one store never passes in another.
+
+The key comes from ``OPENCLAW_STORE_KEY``, else from the environment variable
+``OPENCLAW_STORE_KEY_ENV`` names, else (not in distributed mode, where all
+workers must share it) from a key file generated once per project
+(:func:`key_file_path`). One key per process: the serializer scrapy-redis
+calls is a module, so the key a crawl configures is the process's.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import logging
+import os
+import secrets
+import stat
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from scrapy_openclaw.exceptions import OpenClawConfigError
+
+__all__ = ["MAC_LEN", "StoreKey", "configure", "current", "key_file_path", "resolve"]
+
+logger = logging.getLogger(__name__)
+
+#: Hex digits of a MAC (128 bits of HMAC-SHA-256, RFC 2104 truncation).
+MAC_LEN = 32
+#: Shortest key accepted from a setting or the environment.
+MIN_KEY_LEN = 16
+
+
+@dataclass(frozen=True)
+class StoreKey:
+    """A key and where it came from (the source is logged, the key never)."""
+
+    secret: bytes
+    source: str
+    accept_unsigned: bool = False  #: read unsigned records of older versions (with a warning)
+
+    def mac(self, purpose: str, body: bytes) -> str:
+        return hmac.new(self.secret, purpose.encode("ascii") + b"\0" + body, hashlib.sha256).hexdigest()[:MAC_LEN]
+
+    def check(self, purpose: str, body: bytes, mac: bytes | str) -> bool:
+        given = mac.decode("ascii", "replace") if isinstance(mac, bytes) else mac
+        return hmac.compare_digest(self.mac(purpose, body), given)
+
+
+def key_file_path() -> Path:
+    """Where a project's generated key lives: ``<project>/openclaw-data/store.key``.
+
+    ``<project>`` is the directory of the closest ``scrapy.cfg`` (the working
+    directory outside a project), as for the other project paths.
+    """
+    from scrapy.utils.conf import closest_scrapy_cfg
+
+    cfg = closest_scrapy_cfg()
+    root = os.path.dirname(os.path.abspath(cfg)) if cfg else os.getcwd()
+    return Path(root, "openclaw-data", "store.key")
+
+
+@dataclass(frozen=True)
+class _Spec:
+    """What a crawl's settings say about its key (read once; resolved when first needed)."""
+
+    key: str | None
+    env: str
+    distributed: bool
+    accept_unsigned: bool
+
+    @classmethod
+    def from_settings(cls, settings: Any) -> _Spec:
+        from scrapy_openclaw.settings import read_setting
+
+        def get(name: str) -> Any:
+            return read_setting(settings, name)
+
+        return cls(
+            key=get("OPENCLAW_STORE_KEY"),
+            env=str(get("OPENCLAW_STORE_KEY_ENV")),
+            distributed=bool(get("OPENCLAW_DISTRIBUTED")),
+            accept_unsigned=bool(get("OPENCLAW_STORE_ACCEPT_UNSIGNED")),
+        )
+
+
+def resolve(settings: Any = None) -> StoreKey:
+    """The key *settings* name (generating the project's key file if that is where it lives)."""
+    from scrapy.settings import BaseSettings
+
+    return _resolve(_Spec.from_settings(BaseSettings() if settings is None else settings))
+
+
+def _resolve(spec: _Spec) -> StoreKey:
+    if spec.key:
+        return StoreKey(_checked(spec.key, "setting OPENCLAW_STORE_KEY"), "OPENCLAW_STORE_KEY", spec.accept_unsigned)
+    value = os.environ.get(spec.env) if spec.env else None
+    if value:
+        return StoreKey(_checked(value, f"environment variable {spec.env}"), f"${spec.env}", spec.accept_unsigned)
+    if spec.distributed:
+        raise OpenClawConfigError(
+            "setting OPENCLAW_DISTRIBUTED=True needs a store key shared by every worker: set "
+            f"OPENCLAW_STORE_KEY or the environment variable {spec.env or 'OPENCLAW_STORE_KEY'} to the same "
+            "secret (at least 16 characters, e.g. `python -c 'import secrets; print(secrets.token_hex(32))'`) "
+            "on every worker"
+        )
+    path = key_file_path()
+    return StoreKey(_key_file(path), str(path), spec.accept_unsigned)
+
+
+def _checked(value: str, where: str) -> bytes:
+    if len(value) < MIN_KEY_LEN:
+        raise OpenClawConfigError(f"{where}: a store key needs at least {MIN_KEY_LEN} characters")
+    return value.encode("utf-8")
+
+
+def _key_file(path: Path) -> bytes:
+    """Read the project's key, or create it (0600, exclusively: two crawls starting at once agree)."""
+    from scrapy_openclaw._files import open_existing, private_dir
+
+    private_dir(path.parent)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except FileExistsError:
+        pass
+    else:
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets.token_hex(32) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        logger.info("Generated the store key %(path)s (keep it private; see docs/security.md)", {"path": path})
+    fd = open_existing(path, os.O_RDONLY)
+    with os.fdopen(fd, "rb") as f:
+        info = os.fstat(f.fileno())
+        if info.st_uid != os.getuid() or stat.S_IMODE(info.st_mode) & 0o077:
+            raise OpenClawConfigError(
+                f"store key file {path}: must be owned by this user and private (chmod 600 {path})"
+            )
+        text = f.read(4096).decode("ascii", "replace").strip()
+    if len(text) < MIN_KEY_LEN:
+        raise OpenClawConfigError(f"store key file {path}: empty or too short (delete it to generate a new key)")
+    return text.encode("ascii")
+
+
+# --- the process's key ----------------------------------------------------------------
+
+_lock = threading.Lock()
+_spec: _Spec | None = None
+_key: StoreKey | None = None
+
+
+def configure(settings: Any) -> None:
+    """Make *settings*' key the process's (resolved when first used).
+
+    Refuses distributed mode without a shared key at once (a config error at
+    start); a crawl that names another key than one already in use wins, with
+    a warning: stores sealed with the first key no longer verify.
+    """
+    global _spec, _key
+    spec = _Spec.from_settings(settings)
+    if spec.distributed and not spec.key and not os.environ.get(spec.env or ""):
+        _resolve(spec)  # raises the config error
+    with _lock:
+        if spec == _spec:
+            return
+        if _key is not None and _spec is not None and (spec.key, spec.env) != (_spec.key, _spec.env):
+            logger.warning("A second crawl in this process names another store key; it is used from now on")
+        _spec, _key = spec, None
+
+
+def current() -> StoreKey:
+    """The process's key: the one :func:`configure` named, else the default sources."""
+    global _key
+    key = _key
+    if key is not None:
+        return key
+    with _lock:
+        if _key is None:
+            from scrapy.settings import BaseSettings
+
+            _key = _resolve(_spec or _Spec.from_settings(BaseSettings()))
+        return _key
