@@ -25,10 +25,12 @@ and building), :mod:`.matching` (host-pattern rules). Every name is importable f
 
 from __future__ import annotations
 
+import os
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from scrapy_openclaw.exceptions import OpenClawConfigError
 from scrapy_openclaw.policy.loading import _HOST_PATTERN as _HOST_PATTERN
 from scrapy_openclaw.policy.loading import _ORDERED as _ORDERED
 from scrapy_openclaw.policy.loading import _Loader, inline_policy
@@ -47,6 +49,7 @@ from scrapy_openclaw.policy.validation import _build, _deep_merge
 from scrapy_openclaw.policy.validation import _check_number as _check_number
 from scrapy_openclaw.policy.validation import _validate as _validate
 from scrapy_openclaw.policy.validation import _validate_value as _validate_value
+from scrapy_openclaw.startup import refuse_start
 from scrapy_openclaw.yamlconfig import read_yaml
 
 if TYPE_CHECKING:
@@ -112,8 +115,8 @@ class PolicySet:
         loader.add(inline_policy(settings.get("OPENCLAW_POLICY")), source="setting OPENCLAW_POLICY", lines={})
         path = settings.get("OPENCLAW_POLICY_FILE")
         if path:
-            data, lines = read_yaml(Path(path), kind="policy file")
-            loader.add(data, source=str(path), lines=lines)
+            data, lines = read_yaml(Path(path), kind="policy file", setting="OPENCLAW_POLICY_FILE")
+            loader.add(data, source=os.path.abspath(path), lines=lines)
         loader.check()
         return cls(loader.defaults, loader.rules())
 
@@ -125,4 +128,8 @@ class PolicySet:
         from scrapy_openclaw.settings import OpenClawSettings
 
         OpenClawSettings.for_crawler(crawler)
-        return shared(crawler, "policy", lambda: cls._load(crawler.settings))
+        try:
+            return shared(crawler, "policy", lambda: cls._load(crawler.settings))
+        except OpenClawConfigError as exc:
+            refuse_start(crawler, exc)
+            raise
