@@ -13,10 +13,13 @@ from scrapy.downloadermiddlewares.retry import RetryMiddleware
 from scrapy.extensions.feedexport import FeedExporter
 from scrapy.utils.misc import load_object
 
+from scrapy_openclaw.exceptions import OpenClawConfigError
 from scrapy_openclaw.policy import PolicySet
 from scrapy_openclaw.settings import OpenClawSettings
+from scrapy_openclaw.startup import refuse_start
 
 if TYPE_CHECKING:
+    from scrapy.crawler import Crawler
     from scrapy.settings import BaseSettings
 
 HEALTH_MIDDLEWARE = "scrapy_openclaw.health.DomainHealthMiddleware"
@@ -44,7 +47,21 @@ EXTENSIONS = {CHECKPOINT_EXTENSION: 10, METRICS_EXTENSION: 500, FEED_EXPORTER: 0
 class Addon:
     """Wires scrapy-openclaw's components into a crawl with safe defaults."""
 
+    def __init__(self, crawler: Crawler | None = None):
+        self.crawler = crawler
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Addon:
+        return cls(crawler)
+
     def update_settings(self, settings: BaseSettings) -> None:
+        try:
+            self._update_settings(settings)
+        except OpenClawConfigError as exc:
+            refuse_start(self.crawler, exc)
+            raise
+
+    def _update_settings(self, settings: BaseSettings) -> None:
         for setting, components in (
             ("DOWNLOADER_MIDDLEWARES", DOWNLOADER_MIDDLEWARES),
             ("SPIDER_MIDDLEWARES", SPIDER_MIDDLEWARES),

@@ -56,6 +56,17 @@ def engine_of(crawler: Crawler) -> ExecutionEngine | None:
         return None
 
 
+def fail_bootstrap(crawler: Crawler) -> None:
+    """Make the runner count *crawler* as failed to start (``scrapy crawl`` exits with status 1).
+
+    Before the engine exists only. Scrapy 2.14 counts a start-up failure only
+    by a missing ``crawler.spider`` (the spider is built before add-ons and
+    components, so their errors exited 0); 2.19 also counts any exception.
+    """
+    if engine_of(crawler) is None:
+        crawler.spider = None
+
+
 def engine_slot(engine: ExecutionEngine | None) -> Any | None:
     """The engine's slot (``engine._slot``, 2.14 .. 2.19), None outside a crawl.
 

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy_openclaw.exceptions import OpenClawConfigError
 from scrapy_openclaw.runtime import shared
+from scrapy_openclaw.startup import refuse_start
 
 if TYPE_CHECKING:
     from os import PathLike
@@ -309,8 +310,15 @@ class OpenClawSettings:
 
     @classmethod
     def for_crawler(cls, crawler: Crawler) -> OpenClawSettings:
-        """The crawl's one instance, built from ``crawler.settings`` by the first caller."""
-        return shared(crawler, "openclaw_settings", lambda: cls.from_settings(crawler.settings))
+        """The crawl's one instance, built from ``crawler.settings`` by the first caller.
+
+        A bad value stops the crawl at start with one line (:func:`~scrapy_openclaw.startup.refuse_start`).
+        """
+        try:
+            return shared(crawler, "openclaw_settings", lambda: cls.from_settings(crawler.settings))
+        except OpenClawConfigError as exc:
+            refuse_start(crawler, exc)
+            raise
 
 
 def _short(value: Any) -> str:

@@ -13,6 +13,7 @@ all refused with the file and line, never a traceback.
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -98,13 +99,19 @@ class _BoundedLoader(yaml.SafeLoader):
 _BoundedLoader.add_constructor("tag:yaml.org,2002:int", _BoundedLoader.construct_yaml_int)
 
 
-def read_yaml(path: Path, kind: str = "configuration file") -> tuple[Any, dict[tuple, int]]:
-    """Parse YAML into plain data plus the line (1-based) of every key path."""
+def read_yaml(path: Path, kind: str = "configuration file", *, setting: str = "") -> tuple[Any, dict[tuple, int]]:
+    """Parse YAML into plain data plus the line (1-based) of every key path.
+
+    Errors name the file by its absolute path (the working directory resolves a
+    relative one) and, when unreadable, the *setting* that names it.
+    """
+    path = Path(os.path.abspath(path))
     try:
         with open(path, "rb") as f:
             raw = f.read(MAX_BYTES + 1)
     except OSError as exc:
-        raise OpenClawConfigError(f"{path}: cannot read {kind}: {exc.strerror}") from None
+        named = f"setting {setting}: " if setting else ""
+        raise OpenClawConfigError(f"{named}cannot read {kind} {path}: {exc.strerror}") from None
     return load_yaml_bytes(raw, str(path), kind)
 
 

@@ -59,8 +59,14 @@ def open_directory(directory: Path, *, restart: bool, notes: list[Note]) -> tupl
     OpenClawConfigError when another crawl holds the lock; CheckpointVersionError
     for files of another format version.
     """
-    private_dir(directory)
-    lock_fd = _lock(directory)
+    try:
+        private_dir(directory)
+        lock_fd = _lock(directory)
+    except OSError as exc:
+        raise OpenClawConfigError(
+            f"setting OPENCLAW_CHECKPOINT_DIR={str(directory)!r}: cannot use {os.path.abspath(directory)} as "
+            f"the checkpoint directory ({exc.strerror}): point it at a directory this user can create and write"
+        ) from None
     try:
         for path in temp_files(directory):  # a snapshot cut short by a crash (ours only)
             path.unlink(missing_ok=True)

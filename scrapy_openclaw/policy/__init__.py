@@ -28,6 +28,7 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
+from scrapy_openclaw.exceptions import OpenClawConfigError
 from scrapy_openclaw.policy.loading import _HOST_PATTERN as _HOST_PATTERN
 from scrapy_openclaw.policy.loading import _ORDERED as _ORDERED
 from scrapy_openclaw.policy.loading import _Loader, inline_policy, read_policy_file
@@ -46,6 +47,7 @@ from scrapy_openclaw.policy.validation import _build, _deep_merge
 from scrapy_openclaw.policy.validation import _check_number as _check_number
 from scrapy_openclaw.policy.validation import _validate as _validate
 from scrapy_openclaw.policy.validation import _validate_value as _validate_value
+from scrapy_openclaw.startup import refuse_start
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -123,4 +125,8 @@ class PolicySet:
         from scrapy_openclaw.settings import OpenClawSettings
 
         OpenClawSettings.for_crawler(crawler)
-        return shared(crawler, "policy", lambda: cls._load(crawler.settings))
+        try:
+            return shared(crawler, "policy", lambda: cls._load(crawler.settings))
+        except OpenClawConfigError as exc:
+            refuse_start(crawler, exc)
+            raise

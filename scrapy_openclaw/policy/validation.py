@@ -7,7 +7,9 @@ Checking comes first (a bad value names its file, line and key through
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import math
+from collections.abc import Iterable
 from typing import Any, Literal, get_args, get_origin, get_type_hints
 
 from scrapy_openclaw.yamlconfig import Where
@@ -21,9 +23,14 @@ def _validate(cls: type, data: Any, path: tuple, where: Where) -> None:
     for key, value in data.items():
         kpath = (*path, key)
         if key not in fields:
-            known = ", ".join(sorted(fields))
-            where.fail(kpath, f"unknown key (known: {known})")
+            where.fail(kpath, f"unknown key ({_suggest(key, fields)})")
         _validate_value(hints[key], fields[key], value, kpath, where)
+
+
+def _suggest(key: Any, known: Iterable[str]) -> str:
+    """ "did you mean ..." for a near miss, else the list of known keys."""
+    close = difflib.get_close_matches(str(key), list(known), n=1)
+    return f"did you mean {close[0]}?" if close else f"known: {', '.join(sorted(known))}"
 
 
 def _validate_value(hint: Any, f: dataclasses.Field, value: Any, path: tuple, where: Where) -> None:

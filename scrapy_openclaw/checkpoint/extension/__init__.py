@@ -50,6 +50,7 @@ from scrapy_openclaw.lifecycle import RequestLifecycle
 from scrapy_openclaw.paths import resolve_path
 from scrapy_openclaw.serialization import SerializationError, dumps, request_to_data
 from scrapy_openclaw.settings import OpenClawSettings
+from scrapy_openclaw.startup import reports_config_errors
 
 if TYPE_CHECKING:
     from scrapy import Request
@@ -106,6 +107,7 @@ class CheckpointExtension(_CrawlSignals):
         self._outputs: dict[str, dict[str, Any]] = {}
 
     @classmethod
+    @reports_config_errors
     def from_crawler(cls, crawler: Crawler) -> CheckpointExtension:
         ext = cls(crawler)
         ext.open()

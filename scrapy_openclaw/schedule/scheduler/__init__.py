@@ -105,6 +105,7 @@ class Scheduler(WindowRunner):
         self.stopping = False
         self._stopped: Deferred[Any] | None = None
         self._reaper: Any = None
+        self._reaping: Deferred[None] | None = None  # the reap a looping-call tick started, while it runs
 
     # ------------------------------------------------------------------ start / stop
 
@@ -180,7 +181,15 @@ class Scheduler(WindowRunner):
             finally:
                 await deferToThread(lock.release, False)
 
-    def _reap_periodically(self) -> Deferred[None]:
+    def _reap_periodically(self) -> None:
+        """A looping-call tick: start a reap unless the last one is still running.
+
+        Returns nothing: Scrapy's asyncio looping call refuses a function that
+        returns a Deferred or a coroutine (and stops).
+        """
+        if self._reaping is not None:
+            return
+
         async def reap() -> None:
             try:
                 runs = await deferToThread(self.history.runs)
@@ -188,9 +197,13 @@ class Scheduler(WindowRunner):
                 return
             await self._reap_stale(runs)
 
-        d = Deferred.fromCoroutine(reap())
-        d.addErrback(self._log_failure, "checking for stale windows")
-        return d
+        def done(result: Any) -> Any:
+            self._reaping = None
+            return result
+
+        self._reaping = Deferred.fromCoroutine(reap())
+        self._reaping.addBoth(done)
+        self._reaping.addErrback(self._log_failure, "checking for stale windows")
 
     def _catch_up(self, runs: list[RunRecord]) -> None:
         now = time.time()
