@@ -103,6 +103,12 @@ DEFAULTS: dict[str, Any] = {
     "OPENCLAW_METRICS_MAX_DOMAINS": 50,
     "OPENCLAW_METRICS_PUSHGATEWAY": None,  # "host:port" of a Pushgateway: push once at close
     "OPENCLAW_LOG_DOMAINS": 10,  # rows of the per-domain table logged every LOGSTATS_INTERVAL; 0: off
+    # --- politeness report (PolitenessReportExtension, scrapy openclaw-report) ---
+    "OPENCLAW_REPORT_ENABLED": True,  # False: no report at the end of the crawl
+    "OPENCLAW_REPORT_PATH": None,  # unset: <project>/openclaw-data/<spider>/report.json (beside the dead letters)
+    "OPENCLAW_REPORT_ROWS": 20,  # domains in the report's log table (the busiest first); 0: no table
+    # domains counted one by one in the figures and the report; the rest share one "other" row
+    "OPENCLAW_REPORT_MAX_DOMAINS": 10000,
     # --- live control (API on the metrics port, scrapy openclaw-ctl) ---
     "OPENCLAW_CONTROL_TOKEN": None,  # unset: no control API; set: the bearer token every call must carry
     "OPENCLAW_CONTROL_POLL": 0.5,  # seconds between reads of the Redis control stream (distributed mode)
@@ -154,6 +160,8 @@ _RANGES: dict[str, tuple[float, float]] = {
     "OPENCLAW_METRICS_PORT": (0, 65535),
     "OPENCLAW_METRICS_MAX_DOMAINS": (0, 100000),
     "OPENCLAW_LOG_DOMAINS": (0, 1000),
+    "OPENCLAW_REPORT_ROWS": (0, 100000),
+    "OPENCLAW_REPORT_MAX_DOMAINS": (1, 10**7),
     "OPENCLAW_CONTROL_POLL": (0.05, 60.0),
     "OPENCLAW_SCHEDULE_LOCK_TTL": (1.0, 86400.0),
     "OPENCLAW_SCHEDULE_STOP_TIMEOUT": (0.0, 86400.0),
@@ -278,6 +286,10 @@ class OpenClawSettings:
     metrics_max_domains: int
     metrics_pushgateway: str | None
     log_domains: int
+    report_enabled: bool
+    report_path: str | PathLike[str] | None
+    report_rows: int
+    report_max_domains: int
     control_token: str | None
     control_poll: float
     distributed: bool

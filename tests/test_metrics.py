@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from scrapy import Request, Spider
+from scrapy import Request, Spider, signals
 from scrapy.exceptions import NotConfigured
 from scrapy.http import HtmlResponse
 from scrapy.utils.misc import build_from_crawler, load_object
@@ -329,7 +329,7 @@ def test_each_crawler_has_its_own_registry():
     first = build_from_crawler(MetricsExtension, get_crawler(_Spider, {"OPENCLAW_LOG_DOMAINS": 3}))
     second = build_from_crawler(MetricsExtension, get_crawler(_Spider, {"OPENCLAW_LOG_DOMAINS": 3}))
     request = Request("http://127.0.0.2/page/1")
-    first.request_reached_downloader(request, None)
+    first.crawler.signals.send_catch_log(signals.request_reached_downloader, request=request, spider=None)
     assert first.registry is not second.registry
     assert (
         first.registry.get_sample_value(
@@ -383,13 +383,17 @@ def test_log_table_lists_busiest_domains():
     ext = build_from_crawler(
         MetricsExtension, get_crawler(_Spider, {"OPENCLAW_LOG_DOMAINS": 2, "LOGSTATS_INTERVAL": 30})
     )
+    send = ext.crawler.signals.send_catch_log
     for host, pages in (("127.0.0.2", 1), ("127.0.0.3", 5), ("127.0.0.4", 3)):
         for n in range(pages):
             request = Request(f"http://{host}/page/{n}", meta={"retry_times": 1} if n == 0 else {})
-            ext.request_reached_downloader(request, None)
-            ext.response_downloaded(HtmlResponse(request.url, status=200, request=request), request, None)
+            response = HtmlResponse(request.url, status=200, request=request)
+            send(signals.request_reached_downloader, request=request, spider=None)
+            send(signals.response_downloaded, response=response, request=request, spider=None)
+            send(signals.request_left_downloader, request=request, spider=None)
+            send(signals.response_received, response=response, request=request, spider=None)
     assert ext.logtable is not None
-    lines = ext.logtable.render(ext.logtable._pages).splitlines()
+    lines = ext.logtable.render(ext.logtable._interval_done()).splitlines()
     assert lines[0] == "OpenClaw domains (top 2 of 3, last 30 s):"
     assert lines[1].split()[:6] == ["domain", "pages/min", "health", "rate/s", "retries", "circuit"]
     assert lines[2].split()[:2] == ["127.0.0.3", "10.0"] and lines[2].split()[4] == "1"

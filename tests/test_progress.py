@@ -112,13 +112,14 @@ def test_progress_figures_match_the_site(chaos_server: Any, tmp_path: Any) -> No
         "ETA",
     ]
     rows = {row.split()[0]: row.split() for row in table[2:4]}
-    served_ok = {
-        host: sum(1 for r in h["requests"] if r["status"] == 200 and r["path"] != "/robots.txt")
+    pages = {  # done: each URL once, answered or given up (the 404 page is done, as a dead letter)
+        host: len({r["path"] for r in h["requests"] if r["path"] != "/robots.txt"})
         for host, h in truth["hosts"].items()
     }
     for host, row in rows.items():
-        assert int(row[7]) == served_ok[host]
+        assert int(row[7]) == pages[host]
         assert row[8] == "0"
+    assert sum(int(row[7]) for row in rows.values()) == int(close.group(1))
     assert rows["127.0.0.3"][10] == "1"  # the 404 page's dead letter
 
 

@@ -29,6 +29,7 @@ Prometheus' Twisted resource renders in a reactor thread-pool thread, so
 from __future__ import annotations
 
 import logging
+import math
 import re
 import threading
 import time
@@ -45,6 +46,7 @@ from prometheus_client.metrics_core import (
 
 from scrapy_openclaw.errors import ErrorClass
 from scrapy_openclaw.health.reader import HealthReader, health_registry
+from scrapy_openclaw.metrics.figures import status_class as status_class
 from scrapy_openclaw.pqueues import queue_state as deadline_queue_state
 from scrapy_openclaw.runtime import peek
 from scrapy_openclaw.scrapy_internals import downloader_activity, scheduler_of
@@ -100,9 +102,23 @@ class DomainLabels:
         return list(self._tracked)
 
 
-def status_class(status: int) -> str:
-    """``"2xx"`` for 200 and so on; anything outside 100..599 is ``"unknown"``."""
-    return f"{status // 100}xx" if 100 <= status <= 599 else "unknown"
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values)
+
+
+_FOLDS: dict[str, Callable[[list[float]], float]] = {"sum": sum, "mean": _mean, "max": max}
+
+
+def by_label(
+    labels: Callable[[str], str], values: Iterable[tuple[str, float]], how: str = "sum"
+) -> list[tuple[str, float]]:
+    """Per-domain *values* folded into their ``domain`` labels (``other`` gathers the
+    untracked ones) by *how*: ``sum``, ``mean`` or ``max``; sorted by label."""
+    groups: dict[str, list[float]] = defaultdict(list)
+    for domain, value in values:
+        groups[labels(domain)].append(float(value))
+    fold = _FOLDS[how]
+    return [(label, fold(group)) for label, group in sorted(groups.items())]
 
 
 def on_reactor_thread(func: Callable[[], Any], timeout: float = _SCRAPE_TIMEOUT) -> Any:
@@ -271,23 +287,23 @@ class OpenClawCollector:
         if registry is None:
             return result
         now = time.time()
-        groups: dict[str, list[Any]] = defaultdict(list)
         names = registry.domains()
-        for domain in names:
-            groups[self.labels(domain)].append(registry.state(domain))
+        states = [(domain, registry.state(domain)) for domain in names]
         domains.add_metric([spider], len(names))
-        for label, states in sorted(groups.items()):
-            key = [spider, label]
-            n = len(states)
-            score.add_metric(key, sum(float(s.health) for s in states) / n)
-            rate.add_metric(key, sum(float(s.rate) for s in states))
-            concurrency.add_metric(key, sum(float(s.concurrency) for s in states))
-            latencies = [float(s.latency) for s in states if s.latency is not None]
-            if latencies:
-                latency.add_metric(key, sum(latencies) / len(latencies))
-            hold.add_metric(key, max(max(0.0, float(s.hold_until or 0) - now) for s in states))
-            for state in _CIRCUIT_STATES:
-                circuit.add_metric([*key, state], sum(1 for s in states if s.circuit == state))
+        for family, how, read in (
+            (score, "mean", lambda s: s.health),
+            (rate, "sum", effective_rate),
+            (concurrency, "sum", lambda s: s.concurrency),
+            (latency, "mean", lambda s: s.latency),
+            (hold, "max", lambda s: max(0.0, float(s.hold_until or 0) - now)),
+        ):
+            values = [(d, read(s)) for d, s in states if read(s) is not None]
+            for label, value in by_label(self.labels, values, how):
+                family.add_metric([spider, label], value)
+        for state in _CIRCUIT_STATES:
+            values = [(d, 1.0 if s.circuit == state else 0.0) for d, s in states]
+            for label, value in by_label(self.labels, values):
+                circuit.add_metric([spider, label, state], value)
         return result
 
     def _ban_families(self, spider: str) -> list[Metric]:
@@ -304,12 +320,13 @@ class OpenClawCollector:
             labels=["spider"],
         )
         stats = self.stats.get_stats()
-        counts: dict[str, float] = defaultdict(float)
-        for key, value in stats.items():
-            if isinstance(key, str) and key.startswith(_BAN_DOMAIN_PREFIX):
-                counts[self.labels(key[len(_BAN_DOMAIN_PREFIX) :])] += _number(value)
-        for label, value in sorted(counts.items()):
-            blocked.add_metric([spider, label], value)
+        counts = [
+            (key[len(_BAN_DOMAIN_PREFIX) :], _number(value))
+            for key, value in stats.items()
+            if isinstance(key, str) and key.startswith(_BAN_DOMAIN_PREFIX)
+        ]
+        for label, total in by_label(self.labels, counts):
+            blocked.add_metric([spider, label], total)
         given_up.add_metric([spider], _number(stats.get("openclaw/health/given_up_domains")))
         return [blocked, given_up]
 
@@ -345,10 +362,7 @@ class OpenClawCollector:
             for name in ("ready", "delayed"):
                 by_state.add_metric([spider, name], state[name])
             expired.add_metric([spider], state["expired"])
-            per_domain: dict[str, float] = defaultdict(float)
-            for domain, count in state["domains"].items():
-                per_domain[self.labels(domain)] += count
-            for label, value in sorted(per_domain.items()):
+            for label, value in by_label(self.labels, state["domains"].items()):
                 by_domain.add_metric([spider, label], value)
             return result
         # Any other queue: delayed requests wait in the DelayedRequests fallback,
@@ -377,12 +391,19 @@ class OpenClawCollector:
             return result
         in_flight, per_slot = activity
         active.add_metric([spider], in_flight)
-        per_domain: dict[str, float] = defaultdict(float)
-        for key, count in per_slot.items():
-            per_domain[self.labels(key)] += count
-        for label, value in sorted(per_domain.items()):
+        for label, value in by_label(self.labels, per_slot.items()):
             by_domain.add_metric([spider, label], value)
         return result
+
+
+def effective_rate(state: Any) -> float:
+    """The pace the controller allows a domain, ``inf`` when it cannot bind: above what the
+    domain's concurrency reaches at its latency (concurrency / latency), as in plain Scrapy."""
+    rate = float(state.rate)
+    latency = state.latency
+    if isinstance(latency, (int, float)) and latency > 0 and rate * latency > max(1, state.concurrency):
+        return math.inf
+    return rate
 
 
 def _retry_delay_histogram(stats: dict[str, Any], spider: str) -> Metric | None:

@@ -8,9 +8,11 @@ Scrapy's own reactor (prometheus_client's Twisted resource) on
 the crawl goes on without the endpoint. ``OPENCLAW_METRICS_PUSHGATEWAY``
 pushes one final snapshot at close, for runs too short to be scraped.
 
-The extension counts only events nobody else counts per domain (requests,
-responses by status class, download errors, latency, retried requests, dead
-letters, circuit openings); every value another component owns is read at
+The request figures (requests, answers by status class, failures, retries,
+dead letters, bytes, circuit openings) are counted once, by
+:class:`~scrapy_openclaw.metrics.figures.CrawlFigures`, and served from there
+(:class:`~scrapy_openclaw.metrics.families.FiguresCollector`); the extension
+observes only latency itself; every value another component owns is read at
 scrape time by :class:`~scrapy_openclaw.metrics.collector.OpenClawCollector`.
 """
 
@@ -19,7 +21,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, push_to_gateway
+from prometheus_client import CollectorRegistry, Histogram, push_to_gateway
 from scrapy import signals
 from scrapy.exceptions import NotConfigured
 from scrapy.utils.reactor import is_reactor_installed
@@ -27,15 +29,10 @@ from twisted.internet.defer import DeferredList
 from twisted.internet.error import CannotListenError
 from twisted.internet.threads import deferToThread
 
-from scrapy_openclaw import meta as M
-from scrapy_openclaw import signals as openclaw_signals
 from scrapy_openclaw._metrics_http import serve_metrics
-from scrapy_openclaw.metrics.collector import (
-    PREFIX,
-    DomainLabels,
-    OpenClawCollector,
-    status_class,
-)
+from scrapy_openclaw.metrics.collector import PREFIX, DomainLabels, OpenClawCollector
+from scrapy_openclaw.metrics.families import FiguresCollector
+from scrapy_openclaw.metrics.figures import CrawlFigures
 from scrapy_openclaw.metrics.logtable import DomainLogTable, Progress
 from scrapy_openclaw.metrics.progress import ProgressCollector, crawl_progress
 from scrapy_openclaw.scrapy_internals import engine_of, slot_key
@@ -48,7 +45,6 @@ if TYPE_CHECKING:
     from scrapy.http import Response
     from twisted.internet.defer import Deferred
 
-    from scrapy_openclaw.deadletter import DeadLetter
 
 logger = logging.getLogger(__name__)
 
@@ -72,19 +68,25 @@ class MetricsExtension:
         self._spider_name = ""
         self._children: dict[tuple[int, tuple[str, ...]], Any] = {}  # see _series
         self._listening: Any = None  # twisted IListeningPort
-        self._answered: set[int] = set()  # ids of requests that got a response
         self.control_token: str | None = config.control_token or None
         self.control_poll = config.control_poll
         self._channel: Any = None
         self._build_metrics()
         self.collector = OpenClawCollector(crawler, self.labels, lambda: self._spider_name)
         self.registry.register(self.collector)
+        self.figures = CrawlFigures.for_crawler(crawler)
+        self.registry.register(FiguresCollector(self.figures, self.labels, lambda: self._spider_name))
         self.registry.register(ProgressCollector(self))
         rows = config.log_domains
         interval = settings.getfloat("LOGSTATS_INTERVAL")
         self.logtable = (
             DomainLogTable(
-                rows=rows, interval=interval, health=self.collector.health, progress=self.progress, stats=crawler.stats
+                rows=rows,
+                interval=interval,
+                health=self.collector.health,
+                figures=self.figures,
+                progress=self.progress,
+                stats=crawler.stats,
             )
             if rows > 0 and interval > 0
             else None
@@ -92,11 +94,7 @@ class MetricsExtension:
         connect = crawler.signals.connect
         connect(self.spider_opened, signal=signals.spider_opened)
         connect(self.spider_closed, signal=signals.spider_closed)
-        connect(self.request_reached_downloader, signal=signals.request_reached_downloader)
         connect(self.response_downloaded, signal=signals.response_downloaded)
-        connect(self.request_left_downloader, signal=signals.request_left_downloader)
-        connect(self.dead_letter, signal=openclaw_signals.dead_letter)
-        connect(self.circuit_opened, signal=openclaw_signals.circuit_opened)
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> MetricsExtension:
@@ -111,50 +109,12 @@ class MetricsExtension:
         return cls(crawler)
 
     def _build_metrics(self) -> None:
-        domain = ["spider", "domain"]
-        reg = self.registry
-        self.requests = Counter(
-            f"{PREFIX}_downloader_requests",
-            "Requests handed to the download handler, by domain.",
-            domain,
-            registry=reg,
-        )
-        self.responses = Counter(
-            f"{PREFIX}_downloader_responses",
-            "Responses downloaded, by domain and status class (2xx, 3xx, 4xx, 5xx).",
-            [*domain, "status_class"],
-            registry=reg,
-        )
-        self.errors = Counter(
-            f"{PREFIX}_downloader_errors",
-            "Downloads that ended without a response (network failures), by domain.",
-            domain,
-            registry=reg,
-        )
         self.latency = Histogram(
             f"{PREFIX}_downloader_response_latency_seconds",
             "Time to the response headers (request.meta['download_latency']), by domain.",
-            domain,
+            ["spider", "domain"],
             buckets=LATENCY_BUCKETS,
-            registry=reg,
-        )
-        self.retried = Counter(
-            f"{PREFIX}_retry_requests",
-            "Retried requests handed to the download handler, by domain.",
-            domain,
-            registry=reg,
-        )
-        self.dead_letters = Counter(
-            f"{PREFIX}_dlq_dead_letters",
-            "Dead letters emitted, by domain and class (error class, deadline, retry_budget).",
-            [*domain, "error_class"],
-            registry=reg,
-        )
-        self.circuit_openings = Counter(
-            f"{PREFIX}_health_circuit_openings",
-            "Times a domain's circuit opened.",
-            domain,
-            registry=reg,
+            registry=self.registry,
         )
 
     # ------------------------------------------------------------------ signals
@@ -189,7 +149,7 @@ class MetricsExtension:
 
     def progress(self) -> Progress | None:
         """The crawl's progress now (see :func:`~scrapy_openclaw.metrics.progress.crawl_progress`)."""
-        return crawl_progress(self.crawler)
+        return crawl_progress(self.crawler, self.figures)
 
     def _series(self, metric: Any, *labels: str) -> Any:
         """The metric's child for this spider and *labels*, kept: ``labels()`` takes a lock
@@ -200,50 +160,10 @@ class MetricsExtension:
             child = self._children[key] = metric.labels(self._spider_name, *labels)
         return child
 
-    def request_reached_downloader(self, request: Request, spider: Spider) -> None:
-        domain = slot_key(self.crawler, request)
-        label = self.labels(domain)
-        self._series(self.requests, label).inc()
-        if self.logtable is not None:
-            self.logtable.count_sent(domain)
-        if _is_retry(request):
-            self._series(self.retried, label).inc()
-            if self.logtable is not None:
-                self.logtable.count_retry(domain)
-
     def response_downloaded(self, response: Response, request: Request, spider: Spider) -> None:
-        self._answered.add(id(request))
-        domain = slot_key(self.crawler, request)
-        label = self.labels(domain)
-        self._series(self.responses, label, status_class(response.status)).inc()
         latency = request.meta.get("download_latency")
         if isinstance(latency, (int, float)) and latency >= 0:
-            self._series(self.latency, label).observe(latency)
-        if self.logtable is not None:
-            if response.status < 400:
-                self.logtable.count_page(domain)
-            else:
-                self.logtable.count_failure(domain)
-
-    def request_left_downloader(self, request: Request, spider: Spider) -> None:
-        # response_downloaded fires first for the same request when there was one.
-        key = id(request)
-        if key in self._answered:
-            self._answered.discard(key)
-        else:
-            self._series(self.errors, self.labels(slot_key(self.crawler, request))).inc()
-            if self.logtable is not None:
-                self.logtable.count_failure(slot_key(self.crawler, request))
-
-    def dead_letter(self, dead_letter: DeadLetter, spider: Spider | None = None) -> None:
-        if dead_letter.internal:  # robots.txt and other Scrapy-internal downloads: never stored
-            return
-        if self.logtable is not None:
-            self.logtable.count_dead_letter(dead_letter.domain)
-        self.dead_letters.labels(self._spider_name, self.labels(dead_letter.domain), str(dead_letter.error_class)).inc()
-
-    def circuit_opened(self, domain: str, state: Any = None, spider: Spider | None = None) -> None:
-        self.circuit_openings.labels(self._spider_name, self.labels(domain)).inc()
+            self._series(self.latency, self.labels(slot_key(self.crawler, request))).observe(latency)
 
     # ------------------------------------------------------------------ endpoint
 
@@ -351,17 +271,6 @@ class MetricsExtension:
 
         d.addCallbacks(pushed, failed)
         return d
-
-
-def _is_retry(request: Request) -> bool:
-    """A retry by our retry middlewares or by Scrapy's RetryMiddleware."""
-    state = request.meta.get(M.RETRY_STATE)
-    if isinstance(state, dict):
-        attempts = state.get("attempts")
-        if isinstance(attempts, dict) and any(isinstance(n, int) and n > 0 for n in attempts.values()):
-            return True
-    times = request.meta.get("retry_times")
-    return isinstance(times, int) and times > 0
 
 
 class _Frozen:

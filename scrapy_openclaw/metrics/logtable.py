@@ -24,10 +24,15 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy.utils.asyncio import create_looping_call
 
+from scrapy_openclaw.metrics.collector import effective_rate
+from scrapy_openclaw.metrics.figures import DomainFigures
+
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from scrapy import Spider
+
+    from scrapy_openclaw.metrics.figures import CrawlFigures
 
 logger = logging.getLogger(__name__)
 
@@ -83,7 +88,7 @@ def eta(pending: int, per_second: float) -> str:
 
 
 class DomainLogTable:
-    """Counts pages and retries per domain and logs the top *rows* domains."""
+    """Logs the progress line and the top *rows* domains; every count is read from *figures*."""
 
     def __init__(
         self,
@@ -91,41 +96,30 @@ class DomainLogTable:
         rows: int,
         interval: float,
         health: Callable[[], Any],
+        figures: CrawlFigures,
         progress: Callable[[], Progress | None] = lambda: None,
         stats: Any = None,
     ):
         self.rows = rows
         self.interval = interval
         self.health = health
+        self.figures = figures
         self.progress = progress
         self.stats = stats
-        self._pages: Counter[str] = Counter()  # this interval only
-        self._retries: Counter[str] = Counter()  # whole crawl
-        self._total: Counter[str] = Counter()  # pages, whole crawl
-        self._failed: Counter[str] = Counter()  # failed downloads (status >= 400 or no response)
-        self._dead: Counter[str] = Counter()  # dead letters
-        self._sent = 0  # requests handed to the downloader this interval
+        self._done_then: dict[str, int] = {}  # each domain's done at the last table
+        self._requests_then = 0  # requests sent at the last progress line
         self._done_before: int | None = None
         self.rate = 0.0  # requests done per second over the last interval
         self._started = time.monotonic()
         self._loop: Any = None
         self._spider: Spider | None = None
 
-    def count_page(self, domain: str) -> None:
-        self._pages[domain] += 1
-        self._total[domain] += 1
-
-    def count_retry(self, domain: str) -> None:
-        self._retries[domain] += 1
-
-    def count_sent(self, domain: str) -> None:
-        self._sent += 1
-
-    def count_failure(self, domain: str) -> None:
-        self._failed[domain] += 1
-
-    def count_dead_letter(self, domain: str) -> None:
-        self._dead[domain] += 1
+    def _interval_done(self) -> Counter[str]:
+        """Requests done per domain since the last table (and start a new interval)."""
+        now = {domain: f.done for domain, f in self.figures.domains.items()}
+        pages = Counter({d: n - self._done_then.get(d, 0) for d, n in now.items()})
+        self._done_then = now
+        return pages
 
     def start(self, spider: Spider) -> None:
         self._spider = spider
@@ -138,29 +132,32 @@ class DomainLogTable:
             self._loop.stop()
         self._loop = None
         elapsed = max(time.monotonic() - self._started, 1e-9)
+        self.figures.settle()
         progress = self.progress()
         if progress is not None:
             self._record(progress)
-            done = progress.done
             logger.info(
                 "OpenClaw progress at close: %(done)d done of %(found)d discovered, %(pending)d pending, "
                 "%(rate).1f pages/min over the crawl (%(elapsed).0f s)",
                 {
-                    "done": done,
+                    "done": progress.done,
                     "found": progress.discovered,
                     "pending": progress.pending,
-                    "rate": sum(self._total.values()) * 60.0 / elapsed,
+                    "rate": progress.done * 60.0 / elapsed,
                     "elapsed": elapsed,
                 },
                 extra={"spider": self._spider},
             )
-        table = self.render(self._total, period=elapsed, title="whole crawl")
+        whole = Counter({domain: f.done for domain, f in self.figures.domains.items()})
+        table = self.render(whole, progress=progress, period=elapsed, title="whole crawl")
         if table:
             logger.info("%(table)s", {"table": table}, extra={"spider": self._spider})
 
     def log(self) -> None:
-        pages, self._pages = self._pages, Counter()
-        sent, self._sent = self._sent, 0
+        pages = self._interval_done()
+        requests = self.figures.total().requests
+        sent, self._requests_then = requests - self._requests_then, requests
+        self.figures.settle()
         progress = self.progress()
         if progress is not None:
             self._record(progress)
@@ -229,9 +226,8 @@ class DomainLogTable:
         registry = self.health()
         period = self.interval if period is None else period
         pending = progress.domains if progress is not None else {}
-        known = (
-            set(pages) | set(self._retries) | set(self._failed) | set(self._dead) | {d for d, n in pending.items() if n}
-        )
+        figures = self.figures.domains
+        known = set(figures) | {d for d, n in pending.items() if n}
         states: dict[str, Any] = {}
         if registry is not None:
             # Only domains the registry knows: state() of a new one would create it.
@@ -250,19 +246,20 @@ class DomainLogTable:
         rows = [HEADER]
         for domain in top:
             state = states.get(domain)
+            f = figures.get(domain) or DomainFigures()
             rows.append(
                 (
                     domain,
                     f"{pages[domain] * per_minute:.1f}",
                     f"{state.health:.0f}" if state is not None else "-",
-                    f"{state.rate:.2f}" if state is not None else "-",
-                    str(self._retries[domain]),
+                    f"{effective_rate(state):.2f}" if state is not None else "-",
+                    str(f.retries),
                     str(state.circuit) if state is not None else "-",
                     f"{state.blocked_seconds:.0f}" if state is not None else "-",  # held or circuit open
-                    str(self._total[domain]),
+                    str(f.done),
                     str(pending.get(domain, 0)),
-                    str(self._failed[domain]),
-                    str(self._dead[domain]),
+                    str(f.failures),
+                    str(f.dead),
                     eta(pending.get(domain, 0), pages[domain] / period),
                 )
             )

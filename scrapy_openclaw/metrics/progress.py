@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from scrapy_openclaw.metrics.collector import PREFIX, on_reactor_thread
+from scrapy_openclaw.metrics.collector import PREFIX, by_label, on_reactor_thread
+from scrapy_openclaw.metrics.figures import CrawlFigures
 from scrapy_openclaw.metrics.logtable import Progress
 from scrapy_openclaw.pqueues import queue_state as deadline_queue_state
 from scrapy_openclaw.runtime import peek
@@ -21,9 +22,9 @@ if TYPE_CHECKING:
     from scrapy.crawler import Crawler
 
 
-def crawl_progress(crawler: Crawler) -> Progress | None:
-    """Requests discovered (accepted by the scheduler, retries not counted again) and pending
-    by state, overall and per domain; None before the crawl runs."""
+def crawl_progress(crawler: Crawler, figures: CrawlFigures | None = None) -> Progress | None:
+    """Requests pending by state, overall and per domain, and discovered (done, from *figures*,
+    plus pending: each request once, whatever its retries); None before the crawl runs."""
     engine = engine_of(crawler)
     scheduler = scheduler_of(engine)
     activity = downloader_activity(engine)
@@ -49,10 +50,8 @@ def crawl_progress(crawler: Crawler) -> Progress | None:
         delayed = peek(crawler, "delayed")
         waiting = len(delayed) if delayed is not None and getattr(delayed, "active", False) else 0
         queued = len(scheduler) if hasattr(scheduler, "__len__") else 0
-    stats = crawler.stats
-    enqueued = int(stats.get_value("scheduler/enqueued", 0) or 0)
-    retries = int(stats.get_value("retry/count", 0) or 0)
-    discovered = max(enqueued - retries, queued + waiting + in_flight)
+    figures = figures or CrawlFigures.for_crawler(crawler)
+    discovered = figures.total().done + queued + waiting + in_flight
     return Progress(discovered, queued, waiting, in_flight, domains, due_at)
 
 
@@ -90,10 +89,6 @@ class ProgressCollector:
             requests.add_metric([spider, state], getattr(progress, state))
         table = self.ext.logtable
         rate.add_metric([spider], table.rate if table is not None else 0.0)
-        per_domain: dict[str, int] = {}
-        for domain, n in progress.domains.items():
-            label = self.ext.labels(domain)
-            per_domain[label] = per_domain.get(label, 0) + n
-        for label, n in sorted(per_domain.items()):
+        for label, n in by_label(self.ext.labels, progress.domains.items()):
             domains.add_metric([spider, label], n)
         return [requests, rate, domains]
