@@ -28,6 +28,8 @@ from scrapy_openclaw.health.registry.tuning import (
     CLOSED,
 )
 
+from scrapy_openclaw.health.registry.refusals import restart_sample
+
 if TYPE_CHECKING:
     from scrapy_openclaw.health.registry.limitfit import LimitHistory
     from scrapy_openclaw.health.registry.record import _Domain
@@ -138,6 +140,8 @@ class _Pacing:
             if fitted is not None:
                 before = min(rate, fitted * _FIT_MARGIN)
                 d.burst_cap = history.burst(fitted)
+        if d.cuts == 0:
+            restart_sample(d, now)
         d.cuts = min(d.cuts + 1, 2) if measured or rate_bound else max(d.cuts, 1)  # (see _increase)
         d.threshold = before
         d.rate = max(p.min_rate, before * p.rate_decrease)
