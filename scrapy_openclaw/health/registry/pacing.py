@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
+from scrapy_openclaw.health.registry.refusals import restart_sample
 from scrapy_openclaw.health.registry.tuning import (
     _BASELINE_DRIFT,
     _BURST_SECONDS,
@@ -27,8 +28,6 @@ from scrapy_openclaw.health.registry.tuning import (
     _WINDOW,
     CLOSED,
 )
-
-from scrapy_openclaw.health.registry.refusals import restart_sample
 
 if TYPE_CHECKING:
     from scrapy_openclaw.health.registry.limitfit import LimitHistory
