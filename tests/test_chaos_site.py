@@ -266,6 +266,54 @@ def test_token_bucket_allows_burst_then_rate(chaos_server: Any) -> None:
     assert [fetch(server.urls[A])[0] for _ in range(2)] == [200, 200]
 
 
+def test_a_scheduled_limit_drops_at_its_second(chaos_server: Any) -> None:
+    config = one_host(rate_limit={"rate": 1000.0, "burst": 5, "schedule": [[1.0, 0.01, 1]]})
+    limit = ChaosConfig.from_dict(json.loads(json.dumps(config.to_dict()))).hosts[0].rate_limit
+    assert limit is not None and limit.at(0.99) == (1000.0, 5) and limit.at(1.0) == (0.01, 1)
+    server = chaos_server(config)
+    assert [fetch(server.urls[A])[0] for _ in range(5)] == [200] * 5
+    started = server.truth(include_requests=False)["started_at"]
+    time.sleep(max(0.0, started + 1.1 - time.time()))
+    # the bucket shrinks to 1 token that refills at 0.01 req/s: one answer, then refusals
+    assert [fetch(server.urls[A])[0] for _ in range(3)] == [200, 429, 429]
+
+
+def test_a_scheduled_limit_rises_at_its_second(chaos_server: Any) -> None:
+    server = chaos_server(one_host(rate_limit={"rate": 0.01, "burst": 1, "schedule": [[1.0, 1000.0, 5]]}))
+    assert [fetch(server.urls[A])[0] for _ in range(2)] == [200, 429]
+    started = server.truth(include_requests=False)["started_at"]
+    time.sleep(max(0.0, started + 1.1 - time.time()))
+    assert [fetch(server.urls[A])[0] for _ in range(5)] == [200] * 5
+    served = records(server)
+    assert all(r["status"] == 200 for r in served if r["t"] >= started + 1.0)
+
+
+def test_a_limiter_may_answer_503_with_retry_after(chaos_server: Any) -> None:
+    server = chaos_server(one_host(rate_limit={"rate": 0.1, "burst": 1, "status": 503, "retry_after": "2"}))
+    answers = [fetch(server.urls[A]) for _ in range(2)]
+    assert [a[0] for a in answers] == [200, 503]
+    assert answers[1][1].get("Retry-After") == "2"
+
+
+def test_every_nth_request_is_refused_however_slowly(chaos_server: Any) -> None:
+    server = chaos_server(one_host(rate_limit={"rate": 0, "every": 3, "retry_after": None}))
+    statuses = []
+    for _ in range(6):
+        statuses.append(fetch(server.urls[A])[0])
+        time.sleep(0.2)  # far slower than any bucket of this config would need
+    assert statuses == [200, 200, 429, 200, 200, 429]
+    assert "Retry-After" not in fetch(server.urls[A])[1]
+
+
+def test_rate_limit_rejects_a_bad_schedule() -> None:
+    with pytest.raises(ValueError, match="in order"):
+        one_host(rate_limit={"rate": 1, "schedule": [[5, 1, 1], [2, 1, 1]]})
+    with pytest.raises(ValueError, match="burst >= 1"):
+        one_host(rate_limit={"rate": 1, "schedule": [[5, 1, 0]]})
+    with pytest.raises(ValueError, match="4xx/5xx"):
+        one_host(rate_limit={"rate": 1, "status": 200})
+
+
 def test_dropped_connections_get_no_response(chaos_server: Any) -> None:
     server = chaos_server(one_host(drop_rate=1.0))
     for _ in range(3):

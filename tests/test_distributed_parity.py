@@ -357,3 +357,21 @@ def test_limit_fit_histories_match(redis_server: Any) -> None:
     same()
     history = local._histories["a"]
     assert history.start > 0 and any(e < 0 for e in history.events)
+
+
+def test_rate_signals_and_pace_independent_refusals_match(redis_server: Any) -> None:
+    """A 429 or a 503 with Retry-After keeps health over its floor and opens no circuit; every
+    third request refused however slowly asked is found pace-independent (then the page's),
+    and the pace comes back: field for field, the pace intervals included."""
+    local, shared = _pair(redis_server.url, {"circuit_failures": 2, "circuit_jitter": 0.0})
+    t, events = 3_000_000.0, []
+    for i in range(12):  # a 503 limiter with Retry-After, then 429s without one
+        events += [("ok", "m", t + i * 0.4, 0.05), ("fail", "m", t + i * 0.4 + 0.2, C503 if i < 6 else C429, 1.0)]
+    for i in range(90):  # every third refused, at whatever pace the registry allows
+        now = t + 10 + i * 0.7
+        events.append(("acquire", "n", now, True))
+        events.append(("fail", "n", now + 0.3, C429, 1.0) if i % 3 == 2 else ("ok", "n", now + 0.3, 0.3))
+    _drive(local, shared, events)
+    m, n = local.state("m"), local.state("n")
+    assert m.health >= 50.0 and m.circuit == "closed"
+    assert n.refusals_flat > 0.0 and n.limit is None

@@ -56,7 +56,8 @@ def test_failures_cost_their_penalty(classification: Classification, expected: f
     state = reg.state(D, T0)
     assert state.health == expected
     assert (state.requests, state.failures) == (before + 1, before + 1)
-    assert state.consecutive_failures == (0 if expected == 100.0 else 1)
+    # a 429 says "slower", not "sick": it is no failure in a row towards the circuit
+    assert state.consecutive_failures == (0 if expected == 100.0 or classification is HTTP_429 else 1)
 
 
 def test_success_raises_health_slowly_and_is_capped() -> None:
@@ -73,9 +74,9 @@ def test_success_raises_health_slowly_and_is_capped() -> None:
 
 
 def test_health_recovers_while_quiet() -> None:
-    reg = registry(recovery_per_minute=12)
+    reg = registry(recovery_per_minute=12, timeout_penalty=20, circuit_failures=1000)
     for i in range(3):
-        reg.record_failure(D, HTTP_429, now=T0 + i)
+        reg.record_failure(D, TIMEOUT, now=T0 + i)
     assert reg.state(D, T0 + 2).health == pytest.approx(40.0 + 12 * 2 / 60)
     assert reg.state(D, T0 + 2 + 150).health == pytest.approx(70.4)
     assert reg.state(D, T0 + 3600).health == 100.0
@@ -83,17 +84,23 @@ def test_health_recovers_while_quiet() -> None:
 
 def test_health_scales_concurrency_and_caps_rate() -> None:
     reg = registry(
-        base_concurrency=10, base_rate=10, min_rate=0.5, recovery_per_minute=0, circuit_floor=0, circuit_failures=1000
+        base_concurrency=10,
+        base_rate=10,
+        min_rate=0.5,
+        recovery_per_minute=0,
+        circuit_floor=0,
+        circuit_failures=1000,
+        timeout_penalty=20,
     )
     for i in range(3):
-        reg.record_failure(D, HTTP_429, now=T0 + 10 * i)
+        reg.record_failure(D, TIMEOUT, now=T0 + 10 * i)
     state = reg.state(D, T0 + 30)
     assert state.health == 40.0
     assert state.concurrency == 3  # min(base_concurrency 10, Scrapy's 8) x 40%
     assert reg.concurrency(D, 20) == 4  # a slot of its own concurrency (DOWNLOAD_SLOTS): capped at 10
     assert state.rate <= 4.0
     for i in range(2):
-        reg.record_failure(D, HTTP_429, now=T0 + 40 + 10 * i)
+        reg.record_failure(D, TIMEOUT, now=T0 + 40 + 10 * i)
     state = reg.state(D, T0 + 60)
     assert (state.health, state.concurrency, state.rate) == (0.0, 1, 0.5)  # floors: 1 and min_rate
 
@@ -271,9 +278,9 @@ def test_consecutive_failures_open_the_circuit_and_one_probe_decides() -> None:
 
 
 def test_low_health_opens_the_circuit() -> None:
-    reg = registry(circuit_floor=50, circuit_failures=1000, recovery_per_minute=0)
+    reg = registry(circuit_floor=50, circuit_failures=1000, recovery_per_minute=0, timeout_penalty=20)
     for i in range(3):
-        reg.record_failure(D, HTTP_429, now=T0 + i, retry_after=0)
+        reg.record_failure(D, TIMEOUT, now=T0 + i)
     assert reg.state(D, T0 + 2).circuit == "open"  # 40 < 50
 
 
@@ -499,7 +506,9 @@ def test_per_domain_policy_overrides_apply_to_that_domain_only() -> None:
         reg.record_failure(domain, HTTP_429, now=T0, retry_after=0)
     slow, cdn, other = (reg.state(d, T0) for d in reg.domains())
     assert (slow.health, slow.rate) == (50.0, 0.9)
-    assert (cdn.health, cdn.circuit) == (80.0, "open")
+    assert (cdn.health, cdn.circuit) == (80.0, "closed")  # (a 429 never opens it) ...
+    reg.record_failure("a.cdn.example.com", REFUSED, now=T0 + 1)
+    assert reg.state("a.cdn.example.com", T0 + 1).circuit == "open"  # ... a refused connection at once
     assert (other.health, other.circuit, other.rate, other.concurrency) == (80.0, "closed", 9.0, 3)
     assert reg.policy("slow.example.com").burst == 2 and reg.policy("other.example.com").burst == 5
 
@@ -511,6 +520,7 @@ def test_snapshot_is_json_safe_and_restores_exactly() -> None:
     reg = registry(circuit_failures=2, circuit_cooldown=10)
     reg.record_success(D, 0.2, now=T0)
     reg.record_failure("b.test", REFUSED, now=T0)
+    reg.record_failure("b.test", REFUSED, now=T0 + 0.5)
     reg.record_failure("b.test", HTTP_429, now=T0 + 1, retry_after=30)
     reg.try_acquire(D, T0 + 1)
     data = json.loads(json.dumps(reg.snapshot(), allow_nan=False))
@@ -715,8 +725,11 @@ def test_after_a_hold_the_domain_resumes_at_its_learned_limit() -> None:
 
 def test_time_held_or_open_is_counted() -> None:
     reg = registry(circuit_failures=1, circuit_cooldown=4, circuit_jitter=0)
-    reg.record_failure(D, HTTP_429, now=T0, retry_after=5)  # held 5 s (and the circuit opens for 4)
+    reg.record_failure(D, HTTP_429, now=T0, retry_after=5)  # held 5 s (a 429 opens no circuit)
     assert reg.state(D, T0 + 2).blocked_seconds == pytest.approx(2)
     assert reg.state(D, T0 + 30).blocked_seconds == pytest.approx(5)
-    reg.record_failure(D, REFUSED, now=T0 + 30)  # the half-open probe fails: open again, twice as long
-    assert reg.state(D, T0 + 60).blocked_seconds == pytest.approx(5 + 8)
+    reg.record_failure(D, REFUSED, now=T0 + 30)  # the circuit opens for 4 s
+    assert reg.state(D, T0 + 60).blocked_seconds == pytest.approx(5 + 4)
+    reg.try_acquire(D, T0 + 60)
+    reg.record_failure(D, REFUSED, now=T0 + 60)  # the half-open probe fails: open again, twice as long
+    assert reg.state(D, T0 + 90).blocked_seconds == pytest.approx(5 + 4 + 8)

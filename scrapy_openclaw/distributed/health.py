@@ -44,7 +44,14 @@ from scrapy_openclaw.distributed import lua
 from scrapy_openclaw.distributed import shards as sharding
 from scrapy_openclaw.distributed.link import RedisLink
 from scrapy_openclaw.health import registry as local
-from scrapy_openclaw.health.registry import HealthRegistry, _accounted, _penalty, limitfit, scrapy_limits
+from scrapy_openclaw.health.registry import (
+    HealthRegistry,
+    _accounted,
+    _penalty,
+    _rate_signal,
+    limitfit,
+    scrapy_limits,
+)
 from scrapy_openclaw.health.registry.limitfit import NOTE_ANSWER, note_kind, sent_at
 from scrapy_openclaw.policy import PolicySet
 from scrapy_openclaw.runtime import shared
@@ -197,6 +204,16 @@ class RedisHealthRegistry(HealthRegistry):
                 k_probe_recheck=local._PROBE_RECHECK,
                 k_probe_lost_after=local._PROBE_LOST_AFTER,
                 k_max_doublings=local._MAX_DOUBLINGS,
+                k_pace_sample=local._PACE_SAMPLE,
+                k_pace_short=local._PACE_SHORT,
+                k_pace_span=local._PACE_SPAN,
+                k_flat_min_share=local._FLAT_MIN_SHARE,
+                k_flat_slower=local._FLAT_SLOWER,
+                k_flat_kept=local._FLAT_KEPT,
+                k_flat_delivered=local._FLAT_DELIVERED,
+                k_flat_min_ok=local._FLAT_MIN_OK,
+                k_flat_rise=local._FLAT_RISE,
+                k_rate_health_floor=local._RATE_HEALTH_FLOOR,
                 k_retry_poll=_retry_poll(),
                 k_key_ttl=self.idle_ttl,  # the hash's TTL, refreshed by every script that saves it
             )
@@ -287,7 +304,23 @@ class RedisHealthRegistry(HealthRegistry):
     def record_success(self, domain: str, latency: float | None, now: float | None = None) -> str | None:
         now = self.clock() if now is None else now
         sample = "" if latency is None or not math.isfinite(latency) or latency < 0 else repr(float(latency))
-        args = [now, self.policy_json(domain), 1, sample, 0, 0, 0, 0, "", 1, 1, 0, NOTE_ANSWER, sent_at(now, latency)]
+        args = [
+            now,
+            self.policy_json(domain),
+            1,
+            sample,
+            0,
+            0,
+            0,
+            0,
+            "",
+            1,
+            1,
+            0,
+            NOTE_ANSWER,
+            sent_at(now, latency),
+            0,
+        ]
         if self.link.background:  # the local cache answers now; Redis's reply refreshes it
             self._send(self._record, domain, args, lambda res: self.refresh(domain, res[0]))
             return super().record_success(domain, latency, now)
@@ -326,6 +359,7 @@ class RedisHealthRegistry(HealthRegistry):
             int(in_share),
             note_kind(classification.status),
             sent_at(now, latency),
+            int(_rate_signal(classification, retry_after)),
         ]
         if self.link.background:
             self._send(self._record, domain, args, lambda res: self.refresh(domain, res[0]))

@@ -37,6 +37,7 @@ local HF = {'health', 'rate', 'tokens', 'threshold', 'updated', 'last_decrease',
   'consecutive_failures', 'requests', 'successes', 'failures', 'cooldown', 'opens', 'down_since',
   'answered_at', 'last_success', 'share_fast', 'share_slow', 'win_start', 'win_ok', 'delivered',
   'crawl_delay', 'troubled_at', 'cuts', 'born', 'blocked_seconds', 'burst_cap',
+  'iv_start', 'iv_ok', 'iv_refused', 'ref_share', 'ref_pace', 'ref_ok', 'refusals_flat',
   'ctl_hold', 'ctl_rate', 'ctl_concurrency', 'ctl_down'}
 local h_ttl = 0  -- seconds an idle domain's hash lives (policy k_key_ttl; 0: for ever), set by h_load
 
@@ -79,6 +80,7 @@ local function h_load(hkey, now, pjson)
     d.answered_at, d.last_success, d.share_fast, d.share_slow = 0, 0, 0, 0
     d.win_start, d.win_ok, d.delivered, d.crawl_delay, d.troubled_at, d.cuts = now, 0, nil, 0, 0, 0
     d.born, d.blocked_seconds, d.burst_cap = now, 0, 0
+    d.iv_start, d.iv_ok, d.iv_refused, d.ref_share, d.ref_pace, d.ref_ok, d.refusals_flat = now, 0, 0, 0, 0, 0, 0
     d.ctl_hold, d.ctl_rate, d.ctl_concurrency, d.ctl_down = 0, 0, 0, 0
     return d, p
   end
@@ -91,6 +93,9 @@ local function h_load(hkey, now, pjson)
   d.win_start, d.win_ok, d.last_decrease = d.win_start or now, d.win_ok or 0, d.last_decrease or 0
   d.troubled_at, d.cuts, d.born = d.troubled_at or 0, d.cuts or 0, d.born or d.updated
   d.blocked_seconds, d.burst_cap = d.blocked_seconds or 0, d.burst_cap or 0
+  d.iv_start, d.iv_ok, d.iv_refused = d.iv_start or now, d.iv_ok or 0, d.iv_refused or 0
+  d.ref_share, d.ref_pace, d.ref_ok = d.ref_share or 0, d.ref_pace or 0, d.ref_ok or 0
+  d.refusals_flat = d.refusals_flat or 0
   d.ctl_hold, d.ctl_rate = d.ctl_hold or 0, d.ctl_rate or 0
   d.ctl_concurrency, d.ctl_down = d.ctl_concurrency or 0, d.ctl_down or 0
   local elapsed = now - d.updated
@@ -99,7 +104,11 @@ local function h_load(hkey, now, pjson)
     if d.circuit == 'open' then blocked_end = math.max(blocked_end, d.opened_at + d.cooldown) end
     d.blocked_seconds = d.blocked_seconds + math.max(0, math.min(now, blocked_end) - d.updated)
     d.health = math.min(100, d.health + p.recovery_per_minute * elapsed / 60)
-    d.tokens = math.min(h_burst(d, p), d.tokens + elapsed * h_rate(d, p))
+    -- nothing saved up while the circuit is open (a hold saves at most the burst)
+    local open_end = 0
+    if d.circuit == 'open' then open_end = d.opened_at + d.cooldown end
+    local unblocked = now - math.max(d.updated, math.min(now, open_end))
+    d.tokens = math.min(h_burst(d, p), d.tokens + unblocked * h_rate(d, p))
     d.updated = now
   end
   if d.circuit == 'open' and now >= d.opened_at + d.cooldown then
@@ -323,6 +332,7 @@ local function h_decrease(d, p, now, measured, rate_bound, fkey)
   end
   -- only a 429 (measured) or latency (rate_bound) moves on to the cubic plateau; 503s and
   -- timeouts cut and probe back up
+  if d.cuts == 0 then d.iv_start, d.iv_ok, d.iv_refused = now, 0, 0 end  -- refusals.restart_sample
   if measured or rate_bound then d.cuts = math.min(d.cuts + 1, 2) else d.cuts = math.max(d.cuts, 1) end
   d.threshold = before
   d.rate = math.max(p.min_rate, before * p.rate_decrease)
@@ -353,6 +363,47 @@ local function h_open(d, p, now, jitter)
   if p.circuit_jitter ~= 0 then d.cooldown = base * jitter else d.cooldown = base end
   d.opens = math.min(d.opens + 1, p.k_max_doublings)
   d.circuit, d.opened_at, d.probe_at = 'open', now, 0
+  d.tokens = 1  -- the probe's, and no more
+end
+
+-- refusals.pace_sample: count an answer in the pace interval; true when it made the
+-- domain's refusals pace-independent.
+local function h_pace_sample(d, p, now, refused)
+  if refused then d.iv_refused = d.iv_refused + 1 else d.iv_ok = d.iv_ok + 1 end
+  local n = d.iv_ok + d.iv_refused
+  if n < p.k_pace_sample and (n < p.k_pace_short or now - d.iv_start < p.k_pace_span) then return false end
+  local span = math.max(now - d.iv_start, 1e-3)
+  local pace, share, ok = h_rate(d, p), d.iv_refused / n, d.iv_ok
+  d.iv_start, d.iv_ok, d.iv_refused = now, 0, 0
+  if d.refusals_flat ~= 0 then
+    if share >= d.refusals_flat * p.k_flat_rise + p.k_flat_min_share then
+      d.refusals_flat, d.ref_share, d.ref_pace, d.ref_ok = 0, share, pace, ok / span
+    end
+    return false
+  end
+  if share < p.k_flat_min_share or d.cuts == 0 then
+    d.ref_share, d.ref_pace, d.ref_ok = 0, 0, 0
+    return false
+  end
+  local delivered = ok / span
+  if d.ref_share == 0 or pace > d.ref_pace then
+    d.ref_share, d.ref_pace, d.ref_ok = share, pace, delivered
+    return false
+  end
+  if pace > p.k_flat_slower * d.ref_pace then return false end
+  if share >= p.k_flat_kept * d.ref_share and ok >= p.k_flat_min_ok and delivered <= p.k_flat_delivered * d.ref_ok then
+    d.refusals_flat = share
+    return true
+  end
+  d.ref_share, d.ref_pace, d.ref_ok = share, pace, delivered
+  return false
+end
+
+-- refusals.keep_pace
+local function h_keep_pace(d, p, now)
+  d.cuts, d.threshold, d.burst_cap = 0, nil, 0
+  d.rate = math.max(d.rate, p.initial_rate)
+  d.hold_until = math.min(d.hold_until, now)
 end
 
 -- latency: a number >= 0, or nil (no sample). Returns true when congested.
@@ -372,6 +423,7 @@ local function h_success(d, p, now, latency, fkey, note_at)
   d.successes = d.successes + 1
   d.consecutive_failures = 0
   h_count_delivered(d, p, now)
+  if h_pace_sample(d, p, now, false) then h_keep_pace(d, p, now) end
   h_note(fkey, d, p, note_at, true)
   d.answered_at, d.last_success = now, now
   d.health = math.min(100, d.health + p.success_reward)
@@ -382,14 +434,19 @@ local function h_success(d, p, now, latency, fkey, note_at)
   if congested then h_decrease(d, p, now, false, true) else h_increase(d, p, now) end
 end
 
--- answered/in_share/domain/congestion/measured/throttle: booleans; retry_after: seconds or nil.
+-- answered/in_share/domain/congestion/measured/throttle/rate_signal: booleans; retry_after: seconds or nil.
 -- note: 'a' (an answer that took a token), 'r' (a 429) or '' for the fit history at fkey, sent at note_at.
+-- rate_signal: verdicts._rate_signal (a 429 or an answer with Retry-After, not a ban page).
 local function h_failure(d, p, now, answered, in_share, domain, penalty, congestion, measured, throttle, retry_after,
-                         jitter, fkey, note, note_at)
+                         jitter, fkey, note, note_at, rate_signal)
   d.requests = d.requests + 1
   d.failures = d.failures + 1
   if answered then d.answered_at = now end
   if note ~= '' then h_note(fkey, d, p, note_at, note == 'a') end
+  if rate_signal and h_pace_sample(d, p, now, true) then
+    h_keep_pace(d, p, now)
+    domain = false  -- (judged on the flat state, as the Python registry judges it)
+  end
   if in_share then
     d.share_fast = d.share_fast + p.k_share_fast * (1 - d.share_fast)
     d.share_slow = d.share_slow + p.k_share_slow * (1 - d.share_slow)
@@ -399,20 +456,24 @@ local function h_failure(d, p, now, answered, in_share, domain, penalty, congest
     return
   end
   d.troubled_at = now
-  d.consecutive_failures = d.consecutive_failures + 1
+  if not rate_signal then d.consecutive_failures = d.consecutive_failures + 1 end
   -- a congestion signal costs its penalty once per event (when it also cuts the
   -- rate); while the circuit is not closed a failure costs no health and no hold
   local fkey_fit = nil
   if measured then fkey_fit = fkey end
   local fresh = congestion and h_decrease(d, p, now, measured, false, fkey_fit)
   local closed = d.circuit == 'closed'
-  if closed and (fresh or not congestion) then d.health = math.max(0, d.health - penalty) end
+  if closed and (fresh or not congestion) then
+    local floor = 0  -- a rate signal says slower, not sick
+    if rate_signal then floor = math.min(d.health, math.max(p.k_rate_health_floor, p.circuit_floor)) end
+    d.health = math.max(floor, d.health - penalty)
+  end
   if retry_after ~= nil then
     d.hold_until = math.max(d.hold_until, now + math.min(math.max(retry_after, 0), p.retry_after_cap))
   elseif throttle and closed then
     d.hold_until = math.max(d.hold_until, now + 1 / h_rate(d, p))
   end
-  if d.circuit == 'half_open' or (d.circuit == 'closed' and
+  if d.circuit == 'half_open' or (d.circuit == 'closed' and not rate_signal and
       (d.health < p.circuit_floor or d.consecutive_failures >= p.circuit_failures)) then
     h_open(d, p, now, jitter)
   end

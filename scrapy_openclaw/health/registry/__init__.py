@@ -79,6 +79,12 @@ from scrapy_openclaw.health.registry.tuning import _FIT_LOW as _FIT_LOW
 from scrapy_openclaw.health.registry.tuning import _FIT_MARGIN as _FIT_MARGIN
 from scrapy_openclaw.health.registry.tuning import _FIT_REFINE as _FIT_REFINE
 from scrapy_openclaw.health.registry.tuning import _FIT_STEP as _FIT_STEP
+from scrapy_openclaw.health.registry.tuning import _FLAT_DELIVERED as _FLAT_DELIVERED
+from scrapy_openclaw.health.registry.tuning import _FLAT_KEPT as _FLAT_KEPT
+from scrapy_openclaw.health.registry.tuning import _FLAT_MIN_OK as _FLAT_MIN_OK
+from scrapy_openclaw.health.registry.tuning import _FLAT_MIN_SHARE as _FLAT_MIN_SHARE
+from scrapy_openclaw.health.registry.tuning import _FLAT_RISE as _FLAT_RISE
+from scrapy_openclaw.health.registry.tuning import _FLAT_SLOWER as _FLAT_SLOWER
 from scrapy_openclaw.health.registry.tuning import _LATENCY_ALPHA as _LATENCY_ALPHA
 from scrapy_openclaw.health.registry.tuning import _LATENCY_SLACK as _LATENCY_SLACK
 from scrapy_openclaw.health.registry.tuning import _LATENCY_WARMUP as _LATENCY_WARMUP
@@ -86,9 +92,13 @@ from scrapy_openclaw.health.registry.tuning import _MAX_DOUBLINGS as _MAX_DOUBLI
 from scrapy_openclaw.health.registry.tuning import _MAX_PROBE_SECONDS as _MAX_PROBE_SECONDS
 from scrapy_openclaw.health.registry.tuning import _MAX_RATE as _MAX_RATE
 from scrapy_openclaw.health.registry.tuning import _MIN_DECREASE_GAP as _MIN_DECREASE_GAP
+from scrapy_openclaw.health.registry.tuning import _PACE_SAMPLE as _PACE_SAMPLE
+from scrapy_openclaw.health.registry.tuning import _PACE_SHORT as _PACE_SHORT
+from scrapy_openclaw.health.registry.tuning import _PACE_SPAN as _PACE_SPAN
 from scrapy_openclaw.health.registry.tuning import _PROBE_GROWTH as _PROBE_GROWTH
 from scrapy_openclaw.health.registry.tuning import _PROBE_LOST_AFTER as _PROBE_LOST_AFTER
 from scrapy_openclaw.health.registry.tuning import _PROBE_RECHECK as _PROBE_RECHECK
+from scrapy_openclaw.health.registry.tuning import _RATE_HEALTH_FLOOR as _RATE_HEALTH_FLOOR
 from scrapy_openclaw.health.registry.tuning import _SHARE_FAST as _SHARE_FAST
 from scrapy_openclaw.health.registry.tuning import _SHARE_MARGIN as _SHARE_MARGIN
 from scrapy_openclaw.health.registry.tuning import _SHARE_SLOW as _SHARE_SLOW
@@ -103,6 +113,7 @@ from scrapy_openclaw.health.registry.verdicts import _asks_to_slow_down as _asks
 from scrapy_openclaw.health.registry.verdicts import _clustering as _clustering
 from scrapy_openclaw.health.registry.verdicts import _give_up_limit, _verdict, affects_health
 from scrapy_openclaw.health.registry.verdicts import _penalty as _penalty
+from scrapy_openclaw.health.registry.verdicts import _rate_signal as _rate_signal
 from scrapy_openclaw.policy import PolicySet
 from scrapy_openclaw.runtime import shared
 from scrapy_openclaw.settings import OpenClawSettings, health_registry_class, read_setting
@@ -168,6 +179,7 @@ class HealthRegistry(_Recording, _Eviction, _Snapshots):
             limit=d.threshold,
             crawl_delay=d.crawl_delay,
             blocked_seconds=d.blocked_seconds,
+            refusals_flat=d.refusals_flat,
         )
 
     def concurrency(self, domain: str, slot_concurrency: int | None = None) -> int:

@@ -65,7 +65,11 @@ class _RegistryCore(_Pacing):
             blocked_end = max(d.hold_until, d.opened_at + d.cooldown if d.circuit == OPEN else 0.0, d.ctl_hold)
             d.blocked_seconds += max(0.0, min(now, blocked_end) - d.updated)
             d.health = min(100.0, d.health + p.recovery_per_minute * elapsed / 60.0)
-            d.tokens = min(float(self._burst(d, p)), d.tokens + elapsed * self._rate(d, p))
+            # no tokens saved up while the circuit is open: its probe, then the pace (a hold
+            # saves at most the burst: a quarter second's worth, no more than the site took)
+            open_end = d.opened_at + d.cooldown if d.circuit == OPEN else 0.0
+            unblocked = now - max(d.updated, min(now, open_end))
+            d.tokens = min(float(self._burst(d, p)), d.tokens + unblocked * self._rate(d, p))
             d.updated = now
         if d.circuit == OPEN and now >= d.opened_at + d.cooldown:
             d.circuit, d.probe_at = HALF_OPEN, 0.0
@@ -91,3 +95,4 @@ class _RegistryCore(_Pacing):
         d.cooldown = base * self._uniform(1.0 - jitter, 1.0 + jitter) if jitter else base
         d.opens = min(d.opens + 1, _MAX_DOUBLINGS)
         d.circuit, d.opened_at, d.probe_at = OPEN, now, 0.0
+        d.tokens = 1.0  # the probe's, and no more: nothing is saved up while open (see _get)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
+from scrapy_openclaw.health.registry.refusals import restart_sample
 from scrapy_openclaw.health.registry.tuning import (
     _BASELINE_DRIFT,
     _BURST_SECONDS,
@@ -138,6 +139,8 @@ class _Pacing:
             if fitted is not None:
                 before = min(rate, fitted * _FIT_MARGIN)
                 d.burst_cap = history.burst(fitted)
+        if d.cuts == 0:
+            restart_sample(d, now)
         d.cuts = min(d.cuts + 1, 2) if measured or rate_bound else max(d.cuts, 1)  # (see _increase)
         d.threshold = before
         d.rate = max(p.min_rate, before * p.rate_decrease)

@@ -35,6 +35,7 @@ class DomainState:
     limit: float | None = None  # the learned limit (req/s); None: no congestion seen
     crawl_delay: float = 0.0  # robots.txt Crawl-delay in force (seconds; 0: none)
     blocked_seconds: float = 0.0  # time spent held or with the circuit open, so far
+    refusals_flat: float = 0.0  # share of refusals judged pace-independent (0: they are a rate signal)
 
 
 class _Domain:
@@ -73,6 +74,15 @@ class _Domain:
         "born",
         "blocked_seconds",
         "burst_cap",
+        # pace-independent refusals (refusals.py): the open pace interval, the reference one,
+        # and the refused share judged pace-independent (0: refusals are a rate signal)
+        "iv_start",
+        "iv_ok",
+        "iv_refused",
+        "ref_share",
+        "ref_pace",
+        "ref_ok",
+        "refusals_flat",
         # operator overrides (scrapy_openclaw.control): a hold (UNIX time), a rate ceiling
         # (req/s), a concurrency (0: none of them) and a give-up (1/0)
         "ctl_hold",
@@ -114,6 +124,13 @@ class _Domain:
         self.born = now  # when the domain was first seen: slow start doubles at most this fast from it
         self.blocked_seconds = 0.0  # time spent held (Retry-After) or with the circuit open
         self.burst_cap = 0  # the largest burst the site has proved it allows (the limit fit); 0: not known
+        self.iv_start = now
+        self.iv_ok = 0
+        self.iv_refused = 0
+        self.ref_share = 0.0
+        self.ref_pace = 0.0
+        self.ref_ok = 0.0
+        self.refusals_flat = 0.0
         self.ctl_hold = 0.0
         self.ctl_rate = 0.0
         self.ctl_concurrency = 0
@@ -124,5 +141,16 @@ class _Domain:
 _FIELD_TYPES: dict[str, tuple[type, ...]] = {name: (int, float) for name in _Domain.__slots__ if name != "circuit"}
 _OPTIONAL = (int, float, type(None))
 _FIELD_TYPES.update(circuit=(str,), threshold=_OPTIONAL, latency=_OPTIONAL, best_latency=_OPTIONAL, delivered=_OPTIONAL)
-_COUNTERS = ("consecutive_failures", "requests", "successes", "failures", "opens", "win_ok", "cuts", "burst_cap")
+_COUNTERS = (
+    "consecutive_failures",
+    "requests",
+    "successes",
+    "failures",
+    "opens",
+    "win_ok",
+    "cuts",
+    "burst_cap",
+    "iv_ok",
+    "iv_refused",
+)
 _OBSOLETE = frozenset({"last_increase"})  # written by 0.1 snapshots; ignored on restore

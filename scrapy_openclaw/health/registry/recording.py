@@ -19,8 +19,16 @@ from scrapy_openclaw.health.registry.limitfit import (
     sent_at,
 )
 from scrapy_openclaw.health.registry.pacing import _count_delivered
-from scrapy_openclaw.health.registry.tuning import _SHARE_FAST, _SHARE_SLOW, CLOSED, HALF_OPEN, OPEN
-from scrapy_openclaw.health.registry.verdicts import _accounted, _penalty
+from scrapy_openclaw.health.registry.refusals import keep_pace, pace_sample
+from scrapy_openclaw.health.registry.tuning import (
+    _RATE_HEALTH_FLOOR,
+    _SHARE_FAST,
+    _SHARE_SLOW,
+    CLOSED,
+    HALF_OPEN,
+    OPEN,
+)
+from scrapy_openclaw.health.registry.verdicts import _accounted, _penalty, _rate_signal
 
 if TYPE_CHECKING:
     from scrapy_openclaw.errors import Classification
@@ -43,6 +51,8 @@ class _Recording(_RegistryCore):
         d.successes += 1
         d.consecutive_failures = 0
         _count_delivered(d, now)
+        if pace_sample(d, now, False, self._rate(d, p)):
+            keep_pace(d, now, p.initial_rate)
         self._note(domain, d, sent_at(now, latency), NOTE_ANSWER)
         d.answered_at = d.last_success = now
         d.health = min(100.0, d.health + p.success_reward)
@@ -84,7 +94,11 @@ class _Recording(_RegistryCore):
         note = note_kind(classification.status)
         if note:
             self._note(domain, d, sent_at(now, latency), note)
+        rate_signal = _rate_signal(classification, retry_after)
         domain_signal, in_share = _accounted(d, classification, retry_after, failed_before)
+        if rate_signal and pace_sample(d, now, True, self._rate(d, p)):
+            keep_pace(d, now, p.initial_rate)  # (judged pace-independent by this very refusal)
+            domain_signal = False
         if in_share:
             d.share_fast += _SHARE_FAST * (1.0 - d.share_fast)
             d.share_slow += _SHARE_SLOW * (1.0 - d.share_slow)
@@ -93,7 +107,8 @@ class _Recording(_RegistryCore):
                 d.probe_at = 0.0  # a page's own failure proves nothing: let another request probe
             return None
         d.troubled_at = now
-        d.consecutive_failures += 1
+        if not rate_signal:  # (failures in a row that open the circuit are sickness, not "slower")
+            d.consecutive_failures += 1
         penalty, congestion = _penalty(classification, p)
         # A congestion signal costs its penalty once per event (when it also cuts
         # the rate). While the circuit is open or half-open the domain is known
@@ -104,13 +119,16 @@ class _Recording(_RegistryCore):
         fresh = congestion and self._decrease(d, p, now, measured=measured, history=history)
         closed = d.circuit == CLOSED
         if closed and (fresh or not congestion):
-            d.health = max(0.0, d.health - penalty)
+            floor = min(d.health, max(_RATE_HEALTH_FLOOR, p.circuit_floor)) if rate_signal else 0.0
+            d.health = max(floor, d.health - penalty)
         if retry_after is not None:
             d.hold_until = max(d.hold_until, now + min(max(retry_after, 0.0), p.retry_after_cap))
         elif classification.is_throttle and closed:
             d.hold_until = max(d.hold_until, now + 1.0 / self._rate(d, p))
         if d.circuit == HALF_OPEN or (
-            d.circuit == CLOSED and (d.health < p.circuit_floor or d.consecutive_failures >= p.circuit_failures)
+            d.circuit == CLOSED
+            and not rate_signal  # the site answered: slower, not sick
+            and (d.health < p.circuit_floor or d.consecutive_failures >= p.circuit_failures)
         ):
             self._open(d, p, now)
             return OPEN

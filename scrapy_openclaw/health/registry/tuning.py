@@ -52,6 +52,19 @@ _SHARE_FAST = 0.2
 _SHARE_SLOW = 0.02
 _SHARE_TRIGGER = 0.7
 _SHARE_MARGIN = 0.25
+# Refusals that are no rate signal (refusals.py): answers per pace interval, ...
+_PACE_SAMPLE = 10
+_PACE_SHORT = 5  # ... or this many, once the interval lasted _PACE_SPAN seconds (a slow pace), ...
+_PACE_SPAN = 2.0
+_FLAT_MIN_SHARE = 0.2  # ... the refused share below which an interval is clean ...
+_FLAT_SLOWER = 0.7  # ... a later interval at most this share of the reference's pace ...
+_FLAT_KEPT = 0.7  # ... that kept at least this share of its refused share ...
+_FLAT_DELIVERED = 0.85  # ... while what got through fell to at most this share of the reference's ...
+_FLAT_MIN_OK = 3  # ... with at least this many successes: pace-independent refusals
+_FLAT_RISE = 1.5  # x the flat share (+ _FLAT_MIN_SHARE): refused share that makes them a rate signal again
+# A rate signal (a 429, or an answer with Retry-After) says "slower", not "sick": it never
+# takes health below this (nor below circuit_floor) and never opens the circuit.
+_RATE_HEALTH_FLOOR = 50.0
 _PROBE_RECHECK = 1.0  # seconds; how soon to ask again while a half-open probe is out
 # A half-open probe that has not reported back after this long (and after the
 # cool-down) was lost on the way (e.g. dropped by another middleware): allow another.

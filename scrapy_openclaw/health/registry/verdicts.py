@@ -39,6 +39,8 @@ def _verdict(
         return None, False
     assert c is not None
     if _asks_to_slow_down(c, retry_after):
+        if d.refusals_flat and _rate_signal(c, retry_after):
+            return PAGE, False  # its refusals do not fall when the pace falls: no rate signal
         return DOMAIN, False  # the server itself asks us to slow down (a ban page: to stop)
     if failed_before is not None:  # a retry: whatever its domain went through since says it
         return (DOMAIN if d.troubled_at > failed_before else PAGE), False
@@ -69,6 +71,14 @@ def _accounted(
 def _asks_to_slow_down(c: Classification, retry_after: float | None) -> bool:
     """A 429, a Retry-After or a ban page: the server's own word, whatever the URL's history."""
     return c.status == 429 or retry_after is not None or c.error_class == ErrorClass.BLOCKED
+
+
+def _rate_signal(c: Classification, retry_after: float | None) -> bool:
+    """A refusal that speaks of the pace: an answered 429, or an answer with a Retry-After
+    (a 503 limiter), not a ban page. It says "slower", not "sick"."""
+    if c.status is None or c.error_class == ErrorClass.BLOCKED:
+        return False
+    return c.status == 429 or retry_after is not None
 
 
 def _clustering(fast: float, slow: float) -> bool:

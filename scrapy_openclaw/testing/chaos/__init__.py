@@ -2,7 +2,7 @@
 
 Every host is its own loopback address (127.0.0.2, 127.0.0.3, ...) so Scrapy
 sees distinct domains and download slots. Faults (latency, 503 windows, 429
-with Retry-After, dropped and hanging connections, 404s, parse failures,
+with Retry-After (a fixed or scheduled bucket, another status, or every Nth request), dropped and hanging connections, 404s, parse failures,
 scripted statuses; a status script's last status repeats, so ``{5: [503]}``
 is a page broken for good) come from configuration and a seeded RNG, and the
 site records what it really served (the *ground truth*, ``/robots.txt``

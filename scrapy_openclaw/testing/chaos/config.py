@@ -49,15 +49,39 @@ class FailWindows:
 
 @dataclass(frozen=True)
 class RateLimit:
-    """Token bucket; a request finding no token gets 429 (+ ``Retry-After`` unless None)."""
+    """Token bucket; a request finding no token gets ``status`` (+ ``Retry-After`` unless None).
+
+    ``schedule`` moves the limit while the site runs: ``(from_second, rate, burst)`` rows, each
+    in force from that many seconds after the site started (``rate``/``burst`` before the
+    first). ``every`` > 0 replaces the bucket: every ``every``-th request is refused however
+    slowly it came (a limiter whose refusals say nothing about the pace).
+    """
 
     rate: float
     burst: int = 1
     retry_after: str | None = "1"
+    status: int = 429
+    schedule: tuple[tuple[float, float, int], ...] = ()
+    every: int = 0
 
     def __post_init__(self) -> None:
-        if self.rate < 0 or self.burst < 1:
+        rows = tuple((float(at), float(rate), int(burst)) for at, rate, burst in self.schedule)
+        object.__setattr__(self, "schedule", rows)
+        if self.rate < 0 or self.burst < 1 or any(rate < 0 or burst < 1 for _, rate, burst in rows):
             raise ValueError(f"rate_limit: need rate >= 0 and burst >= 1, got {self}")
+        if [at for at, _, _ in rows] != sorted(at for at, _, _ in rows) or any(at < 0 for at, _, _ in rows):
+            raise ValueError(f"rate_limit: schedule rows must start at seconds >= 0, in order, got {self}")
+        if not 400 <= self.status <= 599 or self.every < 0:
+            raise ValueError(f"rate_limit: need a 4xx/5xx status and every >= 0, got {self}")
+
+    def at(self, elapsed: float) -> tuple[float, int]:
+        """(rate, burst) in force ``elapsed`` seconds after the site started."""
+        rate, burst = self.rate, self.burst
+        for start, row_rate, row_burst in self.schedule:
+            if elapsed < start:
+                break
+            rate, burst = row_rate, row_burst
+        return rate, burst
 
 
 @dataclass(frozen=True)

@@ -60,6 +60,7 @@ class _Host:
         self.tokens = float(self.cfg.rate_limit.burst) if self.cfg.rate_limit else 0.0
         self.tokens_at = time.monotonic()
         self.seen = 0  # requests so far, robots.txt aside (for ban_after)
+        self.limited = 0  # requests the limiter judged (for rate_limit.every)
         self.banned_at: float | None = None
 
     def _banned(self, path: str, now: float) -> bool:
@@ -73,11 +74,16 @@ class _Host:
             self.banned_at = now
         return cfg.ban_seconds is None or now - self.banned_at < cfg.ban_seconds
 
-    def _take_token(self) -> bool:
+    def _take_token(self, elapsed: float) -> bool:
+        """Whether the limiter lets this request through (its bucket at the limit in force)."""
         limit = self.cfg.rate_limit
         assert limit is not None
+        if limit.every:
+            self.limited += 1
+            return self.limited % limit.every != 0
+        rate, burst = limit.at(elapsed)
         now = time.monotonic()
-        self.tokens = min(float(limit.burst), self.tokens + (now - self.tokens_at) * limit.rate)
+        self.tokens = min(float(burst), self.tokens + (now - self.tokens_at) * rate)
         self.tokens_at = now
         if self.tokens >= 1.0:
             self.tokens -= 1.0
@@ -88,10 +94,10 @@ class _Host:
         cfg = self.cfg
         r_drop, r_hang, r_latency = self.rng.random(), self.rng.random(), self.rng.random()
         delay = cfg.latency + cfg.latency_jitter * r_latency
-        if cfg.rate_limit is not None and not self._take_token():
-            retry_after = cfg.rate_limit.retry_after
-            headers = (("Retry-After", retry_after),) if retry_after is not None else ()
-            return _Outcome(429, _error_body(429), headers), delay
+        limit = cfg.rate_limit
+        if limit is not None and not self._take_token(now - (self.site.started_at or now)):
+            headers = (("Retry-After", limit.retry_after),) if limit.retry_after is not None else ()
+            return _Outcome(limit.status, _error_body(limit.status), headers), delay
         if r_drop < cfg.drop_rate:
             return _Outcome(DROP), delay
         if r_hang < cfg.hang_rate:

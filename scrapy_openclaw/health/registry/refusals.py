@@ -1,0 +1,89 @@
+"""Whether a domain's refusals are a rate signal: does slowing down lower their share?
+
+A limiter refuses a client that sends faster than its limit L: at a pace P above
+it a share ``1 - L/P`` is refused and about L req/s get through, whatever P is.
+Some servers refuse without regard to the pace (every Nth request, a random
+share): slowing down keeps the same share of refusals and only lowers what gets
+through. The controller cuts on every refusal, so on such a server it would crawl
+at ``min_rate`` for nothing.
+
+So the answers of a domain are sampled in intervals of ``_PACE_SAMPLE`` answers
+(fewer once the pace is slow), from its first cut on (slow start's bursts are no pace
+the controller chose), successes and refusals (429s, or any answer with a Retry-After):
+the pace the controller allowed at its end (what it chose: the answers' own rate also
+falls with every Retry-After hold), the share refused and what got through (2xx/s). The first interval with
+refusals is the reference; a later one at clearly lower pace (``_FLAT_SLOWER``) whose
+refused share did not fall (``_FLAT_KEPT``) while what got through fell with the
+pace (``_FLAT_DELIVERED``) proves the refusals pace-independent: the domain's
+``refusals_flat`` holds their share, and its refusals become the page's own failures
+(retried, no cut, no hold, no health cost). A share that later rises well above it
+(``_FLAT_RISE``) makes them a rate signal again. The Lua port is ``h_pace_sample``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from scrapy_openclaw.health.registry.tuning import (
+    _FLAT_DELIVERED,
+    _FLAT_KEPT,
+    _FLAT_MIN_OK,
+    _FLAT_MIN_SHARE,
+    _FLAT_RISE,
+    _FLAT_SLOWER,
+    _PACE_SAMPLE,
+    _PACE_SHORT,
+    _PACE_SPAN,
+)
+
+if TYPE_CHECKING:
+    from scrapy_openclaw.health.registry.record import _Domain
+
+
+def pace_sample(d: _Domain, now: float, refused: bool, rate: float) -> bool:
+    """Count an answer (*refused*: a refusal) in the domain's pace interval, *rate* the pace
+    the controller allows now; True when it closed an interval that made the refusals
+    pace-independent (``d.refusals_flat`` set)."""
+    if refused:
+        d.iv_refused += 1
+    else:
+        d.iv_ok += 1
+    n = d.iv_ok + d.iv_refused
+    if n < _PACE_SAMPLE and (n < _PACE_SHORT or now - d.iv_start < _PACE_SPAN):
+        return False
+    span = max(now - d.iv_start, 1e-3)
+    pace, share, ok = rate, d.iv_refused / n, d.iv_ok
+    d.iv_start, d.iv_ok, d.iv_refused = now, 0, 0
+    if d.refusals_flat:
+        if share >= d.refusals_flat * _FLAT_RISE + _FLAT_MIN_SHARE:
+            d.refusals_flat, d.ref_share, d.ref_pace, d.ref_ok = 0.0, share, pace, ok / span
+        return False
+    if share < _FLAT_MIN_SHARE or not d.cuts:
+        # clean, or still in slow start: nothing to compare with
+        d.ref_share = d.ref_pace = d.ref_ok = 0.0
+        return False
+    delivered = ok / span
+    if not d.ref_share or pace > d.ref_pace:
+        d.ref_share, d.ref_pace, d.ref_ok = share, pace, delivered
+        return False
+    if pace > _FLAT_SLOWER * d.ref_pace:
+        return False
+    flat = share >= _FLAT_KEPT * d.ref_share and ok >= _FLAT_MIN_OK and delivered <= _FLAT_DELIVERED * d.ref_ok
+    if flat:
+        d.refusals_flat = share
+        return True
+    d.ref_share, d.ref_pace, d.ref_ok = share, pace, delivered  # slowing helped: a rate signal
+    return False
+
+
+def keep_pace(d: _Domain, now: float, initial_rate: float) -> None:
+    """Refusals that are no rate signal: back to the pace before them (slow start again
+    from at least ``initial_rate``, nothing learned, no hold)."""
+    d.cuts, d.threshold, d.burst_cap = 0, None, 0
+    d.rate = max(d.rate, initial_rate)
+    d.hold_until = min(d.hold_until, now)
+
+
+def restart_sample(d: _Domain, now: float) -> None:
+    """The first cut: pace intervals start here (what slow start sent is no chosen pace)."""
+    d.iv_start, d.iv_ok, d.iv_refused = now, 0, 0

@@ -1,0 +1,172 @@
+"""The controller on limits that move and limiters that speak differently, under an injected clock.
+
+A simulated client (a few concurrent requests, paced by the registry) meets a simulated
+limiter: a token bucket whose rate and burst change at given seconds, answering 429 or
+503 with or without Retry-After, or a server refusing every Nth request whatever the pace.
+The tests assert on the registry's decisions (health, circuit, holds, tokens, the refusals'
+verdict), never on a rate a busy machine could break: no wall clock is involved.
+"""
+
+from __future__ import annotations
+
+import heapq
+import random
+from dataclasses import dataclass, field
+
+from scrapy.settings import Settings
+
+from scrapy_openclaw.errors import Classification, ErrorClass, ErrorTaxonomy
+from scrapy_openclaw.health.registry import CLOSED, OPEN, PAGE, HealthRegistry
+
+TAXONOMY = ErrorTaxonomy.from_settings(Settings())
+HTTP_429, HTTP_503 = TAXONOMY.classify_status(429), TAXONOMY.classify_status(503)
+assert HTTP_429 is not None and HTTP_503 is not None
+T0 = 1000.0
+
+
+@dataclass
+class Limiter:
+    """A token bucket on a schedule ``[(from_second, rate, burst)]``, or every ``every``-th refused."""
+
+    schedule: list[tuple[float, float, int]]
+    status: int = 429
+    retry_after: float | None = 1.0
+    every: int = 0
+    tokens: float = 0.0
+    filled: float = T0
+    seen: int = 0
+
+    def __post_init__(self) -> None:
+        self.tokens = float(self.schedule[0][2])
+
+    def answer(self, at: float) -> bool:
+        if self.every:
+            self.seen += 1
+            return self.seen % self.every != 0
+        rate, burst = next((r, b) for start, r, b in reversed(self.schedule) if at - T0 >= start)
+        self.tokens = min(float(burst), self.tokens + (at - self.filled) * rate)
+        self.filled = at
+        if self.tokens >= 1.0:
+            self.tokens -= 1.0
+            return True
+        return False
+
+
+@dataclass
+class Run:
+    sent: list[tuple[float, bool]] = field(default_factory=list)  # (when, answered)
+    health: list[float] = field(default_factory=list)
+    circuits: list[str] = field(default_factory=list)
+    verdicts: list[str | None] = field(default_factory=list)
+
+
+def crawl(
+    limiter: Limiter, seconds: float, *, concurrency: int = 8, latency: float = 0.01, seed: int = 1
+) -> tuple[HealthRegistry, Run]:
+    """Send as the registry allows for *seconds*; every answer is recorded at its time."""
+    rnd, reg, run = random.Random(seed), HealthRegistry(), Run()
+    refused = HTTP_429 if limiter.status == 429 else HTTP_503
+    now, in_flight = T0, []  # (done, answered, latency)
+    while now < T0 + seconds:
+        while in_flight and in_flight[0][0] <= now:
+            done, answered, took = heapq.heappop(in_flight)
+            if answered:
+                reg.record_success("a", took, now=done)
+            else:
+                run.verdicts.append(reg.judge("a", refused, retry_after=limiter.retry_after, now=done))
+                reg.record_failure("a", refused, now=done, retry_after=limiter.retry_after, latency=took)
+            state = reg.state("a", done)
+            run.health.append(state.health)
+            run.circuits.append(state.circuit)
+        if len(in_flight) < concurrency and reg.try_acquire("a", now=now):
+            answered = limiter.answer(now)
+            took = latency * rnd.uniform(0.5, 1.5)
+            run.sent.append((now, answered))
+            heapq.heappush(in_flight, (now + took, answered, took))
+            now += rnd.uniform(0, 0.0003)
+        else:
+            now = min([now + 0.001 + rnd.uniform(0, 0.002)] + [f[0] for f in in_flight[:1]])
+    return reg, run
+
+
+def answered_between(run: Run, start: float, end: float) -> tuple[int, int]:
+    """(answers, refusals) among the requests sent in [T0 + start, T0 + end)."""
+    window = [ok for at, ok in run.sent if T0 + start <= at < T0 + end]
+    return sum(window), len(window) - sum(window)
+
+
+DROPPING = [(0.0, 40.0, 5), (15.0, 8.0, 5), (30.0, 40.0, 5)]
+
+
+def test_a_limit_that_drops_is_a_rate_signal_not_a_sick_domain() -> None:
+    reg, run = crawl(Limiter(DROPPING), 45.0)
+    _, refusals = answered_between(run, 15.0, 30.0)
+    assert refusals > 0  # the drop was met
+    assert min(run.health) >= 50.0  # never near 0: "slower", not "sick"
+    assert OPEN not in run.circuits  # and no circuit opens on a site that answers every request
+    assert reg.state("a").refusals_flat == 0.0  # refusals that fall with the pace stay a rate signal
+    assert set(run.verdicts) == {"domain"}
+
+
+def test_a_503_limiter_with_retry_after_is_paced_not_ejected() -> None:
+    reg, run = crawl(Limiter([(0.0, 10.0, 3)], status=503, retry_after=2.0), 40.0)
+    _, refusals = answered_between(run, 0.0, 40.0)
+    assert refusals > 0
+    assert min(run.health) >= 50.0 and OPEN not in run.circuits
+    assert reg.state("a").limit is not None  # learned a limit from it
+
+
+def test_a_429_without_retry_after_is_paced_not_ejected() -> None:
+    reg, run = crawl(Limiter([(0.0, 20.0, 3)], retry_after=None), 30.0)
+    assert answered_between(run, 0.0, 30.0)[1] > 0
+    assert min(run.health) >= 50.0 and OPEN not in run.circuits
+    assert reg.state("a").limit is not None
+
+
+def test_refusals_that_do_not_fall_with_the_pace_are_retried_at_the_pace() -> None:
+    """Every third request refused however slowly asked: once slowing down has been seen
+    not to lower their share, they are the page's failures (no cut, no hold) and the pace
+    comes back."""
+    reg, run = crawl(Limiter([(0.0, 0.0, 1)], every=3), 60.0, concurrency=8, latency=0.5)
+    state = reg.state("a")
+    assert 0.25 <= state.refusals_flat <= 0.4
+    first_page = run.verdicts.index(PAGE)
+    assert all(v == PAGE for v in run.verdicts[first_page:])  # for good: they stay the page's
+    assert state.hold_until <= run.sent[-1][0]  # no hold keeps the domain back
+    assert state.limit is None and state.circuit == CLOSED
+    # at the end only concurrency bounds it: 8 in flight for 0.5 s each, ~16 req/s
+    late = [at for at, _ in run.sent if at >= T0 + 50.0]
+    assert len(late) >= 100
+
+
+def test_flat_refusals_that_rise_with_the_pace_become_a_rate_signal_again() -> None:
+    reg, run = crawl(Limiter([(0.0, 0.0, 1)], every=3), 60.0, concurrency=8, latency=0.5)
+    assert reg.state("a").refusals_flat
+    d = reg._domains["a"]
+    now = run.sent[-1][0] + 1.0
+    for i in range(40):  # now nine in ten refused: the share rose well above a third
+        if i % 10:
+            reg.record_failure("a", HTTP_429, now=now + i * 0.05, retry_after=1.0)
+        else:
+            reg.record_success("a", 0.05, now=now + i * 0.05)
+    assert d.refusals_flat == 0.0
+    assert reg.judge("a", HTTP_429, retry_after=1.0, now=now + 3) == "domain"
+
+
+def test_no_burst_after_an_open_circuit() -> None:
+    reg = HealthRegistry()
+    refused = Classification(ErrorClass.NETWORK, "connection_refused")
+    for i in range(20):
+        reg.record_success("a", 0.01, now=T0 + i * 0.1)
+    reg.record_failure("a", HTTP_429, now=T0 + 1.95)  # a limit is learned: a pace of ~10 req/s
+    for i in range(3):
+        reg.record_failure("a", refused, now=T0 + 2 + i * 0.01)
+    state = reg.state("a", T0 + 2.05)
+    assert state.circuit == OPEN
+    reopens = reg.blocked_until("a", T0 + 2.05)
+    # the cool-down saved nothing up: one token (the probe's), not a full bucket
+    assert reg.state("a", reopens + 0.001).tokens <= 1.0 + 0.001 * reg.state("a", reopens).rate
+    assert reg.try_acquire("a", reopens + 0.001)
+    reg.record_success("a", 0.01, now=reopens + 0.01)
+    assert reg.state("a", reopens + 0.01).circuit == CLOSED
+    assert reg.state("a", reopens + 0.01).tokens < 1.0  # then the pace, not a burst
