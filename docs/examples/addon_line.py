@@ -1,0 +1,1 @@
+ADDONS = {"scrapy_openclaw.Addon": 100}
