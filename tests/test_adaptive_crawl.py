@@ -218,12 +218,13 @@ def test_slot_concurrency_is_the_slots_own_scaled_by_health() -> None:
     middleware._apply("a.test", own)
     middleware._apply("b.test", listed)
     assert (own.concurrency, listed.concurrency) == (2, 5)  # not the old fixed 8
-    c429 = Classification(ErrorClass.PROTOCOL_RETRYABLE, "http_429", 429)
+    # (refused connections: a 429 is a rate signal and keeps health at or above 50)
+    refused = Classification(ErrorClass.NETWORK, "connection_refused")
     now = time.time()
-    for i in range(3):  # three throttling events (a success between them: the circuit stays closed)
-        middleware.registry.record_failure("b.test", c429, now=now - 10 + 2 * i, retry_after=0)
-        middleware.registry.record_success("b.test", 0.01, now=now - 9 + 2 * i)
-    assert middleware.registry.state("b.test").health == pytest.approx(43, abs=0.5)
+    for i in range(6):  # six domain failures (a success between them: the circuit stays closed)
+        middleware.registry.record_failure("b.test", refused, now=now - 20 + 2 * i)
+        middleware.registry.record_success("b.test", 0.01, now=now - 19 + 2 * i)
+    assert middleware.registry.state("b.test").health == pytest.approx(46, abs=0.5)
     middleware._apply("b.test", listed)
-    assert listed.concurrency == 2  # 5 x 43%
+    assert listed.concurrency == 2  # 5 x 46%
     crawler.engine.downloader.close()

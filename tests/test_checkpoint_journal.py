@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from scrapy import Request, Spider
+from scrapy.settings import Settings
 from scrapy.utils.test import get_crawler
 
 from scrapy_openclaw.checkpoint import (
@@ -187,6 +188,7 @@ def test_recovery_falls_back_to_previous_snapshot_and_replays(tmp_path: Path) ->
 def test_verify_command_exit_codes(tmp_path: Path, capsys: Any) -> None:
     _write_snap(snapshot_path(tmp_path, 1), 3)
     command = Command()
+    command.settings = Settings()  # (scrapy sets the project's before run)
     command.run(["verify", str(tmp_path)], argparse.Namespace(json=False))
     assert getattr(command, "exitcode", 0) == 0
     path = snapshot_path(tmp_path, 1)
@@ -194,6 +196,7 @@ def test_verify_command_exit_codes(tmp_path: Path, capsys: Any) -> None:
     raw[40] ^= 0x04
     path.write_bytes(bytes(raw))
     command = Command()
+    command.settings = Settings()  # (scrapy sets the project's before run)
     command.run(["verify", str(tmp_path)], argparse.Namespace(json=False))
     assert command.exitcode == 1
     assert "checkpoint DAMAGED" in capsys.readouterr().out

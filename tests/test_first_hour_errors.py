@@ -63,7 +63,8 @@ def test_policy_key_typo_suggests_the_key(project: Path) -> None:
 def test_missing_policy_file_shows_the_absolute_path(project: Path) -> None:
     message = refused(("crawl", "plain", "-s", "OPENCLAW_POLICY_FILE=missing.yaml"), project)
     assert message == (
-        f"setting OPENCLAW_POLICY_FILE: cannot read policy file {project / 'missing.yaml'}: No such file or directory"
+        f"setting OPENCLAW_POLICY_FILE: cannot read policy file {project / 'missing.yaml'} "
+        f"(relative to the project root {project}): No such file or directory"
     )
 
 
@@ -71,7 +72,7 @@ def test_checkpoint_dir_under_a_file(project: Path) -> None:
     (project / "afile").write_text("", encoding="utf-8")
     message = refused(("crawl", "plain", "-s", "OPENCLAW_CHECKPOINT_DIR=afile/checkpoint"), project)
     assert message == (
-        f"setting OPENCLAW_CHECKPOINT_DIR='afile/checkpoint': cannot use {project / 'afile' / 'checkpoint'} as "
+        f"setting OPENCLAW_CHECKPOINT_DIR: cannot use {project / 'afile' / 'checkpoint'} as "
         "the checkpoint directory (Not a directory): point it at a directory this user can create and write"
     )
 
@@ -89,7 +90,7 @@ def test_checkpoint_dir_not_permitted(project: Path, tmp_path: Path) -> None:
         reason = "Permission denied"
     message = refused(("crawl", "plain", "-s", f"OPENCLAW_CHECKPOINT_DIR={target}"), project)
     assert message == (
-        f"setting OPENCLAW_CHECKPOINT_DIR={target!r}: cannot use {target} as the checkpoint directory "
+        f"setting OPENCLAW_CHECKPOINT_DIR: cannot use {target} as the checkpoint directory "
         f"({reason}): point it at a directory this user can create and write"
     )
 

@@ -64,7 +64,7 @@ def open_directory(directory: Path, *, restart: bool, notes: list[Note]) -> tupl
         lock_fd = _lock(directory)
     except OSError as exc:
         raise OpenClawConfigError(
-            f"setting OPENCLAW_CHECKPOINT_DIR={str(directory)!r}: cannot use {os.path.abspath(directory)} as "
+            f"setting OPENCLAW_CHECKPOINT_DIR: cannot use {os.path.abspath(directory)} as "
             f"the checkpoint directory ({exc.strerror}): point it at a directory this user can create and write"
         ) from None
     try:
