@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from prometheus_client import CollectorRegistry, Counter, Histogram, push_to_gateway
 from scrapy import signals
 from scrapy.exceptions import NotConfigured
+from scrapy.utils.defer import maybe_deferred_to_future
 from scrapy.utils.reactor import is_reactor_installed
 from twisted.internet.defer import DeferredList
 from twisted.internet.error import CannotListenError
@@ -30,6 +31,7 @@ from twisted.internet.threads import deferToThread
 from scrapy_openclaw import meta as M
 from scrapy_openclaw import signals as openclaw_signals
 from scrapy_openclaw._metrics_http import serve_metrics
+from scrapy_openclaw.deadletter import is_internal
 from scrapy_openclaw.metrics.collector import (
     PREFIX,
     DomainLabels,
@@ -94,6 +96,7 @@ class MetricsExtension:
         connect(self.spider_closed, signal=signals.spider_closed)
         connect(self.request_reached_downloader, signal=signals.request_reached_downloader)
         connect(self.response_downloaded, signal=signals.response_downloaded)
+        connect(self.response_received, signal=signals.response_received)
         connect(self.request_left_downloader, signal=signals.request_left_downloader)
         connect(self.dead_letter, signal=openclaw_signals.dead_letter)
         connect(self.circuit_opened, signal=openclaw_signals.circuit_opened)
@@ -169,7 +172,7 @@ class MetricsExtension:
         if self.logtable is not None:
             self.logtable.start(spider)
 
-    def spider_closed(self, spider: Spider, reason: str) -> Deferred[Any] | None:
+    async def spider_closed(self, spider: Spider, reason: str) -> None:
         if self.logtable is not None:
             self.logtable.stop()
         if self._channel is not None:
@@ -183,9 +186,8 @@ class MetricsExtension:
         if self._listening is not None:
             waits.append(self._listening.stopListening())
             self._listening = None
-        if not waits:
-            return None
-        return DeferredList(waits, consumeErrors=True)
+        if waits:  # (a coroutine handler: Scrapy deprecates handlers returning a Deferred)
+            await maybe_deferred_to_future(DeferredList(waits, consumeErrors=True))
 
     def progress(self) -> Progress | None:
         """The crawl's progress now (see :func:`~scrapy_openclaw.metrics.progress.crawl_progress`)."""
@@ -204,7 +206,7 @@ class MetricsExtension:
         domain = slot_key(self.crawler, request)
         label = self.labels(domain)
         self._series(self.requests, label).inc()
-        if self.logtable is not None:
+        if self.logtable is not None and not is_internal(request):  # (robots.txt is not a page of the crawl)
             self.logtable.count_sent(domain)
         if _is_retry(request):
             self._series(self.retried, label).inc()
@@ -219,11 +221,20 @@ class MetricsExtension:
         latency = request.meta.get("download_latency")
         if isinstance(latency, (int, float)) and latency >= 0:
             self._series(self.latency, label).observe(latency)
-        if self.logtable is not None:
-            if response.status < 400:
-                self.logtable.count_page(domain)
-            else:
-                self.logtable.count_failure(domain)
+        if self.logtable is not None and not is_internal(request):
+            self._count_answer(domain, response)
+
+    def response_received(self, response: Response, request: Request, spider: Spider) -> None:
+        """A page the HTTP cache answered (no download ran, so no other signal saw it)."""
+        if self.logtable is not None and "cached" in response.flags and not is_internal(request):
+            self._count_answer(slot_key(self.crawler, request), response)
+
+    def _count_answer(self, domain: str, response: Response) -> None:
+        assert self.logtable is not None
+        if response.status < 400:
+            self.logtable.count_page(domain)
+        else:
+            self.logtable.count_failure(domain)
 
     def request_left_downloader(self, request: Request, spider: Spider) -> None:
         # response_downloaded fires first for the same request when there was one.
@@ -232,7 +243,7 @@ class MetricsExtension:
             self._answered.discard(key)
         else:
             self._series(self.errors, self.labels(slot_key(self.crawler, request))).inc()
-            if self.logtable is not None:
+            if self.logtable is not None and not is_internal(request):
                 self.logtable.count_failure(slot_key(self.crawler, request))
 
     def dead_letter(self, dead_letter: DeadLetter, spider: Spider | None = None) -> None:
