@@ -7,20 +7,25 @@ can also be enabled alone by its class path (see the README).
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING
 
+from scrapy import signals
 from scrapy.downloadermiddlewares.retry import RetryMiddleware
 from scrapy.extensions.feedexport import FeedExporter
 from scrapy.utils.misc import load_object
 
 from scrapy_openclaw.exceptions import OpenClawConfigError
 from scrapy_openclaw.policy import PolicySet
+from scrapy_openclaw.scrapy_internals import inspection_command
 from scrapy_openclaw.settings import OpenClawSettings
 from scrapy_openclaw.startup import refuse_start
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
     from scrapy.settings import BaseSettings
+
+logger = logging.getLogger(__name__)
 
 HEALTH_MIDDLEWARE = "scrapy_openclaw.health.DomainHealthMiddleware"
 RETRY_MIDDLEWARE = "scrapy_openclaw.retry.ClassifiedRetryMiddleware"
@@ -42,6 +47,12 @@ DOWNLOADER_MIDDLEWARES = {HEALTH_MIDDLEWARE: 560, RETRY_MIDDLEWARE: 550, BAN_MID
 SPIDER_MIDDLEWARES = {PARSE_RETRY_MIDDLEWARE: 45, PARSE_SNAPSHOT_MIDDLEWARE: 46}
 ITEM_PIPELINES = {DLQ_PIPELINE: 1000}
 EXTENSIONS = {CHECKPOINT_EXTENSION: 10, METRICS_EXTENSION: 500, FEED_EXPORTER: 0, HEAP_FREEZE: 0}
+#: Left out under the commands that look at a page or test a spider (``scrapy fetch``,
+#: ``shell``, ``parse``, ``check``): they would write into the project, resume a
+#: checkpoint or take the metrics port of a crawl that is running.
+CRAWL_ONLY = frozenset(
+    {DLQ_PIPELINE, CHECKPOINT_EXTENSION, METRICS_EXTENSION, SNAPSHOT_MIDDLEWARE, PARSE_SNAPSHOT_MIDDLEWARE}
+)
 
 
 class Addon:
@@ -49,6 +60,7 @@ class Addon:
 
     def __init__(self, crawler: Crawler | None = None):
         self.crawler = crawler
+        self._warnings: list[str] = []
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Addon:
@@ -62,6 +74,7 @@ class Addon:
             raise
 
     def _update_settings(self, settings: BaseSettings) -> None:
+        command = inspection_command(getattr(self.crawler, "spidercls", None), settings)
         for setting, components in (
             ("DOWNLOADER_MIDDLEWARES", DOWNLOADER_MIDDLEWARES),
             ("SPIDER_MIDDLEWARES", SPIDER_MIDDLEWARES),
@@ -69,21 +82,80 @@ class Addon:
             ("EXTENSIONS", EXTENSIONS),
         ):
             for path, order in components.items():
-                settings.setdefault_in_component_priority_dict(setting, load_object(path), order)
+                if command is None or path not in CRAWL_ONLY:
+                    settings.setdefault_in_component_priority_dict(setting, load_object(path), order)
+        if command is not None:
+            logger.debug(
+                "scrapy %(command)s: dead letters, error snapshots, checkpoints and metrics are off",
+                {"command": command},
+            )
+        # A bad OPENCLAW_* value stops the crawl here (OpenClawConfigError), before it is used.
+        config = OpenClawSettings.from_settings(settings)
         # Ours replaces Scrapy's retry, unless the user switched ours off.
         if _order_of(settings, "DOWNLOADER_MIDDLEWARES", load_object(RETRY_MIDDLEWARE)) is not None:
             _switch_off(settings, "DOWNLOADER_MIDDLEWARES", RetryMiddleware)
+            if config.retry_enabled:
+                self._warnings += _switch_off_retry_subclasses(settings)
+        health = _order_of(settings, "DOWNLOADER_MIDDLEWARES", load_object(HEALTH_MIDDLEWARE))
+        if config.health_enabled and health is not None:
+            self._warnings += _switch_off_autothrottle(settings)
+        self._warn_at_start()
         # Ours (durable feeds under the checkpoint, Scrapy's otherwise) replaces Scrapy's feed exporter.
         if _order_of(settings, "EXTENSIONS", load_object(FEED_EXPORTER)) is not None:
             _switch_off(settings, "EXTENSIONS", FeedExporter)
         settings.set("SCHEDULER_PRIORITY_QUEUE", PRIORITY_QUEUE, "addon")
-        # A bad OPENCLAW_* value stops the crawl here (OpenClawConfigError), before it is used.
-        if OpenClawSettings.from_settings(settings).distributed:
+        if config.distributed:
             from scrapy_openclaw.distributed import configure
 
             configure(settings)
         # Fail at start, before any request, on a bad policy (and a setting distributed mode set).
         PolicySet.from_settings(settings)
+
+    def _warn_at_start(self) -> None:
+        """Log what the add-on switched off once the crawl starts: Scrapy installs the
+        crawl's log handler (``LOG_FILE``) after the add-ons ran."""
+        if self.crawler is None:
+            self._log_warnings()
+        elif self._warnings:
+            self.crawler.signals.connect(self._log_warnings, signal=signals.engine_started)
+
+    def _log_warnings(self) -> None:
+        warnings, self._warnings = self._warnings, []
+        for message in warnings:
+            logger.warning("%(message)s", {"message": message})
+
+
+def _switch_off_retry_subclasses(settings: BaseSettings) -> list[str]:
+    """Our retry owns retrying: a project's RetryMiddleware subclass would retry the same
+    failures again (twice the attempts, two give-ups per URL), so it is switched off, once said."""
+    ours = load_object(RETRY_MIDDLEWARE)
+    components = settings.getdict("DOWNLOADER_MIDDLEWARES")
+    warnings = []
+    for key, order in components.items():
+        cls = load_object(key)
+        if order is None or cls is ours or not (isinstance(cls, type) and issubclass(cls, RetryMiddleware)):
+            continue
+        components[key] = None
+        warnings.append(
+            f"{cls.__module__}.{cls.__qualname__} (a RetryMiddleware subclass in DOWNLOADER_MIDDLEWARES) "
+            "is switched off: scrapy_openclaw's ClassifiedRetryMiddleware retries this crawl's failures; "
+            "to keep yours instead, set OPENCLAW_RETRY_ENABLED = False"
+        )
+    if warnings:
+        settings.set("DOWNLOADER_MIDDLEWARES", components, settings.getpriority("DOWNLOADER_MIDDLEWARES") or 0)
+    return warnings
+
+
+def _switch_off_autothrottle(settings: BaseSettings) -> list[str]:
+    """The health middleware owns pacing: AutoThrottle's slot delays would stack on its rate
+    control (a crawl twice as slow, from latency alone), so it is switched off, once said."""
+    if not settings.getbool("AUTOTHROTTLE_ENABLED"):
+        return []
+    settings.set("AUTOTHROTTLE_ENABLED", False, settings.getpriority("AUTOTHROTTLE_ENABLED") or 0)
+    return [
+        "AUTOTHROTTLE_ENABLED is ignored: scrapy_openclaw's DomainHealthMiddleware paces each domain "
+        "(429s, Retry-After, errors, latency); to use AutoThrottle instead, set OPENCLAW_HEALTH_ENABLED = False"
+    ]
 
 
 def _switch_off(settings: BaseSettings, name: str, cls: type) -> None:

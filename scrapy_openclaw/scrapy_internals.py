@@ -26,6 +26,7 @@ import scrapy
 import scrapy.exceptions
 from scrapy import signals
 from scrapy.core.downloader import Downloader
+from scrapy.settings import SETTINGS_PRIORITIES
 
 if TYPE_CHECKING:
     from scrapy import Request
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
     from scrapy.core.engine import ExecutionEngine
     from scrapy.crawler import Crawler
     from scrapy.exporters import JsonItemExporter
+    from scrapy.settings import BaseSettings
     from twisted.internet.defer import Deferred
 
 #: The clock of ``downloader.Slot.lastseen``: ``time.time()`` in 2.14 and 2.15,
@@ -200,6 +202,20 @@ def new_slot_concurrency(downloader: Downloader, key: str) -> int:
     return int(downloader.per_slot_settings.get(key, {}).get("concurrency", default))
 
 
+def new_slot_delay(downloader: Downloader, key: str) -> float:
+    """The delay the downloader gives the slot it creates for *key* (``Downloader._get_slot``):
+    ``DOWNLOAD_SLOTS``' own, else ``downloader._delay`` (2.15 .. 2.19) or, in 2.14, the
+    spider's ``download_delay`` or ``DOWNLOAD_DELAY`` (``_get_concurrency_delay``)."""
+    own = downloader.per_slot_settings.get(key, {}).get("delay")
+    if own is not None:
+        return float(own)
+    default = getattr(downloader, "_delay", None)
+    if default is None:
+        delay = downloader.settings.getfloat("DOWNLOAD_DELAY")
+        default = getattr(downloader.crawler.spider, "download_delay", delay)
+    return float(default)
+
+
 def downloader_activity(engine: ExecutionEngine | None) -> tuple[int, dict[str, int]] | None:
     """Requests in the downloader (``downloader.active``, middlewares included) and
     per slot key (``slots[key].active``: queued for the slot or transferring); 2.14 .. 2.19."""
@@ -251,6 +267,34 @@ def drain_slot_queue(slot: Slot | None) -> Iterator[tuple[Request, Deferred[Any]
     queue = getattr(slot, "queue", None)
     while queue:
         yield queue.popleft()
+
+
+# --- commands ---------------------------------------------------------------
+
+#: The Scrapy commands that run a crawler to look at pages or test a spider, not to crawl.
+INSPECTION_COMMANDS = frozenset({"fetch", "view", "shell", "parse", "check"})
+
+
+def inspection_command(spidercls: type | None, settings: BaseSettings) -> str | None:
+    """The Scrapy command (``fetch``, ``parse``, ``check``, ``shell``) that runs this crawler
+    to look at pages, None for a crawl (``crawl``, ``runspider``, ``bench``, a script).
+
+    ``fetch`` (and ``view``, its subclass), ``parse`` and ``check`` give the spider class a
+    ``start`` of their own, defined in ``scrapy.commands.<name>``; ``shell`` is known by
+    its ``default_settings`` (``LOGSTATS_INTERVAL = 0`` and a ``BaseDupeFilter`` at
+    ``command`` priority). Checked on 2.14 .. 2.19; Scrapy does not name the command.
+    """
+    module = getattr(getattr(spidercls, "start", None), "__module__", None) or ""
+    if module.startswith("scrapy.commands."):
+        name = module.rpartition(".")[2]
+        return name if name in INSPECTION_COMMANDS else None
+    command = SETTINGS_PRIORITIES["command"]
+    if (settings.getpriority("LOGSTATS_INTERVAL") == command and settings.getfloat("LOGSTATS_INTERVAL") == 0) or (
+        settings.getpriority("DUPEFILTER_CLASS") == command
+        and settings.get("DUPEFILTER_CLASS") == "scrapy.dupefilters.BaseDupeFilter"
+    ):
+        return "shell"
+    return None
 
 
 # --- exceptions, signals, exporters -----------------------------------------

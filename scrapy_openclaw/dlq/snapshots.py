@@ -26,11 +26,13 @@ from scrapy.exceptions import NotConfigured
 from twisted.python.failure import Failure
 
 from scrapy_openclaw._files import atomic_write, is_temp, private_dir
+from scrapy_openclaw.deadletter import is_internal
 from scrapy_openclaw.dlq.stores import default_uri, expand_uri
 from scrapy_openclaw.dlq.stores.factory import store_path
 from scrapy_openclaw.errors import ErrorTaxonomy
 from scrapy_openclaw.paths import resolve_path
 from scrapy_openclaw.redact import MASK, mask_uri
+from scrapy_openclaw.retry.middleware import spider_handles_status
 from scrapy_openclaw.runtime import crawl_id, peek, shared
 from scrapy_openclaw.scrapy_internals import slot_key
 from scrapy_openclaw.settings import OpenClawSettings
@@ -318,7 +320,8 @@ class ErrorSnapshotMiddleware:
         return cls(crawler)
 
     def process_response(self, request: Request, response: Response) -> Response:
-        if response.status >= 400:
+        # Not Scrapy's own downloads (robots.txt) nor a status the spider asked for: not failures.
+        if response.status >= 400 and not is_internal(request) and not self._handled(request, response):
             classification = self.taxonomy.classify_status(response.status)
             if classification is not None:
                 self.snapshots.capture(classification, request, response=response)
@@ -326,8 +329,12 @@ class ErrorSnapshotMiddleware:
 
     def process_exception(self, request: Request, exception: Exception) -> None:
         classification = self.taxonomy.classify_download_error(exception)
-        if classification is not None:
+        if classification is not None and not is_internal(request):
             self.snapshots.capture(classification, request, exception=exception)
+
+    def _handled(self, request: Request, response: Response) -> bool:
+        spider = self.snapshots.crawler.spider
+        return spider is not None and spider_handles_status(request, response, spider)
 
 
 class ParseErrorSnapshotMiddleware:

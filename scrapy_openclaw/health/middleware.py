@@ -39,6 +39,7 @@ from scrapy_openclaw.scrapy_internals import (
     drain_slot_queue,
     engine_of,
     new_slot_concurrency,
+    new_slot_delay,
     pause_slot,
     resume_slot,
     robots_parsed_signal,
@@ -72,7 +73,6 @@ class DomainHealthMiddleware:
         # With our deadline queue, the queue takes tokens before handing a
         # request out; with any other queue the slot delay does the pacing.
         self.paces_slots = not queue_handles_not_before(crawler.settings)
-        self.min_delay = crawler.settings.getfloat("DOWNLOAD_DELAY")
         self.autothrottle = crawler.settings.getbool("AUTOTHROTTLE_ENABLED")
         self.crawl_delay_max = OpenClawSettings.for_crawler(crawler).crawl_delay_max
         self._given_up_logged: set[str] = set()
@@ -298,13 +298,15 @@ class DomainHealthMiddleware:
     def _apply(self, domain: str, slot: Slot) -> None:
         engine = engine_of(self.crawler)
         assert engine is not None  # (a slot exists)
-        own = new_slot_concurrency(engine.downloader, domain)  # (the slot's own, before we scaled it)
+        # The slot's own concurrency and delay (DOWNLOAD_SLOTS, else the project's): a cap and a floor.
+        own = new_slot_concurrency(engine.downloader, domain)
+        floor = new_slot_delay(engine.downloader, domain)
         slot.concurrency, paused_until = self.registry.slot_limits(domain, own)
         self._tuned[domain] = id(slot)
         if self.paces_slots:  # (state() only here: it is the costliest read)
-            slot.delay = max(self.min_delay, 1.0 / self.registry.state(domain).rate)
+            slot.delay = max(floor, 1.0 / self.registry.state(domain).rate)
         elif not self.autothrottle:  # (AutoThrottle owns the slot delay when the user enabled it)
-            slot.delay = self.min_delay  # undo a pause's minimal delay
+            slot.delay = floor  # undo a pause's minimal delay
         if paused_until > time.time():
             pause_slot(slot, paused_until)
         elif slot_paused(slot):  # a hold that ended early (an operator's release, seen late)

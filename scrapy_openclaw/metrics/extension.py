@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from prometheus_client import CollectorRegistry, Histogram, push_to_gateway
 from scrapy import signals
 from scrapy.exceptions import NotConfigured
+from scrapy.utils.defer import maybe_deferred_to_future
 from scrapy.utils.reactor import is_reactor_installed
 from twisted.internet.defer import DeferredList
 from twisted.internet.error import CannotListenError
@@ -129,7 +130,7 @@ class MetricsExtension:
         if self.logtable is not None:
             self.logtable.start(spider)
 
-    def spider_closed(self, spider: Spider, reason: str) -> Deferred[Any] | None:
+    async def spider_closed(self, spider: Spider, reason: str) -> None:
         if self.logtable is not None:
             self.logtable.stop()
         if self._channel is not None:
@@ -143,9 +144,8 @@ class MetricsExtension:
         if self._listening is not None:
             waits.append(self._listening.stopListening())
             self._listening = None
-        if not waits:
-            return None
-        return DeferredList(waits, consumeErrors=True)
+        if waits:  # (a coroutine handler: Scrapy deprecates handlers returning a Deferred)
+            await maybe_deferred_to_future(DeferredList(waits, consumeErrors=True))
 
     def progress(self) -> Progress | None:
         """The crawl's progress now (see :func:`~scrapy_openclaw.metrics.progress.crawl_progress`)."""

@@ -74,19 +74,24 @@ __all__ = [
 ]
 
 
-def _spider_handles_status(request: Request, response: Response, spider: Spider) -> bool:
-    """Whether the spider asked for this status (then a 4xx is not a failure to record)."""
+def spider_handles_status(request: Request, response: Response, spider: Spider) -> bool:
+    """Whether the spider asked for this status (then a 4xx is not a failure to record).
+
+    Asked as HttpErrorMiddleware asks, with ``in`` only: ``scrapy fetch``, ``shell`` and
+    the media pipelines put a ``SequenceExclude`` in ``meta["handle_httpstatus_list"]``.
+    """
     meta = request.meta
     if meta.get("handle_httpstatus_all"):
         return True
-    allowed = meta.get("handle_httpstatus_list")
-    if allowed is None:
-        allowed = getattr(spider, "handle_httpstatus_list", None) or ()
-        settings = spider.crawler.settings
-        if settings.getbool("HTTPERROR_ALLOW_ALL"):
-            return True
-        allowed = [*allowed, *settings.getlist("HTTPERROR_ALLOWED_CODES")]
-    return response.status in {int(s) for s in allowed}
+    if "handle_httpstatus_list" in meta:
+        return response.status in (meta["handle_httpstatus_list"] or ())
+    settings = spider.crawler.settings
+    if settings.getbool("HTTPERROR_ALLOW_ALL"):
+        return True
+    allowed = getattr(spider, "handle_httpstatus_list", None)
+    if allowed is not None:
+        return response.status in allowed
+    return str(response.status) in {str(code) for code in settings.getlist("HTTPERROR_ALLOWED_CODES")}
 
 
 class ClassifiedRetryMiddleware:
@@ -119,7 +124,7 @@ class ClassifiedRetryMiddleware:
         spider = self.crawler.spider
         assert spider is not None
         if classification.error_class is ErrorClass.PROTOCOL_PERMANENT:
-            if self.dlq_permanent and not _spider_handles_status(request, response, spider):
+            if self.dlq_permanent and not spider_handles_status(request, response, spider):
                 self.crawler.stats.inc_value(f"{STATS_PREFIX}/permanent_dead_letters")
                 send_dead_letter(request, classification, spider=spider)
             return response

@@ -1,0 +1,144 @@
+"""A project's own Scrapy settings and components with the add-on on: ``DOWNLOAD_SLOTS``,
+AutoThrottle, a RetryMiddleware subclass, the HTTP cache, FilesPipeline, the metrics port.
+Real crawls in a subprocess, judged from the chaos site's record and the crawl's log and stats."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import pytest
+import scrapy
+from scrapy.downloadermiddlewares.retry import RetryMiddleware
+
+from scrapy_openclaw.testing.crawl import run_crawl
+from scrapy_openclaw.testing.servers import free_port
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
+
+    from scrapy.http import Response
+
+pytestmark = pytest.mark.crawl
+
+MODULE = "tests.test_workflows_settings"  # as the crawl subprocess imports it
+ADDON = {"ADDONS": {"scrapy_openclaw.Addon": 100}, "LOG_LEVEL": "INFO"}
+#: Short retry delays, so a test's give-ups come in a second.
+FAST = {"base_delay": 0.05, "max_delay": 0.2, "max_attempts": 3}
+FAST_POLICY = {"defaults": {"retry": {"protocol_retryable": FAST, "page": FAST, "budget_min_retries": 1000}}}
+
+
+class ProjectRetry(RetryMiddleware):
+    """A project's own retry middleware, as projects write them."""
+
+
+class FilesSpider(scrapy.Spider):
+    """Asks FilesPipeline for every URL in ``file_urls`` (a comma-separated spider argument)."""
+
+    name = "files"
+
+    def __init__(self, *args: Any, start_urls: str = "", file_urls: str = "", **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.start_urls = start_urls.split(",")
+        self.file_urls = file_urls.split(",")
+
+    def parse(self, response: Response) -> Iterator[dict[str, Any]]:
+        yield {"file_urls": self.file_urls}
+
+
+def _crawl(tmp_path: Path, starts: list[str], spider: str | None = None, **settings: Any) -> Any:
+    settings = {**ADDON, "OPENCLAW_DLQ_URI": str(tmp_path / "dead.jsonl"), **settings}
+    kwargs = {"spider": spider} if spider else {}
+    result = run_crawl(settings=settings, spider_args={"start_urls": starts}, timeout=120, **kwargs)
+    assert result.returncode == 0, result.log[-3000:]
+    assert "Traceback" not in result.log, result.log[-3000:]
+    return result
+
+
+def _served(server: Any, host: str = "127.0.0.2") -> list[dict[str, Any]]:
+    return [r for r in server.truth()["hosts"][host]["requests"] if r["path"] != "/robots.txt"]
+
+
+def _gaps(requests: list[dict[str, Any]]) -> list[float]:
+    times = sorted(r["t"] for r in requests)
+    return [b - a for a, b in zip(times, times[1:])]
+
+
+def _warnings(log: str, needle: str) -> list[str]:
+    return [line for line in log.splitlines() if "WARNING" in line and needle in line]
+
+
+def _table_row(log: str, host: str) -> dict[str, str]:
+    """The host's row of the whole-crawl log table, by column name."""
+    lines = log.splitlines()
+    at = max(i for i, line in enumerate(lines) if "OpenClaw domains" in line and "whole crawl" in line)
+    header = lines[at + 1].split()
+    row = next(line.split() for line in lines[at + 2 :] if line.split()[:1] == [host])
+    return dict(zip(header, row))
+
+
+def test_a_download_slots_delay_is_a_floor_and_its_concurrency_a_cap(chaos_server: Any, tmp_path: Path) -> None:
+    server = chaos_server({"hosts": [{"address": "127.0.0.2", "pages": 10, "links_per_page": "all"}]})
+    slot = {
+        "delay": 0.25,
+        "concurrency": 1,
+        "jitter": 0,
+        "randomize_delay": False,
+    }  # (2.19 reads jitter, 2.14 the other)
+    result = _crawl(tmp_path, server.start_urls, DOWNLOAD_SLOTS={"127.0.0.2": slot})
+    served = _served(server)
+    assert len(result.items) == 10 and len(served) == 10
+    assert min(_gaps(served)) >= 0.22, sorted(_gaps(served))[:3]  # the slot's 0.25 s, at the server
+    assert server.truth()["hosts"]["127.0.0.2"]["max_in_flight"] == 1
+
+
+def test_autothrottle_gives_way_to_the_health_middleware_once_said(chaos_server: Any, tmp_path: Path) -> None:
+    server = chaos_server({"hosts": [{"address": "127.0.0.2", "pages": 8, "links_per_page": "all"}]})
+    throttle = {"AUTOTHROTTLE_ENABLED": True, "AUTOTHROTTLE_START_DELAY": 0.5, "AUTOTHROTTLE_DEBUG": True}
+    result = _crawl(tmp_path, server.start_urls, **throttle)
+    assert len(result.items) == 8
+    assert len(_warnings(result.log, "OPENCLAW_HEALTH_ENABLED")) == 1, result.log[-3000:]
+    assert "| conc:" not in result.log  # AutoThrottle's debug line per response: it never ran
+    # ... and the way back to AutoThrottle, as the warning says: its delay paces the slot again
+    server.reset()
+    result = _crawl(tmp_path, server.start_urls, **throttle, OPENCLAW_HEALTH_ENABLED=False)
+    assert len(result.items) == 8 and "| conc:" in result.log
+    assert not _warnings(result.log, "OPENCLAW_HEALTH_ENABLED")
+
+
+def test_a_projects_retry_middleware_subclass_gives_way_to_ours_once_said(chaos_server: Any, tmp_path: Path) -> None:
+    server = chaos_server(
+        {"hosts": [{"address": "127.0.0.2", "pages": 4, "links_per_page": "all", "status_script": {1: [503]}}]}
+    )
+    middlewares = {f"{MODULE}.ProjectRetry": 550, "scrapy.downloadermiddlewares.retry.RetryMiddleware": None}
+    result = _crawl(tmp_path, server.start_urls, DOWNLOADER_MIDDLEWARES=middlewares, OPENCLAW_POLICY=FAST_POLICY)
+    assert len(result.items) == 3
+    assert server.truth()["hosts"]["127.0.0.2"]["counts"]["/page/1"] == 3  # RETRY_TIMES = 2: one retry chain
+    assert result.stats["retry/max_reached"] == 1
+    assert result.log.count("Gave up retrying") == 1
+    (warning,) = _warnings(result.log, "OPENCLAW_RETRY_ENABLED")
+    assert f"{MODULE}.ProjectRetry" in warning
+    # the way back, as the warning says: the project's own middleware retries, ours does not
+    server.reset()
+    result = _crawl(tmp_path, server.start_urls, DOWNLOADER_MIDDLEWARES=middlewares, OPENCLAW_RETRY_ENABLED=False)
+    assert server.truth()["hosts"]["127.0.0.2"]["counts"]["/page/1"] == 3
+    assert result.stats["retry/max_reached"] == 1 and not _warnings(result.log, "OPENCLAW_RETRY_ENABLED")
+
+
+def test_the_metrics_port_closes_without_a_deprecation_and_robots_txt_is_no_failure(
+    chaos_server: Any, tmp_path: Path
+) -> None:
+    server = chaos_server({"hosts": [{"address": "127.0.0.2", "pages": 4, "links_per_page": "all"}]})
+    result = _crawl(
+        tmp_path,
+        server.start_urls,
+        OPENCLAW_METRICS_PORT=free_port(),
+        ROBOTSTXT_OBEY=True,  # the chaos site has no robots.txt: a 404
+        OPENCLAW_SNAPSHOT_DIR=str(tmp_path / "snapshots"),
+    )
+    assert server.truth()["hosts"]["127.0.0.2"]["counts"]["/robots.txt"] == 1
+    assert "deprecated" not in result.log, result.log[-3000:]
+    row = _table_row(result.log, "127.0.0.2")
+    assert (row["done"], row["failed"], row["dead"]) == ("4", "0", "0"), row
+    assert not (tmp_path / "snapshots").exists()
+    assert not (tmp_path / "dead.jsonl").exists()
