@@ -96,6 +96,11 @@ DEFAULTS: dict[str, Any] = {
     "OPENCLAW_STORE_KEY_ENV": "OPENCLAW_STORE_KEY",  # environment variable holding the key
     # True: read unsigned checkpoints and dead letters of older versions (with a warning)
     "OPENCLAW_STORE_ACCEPT_UNSIGNED": False,
+    # query parameters masked in every log line and CLI output (a regex of names, "|"-separated;
+    # also matched as the last _/-/. part of a name, e.g. x_signature)
+    "OPENCLAW_SECRET_QUERY_PARAMS": (
+        "password|passwd|pass|pwd|secret|token|access_token|api_key|apikey|key|sig|signature|auth|session"
+    ),
     # --- metrics (MetricsExtension) ---
     "OPENCLAW_METRICS_PORT": 0,  # 0: no HTTP endpoint
     "OPENCLAW_METRICS_HOST": "127.0.0.1",  # interface the /metrics endpoint listens on
@@ -281,6 +286,7 @@ class OpenClawSettings:
     store_key: str | None
     store_key_env: str
     store_accept_unsigned: bool
+    secret_query_params: str
     metrics_port: int
     metrics_host: str
     metrics_max_domains: int
@@ -318,7 +324,11 @@ class OpenClawSettings:
         from scrapy_openclaw.serialization import signing
 
         signing.configure(settings)
-        return cls(**{field_name(name): read_setting(settings, name) for name in DEFAULTS})
+        config = cls(**{field_name(name): read_setting(settings, name) for name in DEFAULTS})
+        from scrapy_openclaw import redact
+
+        redact.configure(config.secret_query_params)
+        return config
 
     @classmethod
     def for_crawler(cls, crawler: Crawler) -> OpenClawSettings:

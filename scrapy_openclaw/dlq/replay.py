@@ -11,9 +11,9 @@ the same URL ``duplicate``); a page that fails again updates its own record
 (:meth:`ReplayPlan.failed_again`, called by the dead-letter pipeline) instead of
 adding a new one. Links the callbacks follow are
 crawled as usual, so a recovered page's subtree is scraped too. A record
-whose request cannot be rebuilt, or is refused as stored data (scheme,
-callback, meta: see :func:`~scrapy_openclaw.serialization.request_from_data`),
-is skipped, logged and counted (``openclaw/dlq/replay_skipped``); the others
+whose request cannot be rebuilt, is refused as stored data (scheme,
+callback: see :func:`~scrapy_openclaw.serialization.request_from_data`) or is
+offsite (:func:`replay_request`), is skipped, logged and counted (``openclaw/dlq/replay_skipped``); the others
 are still replayed.
 """
 
@@ -24,13 +24,15 @@ import logging
 import time
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from scrapy.exceptions import NotConfigured
 
 from scrapy_openclaw import meta as M
 from scrapy_openclaw.deadletter import ENGINE_META
+from scrapy_openclaw.redact import mask_uri
 from scrapy_openclaw.runtime import peek
-from scrapy_openclaw.serialization import SerializationError, request_from_data
+from scrapy_openclaw.serialization import RefusedRequest, SerializationError, request_from_data
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -83,13 +85,52 @@ def select(
 
 
 def replay_request(record: DeadLetter, spider: Spider | None = None) -> Request:
-    """The request to send again for *record*; ``SerializationError`` if it has none."""
+    """The request to send again for *record*; ``SerializationError`` if it has none or may not be sent.
+
+    It bypasses the duplicate filter (``dont_filter``: a persistent one saw it
+    already) and nothing else: Scrapy's offsite filter lets ``dont_filter``
+    requests pass, so the spider's ``allowed_domains`` are checked here, as
+    the crawl that stored it would have (its own ``allow_offsite`` or
+    ``dont_filter`` still count).
+    """
     if not record.request:
         raise SerializationError(f"dead letter {record.id} ({record.error_class}) holds no request")
     request = request_from_data(record.request, spider=spider)
+    if not (request.dont_filter or request.meta.get("allow_offsite")) and not is_allowed(request.url, spider):
+        raise RefusedRequest(
+            f"request {mask_uri(request.url)}: offsite (not in the spider's allowed_domains)",
+            kind="offsite",
+            url=request.url,
+        )
     meta = {k: v for k, v in request.meta.items() if k not in _RESET_META}
     meta[M.REPLAY_OF] = record.id
     return request.replace(meta=meta, dont_filter=True)
+
+
+def is_allowed(url: str, spider: Spider | None) -> bool:
+    """Whether Scrapy's offsite filter lets *url* through for *spider* (its host in ``allowed_domains``)."""
+    allowed = getattr(spider, "allowed_domains", None)
+    if not allowed:
+        return True
+    domains = [allowed] if isinstance(allowed, str) else list(allowed)
+    host = (urlsplit(url).hostname or "").lower()
+    for domain in domains:
+        domain = str(domain).lower().rpartition("://")[2].partition("/")[0].partition(":")[0]
+        if host == domain or host.endswith("." + domain):
+            return True
+    return False
+
+
+def plan_requests(records: list[DeadLetter], spider: Spider | None) -> tuple[list[tuple[str, Request]], dict[str, str]]:
+    """``([(record id, request to send)], {record id: why it is skipped})``: the replay and its dry run."""
+    requests: list[tuple[str, Request]] = []
+    skipped: dict[str, str] = {}
+    for record in records:
+        try:
+            requests.append((record.id, replay_request(record, spider)))
+        except SerializationError as exc:
+            skipped[record.id] = str(exc)
+    return requests, skipped
 
 
 @dataclass
@@ -164,20 +205,18 @@ class ReplayStartMiddleware:
     async def process_start(self, start: AsyncIterator[Any]) -> AsyncIterator[Any]:
         # The spider's own start is deliberately not iterated.
         spider = self.crawler.spider
-        requests = []
-        for record in self.plan.records:
-            try:
-                requests.append(replay_request(record, spider))
-            except SerializationError as exc:
-                self.plan.skipped[record.id] = str(exc)
-                self.crawler.stats.inc_value("openclaw/dlq/replay_skipped")
-                logger.warning(
-                    "Not replaying dead letter %(id)s: %(error)s",
-                    {"id": record.id, "error": exc},
-                    extra={"spider": spider},
-                )
-                continue
-            self.plan.injected.append(record.id)
+        planned, skipped = plan_requests(self.plan.records, spider)
+        for id_, why in skipped.items():
+            self.plan.skipped[id_] = why
+            self.crawler.stats.inc_value("openclaw/dlq/replay_skipped")
+            logger.warning(
+                "Not replaying dead letter %(id)s: %(error)s", {"id": id_, "error": why}, extra={"spider": spider}
+            )
+        self.plan.injected.extend(id_ for id_, _ in planned)
+        refused = getattr(self.plan.store, "refused", 0)
+        if refused:
+            self.crawler.stats.set_value("openclaw/dlq/refused", refused)
+        requests = [request for _, request in planned]
         # Marked once the crawl is under way, before anything is sent, so that
         # two replays never send the same dead letter twice.
         self.plan.mark_sent()

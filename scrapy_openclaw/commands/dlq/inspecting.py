@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING
 from scrapy.exceptions import UsageError
 
 from scrapy_openclaw.commands.dlq.snapshots import SnapshotViews
-from scrapy_openclaw.commands.dlq.text import _printable, _when, format_table, readable
+from scrapy_openclaw.commands.dlq.text import _printable, _when, format_table, masked, readable
+from scrapy_openclaw.redact import mask_uri
 
 if TYPE_CHECKING:
     import argparse
@@ -60,12 +61,12 @@ class InspectSubcommands(SnapshotViews):
             print(f"no dead letter {_printable(repr(id_))} in {store.uri}", file=sys.stderr)
             self.exitcode = 1
             return
-        data = record.to_dict()
+        data = masked(record.to_dict())  # credentials never printed, --raw included
         data["replayed_at"] = store.replayed().get(record.id)
         if not opts.raw:
             data = readable(data)
             data["snapshots"] = self._snapshots_of(record)
-        print(json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False))
+        print(mask_uri(json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False)))
         self._report_skipped(store)
         store.close()
 

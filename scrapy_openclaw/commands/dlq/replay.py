@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any
 from scrapy.exceptions import UsageError
 
 from scrapy_openclaw.commands.dlq.reading import StoreAccess
-from scrapy_openclaw.commands.dlq.text import _printable, format_table
+from scrapy_openclaw.commands.dlq.text import _printable
+from scrapy_openclaw.redact import mask_headers, mask_uri
 
 if TYPE_CHECKING:
     import argparse
@@ -48,14 +49,47 @@ class ReplaySubcommand(StoreAccess):
             print(f"nothing to replay for {spider} in {store.uri}")
             return
         if opts.dry_run:
-            rows = [[r.id[:12], r.error_class, r.reason, r.method, r.url] for r in records]
-            print(format_table(rows, ["ID", "CLASS", "REASON", "METHOD", "URL"]))
-            print(f"would replay {len(records)} dead letter(s) of {spider} from {store.uri} (dry run: nothing sent)")
+            self._dry_run(opts, spider, store, records)
             store.close()
             return
         plan = self._crawl_replay(opts, spider, store, records, duplicates)
         self._report_replay(plan, spider, store, records)
         store.close()
+
+    def _dry_run(
+        self, opts: argparse.Namespace, spider: str, store: DeadLetterStore, records: list[DeadLetter]
+    ) -> None:
+        """The requests the replay would send, built as it builds them (same skips, same counts)."""
+        from scrapy.crawler import Crawler
+        from scrapy.spiderloader import get_spider_loader
+
+        from scrapy_openclaw.dlq.replay import plan_requests
+
+        try:
+            spidercls = get_spider_loader(self.settings).load(spider)
+        except KeyError as exc:
+            raise UsageError(str(exc), print_help=False) from None
+        crawler = Crawler(spidercls, self.settings)
+        planned, skipped = plan_requests(records, spidercls.from_crawler(crawler, **opts.spargs))
+        for id_, request in planned:
+            callback = getattr(request.callback, "__name__", request.callback) or "parse"
+            print(f"{id_[:12]}  {request.method} {mask_uri(request.url)}  callback={callback}")
+            for name, value in mask_headers(request.headers).items():
+                print(f"    {_printable(name)}: {_printable(value)}")
+            meta = sorted(k for k in request.meta if not k.startswith("_"))
+            if meta:
+                print(
+                    f"    meta: {', '.join(meta)}"
+                    + (f" (proxy {mask_uri(request.meta['proxy'])})" if "proxy" in meta else "")
+                )
+        print(
+            f"would replay {len(planned)} dead letter(s) of {spider} from {store.uri} (dry run: nothing sent)"
+            + (f"; would skip {len(skipped)} that could not be rebuilt or were refused" if skipped else "")
+        )
+        for id_, why in skipped.items():
+            print(f"  would skip {id_}: {_printable(mask_uri(why))}", file=sys.stderr)
+        if skipped:
+            self.exitcode = 1
 
     def _replay_selection(
         self, store: DeadLetterStore, opts: argparse.Namespace, spider: str
@@ -120,6 +154,6 @@ class ReplaySubcommand(StoreAccess):
             + (f"; skipped {len(plan.skipped)} that could not be rebuilt or were refused" if plan.skipped else "")
         )
         for id_, why in plan.skipped.items():
-            print(f"  skipped {id_}: {_printable(why)}", file=sys.stderr)
+            print(f"  skipped {id_}: {_printable(mask_uri(why))}", file=sys.stderr)
         if plan.skipped or len(plan.injected) < len(records):
             self.exitcode = 1

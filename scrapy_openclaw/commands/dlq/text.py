@@ -13,6 +13,8 @@ from typing import Any
 
 from scrapy.exceptions import UsageError
 
+from scrapy_openclaw.redact import MASK, SECRET_HEADERS, mask_headers, mask_uri
+
 _RELATIVE = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
@@ -81,7 +83,7 @@ def readable(data: dict[str, Any]) -> dict[str, Any]:
         shown: dict[str, Any] = {"method": request.get("method"), "url": request.get("url")}
         headers = request.get("headers")
         if isinstance(headers, dict) and headers:
-            shown["headers"] = {str(k): _text(v) for k, v in headers.items()}
+            shown["headers"] = mask_headers({str(k): _text(v) for k, v in headers.items()})
         body = _text(request.get("body"))
         if body:
             text = str(body)
@@ -103,8 +105,22 @@ def readable(data: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def masked(data: dict[str, Any]) -> dict[str, Any]:
+    """A stored record with its credentials masked (headers, cookies); URLs are masked when printed."""
+    request = data.get("request")
+    if not isinstance(request, dict):
+        return data
+    request = dict(request)
+    headers = request.get("headers")
+    if isinstance(headers, dict):
+        request["headers"] = {k: MASK if str(k).lower() in SECRET_HEADERS else v for k, v in headers.items()}
+    if request.get("cookies"):
+        request["cookies"] = MASK
+    return {**data, "request": request}
+
+
 def format_table(rows: list[list[str]], headers: list[str]) -> str:
-    rows = [[_printable(cell) for cell in row] for row in rows]
+    rows = [[mask_uri(_printable(cell)) for cell in row] for row in rows]
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
     lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths)).rstrip()]
     lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
