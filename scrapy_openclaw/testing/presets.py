@@ -190,3 +190,111 @@ UNRESOLVABLE_HOST = "dead.test"
 def page_urls(base_url: str, n: int, first: int = 0) -> list[str]:
     """``n`` page URLs on ``base_url`` (``http://host[:port]/``): start URLs for a dead host."""
     return [f"{base_url.rstrip('/')}/page/{p}" for p in range(first, first + n)]
+
+
+def limit_seconds(limit: RateLimit, pages: int) -> float:
+    """Seconds a compliant client needs for *pages* requests under *limit* (a schedule's
+    phases in turn; its first burst aside): the bound a moving limit sets."""
+    rows = [(0.0, limit.rate), *((at, rate) for at, rate, _ in limit.schedule)]
+    left, t = float(pages - limit.burst), 0.0
+    for i, (start, rate) in enumerate(rows):
+        end = rows[i + 1][0] if i + 1 < len(rows) else float("inf")
+        if rate > 0 and left <= rate * (end - start):
+            return start + left / rate
+        left -= rate * (end - start)
+        t = end
+    return t
+
+
+def limited_host(index: int, limit: RateLimit, seconds: float, **host: Any) -> HostConfig:
+    """A host under *limit* with as many pages (all linked from its root) as a compliant
+    client fetches in *seconds* (the limit's phases in turn)."""
+    rows = [(0.0, limit.rate), *((at, rate) for at, rate, _ in limit.schedule), (seconds, 0.0)]
+    pages = limit.burst + sum(
+        rate * (min(rows[i + 1][0], seconds) - start) for i, (start, rate) in enumerate(rows[:-1]) if start < seconds
+    )
+    return HostConfig(
+        address=address(index), pages=max(2, round(pages)), links_per_page="all", rate_limit=limit, **host
+    )
+
+
+def moving_limit_site(
+    rate: float = 40.0,
+    schedule: tuple[tuple[float, float, int], ...] = ((15.0, 8.0, 5), (30.0, 40.0, 5)),
+    burst: int = 5,
+    seconds: float = 45.0,
+    retry_after: str | None = "1",
+    status: int = 429,
+    seed: int = 1,
+) -> ChaosConfig:
+    """One host whose limit moves (``schedule`` rows: from second, rate, burst), with enough
+    pages that a compliant client needs ``seconds``; ``status`` (+ ``Retry-After``) past it."""
+    limit = RateLimit(rate=rate, burst=burst, retry_after=retry_after, status=status, schedule=schedule)
+    return ChaosConfig(hosts=(limited_host(0, limit, seconds),), seed=seed)
+
+
+def every_nth_site(
+    every: int = 3, pages: int = 400, latency: float = 1.0, retry_after: str | None = "1", seed: int = 1
+) -> ChaosConfig:
+    """One host refusing (429) every ``every``-th request however slowly asked, each answer
+    after ``latency`` (+10% jitter), its root linking every page."""
+    limit = RateLimit(rate=0.0, every=every, retry_after=retry_after)
+    host = HostConfig(
+        address=address(0),
+        pages=pages,
+        links_per_page="all",
+        latency=latency,
+        latency_jitter=latency * 0.1,
+        rate_limit=limit,
+    )
+    return ChaosConfig(hosts=(host,), seed=seed)
+
+
+def heterogeneous_site(seconds: float = 40.0, seed: int = 1) -> ChaosConfig:
+    """Eighteen different hosts, in this order: six healthy, two slow (0.5 s answers), four
+    limited (a limit that drops and comes back, one that rises, a bare 429, a 503 limiter),
+    one refusing every third request, two flaky (503 windows, drops), two with pages broken
+    for good (every 7th page 503, two 404s) and a blackhole (accepts, never answers). The
+    limited hosts have pages for *seconds* at their limits: the bound of a compliant crawl."""
+    healthy = [HostConfig(address=address(i), pages=60, latency=0.01) for i in range(6)]
+    slow = [HostConfig(address=address(i), pages=40, latency=0.5, latency_jitter=0.1) for i in (6, 7)]
+    limits = [
+        RateLimit(rate=30.0, burst=5, schedule=((15.0, 8.0, 5), (30.0, 30.0, 5))),
+        RateLimit(rate=10.0, burst=5, schedule=((15.0, 30.0, 5),)),
+        RateLimit(rate=20.0, burst=3, retry_after=None),
+        RateLimit(rate=10.0, burst=3, retry_after="2", status=503),
+    ]
+    limited = [limited_host(8 + i, limit, seconds) for i, limit in enumerate(limits)]
+    every = HostConfig(
+        address=address(12), pages=60, links_per_page="all", latency=0.2, rate_limit=RateLimit(rate=0.0, every=3)
+    )
+    flaky = [
+        HostConfig(
+            address=address(i),
+            pages=60,
+            latency=0.01,
+            fail_windows=FailWindows(period=10.0, down=3.0, offset=5.0 * (i - 13)),
+            drop_rate=0.03,
+        )
+        for i in (13, 14)
+    ]
+    broken = [
+        HostConfig(
+            address=address(i),
+            pages=60,
+            latency=0.01,
+            status_script={p: (503,) for p in range(7, 60, 7)},
+            not_found=(10, 30),
+        )
+        for i in (15, 16)
+    ]
+    blackhole = HostConfig(address=address(17), pages=20, hang_rate=1.0)
+    return ChaosConfig(hosts=(*healthy, *slow, *limited, every, *flaky, *broken, blackhole), seed=seed)
+
+
+def among_many_site(others: int = 12, seconds: float = 45.0, seed: int = 1) -> ChaosConfig:
+    """A host limited at 30 req/s, then 5 from 15 s, then 30 from 30 s (429 + Retry-After: 1,
+    bucket 5, pages for *seconds*), first among *others* healthy hosts (100 pages each)."""
+    limit = RateLimit(rate=30.0, burst=5, schedule=((15.0, 5.0, 5), (30.0, 30.0, 5)))
+    rest = [HostConfig(address=address(i), pages=100, latency=0.02) for i in range(1, others + 1)]
+    return ChaosConfig(hosts=(limited_host(0, limit, seconds), *rest), seed=seed)

@@ -1,0 +1,46 @@
+"""Benchmark: limiters that speak differently: 429 without Retry-After, and 503 with one.
+
+Two one-host sites, crawled in turn by every configuration: 20 req/s with a bucket
+of 3 answering a bare 429 (``noretry``), and 10 req/s (bucket 3) answering 503 +
+``Retry-After: 2`` (``limiter503``), each with pages for 20 s at its limit. Per site:
+2xx rate over the limit after its first 3 s (``<site>_p1_rate``, target >= 0.85, as
+for a 429 with Retry-After) and the limiter's share (``<site>_p1_limiter``).
+
+    python -m benchmarks.limiters [--quick]
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from benchmarks.moving import one_host
+from benchmarks.phases import CONFIGS
+from benchmarks.suite import run_module
+from scrapy_openclaw.testing.presets import moving_limit_site
+
+SITES = {
+    "noretry": {"rate": 20.0, "burst": 3, "retry_after": None},
+    "limiter503": {"rate": 10.0, "burst": 3, "retry_after": "2", "status": 503},
+}
+
+
+def run(quick: bool = False) -> dict[str, Any]:
+    seconds = 12.0 if quick else 20.0
+    results: dict[str, Any] = {name: {} for name in CONFIGS}
+    with tempfile.TemporaryDirectory(prefix="openclaw-bench-limiters-") as tmp:
+        for site_name, limit in SITES.items():
+            site = moving_limit_site(schedule=(), seconds=seconds, **limit)  # type: ignore[arg-type]
+            for name, settings in CONFIGS.items():
+                row, _, _ = one_host(site, name, settings, Path(tmp) / site_name, 90.0, site_name)
+                results[name].update({k if k.startswith(site_name) else f"{site_name}_{k}": v for k, v in row.items()})
+    return {"baseline": "scrapy", "quick": quick, "configs": results}
+
+
+def main() -> None:
+    run_module(run)
+
+
+if __name__ == "__main__":
+    main()
