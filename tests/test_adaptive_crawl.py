@@ -150,25 +150,6 @@ def test_a_site_whose_bucket_holds_two_keeps_the_domains_pace(chaos_server: Any,
     assert 0.55 * 40 <= result.stats[f"openclaw/health/final_rate/{host}"] <= 1.25 * 40
 
 
-def test_autothrottle_keeps_its_meaning(chaos_server: Any, tmp_path: Path) -> None:
-    """A project's AutoThrottle owns the slot delay: the add-on does not reset it."""
-    server = chaos_server(fault_free_site(n_hosts=1, pages=8, links_per_page="all"))
-    result = _crawl(
-        server,
-        tmp_path,
-        AUTOTHROTTLE_ENABLED=True,
-        AUTOTHROTTLE_START_DELAY=0.5,
-        AUTOTHROTTLE_MAX_DELAY=0.5,
-        AUTOTHROTTLE_TARGET_CONCURRENCY=0.001,
-        RANDOMIZE_DOWNLOAD_DELAY=False,
-    )
-    truth = server.truth()
-    (host,) = truth["hosts"]
-    times = sorted(r["t"] for r in _served(truth, host))
-    assert len(result.items) == 8
-    assert min(b - a for a, b in zip(times, times[1:])) >= 0.45  # AutoThrottle's 0.5 s, kept
-
-
 def test_the_projects_concurrency_and_download_delay_keep_their_meaning(chaos_server: Any, tmp_path: Path) -> None:
     """CONCURRENT_REQUESTS_PER_DOMAIN = 2 caps the slot (the health controller only scales it
     down), and DOWNLOAD_DELAY bounds the rate the add-on reports."""
