@@ -34,6 +34,7 @@ PRIORITY_QUEUE = "scrapy_openclaw.pqueues.DeadlinePriorityQueue"
 DLQ_PIPELINE = "scrapy_openclaw.dlq.DeadLetterPipeline"
 CHECKPOINT_EXTENSION = "scrapy_openclaw.checkpoint.CheckpointExtension"
 METRICS_EXTENSION = "scrapy_openclaw.metrics.MetricsExtension"
+REPORT_EXTENSION = "scrapy_openclaw.report.PolitenessReportExtension"
 FEED_EXPORTER = "scrapy_openclaw.checkpoint.feeds.DurableFeedExporter"
 BAN_MIDDLEWARE = "scrapy_openclaw.health.BanDetectionMiddleware"
 SNAPSHOT_MIDDLEWARE = "scrapy_openclaw.dlq.snapshots.ErrorSnapshotMiddleware"
@@ -46,12 +47,25 @@ HEAP_FREEZE = "scrapy_openclaw.heap.HeapFreeze"
 DOWNLOADER_MIDDLEWARES = {HEALTH_MIDDLEWARE: 560, RETRY_MIDDLEWARE: 550, BAN_MIDDLEWARE: 580, SNAPSHOT_MIDDLEWARE: 570}
 SPIDER_MIDDLEWARES = {PARSE_RETRY_MIDDLEWARE: 45, PARSE_SNAPSHOT_MIDDLEWARE: 46}
 ITEM_PIPELINES = {DLQ_PIPELINE: 1000}
-EXTENSIONS = {CHECKPOINT_EXTENSION: 10, METRICS_EXTENSION: 500, FEED_EXPORTER: 0, HEAP_FREEZE: 0}
+EXTENSIONS = {
+    CHECKPOINT_EXTENSION: 10,
+    METRICS_EXTENSION: 500,
+    REPORT_EXTENSION: 505,
+    FEED_EXPORTER: 0,
+    HEAP_FREEZE: 0,
+}
 #: Left out under the commands that look at a page or test a spider (``scrapy fetch``,
 #: ``shell``, ``parse``, ``check``): they would write into the project, resume a
 #: checkpoint or take the metrics port of a crawl that is running.
 CRAWL_ONLY = frozenset(
-    {DLQ_PIPELINE, CHECKPOINT_EXTENSION, METRICS_EXTENSION, SNAPSHOT_MIDDLEWARE, PARSE_SNAPSHOT_MIDDLEWARE}
+    {
+        DLQ_PIPELINE,
+        CHECKPOINT_EXTENSION,
+        METRICS_EXTENSION,
+        REPORT_EXTENSION,
+        SNAPSHOT_MIDDLEWARE,
+        PARSE_SNAPSHOT_MIDDLEWARE,
+    }
 )
 
 

@@ -95,6 +95,7 @@ class CrawlFigures:
         self.crawler = crawler
         config = OpenClawSettings.for_crawler(crawler)
         self.max_domains = config.report_max_domains
+        self.shared = config.distributed  # workers' send times add up in Redis (report/redis.py)
         self.taxonomy = ErrorTaxonomy.for_crawler(crawler)
         self.domains: dict[str, DomainFigures] = {}
         self._reached: dict[int, float] = {}  # id(request) -> when it reached the downloader
@@ -120,7 +121,7 @@ class CrawlFigures:
         if figures is None:
             if len(self.domains) >= self.max_domains and domain != OTHER:
                 return self.of(OTHER)
-            figures = self.domains[domain] = DomainFigures()
+            figures = self.domains[domain] = DomainFigures(peaks=Peaks(self.shared))
         return figures
 
     def total(self) -> DomainFigures:

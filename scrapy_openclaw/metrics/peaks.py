@@ -38,14 +38,25 @@ def sliding_max(bins: Mapping[int, int], width: int) -> int:
 class Peaks:
     """Per-domain send-time bins and the busiest window of each length seen so far."""
 
-    __slots__ = ("bins", "best")
+    __slots__ = ("bins", "best", "fresh")
 
-    def __init__(self) -> None:
+    def __init__(self, shared: bool = False) -> None:
         self.bins: Counter[int] = Counter()
         self.best: dict[float, int] = dict.fromkeys(WINDOWS, 0)
+        #: with *shared* (several workers' sends add up elsewhere): the bins not handed on yet
+        self.fresh: Counter[int] | None = Counter() if shared else None
 
     def add(self, sent_at: float, n: int = 1) -> None:
-        self.bins[int(sent_at / RESOLUTION)] += n
+        key = int(sent_at / RESOLUTION)
+        self.bins[key] += n
+        if self.fresh is not None:
+            self.fresh[key] += n
+
+    def take_fresh(self) -> Counter[int]:
+        """The bins added since the last call (for a shared count: every worker's sends)."""
+        fresh = self.fresh if self.fresh is not None else Counter()
+        self.fresh = Counter()
+        return fresh
 
     def merge_bins(self, bins: Iterable[tuple[int, int]]) -> None:
         for key, n in bins:

@@ -308,7 +308,8 @@ def send_dead_letter(
         letter.first_attempt_at = first if first is not None else now
     if error_class is not None:
         letter.error_class = error_class
-    crawler.stats.inc_value(f"{STATS_PREFIX}/dead_letters")
+    if not letter.internal:  # (robots.txt's are never stored: not dead letters, as everywhere)
+        crawler.stats.inc_value(f"{STATS_PREFIX}/dead_letters")
     crawler.signals.send_catch_log(signal=openclaw_signals.dead_letter, dead_letter=letter, spider=spider)
     return letter
 

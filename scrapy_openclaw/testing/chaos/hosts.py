@@ -156,9 +156,9 @@ class _Host:
             if outcome.status == HANG:
                 return
             if delay > 0:
-                pending.append(self.site.call_later(delay, _act, request, outcome))
+                pending.append(self.site.call_later(delay, _act, request, outcome, record))
             else:
-                _act(request, outcome)
+                _act(request, outcome, record)
 
         def finished(_: Any) -> None:
             for call in pending:
@@ -184,7 +184,7 @@ def _error_body(status: int) -> bytes:
     return f"<html><body><h2>Error {status}</h2></body></html>".encode()
 
 
-def _act(request: Request, outcome: _Outcome) -> None:
+def _act(request: Request, outcome: _Outcome, record: dict[str, Any]) -> None:
     # A delayed answer is cancelled when its connection goes away (see ``_Host.handle``).
     if request.finished:
         return
@@ -198,6 +198,7 @@ def _act(request: Request, outcome: _Outcome) -> None:
     for name, value in outcome.headers:
         request.setHeader(name, value)
     request.write(outcome.body)
+    record["bytes"] = len(outcome.body)  # body bytes sent (the truth's "bytes")
     request.finish()
 
 

@@ -161,6 +161,7 @@ class ChaosSite:
                 "counts": dict(Counter(r["path"] for r in reqs)),
                 "statuses": dict(Counter(str(r["status"]) for r in reqs)),
                 "max_1s_window": max_in_window(r["t"] for r in reqs),
+                "bytes": sum(r.get("bytes", 0) for r in reqs),
                 "max_in_flight": host.max_in_flight,
                 "banned": sum(1 for r in reqs if r.get("banned")),
                 "in_flight": host.in_flight,

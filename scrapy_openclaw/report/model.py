@@ -1,0 +1,158 @@
+"""The politeness report as data: what a crawl did to each site, built from the figures' and the
+health registry's own values, merged across workers, validated when read back.
+
+One domain's entry (``docs/politeness-report.md`` explains each field)::
+
+    requests, retries, done, failures, errors, bytes, busiest_1s, busiest_5s,
+    answers {"2xx": n, ...}, statuses {"429": n, ...}, throttled_429, unavailable_503,
+    retry_after {received, largest_seconds}, held_seconds, circuit_openings,
+    robots_txt {status, crawl_delay}, limit, dead_letters {class: n}
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+from scrapy_openclaw.metrics.peaks import WINDOWS
+
+if TYPE_CHECKING:
+    from scrapy_openclaw.health.reader import HealthReader
+    from scrapy_openclaw.metrics.figures import CrawlFigures, DomainFigures
+
+VERSION = 1
+#: Fields that add up across workers (the rest: the largest, or the shared registry's value).
+SUMMED: tuple[str, ...] = (
+    "requests",
+    "retries",
+    "done",
+    "failures",
+    "errors",
+    "bytes",
+    "throttled_429",
+    "unavailable_503",
+    "circuit_openings",
+)
+
+
+class ReportError(ValueError):
+    """A stored report that is not one (names the file and what is wrong)."""
+
+
+def domain_entry(f: DomainFigures, state: Any = None) -> dict[str, Any]:
+    """One domain's entry from its figures and, when known, its health-registry state."""
+    return {
+        "requests": f.requests,
+        "retries": f.retries,
+        "done": f.done,
+        "failures": f.failures,
+        "errors": f.errors,
+        "bytes": f.bytes,
+        "busiest_1s": f.peaks.peak(WINDOWS[0]),
+        "busiest_5s": f.peaks.peak(WINDOWS[1]),
+        "answers": dict(sorted(f.answers.items())),
+        "statuses": {str(s): n for s, n in sorted(f.statuses.items())},
+        "throttled_429": f.statuses.get(429, 0),
+        "unavailable_503": f.statuses.get(503, 0),
+        "retry_after": {"received": f.retry_after_received, "largest_seconds": f.retry_after_max},
+        "held_seconds": round(float(state.blocked_seconds), 3) if state is not None else 0.0,
+        "circuit_openings": f.circuit_openings,
+        "robots_txt": {
+            "status": f.robots_status,
+            "crawl_delay": float(state.crawl_delay) if state is not None else 0.0,
+        },
+        "limit": state.limit if state is not None else None,
+        "dead_letters": dict(sorted(f.dead_letters.items())),
+    }
+
+
+def build_report(
+    figures: CrawlFigures,
+    registry: HealthReader | None,
+    *,
+    spider: str,
+    crawl_id: str,
+    started_at: float,
+    finish_reason: str | None = None,
+    robots_forbidden: int = 0,
+) -> dict[str, Any]:
+    """The report of this process's crawl (a worker's part in distributed mode)."""
+    known = set(registry.domains()) if registry is not None else set()
+    domains = {
+        domain: domain_entry(f, registry.state(domain) if registry is not None and domain in known else None)
+        for domain, f in figures.domains.items()
+    }
+    return {
+        "version": VERSION,
+        "spider": spider,
+        "crawl_id": crawl_id,
+        "started_at": started_at,
+        "finished_at": time.time(),
+        "finish_reason": finish_reason,
+        "workers": 1,
+        "robots_forbidden": robots_forbidden,
+        "domains": dict(sorted(domains.items(), key=busiest_first)),
+    }
+
+
+def busiest_first(item: tuple[str, dict[str, Any]]) -> tuple[int, int, str]:
+    domain, entry = item
+    return (-int(entry["busiest_1s"]), -int(entry["requests"]), domain)
+
+
+def merge(parts: list[dict[str, Any]], peaks: dict[str, dict[str, int]] | None = None) -> dict[str, Any]:
+    """Several workers' parts as one report; *peaks* (domain -> busiest_1s/5s across all workers,
+    from Redis) replaces the per-worker ones, which do not add up."""
+    if not parts:
+        raise ReportError("no report parts to merge")
+    merged: dict[str, Any] = {k: v for k, v in parts[0].items() if k != "domains"}
+    merged["workers"] = sum(int(p.get("workers", 1)) for p in parts)
+    merged["started_at"] = min(p["started_at"] for p in parts)
+    merged["finished_at"] = max(p["finished_at"] for p in parts)
+    merged["robots_forbidden"] = sum(int(p.get("robots_forbidden", 0)) for p in parts)
+    domains: dict[str, dict[str, Any]] = {}
+    for part in parts:
+        for domain, entry in part["domains"].items():
+            into = domains.get(domain)
+            domains[domain] = _copy(entry) if into is None else _add(into, entry)
+    for domain, best in (peaks or {}).items():
+        if domain in domains:
+            domains[domain].update(best)
+    merged["domains"] = dict(sorted(domains.items(), key=busiest_first))
+    return merged
+
+
+def _copy(entry: dict[str, Any]) -> dict[str, Any]:
+    return {k: dict(v) if isinstance(v, dict) else v for k, v in entry.items()}
+
+
+def _add(into: dict[str, Any], entry: dict[str, Any]) -> dict[str, Any]:
+    for name in SUMMED:
+        into[name] += entry[name]
+    for name in ("answers", "statuses", "dead_letters"):
+        for key, n in entry[name].items():
+            into[name][key] = into[name].get(key, 0) + n
+    into["retry_after"]["received"] += entry["retry_after"]["received"]
+    largest = max(into["retry_after"]["largest_seconds"], entry["retry_after"]["largest_seconds"])
+    into["retry_after"]["largest_seconds"] = largest
+    for name in ("busiest_1s", "busiest_5s", "held_seconds"):  # (the shared registry's, or the largest)
+        into[name] = max(into[name], entry[name])
+    if into["robots_txt"]["status"] is None:
+        into["robots_txt"] = dict(entry["robots_txt"])
+    into["limit"] = into["limit"] if into["limit"] is not None else entry["limit"]
+    return into
+
+
+def validate(data: Any, where: str) -> dict[str, Any]:
+    """*data* if it is a report this version reads; a :class:`ReportError` naming *where* otherwise."""
+    if not isinstance(data, dict):
+        raise ReportError(f"{where}: not a politeness report (expected a JSON object)")
+    if data.get("version") != VERSION:
+        raise ReportError(f"{where}: report version {data.get('version')!r}, this version reads {VERSION}")
+    domains = data.get("domains")
+    if not isinstance(domains, dict):
+        raise ReportError(f"{where}: 'domains' is missing or not an object")
+    for domain, entry in domains.items():
+        if not isinstance(entry, dict) or not all(isinstance(entry.get(k), (int, float)) for k in SUMMED):
+            raise ReportError(f"{where}: domain {domain!r}: an entry needs the numbers {', '.join(SUMMED)}")
+    return data

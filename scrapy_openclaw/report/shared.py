@@ -1,0 +1,132 @@
+"""Distributed mode: every worker's figures in one report, through Redis.
+
+Counts add up, so each worker stores its own part at close (one hash field)
+and a report merges the parts. The busiest second does not add up: each
+worker hands its new send-time bins to ``peaks.lua`` every few seconds, which
+adds them to the domain's shared bins and keeps the busiest windows across
+all workers (one script call per domain with new sends; bins older than the
+horizon are final and dropped). Every key of a crawl's report carries one
+hash tag, ``{<scope>#report}``; the scope is ``OPENCLAW_CRAWL_ID`` when set
+(the same on every worker), else the spider's name. Keys expire after
+:data:`TTL`.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import TYPE_CHECKING, Any
+
+from scrapy_openclaw.metrics.peaks import RESOLUTION, WINDOWS
+from scrapy_openclaw.report.model import merge, validate
+
+if TYPE_CHECKING:
+    from scrapy_openclaw.metrics.figures import CrawlFigures
+
+TTL = 7 * 86400  # seconds the shared report keys live after the last write
+PUSH_INTERVAL = 5.0  # seconds between two hand-overs of a worker's send times
+_WIDTHS = [int(round(w / RESOLUTION)) for w in WINDOWS]
+#: Merge one worker's new send-time bins of a domain, keep the busiest windows across workers.
+_SCRIPT = """
+-- Merge one worker's new send-time bins of a domain and keep the busiest windows across workers.
+-- KEYS[1]: the domain's bins hash (bin -> requests), KEYS[2]: the peaks hash ("<domain>\\t<width>" -> best)
+-- ARGV[1]: domain, ARGV[2]: bins before this one are final (deleted after this pass),
+-- ARGV[3]: TTL (s) of both keys, ARGV[4]: n windows, ARGV[5 .. 4+n]: window widths (bins),
+-- then pairs: bin, requests.
+local nw = tonumber(ARGV[4])
+for i = 5 + nw, #ARGV, 2 do
+  redis.call('HINCRBY', KEYS[1], ARGV[i], ARGV[i + 1])
+end
+local flat = redis.call('HGETALL', KEYS[1])
+local keys, counts = {}, {}
+for i = 1, #flat, 2 do
+  local k = tonumber(flat[i])
+  keys[#keys + 1] = k
+  counts[k] = tonumber(flat[i + 1])
+end
+table.sort(keys)
+for w = 1, nw do
+  local width = tonumber(ARGV[4 + w])
+  local best, total, lo = 0, 0, 1
+  for hi = 1, #keys do
+    total = total + counts[keys[hi]]
+    while keys[hi] - keys[lo] >= width do
+      total = total - counts[keys[lo]]
+      lo = lo + 1
+    end
+    if total > best then best = total end
+  end
+  local field = ARGV[1] .. '\\t' .. ARGV[4 + w]
+  if best > tonumber(redis.call('HGET', KEYS[2], field) or '0') then
+    redis.call('HSET', KEYS[2], field, best)
+  end
+end
+local final = tonumber(ARGV[2])
+for _, k in ipairs(keys) do
+  if k < final then redis.call('HDEL', KEYS[1], string.format('%d', k)) end
+end
+redis.call('EXPIRE', KEYS[1], ARGV[3])
+redis.call('EXPIRE', KEYS[2], ARGV[3])
+return #keys
+"""
+
+
+class SharedReport:
+    """The Redis side of one crawl's report; calls block, so run them off the reactor thread."""
+
+    def __init__(self, server: Any, spider: str, scope: str):
+        self.server = server
+        self.base = f"{spider}:report:{{{scope}#report}}"
+        self._script = server.register_script(_SCRIPT)
+
+    def key(self, name: str) -> str:
+        return f"{self.base}:{name}"
+
+    def push_bins(self, fresh: dict[str, dict[int, int]], horizon: float, now: float | None = None) -> None:
+        """Add each domain's new bins (*fresh*: domain -> bin -> requests) to the shared ones."""
+        now = time.time() if now is None else now
+        final = int((now - horizon - 2 * PUSH_INTERVAL) / RESOLUTION) - max(_WIDTHS)
+        for domain, bins in fresh.items():
+            pairs = [str(x) for kv in sorted(bins.items()) for x in kv]
+            args = [domain, final, TTL, len(_WIDTHS), *_WIDTHS, *pairs]
+            self._script(keys=[self.key(f"bins:{domain}"), self.key("peaks")], args=args)
+
+    def peaks(self) -> dict[str, dict[str, int]]:
+        """domain -> {"busiest_1s": n, "busiest_5s": n} across every worker."""
+        names = dict(zip(_WIDTHS, ("busiest_1s", "busiest_5s")))
+        out: dict[str, dict[str, int]] = {}
+        for field, value in self.server.hgetall(self.key("peaks")).items():
+            domain, _, width = _text(field).rpartition("\t")
+            if width.isdigit() and int(width) in names:
+                out.setdefault(domain, {})[names[int(width)]] = int(value)
+        return out
+
+    def store_part(self, worker: str, part: dict[str, Any]) -> None:
+        key = self.key("parts")
+        self.server.hset(key, worker, json.dumps(part))
+        self.server.expire(key, TTL)
+
+    def merged(self) -> dict[str, Any]:
+        """Every stored part merged, with the shared busiest windows; parts that are not reports
+        (a damaged or hostile entry) are left out."""
+        parts = []
+        for worker, raw in self.server.hgetall(self.key("parts")).items():
+            try:
+                parts.append(validate(json.loads(raw), f"Redis {self.key('parts')} {_text(worker)}"))
+            except ValueError:
+                continue
+        return merge(parts, self.peaks())
+
+
+def fresh_bins(figures: CrawlFigures) -> dict[str, dict[int, int]]:
+    """Each domain's bins added since the last call (and forget them here)."""
+    out = {}
+    for domain, f in figures.domains.items():
+        bins = f.peaks.take_fresh()
+        if bins:
+            out[domain] = dict(bins)
+    return out
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)

@@ -1,0 +1,52 @@
+"""Where the politeness report is kept (a JSON file beside the dead letters) and reading it back."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from scrapy_openclaw._files import atomic_write
+from scrapy_openclaw.report.model import ReportError, validate
+from scrapy_openclaw.settings import read_setting
+
+FILE_NAME = "report.json"
+
+
+def report_path(settings: Any, spider: str) -> Path:
+    """``OPENCLAW_REPORT_PATH`` (``%(name)s``: the spider), else
+    ``<project>/openclaw-data/<spider>/report.json``, where the dead letters live by default."""
+    from scrapy_openclaw.dlq.stores.factory import _project_dir
+
+    path = read_setting(settings, "OPENCLAW_REPORT_PATH")
+    if path:
+        text = os.fspath(path)
+        try:
+            text = text % {"name": spider} if "%(" in text else text
+        except (KeyError, ValueError, TypeError) as exc:
+            raise ReportError(
+                f"setting OPENCLAW_REPORT_PATH={text!r}: only %(name)s may be substituted ({exc})"
+            ) from None
+        return Path(text).expanduser().absolute()
+    return Path(_project_dir(), "openclaw-data", spider, FILE_NAME)
+
+
+def write_report(path: Path, report: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(path, json.dumps(report, indent=1).encode())
+
+
+def read_report(path: Path) -> dict[str, Any]:
+    """The report stored at *path*; a one-line :class:`ReportError` naming the file otherwise."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ReportError(f"{path}: no politeness report here (a crawl writes one when it closes)") from None
+    except OSError as exc:
+        raise ReportError(f"{path}: cannot read the report: {exc.strerror or exc}") from None
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise ReportError(f"{path}: not JSON ({exc})") from None
+    return validate(data, str(path))
