@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from scrapy_openclaw._files import atomic_write
+from scrapy_openclaw.paths import base_dir, resolve_path
 from scrapy_openclaw.report.model import ReportError, validate
 from scrapy_openclaw.settings import read_setting
 
@@ -17,8 +18,6 @@ FILE_NAME = "report.json"
 def report_path(settings: Any, spider: str) -> Path:
     """``OPENCLAW_REPORT_PATH`` (``%(name)s``: the spider), else
     ``<project>/openclaw-data/<spider>/report.json``, where the dead letters live by default."""
-    from scrapy_openclaw.dlq.stores.factory import _project_dir
-
     path = read_setting(settings, "OPENCLAW_REPORT_PATH")
     if path:
         text = os.fspath(path)
@@ -28,8 +27,8 @@ def report_path(settings: Any, spider: str) -> Path:
             raise ReportError(
                 f"setting OPENCLAW_REPORT_PATH={text!r}: only %(name)s may be substituted ({exc})"
             ) from None
-        return Path(text).expanduser().absolute()
-    return Path(_project_dir(), "openclaw-data", spider, FILE_NAME)
+        return resolve_path(text, setting="OPENCLAW_REPORT_PATH")
+    return Path(base_dir(), "openclaw-data", spider, FILE_NAME)
 
 
 def write_report(path: Path, report: dict[str, Any]) -> None:

@@ -57,14 +57,12 @@ class StoreKey:
 def key_file_path() -> Path:
     """Where a project's generated key lives: ``<project>/openclaw-data/store.key``.
 
-    ``<project>`` is the directory of the closest ``scrapy.cfg`` (the working
-    directory outside a project), as for the other project paths.
+    ``<project>`` is the project root (the working directory outside a
+    project), as for the other project paths (:mod:`scrapy_openclaw.paths`).
     """
-    from scrapy.utils.conf import closest_scrapy_cfg
+    from scrapy_openclaw.paths import base_dir
 
-    cfg = closest_scrapy_cfg()
-    root = os.path.dirname(os.path.abspath(cfg)) if cfg else os.getcwd()
-    return Path(root, "openclaw-data", "store.key")
+    return Path(base_dir(), "openclaw-data", "store.key")
 
 
 @dataclass(frozen=True)
