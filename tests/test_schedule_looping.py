@@ -43,6 +43,7 @@ LOOPED = {
     ("schedule/scheduler/window.py", "_extend"): ["_extend"],
     ("schedule/extension.py", "_check_parent"): ["_check_parent"],
     ("distributed/queue.py", "_tick"): ["_tick"],
+    ("report/extension.py", "_tick"): ["_tick"],
     ("checkpoint/extension/crawl_signals.py", "func"): ["commit", "_periodic_snapshot"],
 }
 
