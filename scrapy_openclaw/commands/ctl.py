@@ -47,6 +47,14 @@ def parse_duration(value: str) -> float:
     return seconds
 
 
+def _no_control_api(url: str) -> str:
+    return (
+        f"{mask_uri(url)} serves metrics but no control API: live control is off in that crawl. "
+        "Start the crawl with OPENCLAW_CONTROL_TOKEN set (16 characters or more) and give the same token "
+        "here (--token, or OPENCLAW_CONTROL_TOKEN in the environment or the settings)"
+    )
+
+
 def _when(ts: Any) -> str:
     if not ts:
         return "-"
@@ -220,7 +228,9 @@ class Command(ScrapyCommand):
         except urllib.error.HTTPError as exc:
             try:
                 return json.loads(exc.read() or b"{}"), exc.code
-            except ValueError:
+            except ValueError:  # not our API's JSON: no control API under this URL
+                if exc.code == 404:
+                    return {"error": _no_control_api(url)}, exc.code
                 return {"error": exc.reason}, exc.code
         except (OSError, ValueError) as exc:
             return {"error": f"{mask_uri(url)}: {exc}"}, 0

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from scrapy.commands import ScrapyCommand
 from scrapy.exceptions import UsageError
 
+from scrapy_openclaw.commands.addon_check import check_crawl_command
 from scrapy_openclaw.exceptions import OpenClawConfigError
 from scrapy_openclaw.paths import resolve_path
 from scrapy_openclaw.settings import read_setting
@@ -45,6 +46,10 @@ class Command(ScrapyCommand):
     requires_project = False
     requires_crawler_process = False
     default_settings = {"LOG_ENABLED": True}
+
+    def __init__(self) -> None:
+        super().__init__()
+        check_crawl_command()  # Scrapy builds every command for every `scrapy` run: the one place that always runs
 
     def syntax(self) -> str:
         return "TASKS.yaml | status [TASKS.yaml]"

@@ -15,9 +15,8 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING
 
-from scrapy.commands import ScrapyCommand
+from scrapy.commands import BaseRunSpiderCommand
 from scrapy.exceptions import UsageError
-from scrapy.utils.conf import arglist_to_dict
 
 from scrapy_openclaw.commands.dlq.inspecting import InspectSubcommands
 from scrapy_openclaw.commands.dlq.reading import _store_errors
@@ -34,7 +33,8 @@ __all__ = ["BODY_PREVIEW", "SUBCOMMANDS", "Command", "format_table", "parse_time
 SUBCOMMANDS = ("list", "show", "stats", "replay", "purge")
 
 
-class Command(InspectSubcommands, ReplaySubcommand, ScrapyCommand):
+class Command(InspectSubcommands, ReplaySubcommand, BaseRunSpiderCommand):
+    # BaseRunSpiderCommand: replay takes scrapy crawl's -a, -o and -O (FEEDS), parsed by Scrapy's own code
     requires_project = True
     # Only replay runs a crawl (and makes its own process): the other
     # subcommands print their own output, no Scrapy start banner.
@@ -86,21 +86,6 @@ class Command(InspectSubcommands, ReplaySubcommand, ScrapyCommand):
         )
         group.add_argument("--limit", type=int, default=0, help="list: show at most this many (newest)")
         group.add_argument("-y", "--yes", action="store_true", help="purge: do not ask for confirmation")
-        group.add_argument(
-            "-a",
-            dest="spargs",
-            action="append",
-            default=[],
-            metavar="NAME=VALUE",
-            help="replay: set a spider argument (may be repeated)",
-        )
-
-    def process_options(self, args: list[str], opts: argparse.Namespace) -> None:
-        super().process_options(args, opts)
-        try:
-            opts.spargs = arglist_to_dict(opts.spargs)
-        except ValueError:
-            raise UsageError("Invalid -a value, use -a NAME=VALUE", print_help=False) from None
 
     def run(self, args: list[str], opts: argparse.Namespace) -> None:
         unknown = [a for a in args if a.startswith("-")]
