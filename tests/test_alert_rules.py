@@ -1,4 +1,4 @@
-"""The shipped Prometheus alerting rules (dashboards/prometheus-openclaw-rules.yml).
+"""The shipped Prometheus alerting rules (scrapy_openclaw/dashboards/prometheus-openclaw-rules.yml).
 
 ``promtool`` is not pip-installable, so the rules are checked by a parser:
 the file's structure, the PromQL's brackets, durations and selectors, and
@@ -27,7 +27,7 @@ from scrapy_openclaw.testing.presets import address, ban_site
 from scrapy_openclaw.testing.servers import free_port, stop_process
 from tests.test_metrics import Pushgateway, scrape
 
-RULES = Path(__file__).parents[1] / "dashboards" / "prometheus-openclaw-rules.yml"
+RULES = Path(__file__).parents[1] / "scrapy_openclaw" / "dashboards" / "prometheus-openclaw-rules.yml"
 _DURATION = re.compile(r"^(\d+(ms|s|m|h|d|w|y))+$")
 _NAME = re.compile(r"\b((?:scrapy_openclaw|openclaw_schedule)_[a-z0-9_]+)\b(\{[^}]*\})?")
 _MATCHER = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)\s*(=~|!~|!=|=)\s*"[^"]*"')
