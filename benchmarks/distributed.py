@@ -84,12 +84,17 @@ def health_state(redis_url: str, domain: str, *, spider: str = "chaos", shards: 
     return {k.decode(): v.decode() for k, v in raw.items()}
 
 
+#: Every worker of a distributed crawl seals and checks Redis entries with the same key.
+STORE_KEY = "benchmark-shared-store-key"
+
+
 def ours(redis_url: str, *, rate: float = 200.0, burst: int = 20, lease: float = 3.0) -> dict[str, Any]:
     policy = {"defaults": {"health": {"initial_rate": rate, "base_rate": rate, "burst": burst, "base_concurrency": 16}}}
     return {
         **_cluster_settings(redis_url),
         "ADDONS": {"scrapy_openclaw.Addon": 100},
         "OPENCLAW_DISTRIBUTED": True,
+        "OPENCLAW_STORE_KEY": STORE_KEY,
         "REDIS_URL": redis_url,
         "OPENCLAW_DISTRIBUTED_LEASE": lease,
         "OPENCLAW_DISTRIBUTED_HEARTBEAT": 0.5,
@@ -246,6 +251,7 @@ def ours_defaults(redis_url: str) -> dict[str, Any]:
         **_cluster_settings(redis_url),
         "ADDONS": {"scrapy_openclaw.Addon": 100},
         "OPENCLAW_DISTRIBUTED": True,
+        "OPENCLAW_STORE_KEY": STORE_KEY,
         "REDIS_URL": redis_url,
         "ITEM_PIPELINES": {"scrapy_redis.pipelines.RedisPipeline": 900},
         "LOG_LEVEL": "INFO",
