@@ -34,6 +34,7 @@ root_doc = "index"
 exclude_patterns = ["_build", "benchmark-results.md", "examples/**"]
 myst_enable_extensions = ["colon_fence", "deflist"]
 myst_heading_anchors = 3
+highlight_language = "text"  # an unlabelled block is a terminal or a log
 
 html_theme = "furo"
 html_title = f"scrapy-openclaw {release}"
