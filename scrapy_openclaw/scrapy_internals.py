@@ -213,7 +213,7 @@ def new_slot_delay(downloader: Downloader, key: str) -> float:
     if default is None:
         delay = downloader.settings.getfloat("DOWNLOAD_DELAY")
         default = getattr(downloader.crawler.spider, "download_delay", delay)
-    return float(default)
+    return float(default if default is not None else 0.0)
 
 
 def downloader_activity(engine: ExecutionEngine | None) -> tuple[int, dict[str, int]] | None:

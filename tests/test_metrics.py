@@ -408,7 +408,9 @@ def test_dashboard_uses_only_exported_metrics():
     for family in ext.registry.collect():
         suffixes = {"counter": ("_total",), "histogram": ("_bucket", "_count", "_sum")}.get(family.type, ("",))
         exported.update(family.name + suffix for suffix in suffixes)
-    dashboard = json.loads((Path(__file__).parents[1] / "scrapy_openclaw" / "dashboards" / "grafana-openclaw.json").read_text())
+    dashboard = json.loads(
+        (Path(__file__).parents[1] / "scrapy_openclaw" / "dashboards" / "grafana-openclaw.json").read_text()
+    )
     used = {
         name
         for panel in dashboard["panels"]

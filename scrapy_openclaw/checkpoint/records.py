@@ -82,9 +82,10 @@ def decode_line(line: bytes) -> str | None:
         if line[_MAC : _MAC + 1] != b" " or not key.check(_PURPOSE, body, line[:_MAC]):
             return None
     else:
-        body = _unsigned_body(line)
-        if body is None:
+        unsigned = _unsigned_body(line)
+        if unsigned is None:
             return None
+        body = unsigned
         if not key.accept_unsigned:
             if body.startswith(b'{"') and b'"kind"' in body:
                 raise CheckpointVersionError(

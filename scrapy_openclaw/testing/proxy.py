@@ -50,7 +50,7 @@ class ForwardProxy:
     @property
     def address(self) -> str:
         host, port = self._server.server_address[:2]
-        return f"{host}:{port}"
+        return f"{host!s}:{port}"
 
     @property
     def url(self) -> str:
@@ -110,7 +110,7 @@ def _handler(proxy: ForwardProxy) -> type[BaseHTTPRequestHandler]:
 
         def _forward(self) -> None:
             auth = self.headers.get("Proxy-Authorization")
-            entry = {"method": self.command, "url": self.path, "proxy_authorization": auth}
+            entry: dict[str, Any] = {"method": self.command, "url": self.path, "proxy_authorization": auth}
             if not proxy._authorised(auth):
                 entry["status"] = 407
                 proxy._note(entry)

@@ -66,6 +66,7 @@ class ReplaySubcommand(StoreAccess):
         from scrapy_openclaw.dlq.replay import plan_requests
 
         try:
+            assert self.settings is not None  # (Scrapy sets the project's before run)
             spidercls = get_spider_loader(self.settings).load(spider)
         except KeyError as exc:
             raise UsageError(str(exc), print_help=False) from None
