@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from scrapy import signals
 from scrapy.exceptions import NotConfigured
 from scrapy.utils.asyncio import create_looping_call
+from scrapy.utils.defer import maybe_deferred_to_future
 from twisted.internet.defer import Deferred
 
 from scrapy_openclaw.health.reader import health_registry
@@ -93,7 +94,7 @@ class PolitenessReportExtension:
             if fresh:
                 self._link.submit(shared.push_bins, fresh, horizon, errback=lambda exc: None)
 
-    def spider_closed(self, spider: Spider, reason: str) -> Deferred[None] | None:
+    async def spider_closed(self, spider: Spider, reason: str) -> None:
         if self._loop is not None and self._loop.running:
             self._loop.stop()
         self.figures.settle()
@@ -108,7 +109,7 @@ class PolitenessReportExtension:
         )
         if self._shared is None:
             self._finish(spider, part)
-            return None
+            return
         done: Deferred[None] = Deferred()
         shared, fresh, horizon = self._shared, fresh_bins(self.figures), self.figures.horizon
         worker = f"{socket.gethostname()}:{os.getpid()}:{crawl_id(self.crawler)}"
@@ -133,7 +134,7 @@ class PolitenessReportExtension:
             done.callback(None)
 
         self._link.submit(exchange, callback=exchanged, raw=True)
-        return done
+        await maybe_deferred_to_future(done)  # (a coroutine handler: Scrapy deprecates returned Deferreds)
 
     def _finish(self, spider: Spider, report: dict[str, Any]) -> None:
         self.report = report
