@@ -85,7 +85,7 @@ def health_state(redis_url: str, domain: str, *, spider: str = "chaos", shards: 
 
 
 #: Every worker of a distributed crawl seals and checks Redis entries with the same key.
-STORE_KEY = "benchmark-shared-store-key"
+STORE_KEY = os.environ.get("OPENCLAW_STORE_KEY") or "benchmark-shared-store-key"
 
 
 def ours(redis_url: str, *, rate: float = 200.0, burst: int = 20, lease: float = 3.0) -> dict[str, Any]:
