@@ -11,9 +11,9 @@ local n = 0
 for i = 3, #ARGV do n = n + ack(ARGV[i], ARGV[2], tonumber(ARGV[1])) end
 return n
 """,
-    "counts": r"""-- {ready, delayed, inflight} of one shard in one round trip. KEYS: the shard's keys.
+    "counts": r"""-- {ready, delayed, inflight, discovered} of one shard in one round trip. KEYS: the shard's keys.
 local n = tonumber(redis.call('GET', KEYS[7]) or '0')
-return {n, redis.call('ZCARD', KEYS[8]), redis.call('ZCARD', KEYS[9])}
+return {n, redis.call('ZCARD', KEYS[8]), redis.call('ZCARD', KEYS[9]), tonumber(redis.call('GET', KEYS[16]) or '0')}
 """,
     "h_acquire": r"""-- ARGV: now, policy_json, token(1/0) -> {ok, {fields}}
 -- (runs after the shared health.lua, see __init__.py)
@@ -62,7 +62,8 @@ return h_save(KEYS[1], d, ARGV[2])
     "h_record": r"""-- ARGV: now, policy_json, success(1/0), latency ('' none), domain signal(1/0), penalty,
 --       congestion(2: a 429, whose delivered rate is the limit / 1 / 0), throttle(1/0), retry_after ('' none),
 --       jitter factor,
---       answered(1/0), in the 5xx share(1/0), the fit history's note ('a' / 'r' / ''), when it was sent
+--       answered(1/0), in the 5xx share(1/0), the fit history's note ('a' / 'r' / ''), when it was sent,
+--       a rate signal (1/0)
 -- KEYS: the domain's hash, the domain index, the domain's history for the limit fit
 --       -> {{fields}, the circuit transition this record caused: 'open' | 'closed' | ''}
 -- (runs after the shared health.lua, see __init__.py)
@@ -74,7 +75,7 @@ if ARGV[3] == '1' then
   h_success(d, p, now, tonumber(ARGV[4]), KEYS[3], tonumber(ARGV[14]))
 else
   h_failure(d, p, now, ARGV[11] == '1', ARGV[12] == '1', ARGV[5] == '1', tonumber(ARGV[6]), ARGV[7] ~= '0',
-    ARGV[7] == '2', ARGV[8] == '1', tonumber(ARGV[9]), tonumber(ARGV[10]), KEYS[3], ARGV[13], tonumber(ARGV[14]))
+    ARGV[7] == '2', ARGV[8] == '1', tonumber(ARGV[9]), tonumber(ARGV[10]), KEYS[3], ARGV[13], tonumber(ARGV[14]), ARGV[15] == '1')
 end
 -- the transition this record caused (a worker reports only its own)
 local changed = ''
@@ -120,6 +121,7 @@ local HF = {'health', 'rate', 'tokens', 'threshold', 'updated', 'last_decrease',
   'consecutive_failures', 'requests', 'successes', 'failures', 'cooldown', 'opens', 'down_since',
   'answered_at', 'last_success', 'share_fast', 'share_slow', 'win_start', 'win_ok', 'delivered',
   'crawl_delay', 'troubled_at', 'cuts', 'born', 'blocked_seconds', 'burst_cap',
+  'iv_start', 'iv_ok', 'iv_refused', 'ref_share', 'ref_pace', 'ref_ok', 'refusals_flat',
   'ctl_hold', 'ctl_rate', 'ctl_concurrency', 'ctl_down'}
 local h_ttl = 0  -- seconds an idle domain's hash lives (policy k_key_ttl; 0: for ever), set by h_load
 
@@ -162,6 +164,7 @@ local function h_load(hkey, now, pjson)
     d.answered_at, d.last_success, d.share_fast, d.share_slow = 0, 0, 0, 0
     d.win_start, d.win_ok, d.delivered, d.crawl_delay, d.troubled_at, d.cuts = now, 0, nil, 0, 0, 0
     d.born, d.blocked_seconds, d.burst_cap = now, 0, 0
+    d.iv_start, d.iv_ok, d.iv_refused, d.ref_share, d.ref_pace, d.ref_ok, d.refusals_flat = now, 0, 0, 0, 0, 0, 0
     d.ctl_hold, d.ctl_rate, d.ctl_concurrency, d.ctl_down = 0, 0, 0, 0
     return d, p
   end
@@ -174,6 +177,9 @@ local function h_load(hkey, now, pjson)
   d.win_start, d.win_ok, d.last_decrease = d.win_start or now, d.win_ok or 0, d.last_decrease or 0
   d.troubled_at, d.cuts, d.born = d.troubled_at or 0, d.cuts or 0, d.born or d.updated
   d.blocked_seconds, d.burst_cap = d.blocked_seconds or 0, d.burst_cap or 0
+  d.iv_start, d.iv_ok, d.iv_refused = d.iv_start or now, d.iv_ok or 0, d.iv_refused or 0
+  d.ref_share, d.ref_pace, d.ref_ok = d.ref_share or 0, d.ref_pace or 0, d.ref_ok or 0
+  d.refusals_flat = d.refusals_flat or 0
   d.ctl_hold, d.ctl_rate = d.ctl_hold or 0, d.ctl_rate or 0
   d.ctl_concurrency, d.ctl_down = d.ctl_concurrency or 0, d.ctl_down or 0
   local elapsed = now - d.updated
@@ -182,7 +188,11 @@ local function h_load(hkey, now, pjson)
     if d.circuit == 'open' then blocked_end = math.max(blocked_end, d.opened_at + d.cooldown) end
     d.blocked_seconds = d.blocked_seconds + math.max(0, math.min(now, blocked_end) - d.updated)
     d.health = math.min(100, d.health + p.recovery_per_minute * elapsed / 60)
-    d.tokens = math.min(h_burst(d, p), d.tokens + elapsed * h_rate(d, p))
+    -- nothing saved up while the circuit is open (a hold saves at most the burst)
+    local open_end = 0
+    if d.circuit == 'open' then open_end = d.opened_at + d.cooldown end
+    local unblocked = now - math.max(d.updated, math.min(now, open_end))
+    d.tokens = math.min(h_burst(d, p), d.tokens + unblocked * h_rate(d, p))
     d.updated = now
   end
   if d.circuit == 'open' and now >= d.opened_at + d.cooldown then
@@ -406,6 +416,7 @@ local function h_decrease(d, p, now, measured, rate_bound, fkey)
   end
   -- only a 429 (measured) or latency (rate_bound) moves on to the cubic plateau; 503s and
   -- timeouts cut and probe back up
+  if d.cuts == 0 then d.iv_start, d.iv_ok, d.iv_refused = now, 0, 0 end  -- refusals.restart_sample
   if measured or rate_bound then d.cuts = math.min(d.cuts + 1, 2) else d.cuts = math.max(d.cuts, 1) end
   d.threshold = before
   d.rate = math.max(p.min_rate, before * p.rate_decrease)
@@ -436,6 +447,47 @@ local function h_open(d, p, now, jitter)
   if p.circuit_jitter ~= 0 then d.cooldown = base * jitter else d.cooldown = base end
   d.opens = math.min(d.opens + 1, p.k_max_doublings)
   d.circuit, d.opened_at, d.probe_at = 'open', now, 0
+  d.tokens = 1  -- the probe's, and no more
+end
+
+-- refusals.pace_sample: count an answer in the pace interval; true when it made the
+-- domain's refusals pace-independent.
+local function h_pace_sample(d, p, now, refused)
+  if refused then d.iv_refused = d.iv_refused + 1 else d.iv_ok = d.iv_ok + 1 end
+  local n = d.iv_ok + d.iv_refused
+  if n < p.k_pace_sample and (n < p.k_pace_short or now - d.iv_start < p.k_pace_span) then return false end
+  local span = math.max(now - d.iv_start, 1e-3)
+  local pace, share, ok = h_rate(d, p), d.iv_refused / n, d.iv_ok
+  d.iv_start, d.iv_ok, d.iv_refused = now, 0, 0
+  if d.refusals_flat ~= 0 then
+    if share >= d.refusals_flat * p.k_flat_rise + p.k_flat_min_share then
+      d.refusals_flat, d.ref_share, d.ref_pace, d.ref_ok = 0, share, pace, ok / span
+    end
+    return false
+  end
+  if share < p.k_flat_min_share or d.cuts == 0 then
+    d.ref_share, d.ref_pace, d.ref_ok = 0, 0, 0
+    return false
+  end
+  local delivered = ok / span
+  if d.ref_share == 0 or pace > d.ref_pace then
+    d.ref_share, d.ref_pace, d.ref_ok = share, pace, delivered
+    return false
+  end
+  if pace > p.k_flat_slower * d.ref_pace then return false end
+  if share >= p.k_flat_kept * d.ref_share and ok >= p.k_flat_min_ok and delivered <= p.k_flat_delivered * d.ref_ok then
+    d.refusals_flat = share
+    return true
+  end
+  d.ref_share, d.ref_pace, d.ref_ok = share, pace, delivered
+  return false
+end
+
+-- refusals.keep_pace
+local function h_keep_pace(d, p, now)
+  d.cuts, d.threshold, d.burst_cap = 0, nil, 0
+  d.rate = math.max(d.rate, p.initial_rate)
+  d.hold_until = math.min(d.hold_until, now)
 end
 
 -- latency: a number >= 0, or nil (no sample). Returns true when congested.
@@ -455,6 +507,7 @@ local function h_success(d, p, now, latency, fkey, note_at)
   d.successes = d.successes + 1
   d.consecutive_failures = 0
   h_count_delivered(d, p, now)
+  if h_pace_sample(d, p, now, false) then h_keep_pace(d, p, now) end
   h_note(fkey, d, p, note_at, true)
   d.answered_at, d.last_success = now, now
   d.health = math.min(100, d.health + p.success_reward)
@@ -465,14 +518,19 @@ local function h_success(d, p, now, latency, fkey, note_at)
   if congested then h_decrease(d, p, now, false, true) else h_increase(d, p, now) end
 end
 
--- answered/in_share/domain/congestion/measured/throttle: booleans; retry_after: seconds or nil.
+-- answered/in_share/domain/congestion/measured/throttle/rate_signal: booleans; retry_after: seconds or nil.
 -- note: 'a' (an answer that took a token), 'r' (a 429) or '' for the fit history at fkey, sent at note_at.
+-- rate_signal: verdicts._rate_signal (a 429 or an answer with Retry-After, not a ban page).
 local function h_failure(d, p, now, answered, in_share, domain, penalty, congestion, measured, throttle, retry_after,
-                         jitter, fkey, note, note_at)
+                         jitter, fkey, note, note_at, rate_signal)
   d.requests = d.requests + 1
   d.failures = d.failures + 1
   if answered then d.answered_at = now end
   if note ~= '' then h_note(fkey, d, p, note_at, note == 'a') end
+  if rate_signal and h_pace_sample(d, p, now, true) then
+    h_keep_pace(d, p, now)
+    domain = false  -- (judged on the flat state, as the Python registry judges it)
+  end
   if in_share then
     d.share_fast = d.share_fast + p.k_share_fast * (1 - d.share_fast)
     d.share_slow = d.share_slow + p.k_share_slow * (1 - d.share_slow)
@@ -482,20 +540,24 @@ local function h_failure(d, p, now, answered, in_share, domain, penalty, congest
     return
   end
   d.troubled_at = now
-  d.consecutive_failures = d.consecutive_failures + 1
+  if not rate_signal then d.consecutive_failures = d.consecutive_failures + 1 end
   -- a congestion signal costs its penalty once per event (when it also cuts the
   -- rate); while the circuit is not closed a failure costs no health and no hold
   local fkey_fit = nil
   if measured then fkey_fit = fkey end
   local fresh = congestion and h_decrease(d, p, now, measured, false, fkey_fit)
   local closed = d.circuit == 'closed'
-  if closed and (fresh or not congestion) then d.health = math.max(0, d.health - penalty) end
+  if closed and (fresh or not congestion) then
+    local floor = 0  -- a rate signal says slower, not sick
+    if rate_signal then floor = math.min(d.health, math.max(p.k_rate_health_floor, p.circuit_floor)) end
+    d.health = math.max(floor, d.health - penalty)
+  end
   if retry_after ~= nil then
     d.hold_until = math.max(d.hold_until, now + math.min(math.max(retry_after, 0), p.retry_after_cap))
   elseif throttle and closed then
     d.hold_until = math.max(d.hold_until, now + 1 / h_rate(d, p))
   end
-  if d.circuit == 'half_open' or (d.circuit == 'closed' and
+  if d.circuit == 'half_open' or (d.circuit == 'closed' and not rate_signal and
       (d.health < p.circuit_floor or d.consecutive_failures >= p.circuit_failures)) then
     h_open(d, p, now, jitter)
   end
@@ -514,7 +576,7 @@ for i = 5, #ARGV do
 end
 return {n, maintain(tonumber(ARGV[3]), 1000, tonumber(ARGV[1]))}
 """,
-    "pop": r"""-- KEYS: the shard's 15 keys, then the health hash of each candidate domain.
+    "pop": r"""-- KEYS: the shard's 16 keys, then the health hash of each candidate domain.
 -- ARGV: boost, now, lease_until, worker, scan, gated (1/0), candidate domains...
 -- The candidates are the domains the caller expects to be due (the last reply's
 -- 'next' list): their health keys must be declared, so the script cannot pick
@@ -529,7 +591,7 @@ return {n, maintain(tonumber(ARGV[3]), 1000, tonumber(ARGV[1]))}
 local boost, now, lease_until, worker = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3], ARGV[4]
 local scan, gated = tonumber(ARGV[5]), ARGV[6] == '1'
 local hkeys = {}
-for i = 7, #ARGV do hkeys[ARGV[i]] = KEYS[15 + i - 6] end
+for i = 7, #ARGV do hkeys[ARGV[i]] = KEYS[16 + i - 6] end
 local requeued = maintain(now, 200, boost)
 local dropped, states = {}, {}
 
@@ -647,9 +709,11 @@ if head[2] and (wait == nil or tonumber(head[2]) < wait) then wait = tonumber(he
 if wait == nil then return {'empty', '0', '', requeued, dropped, states, next_list()} end
 return {'wait', f17(wait), '', requeued, dropped, states, next_list()}
 """,
-    "push": r"""-- KEYS: the shard's 15 keys (SEEN: the shard's part of the dupefilter).
--- ARGV: boost, id, payload, info_json, not_before, now, ack_id, worker, fingerprint ('' = unchecked)
--- Returns 1 when queued, 0 when the fingerprint was already seen.
+    "push": r"""-- KEYS: the shard's 16 keys (SEEN: the shard's part of the dupefilter).
+-- ARGV: boost, id, payload, info_json, not_before, now, ack_id, worker, fingerprint ('' = unchecked),
+--       copy (1: a retry or redirect copy of a leased request, 0: a request discovered now)
+-- Returns 1 when queued, 0 when the fingerprint was already seen. FOUND counts the discovered ones
+-- (the progress line's "discovered": a copy is the same request again).
 -- The dupefilter mark and the push are one step: marked-but-not-queued (a worker
 -- killed between two round trips) would filter the page for good, since the
 -- parent's re-fetch finds its child "seen". A filtered copy still acknowledges
@@ -662,6 +726,7 @@ if ARGV[9] ~= '' and redis.call('SADD', SEEN, ARGV[9]) == 0 then
   return 0
 end
 redis.call('HSET', DATA, id, ARGV[3])
+if ARGV[10] ~= '1' then redis.call('INCR', FOUND) end
 redis.call('HSET', INFO, id, ARGV[4])
 local nb = tonumber(ARGV[5])
 if nb > now then
@@ -673,7 +738,7 @@ if ARGV[7] ~= '' then ack(ARGV[7], ARGV[8], boost) end
 return 1
 """,
     "queue": r"""-- Queue helpers. Every script of the queue runs on ONE shard and gets that
--- shard's keys as KEYS[1..15] (all under the shard's hash tag, built in Python
+-- shard's keys as KEYS[1..16] (all under the shard's hash tag, built in Python
 -- by ``shards.ShardKeys``): nothing here builds a key name, so the scripts run
 -- unchanged on one Redis, a Redis Cluster or under ACL key patterns.
 --
@@ -684,9 +749,9 @@ return 1
 --   Q  priority order: sort key = enc(-priority), ties by id (FIFO)
 --   A  aging order (entries with a deadline): enc(D - p*W/B)
 --   E  deadline order (entries with a deadline): enc(D)
-local Q, A, E, DOMS, SERVED, SEQ, COUNT, DELAYED, INFL, OWNER, DATA, INFO, REL, REJ, SEEN =
+local Q, A, E, DOMS, SERVED, SEQ, COUNT, DELAYED, INFL, OWNER, DATA, INFO, REL, REJ, SEEN, FOUND =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10],
-  KEYS[11], KEYS[12], KEYS[13], KEYS[14], KEYS[15]
+  KEYS[11], KEYS[12], KEYS[13], KEYS[14], KEYS[15], KEYS[16]
 local SEP = '\1'
 
 -- a number as a fixed-width string that sorts like the number
@@ -776,6 +841,26 @@ local function ack(id, worker, boost)
   return 0
 end
 """,
+    "reclaim": r"""-- Hand back the leases of dead workers at once (they stopped answering; see workers.lua).
+-- ARGV: boost, dead worker ids... -> number handed back
+-- Bounded: the in-flight set holds what the workers lease (their concurrency and prefetch).
+-- (runs after the shared queue.lua, see __init__.py)
+local boost, dead = tonumber(ARGV[1]), {}
+for i = 2, #ARGV do dead[ARGV[i]] = true end
+local n = 0
+for _, id in ipairs(redis.call('ZRANGE', INFL, 0, 9999)) do
+  local owner = redis.call('HGET', OWNER, id)
+  if owner and dead[owner] then
+    redis.call('ZREM', INFL, id)
+    redis.call('HDEL', OWNER, id)
+    if redis.call('HEXISTS', DATA, id) == 1 then
+      make_ready(id, boost)
+      n = n + 1
+    end
+  end
+end
+return n
+""",
     "reject": r"""-- Move a refused (undecodable) leased entry aside. ARGV: boost, id, worker, reason
 -- (runs after the shared queue.lua, see __init__.py)
 local id = ARGV[2]
@@ -809,5 +894,48 @@ for i = 4, #ARGV do
   end
 end
 return {n, dead}
+""",
+    "workers": r"""-- The crawl's workers, in shard 0's hash tag. KEYS: live (zset: worker -> when it counts as
+-- dead, refreshed by its liveness thread), busy (set: workers with work of their own that may
+-- not be in the queue yet: start requests, buffered writes, leases), epoch (string: +1 each time
+-- a worker turns busy).
+-- ARGV: op, now, worker, then
+--   'state' busy(1/0) until -> epoch    (the worker's round: after its writes and pops)
+--   'look'              -> {epoch, busy live others, {dead workers}}
+--   'forget' dead...    -> 0            (once their leases were handed back on every shard)
+--   'leave'             -> 0            (a clean close)
+local LIVE, BUSY, EPOCH = KEYS[1], KEYS[2], KEYS[3]
+local op, now, worker = ARGV[1], tonumber(ARGV[2]), ARGV[3]
+if op == 'state' then
+  redis.call('ZADD', LIVE, ARGV[5], worker)
+  if ARGV[4] == '1' then
+    if redis.call('SADD', BUSY, worker) == 1 then redis.call('INCR', EPOCH) end
+  else
+    redis.call('SREM', BUSY, worker)
+  end
+  return tonumber(redis.call('GET', EPOCH) or '0')
+elseif op == 'look' then
+  local busy = 0
+  for _, w in ipairs(redis.call('SMEMBERS', BUSY)) do
+    local until_ = tonumber(redis.call('ZSCORE', LIVE, w) or '0')
+    if w ~= worker and until_ > now then busy = busy + 1 end
+  end
+  local dead = redis.call('ZRANGEBYSCORE', LIVE, '-inf', now, 'LIMIT', 0, 100)
+  return {tonumber(redis.call('GET', EPOCH) or '0'), busy, dead}
+elseif op == 'forget' then
+  for i = 4, #ARGV do
+    local until_ = tonumber(redis.call('ZSCORE', LIVE, ARGV[i]) or '0')
+    if until_ <= now then
+      redis.call('ZREM', LIVE, ARGV[i])
+      redis.call('SREM', BUSY, ARGV[i])
+    end
+  end
+  return 0
+elseif op == 'leave' then
+  redis.call('ZREM', LIVE, worker)
+  redis.call('SREM', BUSY, worker)
+  return 0
+end
+return redis.error_reply('workers.lua: unknown op ' .. tostring(op))
 """,
 }
