@@ -303,7 +303,8 @@ class RedisHealthRegistry(HealthRegistry):
 
     def record_success(self, domain: str, latency: float | None, now: float | None = None) -> str | None:
         now = self.clock() if now is None else now
-        sample = "" if latency is None or not math.isfinite(latency) or latency < 0 else repr(float(latency))
+        judged = self.site_latency(latency, now)  # (the limit fit below keeps the raw send time)
+        sample = "" if judged is None or not math.isfinite(judged) or judged < 0 else repr(float(judged))
         args = [
             now,
             self.policy_json(domain),

@@ -30,6 +30,7 @@ from scrapy_openclaw import meta as M
 from scrapy_openclaw import signals as openclaw_signals
 from scrapy_openclaw.delay import DelayedRequests, queue_handles_not_before
 from scrapy_openclaw.errors import ErrorTaxonomy
+from scrapy_openclaw.health.lag import CrawlerLag
 from scrapy_openclaw.health.registry import CLOSED, OPEN, HealthRegistry, affects_health
 from scrapy_openclaw.retry_after import parse_retry_after
 from scrapy_openclaw.runtime import crawl_id, shared
@@ -88,6 +89,10 @@ class DomainHealthMiddleware:
         if robots_parsed is not None and self.crawl_delay_max > 0:
             crawler.signals.connect(self._robots_parsed, signal=robots_parsed)
         crawler.signals.connect(self._spider_closed, signal=signals.spider_closed)
+        # The crawler's own stalls, so that its slowness is not read as the sites' (see .lag)
+        self.lag = CrawlerLag(on_busy=self._crawler_busy)
+        self.registry.crawler_lag = self.lag
+        crawler.signals.connect(self.lag.start, signal=signals.engine_started)
         if self.paces_slots and crawler.settings.getbool("AUTOTHROTTLE_ENABLED"):
             logger.warning(
                 "AutoThrottle and DomainHealthMiddleware both set download slot delays; "
@@ -312,7 +317,22 @@ class DomainHealthMiddleware:
         elif slot_paused(slot):  # a hold that ended early (an operator's release, seen late)
             resume_slot(slot, engine.downloader)
 
+    def _crawler_busy(self, share: float, seconds: float) -> None:
+        logger.warning(
+            "The crawler itself is busy: its event loop stalled %(share).0f%% of the last %(seconds).0f s "
+            "(slow callbacks, garbage collection or a loaded machine). Pages per second are bounded by "
+            "the crawler now, not by the sites; their latency and rate readings are corrected for it. "
+            "Profile the spider's callbacks or give the crawl more CPU.",
+            {"share": 100 * share, "seconds": seconds},
+            extra={"spider": self.crawler.spider},
+        )
+
     def _spider_closed(self, spider: Any = None, reason: str = "") -> None:
+        self.lag.stop()
+        self.stats.set_value("openclaw/health/crawler_stalled_seconds", round(self.lag.total, 3))
+        self.stats.set_value("openclaw/health/crawler_stall_max", round(self.lag.worst, 3))
+        for cause, count in self.registry.cuts_by_cause.items():
+            self.stats.set_value(f"openclaw/health/rate_cuts/{cause}", count)
         for domain in self.registry.domains():
             state = self.registry.state(domain)
             self.stats.set_value(f"openclaw/health/final_health/{domain}", round(state.health, 1))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING, Any
 
 import scrapy
@@ -34,3 +35,29 @@ class ChaosSpider(scrapy.Spider):
         yield {"url": response.url, "title": title, "host": urlparse_cached(response).hostname}
         for href in response.css("a::attr(href)").getall():
             yield response.follow(href, callback=self.parse)
+
+
+class StallingSpider(ChaosSpider):
+    """A :class:`ChaosSpider` whose every ``every``-th callback holds the event loop for
+    ``stall`` seconds (a garbage-collection pause, a huge page): a crawler slow on its own.
+
+    ``-a stall=0.4 -a every=25``; ``stalls`` counts the pauses it made (in its items' ``stalled``).
+    """
+
+    name = "stalling"
+
+    def __init__(self, *args: Any, stall: str | float = 0.4, every: str | int = 25, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.stall, self.every, self.calls = float(stall), int(every), 0
+
+    def parse(self, response: Response) -> Iterator[Any]:
+        self.calls += 1
+        stalled = self.calls % self.every == 0
+        if stalled:
+            end = time.perf_counter() + self.stall
+            while time.perf_counter() < end:  # busy, as a CPU-bound callback is (sleep would be too)
+                pass
+        for result in super().parse(response):
+            if isinstance(result, dict):
+                result["stalled"] = stalled
+            yield result

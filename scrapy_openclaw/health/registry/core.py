@@ -10,13 +10,18 @@ from __future__ import annotations
 import math
 import random
 import time
+from collections import Counter
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from scrapy_openclaw.health.registry.limitfit import LimitHistory
 from scrapy_openclaw.health.registry.pacing import _Pacing
 from scrapy_openclaw.health.registry.record import _Domain
 from scrapy_openclaw.health.registry.tuning import _MAX_DOUBLINGS, _PROBE_LOST_AFTER, CLOSED, HALF_OPEN, OPEN
 from scrapy_openclaw.policy import HealthPolicy, PolicySet
+
+if TYPE_CHECKING:
+    from scrapy_openclaw.health.lag import CrawlerLag
 
 
 class _RegistryCore(_Pacing):
@@ -46,6 +51,15 @@ class _RegistryCore(_Pacing):
         self.default_concurrency = max(1, int(default_concurrency))
         #: the rate DOWNLOAD_DELAY allows: what state() reports at most (Scrapy's slot paces it)
         self.reported_rate_cap = reported_rate_cap
+        #: the crawler's own event-loop stalls (set by the health middleware; None: not watched)
+        self.crawler_lag: CrawlerLag | None = None
+        #: rate cuts by what caused them ("latency", "429", "503", ...), for the stats
+        self.cuts_by_cause: Counter[str] = Counter()
+
+    def own_stall(self, since: float, until: float) -> float:
+        """Seconds between *since* and *until* the crawler itself stalled (its readings of
+        the sites in that span are late by up to this much)."""
+        return 0.0 if self.crawler_lag is None else self.crawler_lag.stalled(since, until)
 
     def policy(self, domain: str) -> HealthPolicy:
         return self._policies.for_domain(domain).health

@@ -6,6 +6,7 @@ A mixin of :class:`HealthRegistry`; whose trouble a failure is comes from :mod:`
 
 from __future__ import annotations
 
+import math
 import time
 from typing import TYPE_CHECKING
 
@@ -58,15 +59,22 @@ class _Recording(_RegistryCore):
         d.health = min(100.0, d.health + p.success_reward)
         d.share_fast -= _SHARE_FAST * d.share_fast
         d.share_slow -= _SHARE_SLOW * d.share_slow
-        congested = self._observe_latency(d, p, latency)
+        congested = self._observe_latency(d, p, self.site_latency(latency, now))
         closed = d.circuit == HALF_OPEN
         if closed:  # the learned limit stays: the domain resumes at it
             d.circuit, d.probe_at, d.down_since = CLOSED, 0.0, 0.0
         if congested:
-            self._decrease(d, p, now, rate_bound=True)  # latency above its baseline
+            if self._decrease(d, p, now, rate_bound=True):  # latency above its baseline
+                self.cuts_by_cause["latency"] += 1
         else:
             self._increase(d, p, now)
         return CLOSED if closed else None
+
+    def site_latency(self, latency: float | None, now: float) -> float | None:
+        """*latency* less the time the crawler itself stalled while it ran: the site's part."""
+        if latency is None or not math.isfinite(latency) or latency <= 0:
+            return latency
+        return max(0.0, latency - self.own_stall(now - latency, now))
 
     def record_failure(
         self,
@@ -117,6 +125,8 @@ class _Recording(_RegistryCore):
         measured = classification.status == 429
         history = self._histories.get(domain) if measured else None
         fresh = congestion and self._decrease(d, p, now, measured=measured, history=history)
+        if fresh:
+            self.cuts_by_cause[str(classification.status or classification.reason)] += 1
         closed = d.circuit == CLOSED
         if closed and (fresh or not congestion):
             floor = min(d.health, max(_RATE_HEALTH_FLOOR, p.circuit_floor)) if rate_signal else 0.0
