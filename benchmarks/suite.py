@@ -180,6 +180,13 @@ SCENARIOS: dict[str, Scenario] = {
             quick_limit=360,
         ),
         Scenario(
+            "busy",
+            "benchmarks.busy",
+            "the sweep, the rate-limited site and a stalling spider, quiet vs beside two CPU hogs",
+            limit=900,
+            quick_limit=420,
+        ),
+        Scenario(
             "deadhosts",
             "benchmarks.deadhosts",
             "2 healthy hosts + 40 URLs on a refused and 40 on an unresolvable host",
