@@ -202,6 +202,10 @@ def test_ci_runs_the_readme_test_command():
     assert "python3 -m pytest -q -n 3\n" in ci
 
 
+def test_the_readme_stays_short():
+    assert len(README.splitlines()) <= 250
+
+
 def test_the_newest_release_notes_are_for_this_version():
     top = re.search(r"^## scrapy-openclaw (\S+)", (DOCS / "news.md").read_text(encoding="utf-8"), re.M)
     assert top is not None
