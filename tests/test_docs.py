@@ -217,3 +217,22 @@ def test_the_version_has_one_source():
     assert 'dynamic = ["version"]' in pyproject
     assert 'version = { attr = "scrapy_openclaw.__version__" }' in pyproject
     assert re.fullmatch(r"\d+\.\d+\.\d+", scrapy_openclaw.__version__)
+
+
+# ------------------------------------------------------------------ pictures
+
+
+def test_every_picture_is_shown_on_a_page():
+    shown = {Path(m).name for text in PAGES.values() for m in re.findall(r"!\[[^\]]*\]\(([^)\s]+)\)", text)}
+    assert {p.name for p in DOCS.glob("*.png")} <= shown
+
+
+def test_benchmarks_page_has_the_generated_results_and_the_plot():
+    page = PAGES[DOCS / "benchmarks.md"]
+    assert "```{include} benchmark-results.md" in page
+    assert "](benchmark-health.png)" in page
+
+
+def test_operating_pages_show_the_real_terminals():
+    assert "](ctl.png)" in PAGES[DOCS / "operating.md"]
+    assert "](logtable.png)" in PAGES[DOCS / "monitoring.md"]
