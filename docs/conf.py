@@ -4,21 +4,17 @@ from __future__ import annotations
 
 import os
 import sys
-from importlib.metadata import version
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE / "_ext"), str(HERE.parent)]  # the extension, and this tree's scrapy_openclaw
 
+import scrapy_openclaw  # noqa: E402
+
 project = "scrapy-openclaw"
 author = "the scrapy-openclaw authors"
 copyright = "2026, the scrapy-openclaw authors"
-try:  # the version of the tree being documented (pyproject.toml), not of whatever is installed
-    import tomllib
-
-    release = tomllib.loads((HERE.parent / "pyproject.toml").read_text(encoding="utf-8"))["project"]["version"]
-except ModuleNotFoundError:  # Python 3.10
-    release = version("scrapy-openclaw")
+release = scrapy_openclaw.__version__  # this tree's (sys.path above), not whatever is installed
 version = ".".join(release.split(".")[:2])
 
 extensions = [

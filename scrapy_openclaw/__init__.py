@@ -5,4 +5,4 @@ from scrapy_openclaw.errors import ErrorClass
 from scrapy_openclaw.exceptions import ItemValidationError, OpenClawConfigError, OpenClawError, ParseError
 
 __all__ = ["Addon", "ErrorClass", "ItemValidationError", "OpenClawConfigError", "OpenClawError", "ParseError"]
-__version__ = "0.1.0"
+__version__ = "0.2.0"  # the one place; pyproject.toml reads it (dynamic version)

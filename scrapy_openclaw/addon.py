@@ -2,7 +2,7 @@
 
 Every write is at ``"addon"`` priority or only fills a component slot the
 user left empty, so a project's explicit settings always win. Each component
-can also be enabled alone by its class path (see the README).
+can also be enabled alone by its class path (docs/components.md).
 """
 
 from __future__ import annotations

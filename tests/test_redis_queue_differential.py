@@ -4,7 +4,7 @@ Both queues run against the same real redis-server. A shape scrapy-redis
 carries must come out of ours equal (type, attributes, ``meta`` and
 ``cb_kwargs`` all the way down), or be refused with a ``SerializationError``
 when pushed, and then only for the documented unsafe cases (values whose
-rebuild would construct an arbitrary class or resolve arbitrary code: README,
+rebuild would construct an arbitrary class or resolve arbitrary code: docs/stored-requests.md,
 "What a stored request may hold").
 """
 

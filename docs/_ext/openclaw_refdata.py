@@ -14,6 +14,7 @@ import dataclasses
 import functools
 import importlib
 import io
+import logging
 import math
 import re
 import sys
@@ -327,7 +328,13 @@ def metrics() -> list[Metric]:
     class _Spider(Spider):
         name = "docs"
 
-    crawler = get_crawler(_Spider, {"OPENCLAW_LOG_DOMAINS": 1, "LOG_ENABLED": False})
+    scrapy_logger = logging.getLogger("scrapy")
+    level = scrapy_logger.level
+    scrapy_logger.setLevel(logging.WARNING)  # the crawler's start-up INFO lines are no part of a docs build
+    try:
+        crawler = get_crawler(_Spider, {"OPENCLAW_LOG_DOMAINS": 1, "LOG_ENABLED": False})
+    finally:
+        scrapy_logger.setLevel(level)
     crawler.stats.set_value("openclaw/retry/delay_count", 1)  # the retry-delay histogram appears with it
     extension = build_from_crawler(MetricsExtension, crawler)
     scheduler = ScheduleMetrics()

@@ -66,7 +66,7 @@ def _printable(value: Any) -> str:
 
 
 def format_domains(data: dict[str, Any]) -> str:
-    """The ``domains`` answer as a table (what the README shows)."""
+    """The ``domains`` answer as a table (what docs/operating.md shows)."""
     header = (
         f"{'DOMAIN':<24} {'HEALTH':>6} {'RATE':>8} {'CONC':>4}  {'CIRCUIT':<9} {'HELD UNTIL (UTC)':<19} "
         f"{'PENDING':>7}  OVERRIDES"

@@ -37,7 +37,12 @@ class Command(ScrapyCommand):
         parser.add_argument("--path", help="the report file (default: the spider's report.json)")
         parser.add_argument("--redis", action="store_true", help="the distributed crawl's merged report (REDIS_URL)")
         parser.add_argument("--domain", help="only this domain")
-        parser.add_argument("--format", choices=("table", "text", "json"), default="table")
+        parser.add_argument(
+            "--format",
+            choices=("table", "text", "json"),
+            default="table",
+            help="table: every domain, busiest first; text: sentences for one site's operator (needs --domain); json",
+        )
         parser.add_argument("--rows", type=int, default=1000, help="domains in the table (default 1000)")
 
     def run(self, args: list[str], opts: argparse.Namespace) -> None:

@@ -1,4 +1,4 @@
-"""The control API under ``/control/`` on the metrics port (see the README's live control section).
+"""The control API under ``/control/`` on the metrics port (see docs/operating.md).
 
 ``GET /control/domains``; ``POST /control/<command>`` with a JSON object body.
 Every call needs ``Authorization: Bearer <OPENCLAW_CONTROL_TOKEN>``, compared

@@ -333,7 +333,7 @@ class LeasedDeadlineQueue(Batching, QueueEntries):
             self.server.delete(self.shards.seen(dupefilter_key, shard))
 
     def legacy_keys(self) -> list[str]:
-        """Keys of the pre-sharding layout that hold work (see README, "Migrating")."""
+        """Keys of the pre-sharding layout that hold work (see docs/distributed.md, "Migrating a queue")."""
         return [k for k in self.shards.legacy() if self.server.exists(k)]
 
     # --- leases -----------------------------------------------------------------

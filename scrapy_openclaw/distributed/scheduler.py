@@ -188,7 +188,7 @@ class OpenClawRedisScheduler(Scheduler):
             f"a queue in the single-node layout of earlier versions ({', '.join(legacy)}); this version "
             f"shards the queue (OPENCLAW_DISTRIBUTED_SHARDS) and does not read it. Finish that crawl with "
             f"the version that started it, or start over with SCHEDULER_FLUSH_ON_START=True "
-            f"(deletes it); see README, 'Migrating a queue'"
+            f"(deletes it); see the docs, distributed.md, 'Migrating a queue'"
         )
         logger.critical(message)
         raise LegacyQueueError(message)

@@ -100,7 +100,7 @@ class ShardKeys:
         return f"{dupefilter_key}:{tag(self.spider, shard)}"
 
     def legacy(self) -> list[str]:
-        """Keys of the single-node layout before sharding (refused at start, see README)."""
+        """Keys of the single-node layout before sharding (refused at start, see docs/distributed.md)."""
         return [f"{self.key}:{name}" for name in ("data", "inflight", "delayed", "domains")]
 
     def clear(self, server: Any) -> None:

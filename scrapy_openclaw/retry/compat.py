@@ -1,7 +1,7 @@
 """How Scrapy's own retry settings, meta keys and stats map onto classified retry.
 
 A project that adds the add-on keeps what its ``RETRY_*`` settings mean; the
-README ("Scrapy's own knobs keep their meaning") says how, this module does it.
+docs/retry.md ("Scrapy's retry settings") says how, this module does it.
 "Set" means set above Scrapy's default priority (by the project, a spider,
 the command line or an add-on): Scrapy's defaults leave our policy in charge.
 """

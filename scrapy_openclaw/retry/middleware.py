@@ -14,7 +14,7 @@ becomes exactly one dead letter (``signals.dead_letter``) and the failure
 continues as in plain Scrapy: the response reaches the spider (and
 HttpErrorMiddleware), the exception reaches the errback.
 
-Scrapy's retry settings keep their meaning (``retry/compat.py``, README):
+Scrapy's retry settings keep their meaning (``retry/compat.py``, docs/retry.md):
 a project's ``RETRY_TIMES`` caps retries per request, ``RETRY_HTTP_CODES`` and
 ``RETRY_EXCEPTIONS`` feed the taxonomy, give-ups log at
 ``RETRY_GIVE_UP_LOG_LEVEL`` and Scrapy's ``retry/*`` stats are kept.

@@ -12,7 +12,7 @@ A domain is judged by domain signals only (:meth:`HealthRegistry.judge`):
 share of the domain's recent answers rises clearly above its own baseline
 (a 503 window). A URL that fails again while its siblings succeeded since
 is the page's trouble: it is retried briefly and dead-lettered, and the
-domain keeps its pace. The README's health section is the manual; here:
+domain keeps its pace. docs/health.md is the manual; here:
 
 - **Pace.** No fixed ceiling by default: slow start grows the rate by half
   per success, so a healthy domain is soon bounded only by concurrency, as in

@@ -1,0 +1,1 @@
+OPENCLAW_CHECKPOINT_DIR = "crawls/products"  # crash-safe resume: run the same command again

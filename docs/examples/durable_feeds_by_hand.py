@@ -1,0 +1,4 @@
+EXTENSIONS = {
+    "scrapy.extensions.feedexport.FeedExporter": None,
+    "scrapy_openclaw.checkpoint.feeds.DurableFeedExporter": 0,
+}
