@@ -31,7 +31,7 @@ from scrapy_openclaw import signals as openclaw_signals
 from scrapy_openclaw.delay import DelayedRequests, queue_handles_not_before
 from scrapy_openclaw.errors import ErrorTaxonomy
 from scrapy_openclaw.health.registry import CLOSED, OPEN, HealthRegistry, affects_health
-from scrapy_openclaw.retry_after import parse_retry_after
+from scrapy_openclaw.retry_after import parse_retry_after, summarise_warnings
 from scrapy_openclaw.runtime import crawl_id, shared
 from scrapy_openclaw.scrapy_internals import (
     download_slot,
@@ -226,7 +226,7 @@ class DomainHealthMiddleware:
 
     def _retry_after(self, domain: str, response: Response) -> float | None:
         header = response.headers.get("Retry-After")
-        seconds = parse_retry_after(header, cap=self.registry.policy(domain).retry_after_cap)
+        seconds = parse_retry_after(header, cap=self.registry.policy(domain).retry_after_cap, domain=domain)
         if header is not None and seconds is None:
             self.stats.inc_value("openclaw/health/retry_after_ignored")
         return seconds
@@ -313,6 +313,7 @@ class DomainHealthMiddleware:
             resume_slot(slot, engine.downloader)
 
     def _spider_closed(self, spider: Any = None, reason: str = "") -> None:
+        summarise_warnings(extra={"spider": spider})  # the Retry-After warnings condensed during the crawl
         for domain in self.registry.domains():
             state = self.registry.state(domain)
             self.stats.set_value(f"openclaw/health/final_health/{domain}", round(state.health, 1))
