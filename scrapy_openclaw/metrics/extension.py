@@ -63,6 +63,7 @@ class MetricsExtension:
         self.crawler = crawler
         self.port = config.metrics_port
         self.host = config.metrics_host
+        self.allowed_hosts = config.allowed_hosts
         self.pushgateway: str | None = config.metrics_pushgateway or None
         self.labels = DomainLabels(config.metrics_max_domains)
         self.registry = CollectorRegistry()
@@ -216,7 +217,9 @@ class MetricsExtension:
 
             children[b"control"] = ControlResource(controller, self.control_token or "")
         try:
-            self._listening = serve_metrics(reactor, self.port, self.host, self.registry, children=children)
+            self._listening = serve_metrics(
+                reactor, self.port, self.host, self.registry, children=children, allowed_hosts=self.allowed_hosts
+            )
         except CannotListenError as exc:
             self._listen_failed(spider, str(exc.socketError or exc))
             return
