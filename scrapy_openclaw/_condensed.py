@@ -11,10 +11,12 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable, Hashable
 from typing import Any
 
+#: Events remembered per kind, to tell a new event from the same one told again.
+RECENT_EVENTS = 16
 #: Kinds remembered at once (a broad crawl meets many domains; each costs a few dozen bytes).
 MAX_KEYS = 10000
 
@@ -34,13 +36,22 @@ class CondensedWarnings:
         self.every = math.inf if every <= 0 else every
         self.max_keys = max_keys
         self.clock = clock
-        self._kinds: OrderedDict[Hashable, list[Any]] = OrderedDict()  # key -> [logged at, repeats, message, args]
+        # key -> [logged at, repeats, last message, its args, recent events]
+        self._kinds: OrderedDict[Hashable, list[Any]] = OrderedDict()
 
-    def warn(self, key: Hashable, message: str, args: dict[str, Any], **kwargs: Any) -> bool:
+    def warn(self, key: Hashable, message: str, args: dict[str, Any], *, same: Any = None, **kwargs: Any) -> bool:
         """Log *message* % *args* unless a warning of kind *key* was logged less than ``every`` seconds
-        ago (then count it); True when logged. Repeats counted since are appended to the line."""
+        ago (then count it); True when logged. Repeats counted since are appended to the line.
+
+        *same* (not None) identifies the event: the same event told again (several readers of one
+        answer's header) is neither logged nor counted twice.
+        """
         now = self.clock()
         seen = self._kinds.get(key)
+        if same is not None and seen is not None:
+            if same in seen[4]:
+                return False
+            seen[4].append(same)
         if seen is not None and now - seen[0] < self.every:
             seen[1] += 1
             seen[2], seen[3] = message, args
@@ -51,7 +62,10 @@ class CondensedWarnings:
             self.logger.warning(line, {**args, "condensed_repeats": repeats}, **kwargs)
         else:
             self.logger.warning(message, args, **kwargs)
-        self._kinds[key] = [now, 0, message, args]
+        recent = seen[4] if seen is not None else deque(maxlen=RECENT_EVENTS)
+        if seen is None and same is not None:
+            recent.append(same)
+        self._kinds[key] = [now, 0, message, args, recent]
         self._kinds.move_to_end(key)
         while len(self._kinds) > self.max_keys:
             self._kinds.popitem(last=False)
@@ -60,7 +74,7 @@ class CondensedWarnings:
     def summarise(self, **kwargs: Any) -> int:
         """One line per kind with repeats not yet reported (at close); how many lines."""
         lines = 0
-        for key, (_, repeats, message, args) in list(self._kinds.items()):
+        for key, (_, repeats, message, args, _recent) in list(self._kinds.items()):
             if repeats:
                 self.logger.warning(
                     "%(repeats)d more warnings like this one were not logged: " + message,

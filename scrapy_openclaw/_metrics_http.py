@@ -34,7 +34,13 @@ Guard = Callable[[bytes, bytes, "Headers", "int | None"], "Refusal | None"]
 #: The largest body any request to this port may declare (a control command is a few hundred bytes).
 MAX_BODY = 64 * 1024
 LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost"})
-_warnings = CondensedWarnings(logger, every=60.0)
+#: Warnings about refused requests, condensed (a client can send thousands); the control API's too.
+refusal_warnings = CondensedWarnings(logger, every=60.0)
+
+
+def summarise_refusals(**kwargs: Any) -> int:
+    """Log the refusals counted but not yet logged (when the endpoint closes); how many lines."""
+    return refusal_warnings.summarise(**kwargs)
 
 
 def host_name(header: bytes) -> str:
@@ -62,7 +68,7 @@ def host_guard(listen_host: str, allowed: Iterable[str] = ()) -> Guard:
         name = host_name(given[0])
         if name in names or name.endswith(".localhost") or _is_address(name):
             return None
-        _warnings.warn(
+        refusal_warnings.warn(
             "host",
             "Refused a request for Host %(host)r on the metrics port (a DNS-rebinding page?); "
             "add the name to OPENCLAW_ALLOWED_HOSTS if it is yours",
@@ -78,7 +84,7 @@ def body_guard(method: bytes, path: bytes, headers: Headers, length: int | None)
     if length is None and headers.getRawHeaders(b"transfer-encoding"):
         return 411, {"ok": False, "error": "a body needs a Content-Length"}, {}
     if length is not None and length > MAX_BODY:
-        _warnings.warn(
+        refusal_warnings.warn(
             "body", "Refused a %(n)d-byte body on the metrics port (at most %(max)d)", {"n": length, "max": MAX_BODY}
         )
         return 413, {"ok": False, "error": f"body larger than {MAX_BODY} bytes"}, {}

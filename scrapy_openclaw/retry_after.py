@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+import weakref
 from email.utils import parsedate_to_datetime
 from typing import Any
 
@@ -23,12 +24,14 @@ _warnings = CondensedWarnings(logger, every=60.0)
 
 
 def parse_retry_after(
-    value: bytes | str | None, *, cap: float, now: float | None = None, domain: str = ""
+    value: bytes | str | None, *, cap: float, now: float | None = None, domain: str = "", response: Any = None
 ) -> float | None:
     """Seconds to wait from *now*, within ``[0, cap]``; None when absent or unusable.
 
-    *domain* (the answering site) names the site in the warnings and condenses them per site.
+    *domain* (the answering site) names the site in the warnings and condenses them per site;
+    *response* (the answer) makes several readers of one answer count as one warning.
     """
+    answer = _ref(response)
     if value is None:
         return None
     if isinstance(value, bytes):
@@ -44,10 +47,10 @@ def parse_retry_after(
         seconds = _from_http_date(text, now)
     site = {"value": value[:80], "domain": domain or "?"}
     if seconds is None or math.isnan(seconds):
-        _warn("malformed", domain, "Ignoring malformed Retry-After header %(value)r from %(domain)s", site)
+        _warn("malformed", domain, "Ignoring malformed Retry-After header %(value)r from %(domain)s", site, answer)
         return None
     if seconds < 0:
-        _warn("past", domain, "Retry-After %(value)r from %(domain)s is in the past; using 0", site)
+        _warn("past", domain, "Retry-After %(value)r from %(domain)s is in the past; using 0", site, answer)
         return 0.0
     if seconds > cap:
         _warn(
@@ -55,14 +58,23 @@ def parse_retry_after(
             domain,
             "Retry-After %(value)r from %(domain)s exceeds the cap; waiting %(cap)ss instead",
             {**site, "cap": cap},
+            answer,
         )
         return float(cap)
     return seconds
 
 
-def _warn(kind: str, domain: str, message: str, args: dict[str, Any]) -> None:
+def _ref(response: Any) -> Any:
+    """A weak reference to the answer (equal to another one only while that answer lives)."""
+    try:
+        return weakref.ref(response) if response is not None else None
+    except TypeError:
+        return None
+
+
+def _warn(kind: str, domain: str, message: str, args: dict[str, Any], answer: Any) -> None:
     if domain:
-        _warnings.warn((kind, domain), message, args)
+        _warnings.warn((kind, domain), message, args, same=answer)
     else:  # (a caller that does not say whose answer it is: nothing to condense by)
         logger.warning(message, args)
 

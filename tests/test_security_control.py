@@ -104,6 +104,8 @@ def test_control_api_refuses_before_reading_and_condenses_its_warnings(crawl: Cr
     assert 1 <= len(ours) <= 6, "\n".join(ours[:20])
     assert any("missing or wrong token" in line for line in ours)
     assert any("Host 'evil.example'" in line for line in ours)
+    assert any("200 more warnings like this one were not logged: Control API: refused" in line for line in ours)
+    assert any("49 more warnings like this one were not logged: Refused a request for Host" in line for line in ours)
 
 
 def test_host_names_that_are_not_ours_are_refused(crawl: Crawl) -> None:

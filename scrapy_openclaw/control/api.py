@@ -17,8 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from twisted.web.resource import Resource
 
-from scrapy_openclaw._condensed import CondensedWarnings
-from scrapy_openclaw._metrics_http import MAX_BODY, Refusal
+from scrapy_openclaw._metrics_http import MAX_BODY, Refusal, refusal_warnings
 from scrapy_openclaw.control.controller import COMMANDS, ControlError
 
 if TYPE_CHECKING:
@@ -42,14 +41,13 @@ class ControlResource(Resource):
         super().__init__()
         self.controller = controller
         self._token = token.encode("utf-8")
-        self._warnings = CondensedWarnings(logger, every=60.0)
 
     def guard(self, method: bytes, path: bytes, headers: Headers, length: int | None) -> Refusal | None:
         """Judge a call by its headers alone (asked before its body is read): 401 without the token."""
         if self._token_ok(headers.getRawHeaders(b"authorization") or [b""]):
             return None
         self.controller.stats.inc_value("openclaw/control/unauthorized")
-        self._warnings.warn(
+        refusal_warnings.warn(
             "token",
             "Control API: refused a %(method)s %(path)r (missing or wrong token)",
             {"method": _text(method), "path": _text(path)[:100]},

@@ -226,7 +226,9 @@ class DomainHealthMiddleware:
 
     def _retry_after(self, domain: str, response: Response) -> float | None:
         header = response.headers.get("Retry-After")
-        seconds = parse_retry_after(header, cap=self.registry.policy(domain).retry_after_cap, domain=domain)
+        seconds = parse_retry_after(
+            header, cap=self.registry.policy(domain).retry_after_cap, domain=domain, response=response
+        )
         if header is not None and seconds is None:
             self.stats.inc_value("openclaw/health/retry_after_ignored")
         return seconds

@@ -30,7 +30,7 @@ from twisted.internet.defer import DeferredList
 from twisted.internet.error import CannotListenError
 from twisted.internet.threads import deferToThread
 
-from scrapy_openclaw._metrics_http import serve_metrics
+from scrapy_openclaw._metrics_http import serve_metrics, summarise_refusals
 from scrapy_openclaw.metrics.collector import PREFIX, DomainLabels, OpenClawCollector
 from scrapy_openclaw.metrics.families import FiguresCollector
 from scrapy_openclaw.metrics.figures import CrawlFigures
@@ -145,6 +145,7 @@ class MetricsExtension:
         if self._listening is not None:
             waits.append(self._listening.stopListening())
             self._listening = None
+            summarise_refusals(extra={"spider": spider})
         if waits:  # (a coroutine handler: Scrapy deprecates handlers returning a Deferred)
             await maybe_deferred_to_future(DeferredList(waits, consumeErrors=True))
 

@@ -173,7 +173,10 @@ class CrawlFigures:
             f.failures += 1
         if status in THROTTLE_STATUSES:
             seconds = parse_retry_after(
-                response.headers.get(b"Retry-After"), cap=_RETRY_AFTER_CAP, domain=self._domain(request)
+                response.headers.get(b"Retry-After"),
+                cap=_RETRY_AFTER_CAP,
+                domain=self._domain(request),
+                response=response,
             )
             if seconds is not None:
                 f.retry_after_received += 1

@@ -208,7 +208,7 @@ def _retry_after(response: Response | None, cap: float, now: float, domain: str)
     """The response's Retry-After in seconds (capped), None without one."""
     if response is None:
         return None
-    return parse_retry_after(response.headers.get(b"Retry-After"), cap=cap, now=now, domain=domain)
+    return parse_retry_after(response.headers.get(b"Retry-After"), cap=cap, now=now, domain=domain, response=response)
 
 
 def _retry_copy(
