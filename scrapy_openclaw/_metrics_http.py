@@ -11,6 +11,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import logging
+import socket
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -54,12 +55,13 @@ def host_name(header: bytes) -> str:
 
 
 def host_guard(listen_host: str, allowed: Iterable[str] = ()) -> Guard:
-    """Refuse a ``Host`` *name* that is not loopback, the listening host or in *allowed*.
+    """Refuse a ``Host`` *name* that is not loopback, this machine's name, the listening host or
+    in *allowed*.
 
     Addresses are always accepted: a page reached by its IP address has that
     address as its origin, so it cannot rebind a name to us.
     """
-    names = LOOPBACK_NAMES | {listen_host.lower()} | {h.lower() for h in allowed}
+    names = LOOPBACK_NAMES | {listen_host.lower(), socket.gethostname().lower()} | {h.lower() for h in allowed}
 
     def guard(method: bytes, path: bytes, headers: Headers, length: int | None) -> Refusal | None:
         given = headers.getRawHeaders(b"host") or []

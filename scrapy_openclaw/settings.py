@@ -119,8 +119,8 @@ DEFAULTS: dict[str, Any] = {
     # --- live control (API on the metrics port, scrapy openclaw-ctl) ---
     "OPENCLAW_CONTROL_TOKEN": None,  # unset: no control API; set: the bearer token every call must carry
     "OPENCLAW_CONTROL_POLL": 0.5,  # seconds between reads of the Redis control stream (distributed mode)
-    # Host header names the control API and /metrics answer besides loopback ones (localhost,
-    # 127.0.0.1, ::1) and OPENCLAW_METRICS_HOST; others get 421 (a DNS-rebinding page cannot read them)
+    # Host header names the control API and /metrics answer besides IP addresses, localhost, this
+    # machine's name and OPENCLAW_METRICS_HOST; others get 421 (a DNS-rebinding page cannot read them)
     "OPENCLAW_ALLOWED_HOSTS": [],
     # --- distributed (scrapy-redis) ---
     "OPENCLAW_DISTRIBUTED": False,  # True (with scrapy-redis's REDIS_URL): distributed mode

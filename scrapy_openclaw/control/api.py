@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import hmac
 import json
-import logging
 from typing import TYPE_CHECKING, Any
 
 from twisted.web.resource import Resource
@@ -27,8 +26,6 @@ if TYPE_CHECKING:
     from twisted.web.server import Request
 
     from scrapy_openclaw.control.controller import Controller
-
-logger = logging.getLogger(__name__)
 
 OPERATOR_HEADER = b"X-OpenClaw-Operator"
 _REALM = b'Bearer realm="openclaw-control"'
