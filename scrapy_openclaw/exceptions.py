@@ -69,6 +69,10 @@ class ControlError(OpenClawError, ValueError):
 # --- state on disk -----------------------------------------------------------------------
 
 
+class UnsafeDirectory(OpenClawConfigError):
+    """A directory we would write crawl data into is a symlink, not a directory, or open to others."""
+
+
 class CheckpointError(OpenClawError):
     """A checkpoint directory cannot be used as it is (the message says what and where)."""
 

@@ -73,6 +73,8 @@ DEFAULTS: dict[str, Any] = {
     "OPENCLAW_CHECKPOINT_SNAPSHOT_INTERVAL": 60.0,  # seconds between snapshots (journal compaction)
     "OPENCLAW_CHECKPOINT_SNAPSHOT_RECORDS": 200000,  # also snapshot after this many journal records (0: off)
     "OPENCLAW_CHECKPOINT_RESTART": False,  # True: discard the checkpoint found in the dir and start over
+    # mode of the feed files a checkpointed crawl creates (durable feeds); e.g. 0o644 to share them
+    "OPENCLAW_FEED_FILE_MODE": 0o600,
     # --- dead letters (DeadLetterPipeline) ---
     "OPENCLAW_DLQ_URI": None,  # unset: <project>/openclaw-data/<spider>/deadletters.jsonl
     "OPENCLAW_DLQ_ENABLED": True,  # False: no DeadLetterPipeline (dead letters are only counted by others)
@@ -117,6 +119,9 @@ DEFAULTS: dict[str, Any] = {
     # --- live control (API on the metrics port, scrapy openclaw-ctl) ---
     "OPENCLAW_CONTROL_TOKEN": None,  # unset: no control API; set: the bearer token every call must carry
     "OPENCLAW_CONTROL_POLL": 0.5,  # seconds between reads of the Redis control stream (distributed mode)
+    # Host header names the control API and /metrics answer besides IP addresses, localhost, this
+    # machine's name and OPENCLAW_METRICS_HOST; others get 421 (a DNS-rebinding page cannot read them)
+    "OPENCLAW_ALLOWED_HOSTS": [],
     # --- distributed (scrapy-redis) ---
     "OPENCLAW_DISTRIBUTED": False,  # True (with scrapy-redis's REDIS_URL): distributed mode
     "OPENCLAW_DISTRIBUTED_LEASE": 60.0,  # seconds a popped request stays leased without a heartbeat
@@ -154,6 +159,7 @@ _RANGES: dict[str, tuple[float, float]] = {
     "OPENCLAW_CHECKPOINT_FLUSH": (0.001, 3600.0),
     "OPENCLAW_CHECKPOINT_SNAPSHOT_INTERVAL": (0.01, 86400.0),
     "OPENCLAW_CHECKPOINT_SNAPSHOT_RECORDS": (0, 10**12),
+    "OPENCLAW_FEED_FILE_MODE": (0, 0o777),
     "OPENCLAW_QUEUE_AGING_BOOST": (0.001, 1e9),
     "OPENCLAW_CRAWL_DELAY_MAX": (0.0, 86400.0),
     "OPENCLAW_HEALTH_IDLE_TTL": (0.0, 10**9),
@@ -272,6 +278,7 @@ class OpenClawSettings:
     checkpoint_snapshot_interval: float
     checkpoint_snapshot_records: int
     checkpoint_restart: bool
+    feed_file_mode: int
     dlq_uri: str | PathLike[str] | None
     dlq_enabled: bool
     dlq_alert_count: int
@@ -298,6 +305,7 @@ class OpenClawSettings:
     report_max_domains: int
     control_token: str | None
     control_poll: float
+    allowed_hosts: tuple[str, ...]
     distributed: bool
     distributed_lease: float
     distributed_heartbeat: float

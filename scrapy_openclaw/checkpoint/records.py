@@ -32,9 +32,11 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import zlib
 from typing import TYPE_CHECKING, Any
 
+from scrapy_openclaw._files import open_existing
 from scrapy_openclaw.checkpoint.feeds import parse_outputs
 from scrapy_openclaw.exceptions import CheckpointError as CheckpointError  # (re-exported)
 from scrapy_openclaw.exceptions import CheckpointVersionError as CheckpointVersionError
@@ -118,7 +120,7 @@ def _unsigned_body(line: bytes) -> bytes | None:
 
 def iter_lines(path: Path) -> Iterator[tuple[int, bytes]]:
     """``(line number, raw line)`` for every line of *path*; the last one may lack its newline."""
-    with open(path, "rb") as f:
+    with os.fdopen(open_existing(path, os.O_RDONLY), "rb") as f:  # never through a symlink
         yield from enumerate(f, 1)
 
 

@@ -60,7 +60,7 @@ def open_directory(directory: Path, *, restart: bool, notes: list[Note]) -> tupl
     for files of another format version.
     """
     try:
-        private_dir(directory)
+        private_dir(directory, setting="OPENCLAW_CHECKPOINT_DIR")
         lock_fd = _lock(directory)
     except OSError as exc:
         raise OpenClawConfigError(
@@ -76,6 +76,12 @@ def open_directory(directory: Path, *, restart: bool, notes: list[Note]) -> tupl
             )
             wipe(directory)
         recovered = load(directory)
+    except OSError as exc:  # a planted (or dangling) symlink, a file we may not read
+        os.close(lock_fd)
+        raise OpenClawConfigError(
+            f"setting OPENCLAW_CHECKPOINT_DIR: cannot read the checkpoint in {directory}: "
+            + (f"{exc.filename}: {exc.strerror}" if exc.filename else str(exc.strerror or exc))
+        ) from None
     except BaseException:
         os.close(lock_fd)
         raise

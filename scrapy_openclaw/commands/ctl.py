@@ -223,9 +223,12 @@ class Command(ScrapyCommand):
             },
         )
         try:
-            with urllib.request.urlopen(request, timeout=TIMEOUT) as response:  # (http only)
+            with _OPENER.open(request, timeout=TIMEOUT) as response:  # (http only)
                 return json.loads(response.read() or b"{}"), response.status
         except urllib.error.HTTPError as exc:
+            if 300 <= exc.code < 400:
+                where = mask_uri(exc.headers.get("Location", "") or "")
+                return {"error": f"{mask_uri(url)} answered a redirect to {where!r}: not followed"}, exc.code
             try:
                 return json.loads(exc.read() or b"{}"), exc.code
             except ValueError:  # not our API's JSON: no control API under this URL
@@ -292,6 +295,17 @@ class Command(ScrapyCommand):
         elif "paused" in answer and name in CRAWL_COMMANDS:
             text += f"\ncrawl: {'PAUSED' if answer['paused'] else 'running'}"
         return text
+
+
+class _NoRedirects(urllib.request.HTTPRedirectHandler):
+    """A redirect is an error: the bearer token goes only to the URL the operator gave."""
+
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+#: No proxies from the environment (``http_proxy`` would receive the token), no redirects.
+_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}), _NoRedirects())
 
 
 def _operator() -> str:

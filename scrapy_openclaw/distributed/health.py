@@ -40,8 +40,10 @@ from typing import TYPE_CHECKING, Any
 from redis.exceptions import RedisError
 from scrapy.utils.misc import build_from_crawler
 
+from scrapy_openclaw._condensed import CondensedWarnings
 from scrapy_openclaw.distributed import lua
 from scrapy_openclaw.distributed import shards as sharding
+from scrapy_openclaw.distributed.fields import typed_fields
 from scrapy_openclaw.distributed.link import RedisLink
 from scrapy_openclaw.health import registry as local
 from scrapy_openclaw.health.registry import (
@@ -64,34 +66,10 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-_OPTIONAL = ("threshold", "latency", "best_latency", "delivered")
-_COUNTERS = (
-    "consecutive_failures",
-    "requests",
-    "successes",
-    "failures",
-    "opens",
-    "win_ok",
-    "ctl_concurrency",
-    "ctl_down",
-)
-
 
 def _typed(fields: dict[str, str]) -> dict[str, Any]:
-    """Redis hash strings -> the field types of a local registry snapshot."""
-    out: dict[str, Any] = {}
-    for name, value in fields.items():
-        if name == "policy":
-            continue
-        if name == "circuit":
-            out[name] = value
-        elif name in _OPTIONAL and value == "":
-            out[name] = None
-        elif name in _COUNTERS:
-            out[name] = int(float(value))
-        else:
-            out[name] = float(value)
-    return out
+    """Redis hash strings -> the field types of a local registry snapshot (bad fields left out)."""
+    return typed_fields(fields, lambda name, value: None)
 
 
 def _text(value: Any) -> str:
@@ -135,6 +113,7 @@ class RedisHealthRegistry(HealthRegistry):
         self.redis_prefix = f"{name}:health:"
         self._ensuring: set[str] = set()
         self._known: set[str] = set()
+        self._invalid = CondensedWarnings(logger, every=0)  # one warning per domain and field, for the crawl
         # By policy, not by domain: every domain without a policy rule shares one entry
         # (a domain's JSON is ~1 KB, and a broad crawl meets millions of domains).
         self._policy_json: dict[HealthPolicy, str] = {}
@@ -227,12 +206,32 @@ class RedisHealthRegistry(HealthRegistry):
         fields = flat if isinstance(flat, dict) else _pairs(flat)
         if not fields.get("health"):
             return
+        cached = self._domains.get(domain)
+        invalid: list[str] = []
+
+        def bad(name: str, value: str) -> None:
+            invalid.append(name)
+            self._report_invalid(domain, name, value)
+
+        typed = typed_fields(fields, bad)
+        for name in invalid:  # this worker's own value stands (a default when it has none)
+            if cached is not None and hasattr(cached, name):
+                typed[name] = getattr(cached, name)
         try:
-            self._domains[domain] = self._restore_domain(domain, _typed(fields))
-        except ValueError as exc:
+            self._domains[domain] = self._restore_domain(domain, typed)
+        except (ValueError, OverflowError) as exc:
             logger.warning(
                 "Ignoring unreadable health state of %(domain)s in Redis: %(error)s", {"domain": domain, "error": exc}
             )
+
+    def _report_invalid(self, domain: str, name: str, value: str) -> None:
+        self.crawler.stats.inc_value("openclaw/redis/invalid_fields")
+        self._invalid.warn(
+            (domain, name),
+            "Ignoring health field %(field)s=%(value)r of %(domain)s in Redis: not a valid value "
+            "(written by something other than a worker?); this worker's own value stands",
+            {"field": name, "value": value[:40] + ("..." if len(value) > 40 else ""), "domain": domain},
+        )
 
     def _run(self, script: Any, domain: str, args: list[Any]) -> Any:
         """Run a health script for *domain*; None while Redis is unreachable."""

@@ -20,9 +20,10 @@ from scrapy.utils.defer import deferred_from_coro, maybe_deferred_to_future
 
 from scrapy_openclaw import deadletter
 from scrapy_openclaw import signals as openclaw_signals
+from scrapy_openclaw._files import private_dir
 from scrapy_openclaw.dlq.stores import JsonlStore, RedisStore, default_uri, expand_uri, open_store
 from scrapy_openclaw.errors import ErrorTaxonomy
-from scrapy_openclaw.exceptions import OpenClawConfigError
+from scrapy_openclaw.exceptions import OpenClawConfigError, UnsafeDirectory
 from scrapy_openclaw.paths import resolve_path
 from scrapy_openclaw.redact import mask_uri
 from scrapy_openclaw.runtime import crawl_id, peek, shared
@@ -95,6 +96,8 @@ class DeadLetterPipeline:
             self.store = open_store(
                 self.uri_template, spider=name, fsync_interval=self.fsync_interval, schedule=call_later
             )
+            if isinstance(self.store, JsonlStore):  # refused at start: a symlink, or a directory open to others
+                private_dir(self.store.path.parent)
         except ValueError as exc:
             raise OpenClawConfigError(f"setting OPENCLAW_DLQ_URI: {exc}") from None
         self._sync_loop = create_looping_call(self._sync)
@@ -169,7 +172,7 @@ class DeadLetterPipeline:
         stats.inc_value(f"openclaw/dlq/{record.error_class}")
         logger.debug(
             "Dead letter %(id)s (%(cls)s, %(reason)s): %(url)s",
-            {"id": record.id, "cls": record.error_class, "reason": record.reason, "url": record.url},
+            {"id": record.id, "cls": record.error_class, "reason": record.reason, "url": mask_uri(record.url)},
             extra={"spider": self.crawler.spider},
         )
         self._check_alert()
@@ -182,7 +185,7 @@ class DeadLetterPipeline:
         assert self.store is not None
         try:
             self.store.append(record)
-        except OSError as exc:
+        except (OSError, UnsafeDirectory) as exc:
             logger.error(
                 "Cannot write dead letter %(id)s to %(uri)s: %(error)s; kept in memory, will retry",
                 {"id": record.id, "uri": self.store.uri, "error": exc},

@@ -252,6 +252,7 @@ def _in_thread(func: Any, *args: Any) -> Any:
 
 def _write(directory: Path, meta: dict[str, Any], body: bytes | None, body_hash: str) -> None:
     """(In a thread.) The body once per content, then the snapshot's metadata."""
+    private_dir(directory, setting="OPENCLAW_SNAPSHOT_DIR")
     private_dir(directory / "bodies")
     if body is not None:
         path = directory / "bodies" / body_hash

@@ -76,7 +76,9 @@ class BanDetectionMiddleware:
         # A ban page from Scrapy's HTTP cache is an old answer: no news of the domain (no hold, no
         # penalty), and its retry must not be served from the cache again.
         cached = "cached" in response.flags
-        retry_after = parse_retry_after(response.headers.get(b"Retry-After"), cap=policy.retry_after_cap)
+        retry_after = parse_retry_after(
+            response.headers.get(b"Retry-After"), cap=policy.retry_after_cap, domain=domain, response=response
+        )
         hold = 0.0 if cached else max(policy.blocked_hold, retry_after or 0.0)
         self.stats.inc_value(f"{STATS_PREFIX}/blocked")
         if cached:

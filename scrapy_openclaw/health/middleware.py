@@ -32,7 +32,7 @@ from scrapy_openclaw.delay import DelayedRequests, queue_handles_not_before
 from scrapy_openclaw.errors import ErrorTaxonomy
 from scrapy_openclaw.health.lag import CrawlerLag
 from scrapy_openclaw.health.registry import CLOSED, OPEN, HealthRegistry, affects_health
-from scrapy_openclaw.retry_after import parse_retry_after
+from scrapy_openclaw.retry_after import parse_retry_after, summarise_warnings
 from scrapy_openclaw.runtime import crawl_id, shared
 from scrapy_openclaw.scrapy_internals import (
     download_slot,
@@ -231,7 +231,9 @@ class DomainHealthMiddleware:
 
     def _retry_after(self, domain: str, response: Response) -> float | None:
         header = response.headers.get("Retry-After")
-        seconds = parse_retry_after(header, cap=self.registry.policy(domain).retry_after_cap)
+        seconds = parse_retry_after(
+            header, cap=self.registry.policy(domain).retry_after_cap, domain=domain, response=response
+        )
         if header is not None and seconds is None:
             self.stats.inc_value("openclaw/health/retry_after_ignored")
         return seconds
@@ -333,6 +335,7 @@ class DomainHealthMiddleware:
         self.stats.set_value("openclaw/health/crawler_stall_max", round(self.lag.worst, 3))
         for cause, count in self.registry.cuts_by_cause.items():
             self.stats.set_value(f"openclaw/health/rate_cuts/{cause}", count)
+        summarise_warnings(extra={"spider": spider})  # the Retry-After warnings condensed during the crawl
         for domain in self.registry.domains():
             state = self.registry.state(domain)
             self.stats.set_value(f"openclaw/health/final_health/{domain}", round(state.health, 1))

@@ -30,7 +30,7 @@ from twisted.internet.defer import DeferredList
 from twisted.internet.error import CannotListenError
 from twisted.internet.threads import deferToThread
 
-from scrapy_openclaw._metrics_http import serve_metrics
+from scrapy_openclaw._metrics_http import serve_metrics, summarise_refusals
 from scrapy_openclaw.metrics.collector import PREFIX, DomainLabels, OpenClawCollector
 from scrapy_openclaw.metrics.families import FiguresCollector
 from scrapy_openclaw.metrics.figures import CrawlFigures
@@ -63,6 +63,7 @@ class MetricsExtension:
         self.crawler = crawler
         self.port = config.metrics_port
         self.host = config.metrics_host
+        self.allowed_hosts = config.allowed_hosts
         self.pushgateway: str | None = config.metrics_pushgateway or None
         self.labels = DomainLabels(config.metrics_max_domains)
         self.registry = CollectorRegistry()
@@ -144,6 +145,7 @@ class MetricsExtension:
         if self._listening is not None:
             waits.append(self._listening.stopListening())
             self._listening = None
+            summarise_refusals(extra={"spider": spider})
         if waits:  # (a coroutine handler: Scrapy deprecates handlers returning a Deferred)
             await maybe_deferred_to_future(DeferredList(waits, consumeErrors=True))
 
@@ -216,7 +218,9 @@ class MetricsExtension:
 
             children[b"control"] = ControlResource(controller, self.control_token or "")
         try:
-            self._listening = serve_metrics(reactor, self.port, self.host, self.registry, children=children)
+            self._listening = serve_metrics(
+                reactor, self.port, self.host, self.registry, children=children, allowed_hosts=self.allowed_hosts
+            )
         except CannotListenError as exc:
             self._listen_failed(spider, str(exc.socketError or exc))
             return

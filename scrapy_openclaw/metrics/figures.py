@@ -172,7 +172,12 @@ class CrawlFigures:
         if not internal and self.taxonomy.classify_status(status) is not None:
             f.failures += 1
         if status in THROTTLE_STATUSES:
-            seconds = parse_retry_after(response.headers.get(b"Retry-After"), cap=_RETRY_AFTER_CAP)
+            seconds = parse_retry_after(
+                response.headers.get(b"Retry-After"),
+                cap=_RETRY_AFTER_CAP,
+                domain=self._domain(request),
+                response=response,
+            )
             if seconds is not None:
                 f.retry_after_received += 1
                 f.retry_after_max = max(f.retry_after_max, seconds)

@@ -187,7 +187,7 @@ def get_classified_retry_request(
 
     done = int(state["attempts"].get(klass, 0))
     delay = for_policy(policy, uniform=uniform)(done, state.get("delay"))
-    retry_after = _retry_after(response, domain_policy.health.retry_after_cap, now)
+    retry_after = _retry_after(response, domain_policy.health.retry_after_cap, now, domain)
     if retry_after is not None:
         delay = retry_after
         stats.inc_value(f"{STATS_PREFIX}/retry_after_used")
@@ -204,11 +204,11 @@ def get_classified_retry_request(
     return new
 
 
-def _retry_after(response: Response | None, cap: float, now: float) -> float | None:
+def _retry_after(response: Response | None, cap: float, now: float, domain: str) -> float | None:
     """The response's Retry-After in seconds (capped), None without one."""
     if response is None:
         return None
-    return parse_retry_after(response.headers.get(b"Retry-After"), cap=cap, now=now)
+    return parse_retry_after(response.headers.get(b"Retry-After"), cap=cap, now=now, domain=domain, response=response)
 
 
 def _retry_copy(

@@ -61,12 +61,12 @@ class ScheduleMetrics:
         if outcome == "success" and end:
             self.last_success.labels(task).set(end)
 
-    def listen(self, reactor: Any, port: int, host: str) -> None:
+    def listen(self, reactor: Any, port: int, host: str, allowed_hosts: tuple[str, ...] = ()) -> None:
         """Serve ``/metrics`` from the reactor; a port in use is logged, the scheduler goes on."""
         from twisted.internet.error import CannotListenError
 
         try:
-            self._listening = serve_metrics(reactor, port, host, self.registry)
+            self._listening = serve_metrics(reactor, port, host, self.registry, allowed_hosts=allowed_hosts)
         except CannotListenError as exc:
             logger.error(
                 "Cannot serve the scheduler's metrics on %(host)s:%(port)s (OPENCLAW_SCHEDULE_METRICS_PORT): %(error)s",

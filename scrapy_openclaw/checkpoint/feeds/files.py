@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy.extensions.feedexport import FileFeedStorage
 
-from scrapy_openclaw._files import fsync_dir
+from scrapy_openclaw._files import FILE_MODE, fsync_dir, open_private
+from scrapy_openclaw.settings import OpenClawSettings
 
 if TYPE_CHECKING:
     from scrapy import Spider
@@ -34,11 +35,12 @@ class DurableFile(io.RawIOBase):
     resume truncates to (a JSON or XML trailer written at close lies beyond it).
     """
 
-    def __init__(self, path: Path, offset: int | None, overwrite: bool):
+    def __init__(self, path: Path, offset: int | None, overwrite: bool, *, mode: int = FILE_MODE):
         super().__init__()
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
-        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_CLOEXEC", 0), 0o666)
+        # private unless OPENCLAW_FEED_FILE_MODE says otherwise; never written through a symlink
+        self._fd = open_private(path, os.O_WRONLY | os.O_APPEND, mode=mode)
         size = os.fstat(self._fd).st_size
         self.missing = 0  #: bytes the checkpoint recorded that are no longer in the file
         if offset is not None:
@@ -119,7 +121,8 @@ class DurableFileFeedStorage(FileFeedStorage):
     def open(self, spider: Spider) -> DurableFile:  # type: ignore[override]
         if self.file is not None:  # opened early by a resume
             return self.file
-        self.file = DurableFile(Path(self.path), self.offset, self.overwrite)
+        mode = OpenClawSettings.for_crawler(self.feeds.crawler).feed_file_mode
+        self.file = DurableFile(Path(self.path), self.offset, self.overwrite, mode=mode)
         if self.file.missing:
             logger.warning(
                 "Durable feed %(path)s is %(n)d bytes shorter than the checkpoint recorded (changed "

@@ -61,6 +61,15 @@ local function h_burst(d, p)
   return math.max(1, burst)
 end
 
+-- A number read from the hash; nil when it is not one within bounds (anyone who can write to
+-- Redis can write the hash: distributed/fields.py applies the same bounds and reports the field).
+local function h_num(s)
+  if type(s) ~= 'string' or #s > 40 then return nil end
+  local v = tonumber(s)
+  if v == nil or v ~= v or v > 1e10 or v < -1e10 then return nil end
+  return v
+end
+
 -- The domain's record brought up to now; nil when it has no state and no policy.
 local function h_load(hkey, now, pjson)
   local raw = redis.call('HMGET', hkey, 'policy', unpack(HF))
@@ -85,8 +94,17 @@ local function h_load(hkey, now, pjson)
     return d, p
   end
   for i, name in ipairs(HF) do
-    if name == 'circuit' then d.circuit = raw[i + 1] or 'closed' else d[name] = tonumber(raw[i + 1]) end
+    if name == 'circuit' then d.circuit = raw[i + 1] or 'closed' else d[name] = h_num(raw[i + 1]) end
   end
+  if d.circuit ~= 'open' and d.circuit ~= 'half_open' then d.circuit = 'closed' end
+  -- (a field left out as invalid: the value a new record has)
+  d.health = math.min(100, math.max(0, d.health or 100))
+  d.rate, d.tokens, d.updated = math.max(0, d.rate or p.initial_rate), d.tokens or 1, d.updated or now
+  d.opened_at, d.probe_at, d.hold_until = d.opened_at or 0, d.probe_at or 0, math.max(0, d.hold_until or 0)
+  d.consecutive_failures = math.max(0, d.consecutive_failures or 0)
+  d.requests, d.successes = math.max(0, d.requests or 0), math.max(0, d.successes or 0)
+  d.failures, d.opens = math.max(0, d.failures or 0), math.max(0, d.opens or 0)
+  d.cooldown = d.cooldown or p.circuit_cooldown
   -- (a record from before a field existed)
   d.down_since, d.answered_at, d.last_success = d.down_since or 0, d.answered_at or 0, d.last_success or 0
   d.share_fast, d.share_slow, d.crawl_delay = d.share_fast or 0, d.share_slow or 0, d.crawl_delay or 0
@@ -96,8 +114,9 @@ local function h_load(hkey, now, pjson)
   d.iv_start, d.iv_ok, d.iv_refused = d.iv_start or now, d.iv_ok or 0, d.iv_refused or 0
   d.ref_share, d.ref_pace, d.ref_ok = d.ref_share or 0, d.ref_pace or 0, d.ref_ok or 0
   d.refusals_flat = d.refusals_flat or 0
-  d.ctl_hold, d.ctl_rate = d.ctl_hold or 0, d.ctl_rate or 0
-  d.ctl_concurrency, d.ctl_down = d.ctl_concurrency or 0, d.ctl_down or 0
+  d.ctl_hold, d.ctl_rate = math.max(0, d.ctl_hold or 0), math.max(0, d.ctl_rate or 0)
+  d.ctl_concurrency, d.ctl_down = math.max(0, d.ctl_concurrency or 0), d.ctl_down or 0
+  if d.ctl_down ~= 0 and d.ctl_down ~= 1 then d.ctl_down = 0 end
   local elapsed = now - d.updated
   if elapsed > 0 then
     local blocked_end = math.max(d.hold_until, d.ctl_hold)

@@ -122,7 +122,7 @@ class Scheduler(WindowRunner):
         )
         port = self.config.schedule_metrics_port
         if port:
-            self.metrics.listen(self.reactor, port, self.config.metrics_host)
+            self.metrics.listen(self.reactor, port, self.config.metrics_host, self.config.allowed_hosts)
         d = Deferred.fromCoroutine(self._start())
         d.addErrback(self._log_failure, "starting")
         return d

@@ -49,7 +49,8 @@ class FailWindows:
 
 @dataclass(frozen=True)
 class RateLimit:
-    """Token bucket; a request finding no token gets ``status`` (+ ``Retry-After`` unless None).
+    """Token bucket; a request finding no token gets ``status`` (+ ``Retry-After`` unless None;
+    ``{n}`` in it is replaced by the refusal's number, so every refusal can say something else).
 
     ``schedule`` moves the limit while the site runs: ``(from_second, rate, burst)`` rows, each
     in force from that many seconds after the site started (``rate``/``burst`` before the

@@ -61,6 +61,7 @@ class _Host:
         self.tokens_at = time.monotonic()
         self.seen = 0  # requests so far, robots.txt aside (for ban_after)
         self.limited = 0  # requests the limiter judged (for rate_limit.every)
+        self.refusals = 0  # requests the limiter refused (numbers rate_limit.retry_after's "{n}")
         self.banned_at: float | None = None
 
     def _banned(self, path: str, now: float) -> bool:
@@ -96,7 +97,9 @@ class _Host:
         delay = cfg.latency + cfg.latency_jitter * r_latency
         limit = cfg.rate_limit
         if limit is not None and not self._take_token(now - (self.site.started_at or now)):
-            headers = (("Retry-After", limit.retry_after),) if limit.retry_after is not None else ()
+            self.refusals += 1
+            value = limit.retry_after.replace("{n}", str(self.refusals)) if limit.retry_after is not None else None
+            headers = (("Retry-After", value),) if value is not None else ()
             return _Outcome(limit.status, _error_body(limit.status), headers), delay
         if r_drop < cfg.drop_rate:
             return _Outcome(DROP), delay
