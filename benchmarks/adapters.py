@@ -126,6 +126,24 @@ SPECS: dict[str, list[Spec]] = {
             [Headline("pages_per_s", "openclaw", ">= 0.95 x", at_least(0.95, on="ratio"))],
         )
     ],
+    "bench": [
+        Spec(
+            "bench: scrapy bench (Scrapy's own benchmark spider and server), 10 s per run (quick 4 s), alternating",
+            [
+                M("pages_per_min", "pages/min (steady)", "higher"),
+                M("overall_pages_per_min", "pages/min (whole run)", "higher"),
+                M("kb_per_s", "response kB/s", "higher"),
+                M("bytes_per_page", "bytes per page"),
+                M("depth_max", "deepest request", ratio=False),
+                M("runs_ok", "runs", ratio=False),
+            ],
+            [
+                Headline("pages_per_min", "openclaw", ">= 0.95 x", at_least(0.95, on="ratio")),
+                # the bench server's pages grow with depth: bytes/s does not depend on the crawl order
+                Headline("kb_per_s", "openclaw", ">= 0.95 x", at_least(0.95, on="ratio")),
+            ],
+        )
+    ],
     "flaky": [
         Spec(
             "flaky: 4 hosts, 503 windows ~30%, drops and hangs",
