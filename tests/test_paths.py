@@ -11,7 +11,16 @@ from pathlib import Path
 import pytest
 
 from scrapy_openclaw.exceptions import OpenClawConfigError
-from scrapy_openclaw.paths import base_dir, describe, is_package_path, project_root, read_bytes, resolve_path
+from scrapy_openclaw.paths import (
+    base_dir,
+    describe,
+    fill,
+    is_package_path,
+    job_id,
+    project_root,
+    read_bytes,
+    resolve_path,
+)
 
 S = "OPENCLAW_CHECKPOINT_DIR"
 
@@ -133,3 +142,37 @@ def test_unreadable_files_are_config_errors_naming_the_setting_and_the_place(
     monkeypatch.chdir(project)
     with pytest.raises(OpenClawConfigError, match=message):
         read_bytes(value, setting="OPENCLAW_POLICY_FILE", kind="policy file", limit=100)
+
+
+class _Spider:
+    name = "demo"
+
+    def __init__(self, **kwargs: str):
+        self.__dict__.update(kwargs)  # as scrapy.Spider keeps its arguments (scrapyd's -a _job=ID)
+
+
+def test_job_and_spider_names_fill_a_path_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SCRAPY_JOB", raising=False)
+    assert job_id(_Spider()) is None
+    assert job_id(_Spider(_job="6487ab12")) == "6487ab12"
+    monkeypatch.setenv("SCRAPY_JOB", "from-env")  # older scrapyd, other runners
+    assert job_id(_Spider()) == "from-env" and job_id(_Spider(_job="arg")) == "arg"
+    assert fill("cp/%(name)s/%(job)s", setting=S, name="demo", job="j-1.2") == "cp/demo/j-1.2"
+    assert fill("cp/%(name)s", setting=S, name="demo", job=None) == "cp/demo"
+    assert fill("plain/100%", setting=S, name="demo", job=None) == "plain/100%"  # nothing to fill: kept as it is
+
+
+@pytest.mark.parametrize(
+    ("value", "job", "message"),
+    [
+        ("cp/%(job)s", None, r"%\(job\)s needs a job id; .* -a _job=ID"),
+        ("cp/%(job)s", "../../etc", r"job id '\.\./\.\./etc' cannot name a file"),
+        ("cp/%(job)s", ".hidden", r"cannot name a file"),
+        ("cp/%(spider)s", "j", r"only %\(name\)s and %\(job\)s may be substituted"),
+    ],
+)
+def test_a_path_setting_refuses_what_cannot_name_a_file(value: str, job: str | None, message: str) -> None:
+    with pytest.raises(OpenClawConfigError, match=rf"setting {S}="):
+        fill(value, setting=S, name="demo", job=job)
+    with pytest.raises(OpenClawConfigError, match=message):
+        fill(value, setting=S, name="demo", job=job)
