@@ -176,3 +176,37 @@ def test_a_path_setting_refuses_what_cannot_name_a_file(value: str, job: str | N
         fill(value, setting=S, name="demo", job=job)
     with pytest.raises(OpenClawConfigError, match=message):
         fill(value, setting=S, name="demo", job=job)
+
+
+def test_two_jobs_of_one_spider_get_their_own_checkpoint_directory(tmp_path: Path) -> None:
+    """As scrapyd runs them: the job id (the ``_job`` spider argument) names each one's directory; one
+    directory for both refuses the second with the setting to change."""
+    from scrapy import Spider
+    from scrapy.utils.misc import build_from_crawler
+    from scrapy.utils.test import get_crawler
+
+    from scrapy_openclaw.checkpoint import CheckpointExtension
+
+    class JobSpider(Spider):
+        name = "jobs"
+
+    def extension(setting: str, job: str) -> CheckpointExtension:
+        crawler = get_crawler(JobSpider, {"OPENCLAW_CHECKPOINT_DIR": setting})
+        crawler.spider = JobSpider.from_crawler(crawler, _job=job)
+        return build_from_crawler(CheckpointExtension, crawler)
+
+    first = extension(str(tmp_path / "cp" / "%(name)s-%(job)s"), "a1")
+    second = extension(str(tmp_path / "cp" / "%(name)s-%(job)s"), "b2")
+    try:
+        assert (first.dir, second.dir) == (tmp_path / "cp" / "jobs-a1", tmp_path / "cp" / "jobs-b2")
+        shared = extension(str(tmp_path / "shared"), "a1")
+        try:
+            with pytest.raises(
+                OpenClawConfigError, match=r"another running crawl .*name the job in the setting: %\(job\)s"
+            ):
+                extension(str(tmp_path / "shared"), "b2")
+        finally:
+            shared.journal.close()
+    finally:
+        first.journal.close()
+        second.journal.close()
