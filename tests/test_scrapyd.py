@@ -196,7 +196,18 @@ def test_two_concurrent_scrapyd_jobs_of_the_sample_project(scrapyd: Scrapyd, cha
         )
         assert answer["status"] == "ok", answer
         jobs[job] = address
-    finished = wait_finished(scrapyd, list(jobs))
+    # a policy file named by a plain path: beside scrapy.cfg, which a scrapyd job has not got
+    unpacked = scrapyd.post(
+        "schedule.json",
+        [("project", PROJECT), ("spider", "demo"), ("setting", "OPENCLAW_POLICY_FILE=demo_project/openclaw.yaml")],
+    )["jobid"]
+    finished = wait_finished(scrapyd, [*jobs, unpacked])
+    refused = (scrapyd.dirs / "logs" / PROJECT / "demo" / f"{unpacked}.log").read_text(encoding="utf-8")
+    assert (
+        "ERROR: Crawl not started: setting OPENCLAW_POLICY_FILE: cannot read policy file "
+        f"{scrapyd.home / 'demo_project' / 'openclaw.yaml'} (relative to the working directory {scrapyd.home} "
+        "(no scrapy.cfg found))" in refused
+    ), refused[-3000:]
 
     # the two ran at once: each started before the other finished
     (a, b) = (finished[j] for j in jobs)
