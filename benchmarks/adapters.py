@@ -126,6 +126,25 @@ SPECS: dict[str, list[Spec]] = {
             [Headline("pages_per_s", "openclaw", ">= 0.95 x", at_least(0.95, on="ratio"))],
         )
     ],
+    "bench": [
+        Spec(
+            f"bench: scrapy bench {title}",
+            [
+                M("pages_per_min", "pages/min (steady)", "higher"),
+                M("overall_pages_per_min", "pages/min (whole run)", "higher"),
+                M("kb_per_s", "response kB/s", "higher"),
+                M("bytes_per_page", "bytes per page"),
+                M("depth_max", "deepest request", ratio=False),
+                M("runs_ok", "runs", ratio=False),
+            ],
+            [Headline("pages_per_min", ours, ">= 0.95 x", at_least(0.95, on="ratio"))],
+            key=key,
+        )
+        for key, ours, title in (
+            ("as_run", "openclaw", "as a user runs it, 10 s per run (quick 4 s), alternating"),
+            ("depth5", "openclaw_depth5", "with DEPTH_LIMIT=5 (pages alike: the per-page comparison)"),
+        )
+    ],
     "flaky": [
         Spec(
             "flaky: 4 hosts, 503 windows ~30%, drops and hangs",

@@ -62,6 +62,13 @@ SCENARIOS: dict[str, Scenario] = {
             quick_limit=120,
         ),
         Scenario(
+            "bench",
+            "benchmarks.bench",
+            "scrapy bench with and without the add-on, alternating (pages/min from its log)",
+            limit=600,
+            quick_limit=120,
+        ),
+        Scenario(
             "flaky",
             "benchmarks.flaky",
             "success rate on a flaky 4-host site (503 windows, drops, hangs)",

@@ -13,6 +13,11 @@ means the same file whatever the working directory:
 - ``pkg://package/file`` names a file inside an importable package (package
   data, read with :mod:`importlib.resources`, so from an egg or a zip too);
   read-only, so only for files the add-on reads (``OPENCLAW_POLICY_FILE``).
+
+``OPENCLAW_CHECKPOINT_DIR`` may also name the crawl: ``%(name)s`` is the
+spider, ``%(job)s`` the scheduler's job id (scrapyd's), so that two jobs of
+one spider running at once each get their own directory, and a job scheduled
+again under the same ``jobid`` resumes its own.
 """
 
 from __future__ import annotations
@@ -23,15 +28,19 @@ import sys
 from importlib import resources
 from importlib.util import find_spec
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from scrapy_openclaw.exceptions import OpenClawConfigError
 
 if TYPE_CHECKING:
     from os import PathLike
 
+    from scrapy.crawler import Crawler
+
 PACKAGE_SCHEME = "pkg://"
 _PACKAGE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+#: A job id that may name a directory (scrapyd's own are hex; a ``jobid`` given to schedule.json is the caller's).
+_JOB = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 
 def project_root() -> Path | None:
@@ -64,6 +73,47 @@ def _settings_module_file() -> Path | None:
 def base_dir() -> Path:
     """What relative paths are relative to: the project root, else the working directory."""
     return project_root() or Path.cwd()
+
+
+def job_id(spider: Any) -> str | None:
+    """The id of the scheduler job running *spider*, None for a plain ``scrapy crawl``.
+
+    scrapyd passes it as the ``_job`` spider argument (``-a _job=ID``); older
+    scrapyd versions, and other runners, set ``SCRAPY_JOB`` in the environment.
+    """
+    job = getattr(spider, "_job", None) or os.environ.get("SCRAPY_JOB")
+    return str(job) if job else None
+
+
+def fill(value: str | PathLike[str], *, setting: str, name: str, job: str | None) -> str:
+    """*value* with ``%(name)s`` (the spider's *name*) and ``%(job)s`` (the *job* id, :func:`job_id`) filled in."""
+    text = str(value)
+    if "%(" not in text:
+        return text
+    if "%(job)s" in text:
+        if job is None:
+            raise OpenClawConfigError(
+                f"setting {setting}={text!r}: %(job)s needs a job id; scrapyd gives every job one, "
+                "a plain crawl takes it as a spider argument: scrapy crawl SPIDER -a _job=ID"
+            )
+        if not _JOB.match(job):
+            raise OpenClawConfigError(
+                f"setting {setting}={text!r}: job id {job!r} cannot name a file "
+                "(letters, digits, '.', '_' and '-' only, not first)"
+            )
+    try:
+        return text % {"name": name, "job": job or ""}
+    except (KeyError, ValueError, TypeError) as exc:
+        raise OpenClawConfigError(
+            f"setting {setting}={text!r}: only %(name)s and %(job)s may be substituted ({exc})"
+        ) from None
+
+
+def crawl_path(crawler: Crawler, value: str | PathLike[str], *, setting: str) -> Path:
+    """The path setting *value* of *crawler*'s crawl: :func:`fill`, then :func:`resolve_path`."""
+    spider = getattr(crawler, "spider", None) or crawler.spidercls
+    filled = fill(value, setting=setting, name=spider.name, job=job_id(spider))
+    return resolve_path(filled, setting=setting)
 
 
 def is_package_path(value: str | PathLike[str]) -> bool:

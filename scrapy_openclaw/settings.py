@@ -68,7 +68,7 @@ DEFAULTS: dict[str, Any] = {
     # deadline.aging_window); at the deadline the policy's `expired` applies
     "OPENCLAW_QUEUE_AGING_BOOST": 100.0,
     # --- checkpoint (CheckpointExtension) ---
-    "OPENCLAW_CHECKPOINT_DIR": None,  # unset: no checkpointing
+    "OPENCLAW_CHECKPOINT_DIR": None,  # unset: no checkpointing; %(name)s: the spider, %(job)s: the scrapyd job
     "OPENCLAW_CHECKPOINT_FLUSH": 1.0,  # seconds between journal fsyncs (group commit)
     "OPENCLAW_CHECKPOINT_SNAPSHOT_INTERVAL": 60.0,  # seconds between snapshots (journal compaction)
     "OPENCLAW_CHECKPOINT_SNAPSHOT_RECORDS": 200000,  # also snapshot after this many journal records (0: off)
@@ -112,7 +112,7 @@ DEFAULTS: dict[str, Any] = {
     "OPENCLAW_LOG_DOMAINS": 10,  # rows of the per-domain table logged every LOGSTATS_INTERVAL; 0: off
     # --- politeness report (PolitenessReportExtension, scrapy openclaw-report) ---
     "OPENCLAW_REPORT_ENABLED": True,  # False: no report at the end of the crawl
-    "OPENCLAW_REPORT_PATH": None,  # unset: <project>/openclaw-data/<spider>/report.json (beside the dead letters)
+    "OPENCLAW_REPORT_PATH": None,  # unset: <project>/openclaw-data/<spider>/report.json (beside the dead letters); %(job)s: the scrapyd job
     "OPENCLAW_REPORT_ROWS": 20,  # domains in the report's log table (the busiest first); 0: no table
     # domains counted one by one in the figures and the report; the rest share one "other" row
     "OPENCLAW_REPORT_MAX_DOMAINS": 10000,

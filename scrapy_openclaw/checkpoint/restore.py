@@ -107,7 +107,8 @@ def _lock(directory: Path) -> int:
     except OSError:
         os.close(fd)
         raise OpenClawConfigError(
-            f"setting OPENCLAW_CHECKPOINT_DIR={str(directory)!r}: another running crawl uses this checkpoint directory"
+            f"setting OPENCLAW_CHECKPOINT_DIR={str(directory)!r}: another running crawl uses this checkpoint directory "
+            "(for jobs of one spider running at once, as scrapyd runs them, name the job in the setting: %(job)s)"
         ) from None
     return fd
 

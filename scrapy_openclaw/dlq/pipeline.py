@@ -24,7 +24,7 @@ from scrapy_openclaw._files import private_dir
 from scrapy_openclaw.dlq.stores import JsonlStore, RedisStore, default_uri, expand_uri, open_store
 from scrapy_openclaw.errors import ErrorTaxonomy
 from scrapy_openclaw.exceptions import OpenClawConfigError, UnsafeDirectory
-from scrapy_openclaw.paths import resolve_path
+from scrapy_openclaw.paths import crawl_path
 from scrapy_openclaw.redact import mask_uri
 from scrapy_openclaw.runtime import crawl_id, peek, shared
 from scrapy_openclaw.settings import OpenClawSettings, read_setting
@@ -292,7 +292,7 @@ class DeadLetterPipeline:
         if store.pending():
             checkpoint_dir = self.crawler.settings.get("OPENCLAW_CHECKPOINT_DIR")
             fallback = JsonlStore(
-                resolve_path(checkpoint_dir, setting="OPENCLAW_CHECKPOINT_DIR") / "deadletters.jsonl"
+                crawl_path(self.crawler, checkpoint_dir, setting="OPENCLAW_CHECKPOINT_DIR") / "deadletters.jsonl"
                 if checkpoint_dir
                 else expand_uri(default_uri(_NoUri(self.crawler.settings)), self._spider.name)
             )

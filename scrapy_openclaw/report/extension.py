@@ -26,6 +26,7 @@ from twisted.internet.defer import Deferred
 
 from scrapy_openclaw.health.reader import health_registry
 from scrapy_openclaw.metrics.figures import CrawlFigures
+from scrapy_openclaw.paths import job_id
 from scrapy_openclaw.report.model import ReportError, build_report
 from scrapy_openclaw.report.render import table
 from scrapy_openclaw.report.shared import PUSH_INTERVAL, SharedReport, fresh_bins
@@ -70,7 +71,7 @@ class PolitenessReportExtension:
     def spider_opened(self, spider: Spider) -> None:
         self.started_at = time.time()
         try:
-            self.path = report_path(self.crawler.settings, spider.name)
+            self.path = report_path(self.crawler.settings, spider.name, job_id(spider))
         except ReportError as exc:
             logger.error("%(error)s; no politeness report file", {"error": exc}, extra={"spider": spider})
         if self.distributed:

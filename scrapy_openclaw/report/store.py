@@ -8,25 +8,23 @@ from pathlib import Path
 from typing import Any
 
 from scrapy_openclaw._files import atomic_write
-from scrapy_openclaw.paths import base_dir, resolve_path
+from scrapy_openclaw.exceptions import OpenClawConfigError
+from scrapy_openclaw.paths import base_dir, fill, resolve_path
 from scrapy_openclaw.report.model import ReportError, validate
 from scrapy_openclaw.settings import read_setting
 
 FILE_NAME = "report.json"
 
 
-def report_path(settings: Any, spider: str) -> Path:
-    """``OPENCLAW_REPORT_PATH`` (``%(name)s``: the spider), else
+def report_path(settings: Any, spider: str, job: str | None = None) -> Path:
+    """``OPENCLAW_REPORT_PATH`` (``%(name)s``: the spider, ``%(job)s``: the scrapyd job), else
     ``<project>/openclaw-data/<spider>/report.json``, where the dead letters live by default."""
     path = read_setting(settings, "OPENCLAW_REPORT_PATH")
     if path:
-        text = os.fspath(path)
         try:
-            text = text % {"name": spider} if "%(" in text else text
-        except (KeyError, ValueError, TypeError) as exc:
-            raise ReportError(
-                f"setting OPENCLAW_REPORT_PATH={text!r}: only %(name)s may be substituted ({exc})"
-            ) from None
+            text = fill(os.fspath(path), setting="OPENCLAW_REPORT_PATH", name=spider, job=job)
+        except OpenClawConfigError as exc:
+            raise ReportError(str(exc)) from None
         return resolve_path(text, setting="OPENCLAW_REPORT_PATH")
     return Path(base_dir(), "openclaw-data", spider, FILE_NAME)
 

@@ -124,16 +124,8 @@ def _key_file(path: Path) -> bytes:
     from scrapy_openclaw._files import open_existing, private_dir
 
     private_dir(path.parent)
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    except FileExistsError:
-        pass
-    else:
-        with os.fdopen(fd, "w") as f:
-            f.write(secrets.token_hex(32) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-        logger.info("Generated the store key %(path)s (keep it private; see docs/security.md)", {"path": path})
+    if not os.path.lexists(path):
+        _create_key_file(path)
     fd = open_existing(path, os.O_RDONLY)
     with os.fdopen(fd, "rb") as f:
         info = os.fstat(f.fileno())
@@ -145,6 +137,25 @@ def _key_file(path: Path) -> bytes:
     if len(text) < MIN_KEY_LEN:
         raise OpenClawConfigError(f"store key file {path}: empty or too short (delete it to generate a new key)")
     return text.encode("ascii")
+
+
+def _create_key_file(path: Path) -> None:
+    """Write a new key beside *path*, then link it into place: the file appears whole or not at all,
+    and of crawls starting at once (scrapyd jobs) the first link wins and the others read its key."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets.token_hex(32) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        try:
+            os.link(tmp, path)  # never replaces: an existing key (or a planted symlink) stays
+        except FileExistsError:
+            return
+        logger.info("Generated the store key %(path)s (keep it private; see docs/security.md)", {"path": path})
+    finally:
+        os.unlink(tmp)
 
 
 # --- the process's key ----------------------------------------------------------------

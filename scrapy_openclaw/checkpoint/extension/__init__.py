@@ -47,7 +47,7 @@ from scrapy_openclaw.checkpoint.snapshotter import Snapshotter
 from scrapy_openclaw.checkpoint.tracker import RequestTracker
 from scrapy_openclaw.exceptions import OpenClawConfigError
 from scrapy_openclaw.lifecycle import RequestLifecycle
-from scrapy_openclaw.paths import resolve_path
+from scrapy_openclaw.paths import crawl_path
 from scrapy_openclaw.serialization import SerializationError, dumps, request_to_data
 from scrapy_openclaw.settings import OpenClawSettings
 from scrapy_openclaw.startup import reports_config_errors
@@ -85,7 +85,7 @@ class CheckpointExtension(_CrawlSignals):
             )
         self.crawler = crawler
         self.stats = crawler.stats
-        self.dir = resolve_path(directory, setting="OPENCLAW_CHECKPOINT_DIR")
+        self.dir = crawl_path(crawler, directory, setting="OPENCLAW_CHECKPOINT_DIR")
         self.flush_interval = config.checkpoint_flush
         self.snapshot_interval = config.checkpoint_snapshot_interval
         self.snapshot_records = config.checkpoint_snapshot_records
