@@ -90,6 +90,7 @@ from scrapy_openclaw.health.registry.tuning import _LATENCY_SLACK as _LATENCY_SL
 from scrapy_openclaw.health.registry.tuning import _LATENCY_WARMUP as _LATENCY_WARMUP
 from scrapy_openclaw.health.registry.tuning import _MAX_DOUBLINGS as _MAX_DOUBLINGS
 from scrapy_openclaw.health.registry.tuning import _MAX_PROBE_SECONDS as _MAX_PROBE_SECONDS
+from scrapy_openclaw.health.registry.tuning import _BEYOND as _BEYOND
 from scrapy_openclaw.health.registry.tuning import _MAX_RATE as _MAX_RATE
 from scrapy_openclaw.health.registry.tuning import _MIN_DECREASE_GAP as _MIN_DECREASE_GAP
 from scrapy_openclaw.health.registry.tuning import _PACE_SAMPLE as _PACE_SAMPLE
