@@ -71,6 +71,7 @@ from scrapy_openclaw.health.registry.record import _Domain as _Domain
 from scrapy_openclaw.health.registry.recording import _Recording
 from scrapy_openclaw.health.registry.snapshots import _Snapshots
 from scrapy_openclaw.health.registry.tuning import _BASELINE_DRIFT as _BASELINE_DRIFT
+from scrapy_openclaw.health.registry.tuning import _BEYOND as _BEYOND
 from scrapy_openclaw.health.registry.tuning import _BURST_SECONDS as _BURST_SECONDS
 from scrapy_openclaw.health.registry.tuning import _CUT_FLOOR as _CUT_FLOOR
 from scrapy_openclaw.health.registry.tuning import _FIT_BIN as _FIT_BIN
@@ -90,7 +91,6 @@ from scrapy_openclaw.health.registry.tuning import _LATENCY_SLACK as _LATENCY_SL
 from scrapy_openclaw.health.registry.tuning import _LATENCY_WARMUP as _LATENCY_WARMUP
 from scrapy_openclaw.health.registry.tuning import _MAX_DOUBLINGS as _MAX_DOUBLINGS
 from scrapy_openclaw.health.registry.tuning import _MAX_PROBE_SECONDS as _MAX_PROBE_SECONDS
-from scrapy_openclaw.health.registry.tuning import _BEYOND as _BEYOND
 from scrapy_openclaw.health.registry.tuning import _MAX_RATE as _MAX_RATE
 from scrapy_openclaw.health.registry.tuning import _MIN_DECREASE_GAP as _MIN_DECREASE_GAP
 from scrapy_openclaw.health.registry.tuning import _PACE_SAMPLE as _PACE_SAMPLE

@@ -86,8 +86,8 @@ class _Pacing:
             grown = min(d.rate * (1.0 + _SLOW_START_GAIN), p.initial_rate * 2.0**doublings)
         elif d.cuts == 1 and d.threshold is not None:
             grown = max(d.rate, d.threshold * p.rate_decrease * _PROBE_GROWTH ** min(since, _MAX_PROBE_SECONDS))
-        else:
-            grown = max(d.rate, d.threshold * _plateau(p, since))
+        else:  # (a cut always sets the threshold)
+            grown = max(d.rate, (d.threshold or d.rate) * _plateau(p, since))
         d.rate = min(grown, self._ceiling(d, p), _MAX_RATE)
 
     def _decrease(
