@@ -54,7 +54,7 @@ from scrapy_openclaw.health.registry import (
     limitfit,
     scrapy_limits,
 )
-from scrapy_openclaw.health.registry.limitfit import NOTE_ANSWER, note_kind, sent_at
+from scrapy_openclaw.health.registry.limitfit import NOTE_ANSWER, measures_limit, note_kind, sent_at
 from scrapy_openclaw.policy import PolicySet
 from scrapy_openclaw.runtime import shared
 
@@ -164,6 +164,7 @@ class RedisHealthRegistry(HealthRegistry):
                 k_slow_start_doubling=local._SLOW_START_DOUBLING,
                 k_probe_growth=local._PROBE_GROWTH,
                 k_max_probe_seconds=local._MAX_PROBE_SECONDS,
+                k_beyond=local._BEYOND,
                 k_cut_floor=local._CUT_FLOOR,
                 k_max_rate=local._MAX_RATE,
                 k_burst_seconds=local._BURST_SECONDS,
@@ -351,13 +352,13 @@ class RedisHealthRegistry(HealthRegistry):
             "",
             int(domain_signal),
             penalty,
-            (2 if classification.status == 429 else 1) if congestion else 0,
+            (2 if measures_limit(classification.status, retry_after) else 1) if congestion else 0,
             int(bool(classification is not None and classification.is_throttle)),
             "" if retry_after is None else repr(float(retry_after)),
             self._jitter(domain),
             int(classification.status is not None),
             int(in_share),
-            note_kind(classification.status),
+            note_kind(classification.status, retry_after),
             sent_at(now, latency),
             int(_rate_signal(classification, retry_after)),
         ]

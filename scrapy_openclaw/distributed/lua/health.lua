@@ -311,9 +311,16 @@ local function h_increase(d, p, now)
     grown = math.min(d.rate * (1 + p.k_slow_start_gain), p.initial_rate * 2 ^ doublings)
   elseif d.cuts == 1 and d.threshold ~= nil then
     grown = math.max(d.rate, d.threshold * p.rate_decrease * p.k_probe_growth ^ math.min(since, p.k_max_probe_seconds))
-  else
+  else  -- the cubic, then past k_beyond x the learned limit exponential probing (pacing._plateau)
     local flat_at = ((1 - p.rate_decrease) / p.rate_probe) ^ (1 / 3)
-    grown = math.max(d.rate, d.threshold * (1 + p.rate_probe * (since - flat_at) ^ 3))
+    local beyond_at = flat_at + ((p.k_beyond - 1) / p.rate_probe) ^ (1 / 3)
+    local factor
+    if since <= beyond_at then
+      factor = 1 + p.rate_probe * (since - flat_at) ^ 3
+    else
+      factor = p.k_beyond * p.k_probe_growth ^ math.min(since - beyond_at, p.k_max_probe_seconds)
+    end
+    grown = math.max(d.rate, d.threshold * factor)
   end
   d.rate = math.min(grown, h_ceiling(d, p), p.k_max_rate)
 end
@@ -321,7 +328,8 @@ end
 -- fkey: the history for the limit fit (a 429 from the second on), or nil.
 local function h_decrease(d, p, now, measured, rate_bound, fkey)
   if now - d.last_decrease < math.max(p.k_min_decrease_gap, d.latency or 0) then return false end
-  if measured and d.cuts >= 1 and now - d.hold_until >= 0 and now - d.hold_until <= p.k_burst_seconds then
+  if measured and d.cuts >= 1 and now - d.hold_until >= 0 and now - d.hold_until <= p.k_burst_seconds
+      and h_burst(d, p) > 1 then
     -- refused while resuming from a hold: a smaller burst, the pace stands (_Pacing._decrease)
     d.burst_cap = math.max(1, math.floor(h_burst(d, p) / 2))
     d.tokens = math.min(d.tokens, d.burst_cap)

@@ -71,6 +71,7 @@ from scrapy_openclaw.health.registry.record import _Domain as _Domain
 from scrapy_openclaw.health.registry.recording import _Recording
 from scrapy_openclaw.health.registry.snapshots import _Snapshots
 from scrapy_openclaw.health.registry.tuning import _BASELINE_DRIFT as _BASELINE_DRIFT
+from scrapy_openclaw.health.registry.tuning import _BEYOND as _BEYOND
 from scrapy_openclaw.health.registry.tuning import _BURST_SECONDS as _BURST_SECONDS
 from scrapy_openclaw.health.registry.tuning import _CUT_FLOOR as _CUT_FLOOR
 from scrapy_openclaw.health.registry.tuning import _FIT_BIN as _FIT_BIN

@@ -51,12 +51,20 @@ NOTE_ANSWER = "a"
 NOTE_429 = "r"
 
 
-def note_kind(status: int | None) -> str:
-    """An answer took a token, whatever its status, but a 429 (none left) and a 503 (a site
-    in trouble says nothing of its bucket); no answer is no event."""
-    if status is None or status == 503:
+def measures_limit(status: int | None, retry_after: float | None) -> bool:
+    """Whether a refusal is a limiter's "none left": a 429, or a 503 that says when to come
+    back (a 503 without Retry-After is a site in trouble, and says nothing of its bucket)."""
+    return status == 429 or (status == 503 and retry_after is not None)
+
+
+def note_kind(status: int | None, retry_after: float | None = None) -> str:
+    """An answer took a token, whatever its status, but a limiter's refusal (none left, see
+    :func:`measures_limit`) and a plain 503; no answer is no event."""
+    if status is None:
         return ""
-    return NOTE_429 if status == 429 else NOTE_ANSWER
+    if measures_limit(status, retry_after):
+        return NOTE_429
+    return "" if status == 503 else NOTE_ANSWER
 
 
 def sent_at(now: float, latency: float | None) -> float:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from scrapy_openclaw.health.registry.refusals import restart_sample
 from scrapy_openclaw.health.registry.tuning import (
     _BASELINE_DRIFT,
+    _BEYOND,
     _BURST_SECONDS,
     _CUT_FLOOR,
     _FIT_MARGIN,
@@ -75,7 +76,8 @@ class _Pacing:
         half per second (its limit was a guess: what the first second delivered) until a
         second signal that grows with the rate (a 429, or latency) measures the limit; then
         the cubic, whose plateau near the limit (``rate_probe`` small) keeps a hard limit's
-        429s to one per ten seconds or fewer. 503s and timeouts never start the plateau:
+        429s to one per ten seconds or fewer; past it with answers still clean, the limit has
+        moved (see :func:`_plateau`). 503s and timeouts never start the plateau:
         they say the site struggled then, not where a limit is, so the pace probes back up
         at half per second."""
         since = max(0.0, now - max(d.last_decrease, min(d.hold_until, now)))  # (held time is no probing)
@@ -84,9 +86,8 @@ class _Pacing:
             grown = min(d.rate * (1.0 + _SLOW_START_GAIN), p.initial_rate * 2.0**doublings)
         elif d.cuts == 1 and d.threshold is not None:
             grown = max(d.rate, d.threshold * p.rate_decrease * _PROBE_GROWTH ** min(since, _MAX_PROBE_SECONDS))
-        else:
-            flat_at = ((1.0 - p.rate_decrease) / p.rate_probe) ** (1.0 / 3.0)
-            grown = max(d.rate, d.threshold * (1.0 + p.rate_probe * (since - flat_at) ** 3))
+        else:  # (a cut always sets the threshold)
+            grown = max(d.rate, (d.threshold or d.rate) * _plateau(p, since))
         d.rate = min(grown, self._ceiling(d, p), _MAX_RATE)
 
     def _decrease(
@@ -122,9 +123,10 @@ class _Pacing:
         """
         if now - d.last_decrease < max(_MIN_DECREASE_GAP, d.latency or 0.0):
             return False
-        if measured and d.cuts >= 1 and 0.0 <= now - d.hold_until <= _BURST_SECONDS:
+        if measured and d.cuts >= 1 and 0.0 <= now - d.hold_until <= _BURST_SECONDS and self._burst(d, p) > 1:
             # refused while resuming from a hold: the burst the hold saved up was more than the
-            # site's bucket holds, not the pace more than its rate; send smaller bursts
+            # site's bucket holds, not the pace more than its rate; send smaller bursts (down to
+            # one: refused even then, it is the pace, and a limit that dropped is cut to below)
             d.burst_cap = max(1, self._burst(d, p) // 2)
             d.tokens = min(d.tokens, float(d.burst_cap))
             d.last_decrease = now  # (the rest of that burst is the same event)
@@ -187,3 +189,15 @@ def _delivered(d: _Domain, now: float) -> float:
     if d.delivered is None:
         return d.win_ok / max(span, _WINDOW)
     return (d.delivered * _WINDOW + d.win_ok) / (_WINDOW + span)
+
+
+def _plateau(p: HealthPolicy, since: float) -> float:
+    """The cubic's factor on the learned limit *since* seconds after the last cut; once it
+    passes ``_BEYOND`` x the limit with answers still clean, the limit has moved (a learned
+    limit is evidence that ages, not a ceiling): from there it grows by ``_PROBE_GROWTH`` a
+    second, as after a first cut."""
+    flat_at = ((1.0 - p.rate_decrease) / p.rate_probe) ** (1.0 / 3.0)
+    beyond_at = flat_at + ((_BEYOND - 1.0) / p.rate_probe) ** (1.0 / 3.0)
+    if since <= beyond_at:
+        return 1.0 + p.rate_probe * (since - flat_at) ** 3
+    return _BEYOND * _PROBE_GROWTH ** min(since - beyond_at, _MAX_PROBE_SECONDS)

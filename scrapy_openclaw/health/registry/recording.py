@@ -16,6 +16,7 @@ from scrapy_openclaw.health.registry.limitfit import (
     NOTE_ANSWER,
     LimitHistory,
     fit_bin,
+    measures_limit,
     note_kind,
     sent_at,
 )
@@ -99,7 +100,7 @@ class _Recording(_RegistryCore):
         d.failures += 1
         if classification.status is not None:
             d.answered_at = now
-        note = note_kind(classification.status)
+        note = note_kind(classification.status, retry_after)
         if note:
             self._note(domain, d, sent_at(now, latency), note)
         rate_signal = _rate_signal(classification, retry_after)
@@ -122,7 +123,7 @@ class _Recording(_RegistryCore):
         # the rate). While the circuit is open or half-open the domain is known
         # to be down: a failed probe or a late answer costs no health and no hold
         # of its own; the growing cool-down is the penalty.
-        measured = classification.status == 429
+        measured = measures_limit(classification.status, retry_after)
         history = self._histories.get(domain) if measured else None
         fresh = congestion and self._decrease(d, p, now, measured=measured, history=history)
         if fresh:
