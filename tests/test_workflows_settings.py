@@ -94,7 +94,11 @@ def test_a_download_slots_delay_is_a_floor_and_its_concurrency_a_cap(chaos_serve
 
 def test_autothrottle_gives_way_to_the_health_middleware_once_said(chaos_server: Any, tmp_path: Path) -> None:
     server = chaos_server({"hosts": [{"address": "127.0.0.2", "pages": 8, "links_per_page": "all"}]})
-    throttle = {"AUTOTHROTTLE_ENABLED": True, "AUTOTHROTTLE_START_DELAY": 0.5, "AUTOTHROTTLE_DEBUG": True}
+    throttle: dict[str, Any] = {
+        "AUTOTHROTTLE_ENABLED": True,
+        "AUTOTHROTTLE_START_DELAY": 0.5,
+        "AUTOTHROTTLE_DEBUG": True,
+    }
     result = _crawl(tmp_path, server.start_urls, **throttle)
     assert len(result.items) == 8
     assert len(_warnings(result.log, "OPENCLAW_HEALTH_ENABLED")) == 1, result.log[-3000:]
@@ -142,3 +146,41 @@ def test_the_metrics_port_closes_without_a_deprecation_and_robots_txt_is_no_fail
     assert (row["done"], row["failed"], row["dead"]) == ("4", "0", "0"), row
     assert not (tmp_path / "snapshots").exists()
     assert not (tmp_path / "dead.jsonl").exists()
+
+
+def test_a_cached_rerun_sends_nothing_waits_for_nothing_and_counts_its_pages(chaos_server: Any, tmp_path: Path) -> None:
+    """Cached 429s and 503s are retried as Scrapy's RetryMiddleware would (at once, from the
+    cache again, the same number of times): no health signal, no Retry-After wait, no retry
+    budget; the log table counts the cached pages as done."""
+    throttling: dict[str, Any] = {"address": "127.0.0.2", "pages": 8, "links_per_page": "all"}
+    throttling["rate_limit"] = {"rate": 0, "every": 4, "retry_after": "3"}  # every 4th request: 429 + Retry-After
+    failing = {"address": "127.0.0.3", "pages": 6, "links_per_page": "all", "status_script": {2: [503]}}
+    server = chaos_server({"hosts": [throttling, failing]})
+    cache: dict[str, Any] = {
+        "HTTPCACHE_ENABLED": True,
+        "HTTPCACHE_DIR": str(tmp_path / "cache"),
+        "OPENCLAW_POLICY": FAST_POLICY,
+    }
+    first = _crawl(tmp_path, server.start_urls, **cache)
+    truth = server.truth()["hosts"]
+    assert truth["127.0.0.2"]["statuses"].get("429") and truth["127.0.0.3"]["statuses"].get("503"), truth
+    assert first.stats.get("openclaw/health/throttled")  # honoured in this run: they came from the site
+    server.reset()
+    second = _crawl(tmp_path, server.start_urls, **cache)
+    assert [server.truth()["hosts"][h]["total"] for h in ("127.0.0.2", "127.0.0.3")] == [0, 0]  # all cached
+    assert sorted(i["url"] for i in second.items) == sorted(i["url"] for i in first.items)
+    stats = second.stats
+    assert stats["httpcache/hit"] >= len(second.items) and not stats.get("httpcache/miss"), stats
+    signals = ("failures", "throttled", "held", "deferred", "circuit", "given_up")
+    health = {k: v for k, v in stats.items() if k.startswith("openclaw/health/") and any(s in k for s in signals) and v}
+    assert not health, health  # no failure, hold, deferral or circuit: the sites said nothing today
+    assert stats["openclaw/health/final_health/127.0.0.2"] == stats["openclaw/health/final_health/127.0.0.3"] == 100
+    assert not stats.get("openclaw/retry/retry_after_used") and not stats.get("openclaw/retry/budget_exhausted")
+    assert stats.get("openclaw/retry/delay_seconds_total", 0) == 0, stats  # retried at once, as Scrapy does
+    assert stats["openclaw/retry/cached"] == stats["retry/count"] > 0
+    assert stats["retry/max_reached"] == first.stats["retry/max_reached"] >= 2  # the same pages given up
+    for host in ("127.0.0.2", "127.0.0.3"):
+        row = _table_row(second.log, host)
+        pages = sum(1 for i in second.items if i["host"] == host)
+        assert int(row["done"]) == pages + int(row["dead"]) and int(row["dead"]) >= 1, row
+        assert (row["health"], row["circuit"]) == ("100", "closed"), row

@@ -143,7 +143,9 @@ def get_classified_retry_request(
     ``RETRY_GIVE_UP_LOG_LEVEL``, ERROR by default) and sends one dead letter
     through ``signals.dead_letter`` unless *dead_letter* is False.
     Permanent classes are never retried (returns None, no dead letter: the
-    caller decides). *uniform* replaces the random source (tests). Scrapy's
+    caller decides). A response from the HTTP cache (``"cached"`` in its
+    flags) is retried at once, without Retry-After or backoff and outside the
+    retry budget, as Scrapy's RetryMiddleware retries it. *uniform* replaces the random source (tests). Scrapy's
     ``retry/count``, ``retry/reason_count/<reason>`` and ``retry/max_reached``
     are kept beside ours.
     """
@@ -180,20 +182,27 @@ def get_classified_retry_request(
         stats.inc_value(f"{STATS_PREFIX}/{klass}/max_reached")
         give_up()
         return None
-    if use_budget and not RetryBudgets.for_crawler(crawler).try_spend(domain, now):
+    # A cached answer says nothing about the site and asks it nothing: retried at once, as
+    # Scrapy's RetryMiddleware would (the cache answers again), with no wait and no budget.
+    cached = response is not None and "cached" in response.flags
+    if use_budget and not cached and not RetryBudgets.for_crawler(crawler).try_spend(domain, now):
         stats.inc_value(f"{STATS_PREFIX}/budget_exhausted")
         give_up(why=f"the retry budget of {domain} is spent", error_class="retry_budget")
         return None
 
     done = int(state["attempts"].get(klass, 0))
-    delay = for_policy(policy, uniform=uniform)(done, state.get("delay"))
-    retry_after = _retry_after(response, domain_policy.health.retry_after_cap, now)
-    if retry_after is not None:
-        delay = retry_after
-        stats.inc_value(f"{STATS_PREFIX}/retry_after_used")
     state["attempts"][klass] = done + 1
-    state["delay"] = delay
-    due = max(now + delay, _domain_reopens(crawler, request))
+    if cached:
+        delay, due = 0.0, now
+        stats.inc_value(f"{STATS_PREFIX}/cached")
+    else:
+        delay = for_policy(policy, uniform=uniform)(done, state.get("delay"))
+        retry_after = _retry_after(response, domain_policy.health.retry_after_cap, now)
+        if retry_after is not None:
+            delay = retry_after
+            stats.inc_value(f"{STATS_PREFIX}/retry_after_used")
+        state["delay"] = delay
+        due = max(now + delay, _domain_reopens(crawler, request))
     new = _retry_copy(request, state, due, priority_adjust, crawler)
     _count_retry(stats, classification, schedule, delay, response=response, exception=exception)
     logger.debug(
