@@ -1,5 +1,5 @@
 """A project's own Scrapy settings and components with the add-on on: ``DOWNLOAD_SLOTS``,
-AutoThrottle, a RetryMiddleware subclass, the HTTP cache, FilesPipeline, the metrics port.
+AutoThrottle, a RetryMiddleware subclass, the HTTP cache, FilesPipeline and ImagesPipeline, the metrics port.
 Real crawls in a subprocess, judged from the chaos site's record and the crawl's log and stats."""
 
 from __future__ import annotations
@@ -43,7 +43,16 @@ class FilesSpider(scrapy.Spider):
         self.file_urls = file_urls.split(",")
 
     def parse(self, response: Response) -> Iterator[dict[str, Any]]:
-        yield {"file_urls": self.file_urls}
+        yield {self.field: self.file_urls}
+
+    field = "file_urls"
+
+
+class ImagesSpider(FilesSpider):
+    """The same for ImagesPipeline (``image_urls``)."""
+
+    name = "images"
+    field = "image_urls"
 
 
 def _crawl(tmp_path: Path, starts: list[str], spider: str | None = None, **settings: Any) -> Any:
@@ -184,3 +193,57 @@ def test_a_cached_rerun_sends_nothing_waits_for_nothing_and_counts_its_pages(cha
         pages = sum(1 for i in second.items if i["host"] == host)
         assert int(row["done"]) == pages + int(row["dead"]) and int(row["dead"]) >= 1, row
         assert (row["health"], row["circuit"]) == ("100", "closed"), row
+
+
+@pytest.mark.parametrize("pipeline", ["files", "images"])
+def test_media_pipelines_with_redirects_store_and_report_as_plain_scrapy(
+    chaos_server: Any, tmp_path: Path, pipeline: str
+) -> None:
+    """FilesPipeline / ImagesPipeline with ``MEDIA_ALLOW_REDIRECTS``: a file, a 404 and a redirect
+    give the same items, stored files, log lines and stats with the add-on as without it."""
+    host = {"address": "127.0.0.2", "pages": 4, "links_per_page": 0, "not_found": [2], "redirects": {3: 1}}
+    server = chaos_server({"hosts": [host]})
+    base = server.urls["127.0.0.2"]
+    if pipeline == "files":  # a file, a 404, a redirect to the file
+        wanted, stored = [f"{base}page/1", f"{base}page/2", f"{base}page/3"], [f"{base}page/1", f"{base}page/3"]
+    else:
+        wanted, stored = [f"{base}image/4.png", f"{base}page/2"], [f"{base}image/4.png"]
+    store = "FILES_STORE" if pipeline == "files" else "IMAGES_STORE"
+    component = f"scrapy.pipelines.{pipeline}.{pipeline.title()}Pipeline"
+    runs = {}
+    for mode, addon in (("plain", {}), ("addon", ADDON)):
+        server.reset()
+        settings = {**addon, "LOG_LEVEL": "INFO", "MEDIA_ALLOW_REDIRECTS": True, "ITEM_PIPELINES": {component: 1}}
+        settings |= {store: str(tmp_path / mode), "OPENCLAW_DLQ_URI": str(tmp_path / f"{mode}.jsonl")}
+        result = run_crawl(
+            spider=f"{MODULE}.{pipeline.title()}Spider",
+            settings=settings,
+            spider_args={"start_urls": base + "page/0", "file_urls": ",".join(wanted)},
+            timeout=120,
+        )
+        assert result.returncode == 0 and "SequenceExclude" not in result.log, result.log[-3000:]
+        runs[mode] = result, server.truth()["hosts"]["127.0.0.2"]["counts"]
+    (plain, plain_counts), (ours, our_counts) = runs["plain"], runs["addon"]
+    assert our_counts == plain_counts and plain_counts[_path(wanted[0])] >= 1
+    assert ours.items == plain.items
+    (item,) = ours.items
+    assert [f["url"] for f in item[pipeline]] == stored
+    assert all((tmp_path / "addon" / f["path"]).is_file() for f in item[pipeline])
+    assert "File (code: 404): Error downloading" in ours.log  # (ImagesPipeline's words too)
+    assert _media_lines(ours.log) == _media_lines(plain.log)
+    media_stats = [k for k in plain.stats if k.startswith(("file_", "image_"))]
+    assert {k: ours.stats.get(k) for k in media_stats} == {k: plain.stats[k] for k in media_stats}
+    assert not (tmp_path / "addon.jsonl").exists()  # the pipeline handled the 404: no dead letter
+
+
+def _path(url: str) -> str:
+    return "/" + url.split("/", 3)[3]
+
+
+def _media_lines(log: str) -> list[str]:
+    """The media pipelines' WARNING and ERROR lines, without their time stamps."""
+    return [
+        line.split(" ", 2)[2]
+        for line in log.splitlines()
+        if "[scrapy.pipelines." in line and ("WARNING" in line or "ERROR" in line)
+    ]
