@@ -106,6 +106,17 @@ def test_http_auth_is_sent_and_a_401_is_ignored_as_in_plain_scrapy(chaos_server:
     assert not ours.stats.get("openclaw/health/circuit_opened") and not ours.stats.get("retry/count")
 
 
+def test_robots_txt_forbidden_pages_are_no_failures(chaos_server: Any, tmp_path: Path) -> None:
+    robots = "User-agent: *\nDisallow: /page/3\nDisallow: /page/5\n"
+    server = chaos_server({"hosts": [{"address": A, "pages": 8, "links_per_page": "all", "robots_txt": robots}]})
+    runs = _both(server, tmp_path, ROBOTSTXT_OBEY=True)
+    (plain, plain_truth), (ours, our_truth) = runs["plain"], runs["addon"]
+    assert our_truth[A]["counts"] == plain_truth[A]["counts"] and "/page/3" not in our_truth[A]["counts"]
+    assert _urls(ours) == _urls(plain) and len(ours.items) == 6
+    assert ours.stats["robotstxt/forbidden"] == plain.stats["robotstxt/forbidden"] == 2
+    assert not (tmp_path / "addon-dead.jsonl").exists() and not ours.stats.get("openclaw/health/page_failures")
+
+
 def test_depth_limit_holds_across_retries(chaos_server: Any, tmp_path: Path) -> None:
     """A retry keeps its request's depth: DEPTH_LIMIT cuts the crawl where plain Scrapy's does."""
     host = {"address": A, "pages": 60, "links_per_page": 2, "status_script": {p: [503, 200] for p in range(1, 60, 3)}}
