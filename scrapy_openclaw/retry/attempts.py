@@ -125,6 +125,7 @@ def get_classified_retry_request(
     uniform: Uniform | None = None,
     use_budget: bool = True,
     dead_letter: bool = True,
+    from_cache: bool | None = None,
     logger: logging.Logger = logger,
 ) -> Request | None:
     """A delayed copy of *request* to retry it, or None when giving up.
@@ -143,9 +144,11 @@ def get_classified_retry_request(
     ``RETRY_GIVE_UP_LOG_LEVEL``, ERROR by default) and sends one dead letter
     through ``signals.dead_letter`` unless *dead_letter* is False.
     Permanent classes are never retried (returns None, no dead letter: the
-    caller decides). A response from the HTTP cache (``"cached"`` in its
-    flags) is retried at once, without Retry-After or backoff and outside the
-    retry budget, as Scrapy's RetryMiddleware retries it. *uniform* replaces the random source (tests). Scrapy's
+    caller decides). A retry the HTTP cache will answer again (*from_cache*;
+    by default: the response came from it, ``"cached"`` in its flags) is
+    due at once, without Retry-After or backoff and outside the retry budget,
+    as Scrapy's RetryMiddleware retries it; pass ``from_cache=False`` for a
+    retry that bypasses the cache (``meta["dont_cache"]``). *uniform* replaces the random source (tests). Scrapy's
     ``retry/count``, ``retry/reason_count/<reason>`` and ``retry/max_reached``
     are kept beside ours.
     """
@@ -184,7 +187,7 @@ def get_classified_retry_request(
         return None
     # A cached answer says nothing about the site and asks it nothing: retried at once, as
     # Scrapy's RetryMiddleware would (the cache answers again), with no wait and no budget.
-    cached = response is not None and "cached" in response.flags
+    cached = response is not None and "cached" in response.flags if from_cache is None else from_cache
     if use_budget and not cached and not RetryBudgets.for_crawler(crawler).try_spend(domain, now):
         stats.inc_value(f"{STATS_PREFIX}/budget_exhausted")
         give_up(why=f"the retry budget of {domain} is spent", error_class="retry_budget")
