@@ -55,12 +55,16 @@ class ImagesSpider(FilesSpider):
     field = "image_urls"
 
 
-def _crawl(tmp_path: Path, starts: list[str], spider: str | None = None, **settings: Any) -> Any:
+def _crawl(
+    tmp_path: Path, starts: list[str], spider: str | None = None, *, spider_errors: int = 0, **settings: Any
+) -> Any:
+    """A crawl with the add-on; no traceback but those of *spider_errors* callback errors."""
     settings = {**ADDON, "OPENCLAW_DLQ_URI": str(tmp_path / "dead.jsonl"), **settings}
     kwargs = {"spider": spider} if spider else {}
     result = run_crawl(settings=settings, spider_args={"start_urls": starts}, timeout=120, **kwargs)
     assert result.returncode == 0, result.log[-3000:]
-    assert "Traceback" not in result.log, result.log[-3000:]
+    assert result.log.count("Traceback") == spider_errors, result.log[-3000:]
+    assert result.stats.get("spider_exceptions/ValueError", 0) == spider_errors, result.stats
     return result
 
 
@@ -163,19 +167,20 @@ def test_a_cached_rerun_sends_nothing_waits_for_nothing_and_counts_its_pages(cha
     budget; the log table counts the cached pages as done."""
     throttling: dict[str, Any] = {"address": "127.0.0.2", "pages": 8, "links_per_page": "all"}
     throttling["rate_limit"] = {"rate": 0, "every": 4, "retry_after": "3"}  # every 4th request: 429 + Retry-After
-    failing = {"address": "127.0.0.3", "pages": 6, "links_per_page": "all", "status_script": {2: [503]}}
+    failing: dict[str, Any] = {"address": "127.0.0.3", "pages": 6, "links_per_page": "all", "status_script": {2: [503]}}
+    failing["parse_fail"] = {4: 99}  # a page its callback cannot parse: parse retries, from the cache too
     server = chaos_server({"hosts": [throttling, failing]})
     cache: dict[str, Any] = {
         "HTTPCACHE_ENABLED": True,
         "HTTPCACHE_DIR": str(tmp_path / "cache"),
         "OPENCLAW_POLICY": FAST_POLICY,
     }
-    first = _crawl(tmp_path, server.start_urls, **cache)
+    first = _crawl(tmp_path, server.start_urls, spider_errors=1, **cache)
     truth = server.truth()["hosts"]
     assert truth["127.0.0.2"]["statuses"].get("429") and truth["127.0.0.3"]["statuses"].get("503"), truth
     assert first.stats.get("openclaw/health/throttled")  # honoured in this run: they came from the site
     server.reset()
-    second = _crawl(tmp_path, server.start_urls, **cache)
+    second = _crawl(tmp_path, server.start_urls, spider_errors=1, **cache)
     assert [server.truth()["hosts"][h]["total"] for h in ("127.0.0.2", "127.0.0.3")] == [0, 0]  # all cached
     assert sorted(i["url"] for i in second.items) == sorted(i["url"] for i in first.items)
     stats = second.stats

@@ -322,7 +322,9 @@ def send_dead_letter(
         letter.error_class = error_class
     if not letter.internal:  # (robots.txt's are never stored: not dead letters, as everywhere)
         crawler.stats.inc_value(f"{STATS_PREFIX}/dead_letters")
-    crawler.signals.send_catch_log(signal=openclaw_signals.dead_letter, dead_letter=letter, spider=spider)
+    crawler.signals.send_catch_log(
+        signal=openclaw_signals.dead_letter, dead_letter=letter, spider=spider, request=request
+    )
     return letter
 
 
