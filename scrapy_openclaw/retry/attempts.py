@@ -148,9 +148,10 @@ def get_classified_retry_request(
     by default: the response came from it, ``"cached"`` in its flags) is
     due at once, without Retry-After or backoff and outside the retry budget,
     as Scrapy's RetryMiddleware retries it; pass ``from_cache=False`` for a
-    retry that bypasses the cache (``meta["dont_cache"]``). *uniform* replaces the random source (tests). Scrapy's
-    ``retry/count``, ``retry/reason_count/<reason>`` and ``retry/max_reached``
-    are kept beside ours.
+    retry that bypasses the cache (``meta["dont_cache"]``). *uniform*
+    replaces the random source (tests). Scrapy's ``retry/count``,
+    ``retry/reason_count/<reason>`` and ``retry/max_reached`` are kept
+    beside ours.
     """
     crawler = spider.crawler
     stats = crawler.stats
@@ -187,7 +188,7 @@ def get_classified_retry_request(
         return None
     # A cached answer says nothing about the site and asks it nothing: retried at once, as
     # Scrapy's RetryMiddleware would (the cache answers again), with no wait and no budget.
-    cached = response is not None and "cached" in response.flags if from_cache is None else from_cache
+    cached = (response is not None and "cached" in response.flags) if from_cache is None else from_cache
     if use_budget and not cached and not RetryBudgets.for_crawler(crawler).try_spend(domain, now):
         stats.inc_value(f"{STATS_PREFIX}/budget_exhausted")
         give_up(why=f"the retry budget of {domain} is spent", error_class="retry_budget")
