@@ -4,8 +4,9 @@ Connect with ``crawler.signals.connect(handler, signal=openclaw_signals.X)``.
 """
 
 #: A request or item was given up on. Arguments: ``dead_letter``
-#: (:class:`scrapy_openclaw.deadletter.DeadLetter`), ``spider``. Sent exactly
-#: once per dead letter; the DeadLetterPipeline stores it.
+#: (:class:`scrapy_openclaw.deadletter.DeadLetter`), ``spider`` and, from the
+#: retry middlewares, the failed ``request``. Sent exactly once per dead
+#: letter; the DeadLetterPipeline stores it.
 dead_letter = object()
 
 #: A domain's circuit opened. Arguments: ``domain``, ``state`` (a

@@ -10,6 +10,7 @@ penalty.
 from __future__ import annotations
 
 import json
+import time
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -142,9 +143,12 @@ def test_a_ban_page_from_the_http_cache_is_retried_past_the_cache_and_costs_the_
     mw = BanDetectionMiddleware.from_crawler(crawler)
     request = Request("http://shop.example/p/1")
     ban = HtmlResponse(request.url, body=f"<form id='{BAN_MARKER}'>".encode(), request=request, flags=["cached"])
+    before = time.time()
     retry = mw.process_response(request, ban)
     assert isinstance(retry, Request) and retry.meta["dont_cache"] is True
     assert crawler.stats.get_value("openclaw/ban/cached") == 1
+    # the retry goes to the site: it waits its backoff and spends the budget, as a live one would
+    assert retry.meta["openclaw_not_before"] > before and not crawler.stats.get_value("openclaw/retry/cached")
     state = health.registry.state("shop.example")
     assert (state.health, state.hold_until, state.failures) == (100, 0.0, 0)
 

@@ -417,6 +417,56 @@ def test_robots_txt_is_served_and_recorded_apart(chaos_server: Any) -> None:
     assert server.truth()["hosts"][A]["counts"] == {ROBOTS_PATH: 1, "/page/1": 1}
 
 
+def test_redirects_meta_refresh_auth_cookies_sizes_and_images(chaos_server: Any) -> None:
+    """The answers Scrapy's own middlewares deal with (redirects, auth, cookies, sizes, images)."""
+    server = chaos_server(
+        one_host(
+            pages=6,
+            redirects={1: 2},
+            meta_refresh={3: 4},
+            page_sizes={5: 5000},
+            basic_auth="ann:secret",
+            set_cookie="session=abc",
+        )
+    )
+    parts = urlsplit(server.urls[A])
+
+    def get(path: str, **headers: str) -> http.client.HTTPResponse:
+        conn = http.client.HTTPConnection(str(parts.hostname), parts.port, timeout=10)
+        conn.request("GET", path, headers=headers)
+        response = conn.getresponse()
+        response.read()
+        conn.close()
+        return response
+
+    denied = get("/page/1")
+    assert denied.status == 401 and denied.getheader("WWW-Authenticate") == 'Basic realm="chaos"'
+    assert get("/robots.txt").status == 404  # robots.txt needs no credentials
+    auth = {"Authorization": "Basic YW5uOnNlY3JldA=="}
+    moved = get("/page/1", **auth, Cookie="session=abc")
+    assert (moved.status, moved.getheader("Location")) == (302, "/page/2")
+    assert moved.getheader("Set-Cookie") == "session=abc; Path=/"
+    status, _, body = fetch_with(server.urls[A] + "page/3", auth)
+    assert status == 200 and 'http-equiv="refresh" content="0; url=/page/4"' in body
+    assert len(fetch_with(server.urls[A] + "page/5", auth)[2]) == 5000
+    assert len(fetch_with(server.urls[A] + "page/4", auth)[2]) < 1000
+    image = get("/image/7.png", **auth)
+    assert image.status == 200 and image.getheader("Content-Type") == "image/png"
+    cookies = [r.get("cookie") for r in records(server)]
+    assert cookies.count("session=abc") == 1
+
+
+def fetch_with(url: str, headers: dict[str, str]) -> tuple[int, dict[str, str], str]:
+    parts = urlsplit(url)
+    conn = http.client.HTTPConnection(str(parts.hostname), parts.port, timeout=10)
+    try:
+        conn.request("GET", parts.path, headers=headers)
+        response = conn.getresponse()
+        return response.status, dict(response.getheaders()), response.read().decode()
+    finally:
+        conn.close()
+
+
 def test_pages_broken_for_good(chaos_server: Any) -> None:
     server = chaos_server(mixed_failures_site(pages=20, not_found=(7,)))
     base = server.urls[B]

@@ -248,6 +248,24 @@ def test_a_dead_lettered_answer_is_done_once_and_a_parse_retry_undoes_done() -> 
     assert figures.domains["127.0.0.2"].retries == 2
 
 
+def test_a_parse_retry_from_the_http_cache_and_a_parse_give_up_are_done_once() -> None:
+    """The cache answers a parse retry without sending it (no request_reached_downloader); a
+    callback that gives up on its answer leaves a dead letter for an answer already done."""
+    crawler = get_crawler(_Spider)
+    figures = CrawlFigures.for_crawler(crawler)
+    send = crawler.signals.send_catch_log
+    page = Request("http://127.0.0.2/page/4")
+    send(signals.response_received, response=HtmlResponse(page.url, request=page), request=page, spider=None)
+    retry = page.replace(meta={"retry_times": 1, "openclaw_retry": {"attempts": {"parse": 1}}})
+    cached = HtmlResponse(page.url, request=retry, flags=["cached"])
+    send(signals.response_received, response=cached, request=retry, spider=None)
+    assert figures.domains["127.0.0.2"].done == 1
+    letter = DeadLetter(url=page.url, domain="127.0.0.2", error_class="parse", reason="r", spider="s", crawl_id="c")
+    send(dead_letter, dead_letter=letter, spider=None, request=retry)
+    f = figures.domains["127.0.0.2"]
+    assert (f.done, f.dead) == (1, 1)
+
+
 def test_rate_shows_inf_when_the_pace_cannot_bind() -> None:
     from types import SimpleNamespace
 

@@ -230,6 +230,19 @@ def test_token_bucket_allows_a_burst_then_the_rate() -> None:
     assert reg.state(D, T0 + 100).tokens == 3.0  # refills to the burst, no further
 
 
+def test_a_refund_gives_back_a_token_and_wakes_the_domain_once() -> None:
+    """A request the HTTP cache answered never reached the site: its token goes back."""
+    reg = registry(initial_rate=12, burst=3)
+    assert [reg.try_acquire(D, T0) for _ in range(4)] == [True, True, True, False]
+    epoch = reg.readiness_epoch
+    reg.refund(D, T0)
+    assert reg.readiness_epoch == epoch + 1 and reg.try_acquire(D, T0)
+    for _ in range(5):
+        reg.refund(D, T0)
+    assert reg.state(D, T0).tokens == 3.0 and reg.readiness_epoch == epoch + 2  # the burst caps it
+    assert reg.state(D, T0).health == 100.0 and reg.state(D, T0).requests == 0  # no signal either
+
+
 def test_a_slow_domain_gets_no_burst_after_a_pause() -> None:
     # burst 5, but at 2 req/s a quarter second holds less than one request:
     # after a hold the domain resumes at its pace, not with five at once

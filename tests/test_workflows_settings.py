@@ -1,5 +1,5 @@
 """A project's own Scrapy settings and components with the add-on on: ``DOWNLOAD_SLOTS``,
-AutoThrottle, a RetryMiddleware subclass, the HTTP cache, FilesPipeline, the metrics port.
+AutoThrottle, a RetryMiddleware subclass, the HTTP cache, FilesPipeline and ImagesPipeline, the metrics port.
 Real crawls in a subprocess, judged from the chaos site's record and the crawl's log and stats."""
 
 from __future__ import annotations
@@ -43,15 +43,28 @@ class FilesSpider(scrapy.Spider):
         self.file_urls = file_urls.split(",")
 
     def parse(self, response: Response) -> Iterator[dict[str, Any]]:
-        yield {"file_urls": self.file_urls}
+        yield {self.field: self.file_urls}
+
+    field = "file_urls"
 
 
-def _crawl(tmp_path: Path, starts: list[str], spider: str | None = None, **settings: Any) -> Any:
+class ImagesSpider(FilesSpider):
+    """The same for ImagesPipeline (``image_urls``)."""
+
+    name = "images"
+    field = "image_urls"
+
+
+def _crawl(
+    tmp_path: Path, starts: list[str], spider: str | None = None, *, spider_errors: int = 0, **settings: Any
+) -> Any:
+    """A crawl with the add-on; no traceback but those of *spider_errors* callback errors."""
     settings = {**ADDON, "OPENCLAW_DLQ_URI": str(tmp_path / "dead.jsonl"), **settings}
     kwargs = {"spider": spider} if spider else {}
     result = run_crawl(settings=settings, spider_args={"start_urls": starts}, timeout=120, **kwargs)
     assert result.returncode == 0, result.log[-3000:]
-    assert "Traceback" not in result.log, result.log[-3000:]
+    assert result.log.count("Traceback") == spider_errors, result.log[-3000:]
+    assert result.stats.get("spider_exceptions/ValueError", 0) == spider_errors, result.stats
     return result
 
 
@@ -94,7 +107,11 @@ def test_a_download_slots_delay_is_a_floor_and_its_concurrency_a_cap(chaos_serve
 
 def test_autothrottle_gives_way_to_the_health_middleware_once_said(chaos_server: Any, tmp_path: Path) -> None:
     server = chaos_server({"hosts": [{"address": "127.0.0.2", "pages": 8, "links_per_page": "all"}]})
-    throttle = {"AUTOTHROTTLE_ENABLED": True, "AUTOTHROTTLE_START_DELAY": 0.5, "AUTOTHROTTLE_DEBUG": True}
+    throttle: dict[str, Any] = {
+        "AUTOTHROTTLE_ENABLED": True,
+        "AUTOTHROTTLE_START_DELAY": 0.5,
+        "AUTOTHROTTLE_DEBUG": True,
+    }
     result = _crawl(tmp_path, server.start_urls, **throttle)
     assert len(result.items) == 8
     assert len(_warnings(result.log, "OPENCLAW_HEALTH_ENABLED")) == 1, result.log[-3000:]
@@ -142,3 +159,98 @@ def test_the_metrics_port_closes_without_a_deprecation_and_robots_txt_is_no_fail
     assert (row["done"], row["failed"], row["dead"]) == ("4", "0", "0"), row
     assert not (tmp_path / "snapshots").exists()
     assert not (tmp_path / "dead.jsonl").exists()
+
+
+def test_a_cached_rerun_sends_nothing_waits_for_nothing_and_counts_its_pages(chaos_server: Any, tmp_path: Path) -> None:
+    """Cached 429s and 503s are retried as Scrapy's RetryMiddleware would (at once, from the
+    cache again, the same number of times): no health signal, no Retry-After wait, no retry
+    budget; the log table counts the cached pages as done."""
+    throttling: dict[str, Any] = {"address": "127.0.0.2", "pages": 8, "links_per_page": "all"}
+    throttling["rate_limit"] = {"rate": 0, "every": 4, "retry_after": "3"}  # every 4th request: 429 + Retry-After
+    failing: dict[str, Any] = {"address": "127.0.0.3", "pages": 6, "links_per_page": "all", "status_script": {2: [503]}}
+    failing["parse_fail"] = {4: 99}  # a page its callback cannot parse: parse retries, from the cache too
+    server = chaos_server({"hosts": [throttling, failing]})
+    cache: dict[str, Any] = {
+        "HTTPCACHE_ENABLED": True,
+        "HTTPCACHE_DIR": str(tmp_path / "cache"),
+        "OPENCLAW_POLICY": FAST_POLICY,
+    }
+    first = _crawl(tmp_path, server.start_urls, spider_errors=1, **cache)
+    truth = server.truth()["hosts"]
+    assert truth["127.0.0.2"]["statuses"].get("429") and truth["127.0.0.3"]["statuses"].get("503"), truth
+    assert first.stats.get("openclaw/health/throttled")  # honoured in this run: they came from the site
+    server.reset()
+    second = _crawl(tmp_path, server.start_urls, spider_errors=1, **cache)
+    assert [server.truth()["hosts"][h]["total"] for h in ("127.0.0.2", "127.0.0.3")] == [0, 0]  # all cached
+    assert sorted(i["url"] for i in second.items) == sorted(i["url"] for i in first.items)
+    stats = second.stats
+    assert stats["httpcache/hit"] >= len(second.items) and not stats.get("httpcache/miss"), stats
+    signals = ("failures", "throttled", "held", "deferred", "circuit", "given_up")
+    health = {k: v for k, v in stats.items() if k.startswith("openclaw/health/") and any(s in k for s in signals) and v}
+    assert not health, health  # no failure, hold, deferral or circuit: the sites said nothing today
+    assert stats["openclaw/health/final_health/127.0.0.2"] == stats["openclaw/health/final_health/127.0.0.3"] == 100
+    assert not stats.get("openclaw/retry/retry_after_used") and not stats.get("openclaw/retry/budget_exhausted")
+    assert stats.get("openclaw/retry/delay_seconds_total", 0) == 0, stats  # retried at once, as Scrapy does
+    assert stats["openclaw/retry/cached"] == stats["retry/count"] > 0
+    # nor by the domains' pace: the queue never parked a domain to wait for a token (or a hold)
+    assert not stats.get("openclaw/queue/wakeups"), stats
+    assert stats["retry/max_reached"] == first.stats["retry/max_reached"] >= 2  # the same pages given up
+    for host in ("127.0.0.2", "127.0.0.3"):
+        row = _table_row(second.log, host)
+        pages = sum(1 for i in second.items if i["host"] == host)
+        assert int(row["done"]) == pages + int(row["dead"]) and int(row["dead"]) >= 1, row
+        assert (row["health"], row["circuit"]) == ("100", "closed"), row
+
+
+@pytest.mark.parametrize("pipeline", ["files", "images"])
+def test_media_pipelines_with_redirects_store_and_report_as_plain_scrapy(
+    chaos_server: Any, tmp_path: Path, pipeline: str
+) -> None:
+    """FilesPipeline / ImagesPipeline with ``MEDIA_ALLOW_REDIRECTS``: a file, a 404 and a redirect
+    give the same items, stored files, log lines and stats with the add-on as without it."""
+    host = {"address": "127.0.0.2", "pages": 4, "links_per_page": 0, "not_found": [2], "redirects": {3: 1}}
+    server = chaos_server({"hosts": [host]})
+    base = server.urls["127.0.0.2"]
+    if pipeline == "files":  # a file, a 404, a redirect to the file
+        wanted, stored = [f"{base}page/1", f"{base}page/2", f"{base}page/3"], [f"{base}page/1", f"{base}page/3"]
+    else:
+        wanted, stored = [f"{base}image/4.png", f"{base}page/2"], [f"{base}image/4.png"]
+    store = "FILES_STORE" if pipeline == "files" else "IMAGES_STORE"
+    component = f"scrapy.pipelines.{pipeline}.{pipeline.title()}Pipeline"
+    runs = {}
+    for mode, addon in (("plain", {}), ("addon", ADDON)):
+        server.reset()
+        settings = {**addon, "LOG_LEVEL": "INFO", "MEDIA_ALLOW_REDIRECTS": True, "ITEM_PIPELINES": {component: 1}}
+        settings |= {store: str(tmp_path / mode), "OPENCLAW_DLQ_URI": str(tmp_path / f"{mode}.jsonl")}
+        result = run_crawl(
+            spider=f"{MODULE}.{pipeline.title()}Spider",
+            settings=settings,
+            spider_args={"start_urls": base + "page/0", "file_urls": ",".join(wanted)},
+            timeout=120,
+        )
+        assert result.returncode == 0 and "SequenceExclude" not in result.log, result.log[-3000:]
+        runs[mode] = result, server.truth()["hosts"]["127.0.0.2"]["counts"]
+    (plain, plain_counts), (ours, our_counts) = runs["plain"], runs["addon"]
+    assert our_counts == plain_counts and plain_counts[_path(wanted[0])] >= 1
+    assert ours.items == plain.items
+    (item,) = ours.items
+    assert [f["url"] for f in item[pipeline]] == stored
+    assert all((tmp_path / "addon" / f["path"]).is_file() for f in item[pipeline])
+    assert "File (code: 404): Error downloading" in ours.log  # (ImagesPipeline's words too)
+    assert _media_lines(ours.log) == _media_lines(plain.log)
+    media_stats = [k for k in plain.stats if k.startswith(("file_", "image_"))]
+    assert {k: ours.stats.get(k) for k in media_stats} == {k: plain.stats[k] for k in media_stats}
+    assert not (tmp_path / "addon.jsonl").exists()  # the pipeline handled the 404: no dead letter
+
+
+def _path(url: str) -> str:
+    return "/" + url.split("/", 3)[3]
+
+
+def _media_lines(log: str) -> list[str]:
+    """The media pipelines' WARNING and ERROR lines, without their time stamps."""
+    return [
+        line.split(" ", 2)[2]
+        for line in log.splitlines()
+        if "[scrapy.pipelines." in line and ("WARNING" in line or "ERROR" in line)
+    ]

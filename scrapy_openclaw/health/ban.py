@@ -96,7 +96,7 @@ class BanDetectionMiddleware:
         retry = None
         if self.retry and not request.meta.get("dont_retry", False):
             retry = get_classified_retry_request(
-                request, classification=classification, spider=spider, response=response
+                request, classification=classification, spider=spider, response=response, from_cache=False
             )
             if retry is not None:  # (HttpCacheMiddleware stored the ban page: fetch it anew, and do not store it)
                 retry.meta["dont_cache"] = True

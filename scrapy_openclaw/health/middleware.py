@@ -128,7 +128,10 @@ class DomainHealthMiddleware:
 
     def process_response(self, request: Request, response: Response) -> Response:
         domain = self._domain(request)
-        if domain and "cached" not in response.flags:
+        if domain and "cached" in response.flags:
+            if not self.paces_slots:  # (our queue took a token when it handed the request out)
+                self.registry.refund(domain)
+        elif domain:
             classification = self.taxonomy.classify_status(response.status)
             retry_after = None
             if classification is not None and classification.is_throttle:

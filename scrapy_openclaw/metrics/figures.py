@@ -11,8 +11,9 @@ politeness report read them here (``docs/figures.md`` defines each one).
 - **retry**: an attempt that repeats a failed one (``retry_times`` > 0), counted
   when it is sent, so requests = first attempts + retries.
 - **done**: a spider request finished for good: its response went on to the
-  spider, or it became a dead letter; an answer whose callback failed to parse
-  it and was retried is not done.
+  spider, or it became a dead letter (once: a callback that gives up on its
+  answer leaves a dead letter for a request already done); an answer whose
+  callback failed to parse it and was retried is not done.
 - **dead letter**: a record the dead-letter store keeps (internal ones never).
 
 A domain is a download-slot key, as everywhere in this package. Domains past
@@ -23,6 +24,7 @@ bounded.
 from __future__ import annotations
 
 import time
+import weakref
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -101,6 +103,8 @@ class CrawlFigures:
         self._reached: dict[int, float] = {}  # id(request) -> when it reached the downloader
         self._answered: set[int] = set()  # ids of attempts that got a response
         self._lettered: set[str] = set()  # URLs dead-lettered whose response may still go on
+        # requests whose answer went on to the spider, counted done (a callback may still give it up)
+        self._counted: weakref.WeakSet[Request] = weakref.WeakSet()
         timeout = crawler.settings.getfloat("DOWNLOAD_TIMEOUT") or 180.0
         #: seconds after which no send time can still arrive (an attempt lasts at most a timeout)
         self.horizon = min(timeout, 600.0) + 1.0
@@ -155,10 +159,7 @@ class CrawlFigures:
         if not _is_retry(request):
             return
         f.retries += 1
-        parse = _parse_retries(request)
-        if parse > int(request.meta.get(_PARSE_SEEN, 0)):
-            request.meta[_PARSE_SEEN] = parse
-            f.done -= 1  # the answer before it went to the callback, which could not parse it
+        _undo_parse_failure(request, f)
 
     def response_downloaded(self, response: Response, request: Request, spider: Any = None) -> None:
         self._answered.add(id(request))
@@ -206,19 +207,34 @@ class CrawlFigures:
             self._lettered.discard(response.url)
             self._lettered.discard(request.url)
             return  # its dead letter made it done
-        self.of(self._domain(request)).done += 1
+        f = self.of(self._domain(request))
+        _undo_parse_failure(request, f)  # (a retry the HTTP cache answered never reached the downloader)
+        f.done += 1
+        self._counted.add(request)
 
-    def dead_letter(self, dead_letter: DeadLetter, spider: Any = None) -> None:
+    def dead_letter(self, dead_letter: DeadLetter, spider: Any = None, request: Request | None = None) -> None:
         if dead_letter.internal:
             return
         f = self.of(dead_letter.domain)
         f.dead_letters[str(dead_letter.error_class)] += 1
+        if request is not None and request in self._counted:
+            self._counted.discard(request)  # its callback gave up on an answer already counted done
+            return
         if dead_letter.item is None and dead_letter.validation_error is None:
             f.done += 1  # a request given up (an item's letter is no request)
             self._lettered.add(dead_letter.url)
 
     def circuit_opened(self, domain: str, state: Any = None, spider: Any = None) -> None:
         self.of(domain).circuit_openings += 1
+
+
+def _undo_parse_failure(request: Request, f: DomainFigures) -> None:
+    """A parse retry takes back the "done" of the answer before it, whose callback could not
+    parse it: once, when the retry is sent or, if the HTTP cache answers it, when it comes back."""
+    parse = _parse_retries(request)
+    if parse > int(request.meta.get(_PARSE_SEEN, 0)):
+        request.meta[_PARSE_SEEN] = parse
+        f.done -= 1
 
 
 def _is_retry(request: Request) -> bool:

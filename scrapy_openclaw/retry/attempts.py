@@ -125,6 +125,7 @@ def get_classified_retry_request(
     uniform: Uniform | None = None,
     use_budget: bool = True,
     dead_letter: bool = True,
+    from_cache: bool | None = None,
     logger: logging.Logger = logger,
 ) -> Request | None:
     """A delayed copy of *request* to retry it, or None when giving up.
@@ -143,9 +144,14 @@ def get_classified_retry_request(
     ``RETRY_GIVE_UP_LOG_LEVEL``, ERROR by default) and sends one dead letter
     through ``signals.dead_letter`` unless *dead_letter* is False.
     Permanent classes are never retried (returns None, no dead letter: the
-    caller decides). *uniform* replaces the random source (tests). Scrapy's
-    ``retry/count``, ``retry/reason_count/<reason>`` and ``retry/max_reached``
-    are kept beside ours.
+    caller decides). A retry the HTTP cache will answer again (*from_cache*;
+    by default: the response came from it, ``"cached"`` in its flags) is
+    due at once, without Retry-After or backoff and outside the retry budget,
+    as Scrapy's RetryMiddleware retries it; pass ``from_cache=False`` for a
+    retry that bypasses the cache (``meta["dont_cache"]``). *uniform*
+    replaces the random source (tests). Scrapy's ``retry/count``,
+    ``retry/reason_count/<reason>`` and ``retry/max_reached`` are kept
+    beside ours.
     """
     crawler = spider.crawler
     stats = crawler.stats
@@ -180,20 +186,27 @@ def get_classified_retry_request(
         stats.inc_value(f"{STATS_PREFIX}/{klass}/max_reached")
         give_up()
         return None
-    if use_budget and not RetryBudgets.for_crawler(crawler).try_spend(domain, now):
+    # A cached answer says nothing about the site and asks it nothing: retried at once, as
+    # Scrapy's RetryMiddleware would (the cache answers again), with no wait and no budget.
+    cached = (response is not None and "cached" in response.flags) if from_cache is None else from_cache
+    if use_budget and not cached and not RetryBudgets.for_crawler(crawler).try_spend(domain, now):
         stats.inc_value(f"{STATS_PREFIX}/budget_exhausted")
         give_up(why=f"the retry budget of {domain} is spent", error_class="retry_budget")
         return None
 
     done = int(state["attempts"].get(klass, 0))
-    delay = for_policy(policy, uniform=uniform)(done, state.get("delay"))
-    retry_after = _retry_after(response, domain_policy.health.retry_after_cap, now, domain)
-    if retry_after is not None:
-        delay = retry_after
-        stats.inc_value(f"{STATS_PREFIX}/retry_after_used")
     state["attempts"][klass] = done + 1
-    state["delay"] = delay
-    due = max(now + delay, _domain_reopens(crawler, request))
+    if cached:
+        delay, due = 0.0, now
+        stats.inc_value(f"{STATS_PREFIX}/cached")
+    else:
+        delay = for_policy(policy, uniform=uniform)(done, state.get("delay"))
+        retry_after = _retry_after(response, domain_policy.health.retry_after_cap, now, domain)
+        if retry_after is not None:
+            delay = retry_after
+            stats.inc_value(f"{STATS_PREFIX}/retry_after_used")
+        state["delay"] = delay
+        due = max(now + delay, _domain_reopens(crawler, request))
     new = _retry_copy(request, state, due, priority_adjust, crawler)
     _count_retry(stats, classification, schedule, delay, response=response, exception=exception)
     logger.debug(
@@ -310,7 +323,9 @@ def send_dead_letter(
         letter.error_class = error_class
     if not letter.internal:  # (robots.txt's are never stored: not dead letters, as everywhere)
         crawler.stats.inc_value(f"{STATS_PREFIX}/dead_letters")
-    crawler.signals.send_catch_log(signal=openclaw_signals.dead_letter, dead_letter=letter, spider=spider)
+    crawler.signals.send_catch_log(
+        signal=openclaw_signals.dead_letter, dead_letter=letter, spider=spider, request=request
+    )
     return letter
 
 

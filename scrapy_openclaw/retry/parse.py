@@ -157,7 +157,13 @@ class ParseRetryMiddleware:
             return None
         spider = self.crawler.spider
         assert spider is not None
-        retry = get_classified_retry_request(request, classification=classification, spider=spider, exception=exception)
+        retry = get_classified_retry_request(
+            request,
+            classification=classification,
+            spider=spider,
+            exception=exception,
+            from_cache="cached" in response.flags,  # (the cache answers the retry with the same page)
+        )
         if retry is None:
             return None
         attempt = self._held.get(id(response))

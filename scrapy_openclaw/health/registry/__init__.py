@@ -281,6 +281,16 @@ class HealthRegistry(_Recording, _Eviction, _Snapshots):
             d.probe_at = now
         return True
 
+    def refund(self, domain: str, now: float | None = None) -> None:
+        """Give back the token of a request the site never got (the HTTP cache answered it):
+        a cached re-run is not paced by a rate meant for the site. A domain the refund makes
+        ready again is woken (``readiness_epoch``)."""
+        d, p = self._get(domain, now)
+        was_ready = d.tokens >= 1.0
+        d.tokens = min(float(self._burst(d, p)), d.tokens + 1.0)
+        if not was_ready and d.tokens >= 1.0:
+            self.readiness_epoch += 1
+
     def hold(self, domain: str, until: float) -> None:
         """Send nothing to *domain* before *until* (UNIX time); holds only ever extend."""
         d, _ = self._get(domain)

@@ -19,6 +19,8 @@ ROBOTS_PATH = "/robots.txt"
 DROP = "drop"
 HANG = "hang"
 _PAGE_RE = re.compile(r"^/page/(\d+)$")
+#: ``/image/<n>.png``: a valid PNG, n+1 pixels square, on every host (for ImagesPipeline).
+_IMAGE_RE = re.compile(r"^/image/(\d+)\.png$")
 _REASONS = {s.value: s.phrase.encode() for s in HTTPStatus}
 #: The id of the captcha form on a chaos ban page: the marker a policy lists for it.
 BAN_MARKER = "chaos-captcha-form"
@@ -111,6 +113,16 @@ class HostConfig:
     # come first served, so pushing harder makes answers slower, not refused (``latency`` is
     # each answer's service time; the truth's ``wait`` is how long a request stood in line)
     capacity: int | None = None
+    # Scrapy's built-in middlewares at work: a page answered with a 302 to another page, or with
+    # a 200 whose ``<meta http-equiv="refresh">`` points there (page -> target page) ...
+    redirects: dict[int, int] = field(default_factory=dict)
+    meta_refresh: dict[int, int] = field(default_factory=dict)
+    # ... HTTP basic auth on every path but robots.txt ("user:password"; 401 without it), a
+    # cookie set by every answer ("name=value"; the truth records each request's Cookie), and
+    # pages padded to at least this many bytes (page -> size)
+    basic_auth: str | None = None
+    set_cookie: str | None = None
+    page_sizes: dict[int, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         # Accept plain JSON data (dicts, lists, string keys) and normalise it.
@@ -124,6 +136,8 @@ class HostConfig:
         put("not_found", tuple(sorted(int(p) for p in self.not_found)))
         put("parse_fail", {int(k): int(v) for k, v in self.parse_fail.items()})
         put("status_script", {int(k): tuple(int(s) for s in v) for k, v in self.status_script.items()})
+        for name in ("redirects", "meta_refresh", "page_sizes"):
+            put(name, {int(k): int(v) for k, v in getattr(self, name).items()})
         where = f"host {self.address}"
         if self.pages < 1:
             raise ValueError(f"{where}: pages must be >= 1")
@@ -136,6 +150,10 @@ class HostConfig:
             raise ValueError(f"{where}: latency, latency_jitter and cross_links must be >= 0")
         if any(not v for v in self.status_script.values()):
             raise ValueError(f"{where}: status_script lists must not be empty")
+        if self.basic_auth is not None and ":" not in self.basic_auth:
+            raise ValueError(f"{where}: basic_auth must be 'user:password'")
+        if self.set_cookie is not None and "=" not in self.set_cookie:
+            raise ValueError(f"{where}: set_cookie must be 'name=value'")
         if self.capacity is not None and self.capacity < 1:
             raise ValueError(f"{where}: capacity must be >= 1 (or None)")
         if self.ban_after is not None and self.ban_after < 0 or (self.ban_seconds or 0) < 0:

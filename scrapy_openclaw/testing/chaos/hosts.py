@@ -6,9 +6,12 @@ reactor call the site can cancel, a dropped or hanging one never answers.
 
 from __future__ import annotations
 
+import base64
 import json
 import random
+import struct
 import time
+import zlib
 from collections import Counter, deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -16,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from twisted.web import resource, server
 
 from scrapy_openclaw.testing.chaos.config import (
+    _IMAGE_RE,
     _PAGE_RE,
     _REASONS,
     BAN_PAGE,
@@ -91,7 +95,7 @@ class _Host:
             return True
         return False
 
-    def decide(self, path: str, now: float) -> tuple[_Outcome, float]:
+    def decide(self, path: str, now: float, authorization: bytes | None = None) -> tuple[_Outcome, float]:
         cfg = self.cfg
         r_drop, r_hang, r_latency = self.rng.random(), self.rng.random(), self.rng.random()
         delay = cfg.latency + cfg.latency_jitter * r_latency
@@ -113,6 +117,11 @@ class _Host:
         if path == ROBOTS_PATH and cfg.robots_txt is not None:
             headers = (("Content-Type", "text/plain; charset=utf-8"),)
             return _Outcome(200, cfg.robots_txt.encode(), headers), delay
+        if cfg.basic_auth is not None and path != ROBOTS_PATH and authorization != _basic(cfg.basic_auth):
+            return _Outcome(401, _error_body(401), (("WWW-Authenticate", 'Basic realm="chaos"'),)), delay
+        image = _IMAGE_RE.match(path)
+        if image:
+            return _Outcome(200, _png(int(image.group(1)) + 1), (("Content-Type", "image/png"),)), delay
         match = _PAGE_RE.match(path)
         page = 0 if path == "/" else int(match.group(1)) if match else -1
         if not 0 <= page < cfg.pages:
@@ -125,11 +134,20 @@ class _Host:
                 return _Outcome(status, _error_body(status)), delay
         elif page in cfg.not_found:
             return _Outcome(404, _error_body(404)), delay
+        if page in cfg.redirects:
+            return _Outcome(302, b"", (("Location", f"/page/{cfg.redirects[page]}"),)), delay
+        if page in cfg.meta_refresh:
+            refresh = f'<html><head><meta http-equiv="refresh" content="0; url=/page/{cfg.meta_refresh[page]}">'
+            return _Outcome(200, f"{refresh}</head><body></body></html>".encode()), delay
         with_title = True
         if page in cfg.parse_fail:
             with_title = self.parse_fetches[page] >= cfg.parse_fail[page]
             self.parse_fetches[page] += 1
-        return _Outcome(200, self.site.render_page(self.index, page, with_title)), delay
+        body = self.site.render_page(self.index, page, with_title)
+        size = cfg.page_sizes.get(page, 0)
+        if len(body) < size:
+            body = body.replace(b"</body>", b"<!--" + b"x" * (size - len(body) - 7) + b"--></body>")
+        return _Outcome(200, body), delay
 
     def handle(self, request: Request, path: str) -> int:
         now = time.time()
@@ -140,10 +158,15 @@ class _Host:
             "status": None,
             "end": None,
         }
+        cookie = request.getHeader(b"cookie")
+        if cookie is not None:
+            record["cookie"] = cookie.decode("latin-1")
         self.requests.append(record)
         self.in_flight += 1
         self.max_in_flight = max(self.max_in_flight, self.in_flight)
-        outcome, delay = self.decide(path, now)
+        outcome, delay = self.decide(path, now, request.getHeader(b"authorization"))
+        if self.cfg.set_cookie is not None:
+            request.setHeader("Set-Cookie", f"{self.cfg.set_cookie}; Path=/")
         record["status"] = outcome.status
         if outcome.body is BAN_PAGE:
             record["banned"] = True
@@ -185,6 +208,22 @@ class _Host:
 
 def _error_body(status: int) -> bytes:
     return f"<html><body><h2>Error {status}</h2></body></html>".encode()
+
+
+def _basic(credentials: str) -> bytes:
+    """The Authorization header that carries ``user:password``."""
+    return b"Basic " + base64.b64encode(credentials.encode())
+
+
+def _png(side: int) -> bytes:
+    """A valid grey PNG *side* pixels square (8-bit greyscale, no Pillow needed)."""
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    rows = b"".join(b"\x00" + bytes([128]) * side for _ in range(side))
+    header = struct.pack(">IIBBBBB", side, side, 8, 0, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b"")
 
 
 def _act(request: Request, outcome: _Outcome, record: dict[str, Any]) -> None:
