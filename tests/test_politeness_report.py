@@ -202,6 +202,7 @@ def test_command_on_a_damaged_file(tmp_path: Path, content: bytes) -> None:
 _spec = importlib.util.spec_from_file_location(
     "openclaw_bench_distributed_report", Path(__file__).resolve().parents[1] / "benchmarks" / "distributed.py"
 )
+assert _spec is not None and _spec.loader is not None
 bench = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(bench)
 
