@@ -180,6 +180,8 @@ class HealthRegistry(_Recording, _Eviction, _Snapshots):
             crawl_delay=d.crawl_delay,
             blocked_seconds=d.blocked_seconds,
             refusals_flat=d.refusals_flat,
+            limit_measured=d.cuts >= 2 and d.threshold is not None,
+            burst_cap=d.burst_cap,
         )
 
     def concurrency(self, domain: str, slot_concurrency: int | None = None) -> int:
@@ -312,6 +314,17 @@ class HealthRegistry(_Recording, _Eviction, _Snapshots):
             "concurrency": int(d.ctl_concurrency) or None,
             "given_up": bool(d.ctl_down),
         }
+
+    def remember(self, domain: str, *, limit: float | None, burst: int = 0, crawl_delay: float = 0.0) -> None:
+        """Start *domain*, when first seen, at what an earlier crawl learned (site memory): at its
+        *limit* on the cubic's plateau instead of slow start, bursts no bigger than *burst*,
+        spaced by *crawl_delay* before its robots.txt is back. A domain already seen keeps its state."""
+        self._seeds[domain] = (limit, int(burst), float(crawl_delay))
+
+    def remembered_crawl_delay(self, domain: str) -> float:
+        """The Crawl-delay site memory started *domain* with (0.0: none)."""
+        seed = self._seeds.get(domain)
+        return seed[2] if seed is not None else 0.0
 
     def set_crawl_delay(self, domain: str, seconds: float) -> None:
         """Space requests to *domain* at least *seconds* apart (robots.txt Crawl-delay; 0: none).
