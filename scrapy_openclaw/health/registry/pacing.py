@@ -22,6 +22,7 @@ from scrapy_openclaw.health.registry.tuning import (
     _MAX_RATE,
     _MIN_DECREASE_GAP,
     _PROBE_GROWTH,
+    _SEED_MARGIN,
     _SLOW_START_DOUBLING,
     _SLOW_START_GAIN,
     _STALE_WINDOW,
@@ -73,11 +74,11 @@ class _Pacing:
     def _seed(
         self, d: _Domain, p: HealthPolicy, now: float, limit: float | None, burst: int, crawl_delay: float
     ) -> None:
-        """A new record for a domain an earlier crawl measured: at its limit, as if a 429 had
+        """A new record for a domain an earlier crawl measured: at ``_SEED_MARGIN`` of its limit, as if a 429 had
         just measured it (the cubic holds the pace there, then probes upward; a limit that
         fell is cut, and re-fitted, at its first 429 like any other)."""
         if limit is not None and limit > 0:
-            d.threshold = min(float(limit), _MAX_RATE)
+            d.threshold = min(float(limit) * _SEED_MARGIN, _MAX_RATE)
             d.cuts = 2
             d.rate = d.threshold
             # as if cut just now (the cubic holds the rate at the limit, then probes past it),
