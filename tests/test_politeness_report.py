@@ -84,6 +84,7 @@ def crawled(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         "ROBOTSTXT_OBEY": True,
         "DOWNLOAD_TIMEOUT": 5,
         "OPENCLAW_DLQ_URI": str(project / "dl.jsonl"),
+        "OPENCLAW_SNAPSHOT_DIR": str(project / "snapshots"),  # (nothing written into the checkout)
         "OPENCLAW_REPORT_PATH": str(project / "openclaw-data" / "%(name)s" / "report.json"),
     }
     with ChaosServer(SITE) as server:
@@ -209,7 +210,11 @@ _spec.loader.exec_module(bench)
 
 def test_two_workers_merge_in_redis(chaos_server: Any, redis_server: Any, tmp_path: Path) -> None:
     site = chaos_server(bench._site(150, hosts=2, latency=0.2))  # long enough for both workers
-    settings = {**bench.ours(redis_server.url), "OPENCLAW_REPORT_PATH": str(tmp_path / "report.json")}
+    settings = {
+        **bench.ours(redis_server.url),
+        "OPENCLAW_REPORT_PATH": str(tmp_path / "report.json"),
+        "OPENCLAW_SITES_ENABLED": False,  # (its memory would go to Redis: not this test's subject)
+    }
     workers = bench.Workers(2, settings, site.start_urls, tmp_path / "w")
     assert workers.wait(240) == [0, 0], workers.log(0)[-3000:] + workers.log(1)[-3000:]
     truth = site.truth()["hosts"]

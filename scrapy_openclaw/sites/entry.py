@@ -85,14 +85,21 @@ def _number(
 
 
 def learned(
-    state: DomainState | None, figures: DomainFigures | None, *, banned: bool, before: SiteEntry | None, now: float
+    state: DomainState | None,
+    figures: DomainFigures | None,
+    *,
+    banned: bool,
+    before: SiteEntry | None,
+    now: float,
+    resumed: float | None = None,
 ) -> SiteEntry:
     """This crawl's entry for a domain, over what earlier crawls knew (*before*): a limit this
-    crawl did not measure (it never reached it, or only guessed it from an outage) stays the
-    earlier one; the counts of its signals add up."""
+    crawl did not measure (it never reached it, only guessed it from an outage, or still holds
+    the one memory *resumed* it at) stays the earlier one; the counts of its signals add up."""
     before = before or SiteEntry()
     limit, burst = before.limit, before.burst
-    if state is not None and state.limit_measured and state.limit is not None and math.isfinite(state.limit):
+    measured = state is not None and state.limit_measured and state.limit is not None and state.limit != resumed
+    if state is not None and measured and state.limit is not None and math.isfinite(state.limit):
         limit, burst = round(float(state.limit), 3), state.burst_cap or burst
     signals = dict(before.signals)
     if figures is not None:

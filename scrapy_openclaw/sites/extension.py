@@ -111,7 +111,8 @@ class SiteMemoryExtension:
                 continue
             state = registry.state(domain) if registry is not None and domain in known else None
             banned = bool(stats.get_value(f"openclaw/ban/domain/{domain}", 0))
-            out[domain] = learned(state, f, banned=banned, before=self.known.get(domain), now=now)
+            resumed = registry.resumed_limit(domain) if isinstance(registry, HealthRegistry) else None
+            out[domain] = learned(state, f, banned=banned, before=self.known.get(domain), now=now, resumed=resumed)
         return out
 
     def _save_in_background(self) -> None:

@@ -99,6 +99,7 @@ from scrapy_openclaw.health.registry.tuning import _PROBE_GROWTH as _PROBE_GROWT
 from scrapy_openclaw.health.registry.tuning import _PROBE_LOST_AFTER as _PROBE_LOST_AFTER
 from scrapy_openclaw.health.registry.tuning import _PROBE_RECHECK as _PROBE_RECHECK
 from scrapy_openclaw.health.registry.tuning import _RATE_HEALTH_FLOOR as _RATE_HEALTH_FLOOR
+from scrapy_openclaw.health.registry.tuning import _SEED_MARGIN as _SEED_MARGIN
 from scrapy_openclaw.health.registry.tuning import _SHARE_FAST as _SHARE_FAST
 from scrapy_openclaw.health.registry.tuning import _SHARE_MARGIN as _SHARE_MARGIN
 from scrapy_openclaw.health.registry.tuning import _SHARE_SLOW as _SHARE_SLOW
@@ -320,6 +321,12 @@ class HealthRegistry(_Recording, _Eviction, _Snapshots):
         *limit* on the cubic's plateau instead of slow start, bursts no bigger than *burst*,
         spaced by *crawl_delay* before its robots.txt is back. A domain already seen keeps its state."""
         self._seeds[domain] = (limit, int(burst), float(crawl_delay))
+
+    def resumed_limit(self, domain: str) -> float | None:
+        """The limit site memory started *domain* at (its remembered one x ``_SEED_MARGIN``),
+        None without one: a domain whose limit still equals it was not measured again."""
+        seed = self._seeds.get(domain)
+        return None if seed is None or seed[0] is None else min(float(seed[0]) * _SEED_MARGIN, _MAX_RATE)
 
     def remembered_crawl_delay(self, domain: str) -> float:
         """The Crawl-delay site memory started *domain* with (0.0: none)."""
