@@ -262,3 +262,43 @@ def test_command_lists_shows_and_forgets(tmp_path: Path) -> None:
     damaged = scrapy_sites(tmp_path, "list")
     assert damaged.returncode == 1 and damaged.stdout.startswith(f"error: {store.path}: not JSON")
     assert "Traceback" not in damaged.stderr
+
+
+def test_distributed_workers_share_the_memory_in_redis(chaos_server: Any, redis_server: Any, tmp_path: Path) -> None:
+    """Two workers learn the limits, keep them in Redis; once the crawl's own state is gone
+    (queue and health hashes deleted, the memory kept), two new workers start at them."""
+    import importlib.util
+
+    import redis
+
+    spec = importlib.util.spec_from_file_location(
+        "openclaw_bench_distributed_sites", Path(__file__).resolve().parents[1] / "benchmarks" / "distributed.py"
+    )
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    site = chaos_server(rate_limited_site(n_hosts=2, rate=10.0, burst=5, pages=100))
+    settings = {
+        **bench.ours_defaults(redis_server.url),
+        "OPENCLAW_SITES_ENABLED": True,
+        "OPENCLAW_REPORT_ENABLED": False,
+        "OPENCLAW_DLQ_URI": str(tmp_path / "dl.jsonl"),
+    }
+    client = redis.Redis.from_url(redis_server.url)
+    counts = []
+    for run in ("first", "second"):
+        workers = bench.Workers(2, settings, site.start_urls, tmp_path / run)
+        assert workers.wait(240) == [0, 0], workers.log(0)[-3000:] + workers.log(1)[-3000:]
+        truth = site.truth(include_requests=False)["hosts"]
+        counts.append({h: t["statuses"].get("429", 0) for h, t in truth.items()})
+        assert sum(bench.scraped_urls(redis_server.url).values()) == len(site.reachable().ok)
+        memory = RedisSiteStore(client, "chaos").load()
+        assert set(memory) == set(truth) and all(e.limit is not None for e in memory.values()), memory
+        for key in client.scan_iter():
+            if not key.startswith(b"chaos:sites:"):
+                client.delete(key)
+        site.reset()
+    first, second = counts
+    assert all(n > 1 for n in first.values()), first
+    assert all(n <= 1 for n in second.values()), (second, first)
+    assert any("2 domain(s) known, 2 start at their remembered pace" in workers.log(i) for i in range(2))

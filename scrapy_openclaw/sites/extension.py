@@ -8,8 +8,8 @@ registry each remembered domain's limit, burst and Crawl-delay
 every ``OPENCLAW_SITES_SAVE_INTERVAL`` seconds, it saves what the registry and
 the crawl's figures now know. A store it cannot read is named in one warning and
 ignored: the crawl goes on with slow start. In distributed mode the store is Redis
-(shared by every worker and later crawl); the registry there lives in Redis too
-and is not seeded yet, so memory is kept and shown but each crawl still slow-starts.
+(shared by every worker and later crawl), and the first worker to meet a domain
+creates its shared health state from the memory (``h_ensure.lua``).
 """
 
 from __future__ import annotations
@@ -47,7 +47,6 @@ class SiteMemoryExtension:
         config = OpenClawSettings.for_crawler(crawler)
         self.crawler = crawler
         self.interval = config.sites_save_interval
-        self.distributed = config.distributed
         self.figures = CrawlFigures.for_crawler(crawler)
         self.store: Any = None
         #: what the store held at open: this crawl's entries build on it (saves do not add up twice)
@@ -73,7 +72,7 @@ class SiteMemoryExtension:
             self._damaged(spider, exc)
         registry = health_registry(self.crawler)
         seeded = 0
-        if isinstance(registry, HealthRegistry) and not self.distributed:
+        if isinstance(registry, HealthRegistry):
             for domain, entry in self.known.items():
                 if entry.limit is not None or entry.crawl_delay > 0:
                     registry.remember(domain, limit=entry.limit, burst=entry.burst, crawl_delay=entry.crawl_delay)
