@@ -201,6 +201,34 @@ def test_a_hostile_store_is_one_warning_and_the_crawl_goes_on(chaos_server: Any,
     assert FileSiteStore(store).load()["127.0.0.2"].crawls == 1  # replaced by this crawl's own
 
 
+def test_memory_is_saved_while_the_crawl_runs(chaos_server: Any, tmp_path: Path) -> None:
+    import time
+
+    from scrapy_openclaw.testing.crawl import read_result, start_crawl
+    from scrapy_openclaw.testing.presets import crawl_delay_site
+    from scrapy_openclaw.testing.servers import stop_process
+
+    site = chaos_server(crawl_delay_site(pages=8, crawl_delay=1.0))
+    store = tmp_path / "sites.json"
+    settings = {**crawl_settings(store), "ROBOTSTXT_OBEY": True, "OPENCLAW_SITES_SAVE_INTERVAL": 0.5}
+    proc = start_crawl(settings=settings, spider_args={"start_urls": site.start_urls}, out_dir=tmp_path / "out")
+    seen_running = None
+    try:
+        deadline = time.monotonic() + 120
+        while proc.poll() is None and time.monotonic() < deadline and seen_running is None:
+            if store.exists():
+                seen_running = FileSiteStore(store).load()
+            time.sleep(0.05)
+        proc.wait(120)
+    finally:
+        stop_process(proc)
+    result = read_result(tmp_path / "out", proc.returncode)
+    assert result.stats.get("finish_reason") == "finished", result.log[-3000:]
+    assert seen_running, "no save before the crawl ended"  # (a periodic save: the crawl was still running)
+    assert seen_running["127.0.0.2"].crawl_delay == 1.0
+    assert "Site memory: 1 domain(s) saved" in result.log  # and the one at close
+
+
 # --------------------------------------------------------------------------- the command
 
 

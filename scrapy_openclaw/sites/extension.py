@@ -26,10 +26,10 @@ from twisted.internet.threads import deferToThread
 
 from scrapy_openclaw.health.reader import health_registry
 from scrapy_openclaw.health.registry import HealthRegistry
-from scrapy_openclaw.metrics.figures import CrawlFigures
+from scrapy_openclaw.metrics.figures import OTHER, CrawlFigures
 from scrapy_openclaw.settings import OpenClawSettings
 from scrapy_openclaw.sites.entry import SiteEntry, learned
-from scrapy_openclaw.sites.store import SiteStoreError, open_store
+from scrapy_openclaw.sites.store import open_store
 
 if TYPE_CHECKING:
     from scrapy import Spider
@@ -66,9 +66,7 @@ class SiteMemoryExtension:
         try:
             self.store = open_store(self.crawler.settings, spider.name)
             self.known = await maybe_deferred_to_future(deferToThread(self.store.load))
-        except (SiteStoreError, OSError, ValueError) as exc:
-            self._damaged(spider, exc)
-        except Exception as exc:  # Redis down: the crawl goes on without memory
+        except Exception as exc:  # a damaged or hostile store, Redis down: the crawl goes on without it
             self._damaged(spider, exc)
         registry = health_registry(self.crawler)
         seeded = 0
@@ -106,7 +104,7 @@ class SiteMemoryExtension:
         stats = self.crawler.stats
         out = {}
         for domain, f in self.figures.domains.items():
-            if not f.requests:
+            if not f.requests or domain == OTHER:  # ("other": the domains past OPENCLAW_REPORT_MAX_DOMAINS)
                 continue
             state = registry.state(domain) if registry is not None and domain in known else None
             banned = bool(stats.get_value(f"openclaw/ban/domain/{domain}", 0))
