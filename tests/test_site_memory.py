@@ -330,3 +330,8 @@ def test_distributed_workers_share_the_memory_in_redis(chaos_server: Any, redis_
     assert all(n > 1 for n in first.values()), first
     assert all(n <= 1 for n in second.values()), (second, first)
     assert any("2 domain(s) known, 2 start at their remembered pace" in workers.log(i) for i in range(2))
+    listed = scrapy_sites(tmp_path, "list", "--redis", "chaos", "-s", f"REDIS_URL={redis_server.url}")
+    assert listed.returncode == 0, listed.stdout + listed.stderr
+    assert sorted(line.split()[0] for line in listed.stdout.splitlines()[1:]) == sorted(first)
+    gone = scrapy_sites(tmp_path, "forget", "--all", "--redis", "chaos", "-s", f"REDIS_URL={redis_server.url}")
+    assert gone.stdout.strip() == "forgot 2 domain(s)" and not list(client.scan_iter(match="chaos:sites:*"))
