@@ -224,6 +224,18 @@ def test_two_workers_merge_in_redis(chaos_server: Any, redis_server: Any, tmp_pa
     sent = [workers.stats(i).get("downloader/request_count", 0) for i in range(2)]
     assert all(n > 0 for n in sent), sent  # both workers took part
     assert sum(e["requests"] for e in report["domains"].values()) == sum(sent)
+    # per domain, every count is the sum of the workers' parts kept in Redis
+    from scrapy_openclaw.report.model import SUMMED
+    from scrapy_openclaw.report.shared import SharedReport
+
+    parts = bench.client(redis_server.url).hgetall(
+        SharedReport(bench.client(redis_server.url), "chaos", "chaos").key("parts")
+    )
+    parts = [json.loads(raw) for raw in parts.values()]
+    assert len(parts) == 2
+    for host, entry in report["domains"].items():
+        for name in SUMMED:
+            assert entry[name] == sum(p["domains"].get(host, {}).get(name, 0) for p in parts), (host, name)
     for host, entry in report["domains"].items():
         assert entry["requests"] == truth[host]["total"], host
         assert entry["bytes"] == truth[host]["bytes"], host
