@@ -177,6 +177,24 @@ SPECS: dict[str, list[Spec]] = {
             ],
         )
     ],
+    "repeat": [
+        Spec(
+            f"repeat: {title}, crawled twice (site memory between the crawls)",
+            [
+                M("first_429_max_host", "1st crawl: max 429s on a host", "lower", ratio=False),
+                M("second_429_max_host", "2nd crawl: max 429s on a host", "lower", ratio=False),
+                M("first_vs_bound", "1st crawl: slowest host / bound", "lower"),
+                M("second_vs_bound", "2nd crawl: slowest host / bound", "lower"),
+                M("second_scraped_fraction", "2nd crawl: pages scraped", "higher"),
+            ],
+            [
+                Headline("second_429_max_host", "openclaw_memory_on", "<= 1 per host", at_most(1)),
+                Headline("second_vs_bound", "openclaw_memory_on", "<= 1.05", at_most(1.05)),
+            ],
+            key=key,
+        )
+        for key, title in (("ratelimit", "3 hosts at 10 req/s + burst 5"), ("sweep", "hosts at 3, 12, 40 req/s"))
+    ],
     "hol": [
         Spec(
             "hol: 8 fast hosts + 2 slow (1.5 s) hosts, by priority queue",

@@ -194,6 +194,13 @@ SCENARIOS: dict[str, Scenario] = {
             quick_limit=420,
         ),
         Scenario(
+            "repeat",
+            "benchmarks.repeat",
+            "the same rate-limited sites crawled twice, site memory on vs off: 429s per host, time over the bound",
+            limit=1200,
+            quick_limit=600,
+        ),
+        Scenario(
             "deadhosts",
             "benchmarks.deadhosts",
             "2 healthy hosts + 40 URLs on a refused and 40 on an unresolvable host",

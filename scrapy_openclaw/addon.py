@@ -35,6 +35,7 @@ DLQ_PIPELINE = "scrapy_openclaw.dlq.DeadLetterPipeline"
 CHECKPOINT_EXTENSION = "scrapy_openclaw.checkpoint.CheckpointExtension"
 METRICS_EXTENSION = "scrapy_openclaw.metrics.MetricsExtension"
 REPORT_EXTENSION = "scrapy_openclaw.report.PolitenessReportExtension"
+SITES_EXTENSION = "scrapy_openclaw.sites.SiteMemoryExtension"
 FEED_EXPORTER = "scrapy_openclaw.checkpoint.feeds.DurableFeedExporter"
 BAN_MIDDLEWARE = "scrapy_openclaw.health.BanDetectionMiddleware"
 SNAPSHOT_MIDDLEWARE = "scrapy_openclaw.dlq.snapshots.ErrorSnapshotMiddleware"
@@ -51,6 +52,7 @@ EXTENSIONS = {
     CHECKPOINT_EXTENSION: 10,
     METRICS_EXTENSION: 500,
     REPORT_EXTENSION: 505,
+    SITES_EXTENSION: 506,
     FEED_EXPORTER: 0,
     HEAP_FREEZE: 0,
 }
@@ -63,6 +65,7 @@ CRAWL_ONLY = frozenset(
         CHECKPOINT_EXTENSION,
         METRICS_EXTENSION,
         REPORT_EXTENSION,
+        SITES_EXTENSION,
         SNAPSHOT_MIDDLEWARE,
         PARSE_SNAPSHOT_MIDDLEWARE,
     }

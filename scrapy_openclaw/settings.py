@@ -116,6 +116,12 @@ DEFAULTS: dict[str, Any] = {
     "OPENCLAW_REPORT_ROWS": 20,  # domains in the report's log table (the busiest first); 0: no table
     # domains counted one by one in the figures and the report; the rest share one "other" row
     "OPENCLAW_REPORT_MAX_DOMAINS": 10000,
+    # --- site memory (SiteMemoryExtension, scrapy openclaw-sites) ---
+    "OPENCLAW_SITES_ENABLED": True,  # False: every crawl meets each site as a stranger (slow start)
+    "OPENCLAW_SITES_PATH": None,  # unset: <project>/openclaw-data/sites.json (distributed mode: Redis)
+    "OPENCLAW_SITES_MAX_ENTRIES": 10000,  # domains remembered; the least recently seen are dropped
+    "OPENCLAW_SITES_MAX_AGE": 30 * 86400.0,  # seconds a domain is remembered after it was last crawled
+    "OPENCLAW_SITES_SAVE_INTERVAL": 300.0,  # seconds between saves during a crawl (and one at close); 0: at close
     # --- live control (API on the metrics port, scrapy openclaw-ctl) ---
     "OPENCLAW_CONTROL_TOKEN": None,  # unset: no control API; set: the bearer token every call must carry
     "OPENCLAW_CONTROL_POLL": 0.5,  # seconds between reads of the Redis control stream (distributed mode)
@@ -173,6 +179,9 @@ _RANGES: dict[str, tuple[float, float]] = {
     "OPENCLAW_LOG_DOMAINS": (0, 1000),
     "OPENCLAW_REPORT_ROWS": (0, 100000),
     "OPENCLAW_REPORT_MAX_DOMAINS": (1, 10**7),
+    "OPENCLAW_SITES_MAX_ENTRIES": (1, 10**7),
+    "OPENCLAW_SITES_MAX_AGE": (1.0, 10 * 365 * 86400.0),
+    "OPENCLAW_SITES_SAVE_INTERVAL": (0.0, 86400.0),
     "OPENCLAW_CONTROL_POLL": (0.05, 60.0),
     "OPENCLAW_SCHEDULE_LOCK_TTL": (1.0, 86400.0),
     "OPENCLAW_SCHEDULE_STOP_TIMEOUT": (0.0, 86400.0),
@@ -303,6 +312,11 @@ class OpenClawSettings:
     report_path: str | PathLike[str] | None
     report_rows: int
     report_max_domains: int
+    sites_enabled: bool
+    sites_path: str | PathLike[str] | None
+    sites_max_entries: int
+    sites_max_age: float
+    sites_save_interval: float
     control_token: str | None
     control_poll: float
     allowed_hosts: tuple[str, ...]

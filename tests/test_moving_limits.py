@@ -61,10 +61,16 @@ class Run:
 
 
 def crawl(
-    limiter: Limiter, seconds: float, *, concurrency: int = 8, latency: float = 0.01, seed: int = 1
+    limiter: Limiter,
+    seconds: float,
+    *,
+    concurrency: int = 8,
+    latency: float = 0.01,
+    seed: int = 1,
+    registry: HealthRegistry | None = None,
 ) -> tuple[HealthRegistry, Run]:
     """Send as the registry allows for *seconds*; every answer is recorded at its time."""
-    rnd, reg, run = random.Random(seed), HealthRegistry(), Run()
+    rnd, reg, run = random.Random(seed), registry or HealthRegistry(), Run()
     refused = HTTP_429 if limiter.status == 429 else HTTP_503
     now, in_flight = T0, []  # (done, answered, latency)
     while now < T0 + seconds:

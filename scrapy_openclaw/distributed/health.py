@@ -252,7 +252,11 @@ class RedisHealthRegistry(HealthRegistry):
         if domain in self._known or domain in self._ensuring or not self.link.ok():
             return
         keys = [self._key(domain), self._domains_key(domain)]
-        args = [self.clock(), self.policy_json(domain), domain]
+        args: list[Any] = [self.clock(), self.policy_json(domain), domain]
+        seed = self._seeds.get(domain)
+        if seed is not None:  # (site memory: applied only if this worker is the first to meet it)
+            resumed = self.resumed_limit(domain)
+            args += ["" if resumed is None else resumed, seed[1], seed[2]]
         if self.link.background:
             self._ensuring.add(domain)
 

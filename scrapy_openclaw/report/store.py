@@ -42,6 +42,8 @@ def read_report(path: Path) -> dict[str, Any]:
         raise ReportError(f"{path}: no politeness report here (a crawl writes one when it closes)") from None
     except OSError as exc:
         raise ReportError(f"{path}: cannot read the report: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ReportError(f"{path}: not a politeness report (not UTF-8 text: {exc.reason})") from None
     try:
         data = json.loads(text)
     except ValueError as exc:

@@ -26,6 +26,9 @@ LOG_FILE = "crawl.log"
 DEFAULT_SETTINGS: dict[str, Any] = {
     "LOG_LEVEL": "INFO",
     "TELNETCONSOLE_ENABLED": False,
+    # every test crawl meets the chaos site's hosts (the same 127.0.0.x names) as strangers;
+    # a test of site memory turns it on
+    "OPENCLAW_SITES_ENABLED": False,
 }
 
 

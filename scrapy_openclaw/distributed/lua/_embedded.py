@@ -46,10 +46,27 @@ d.crawl_delay = math.max(0, tonumber(ARGV[3]))
 if d.crawl_delay > 0 then d.tokens = math.min(d.tokens, 0) end
 return h_save(KEYS[1], d, ARGV[2])
 """,
-    "h_ensure": r"""-- Create the state if missing and store the policy. ARGV: now, policy_json
+    "h_ensure": r"""-- Create the state if missing and store the policy. ARGV: now, policy_json, domain,
+-- then optionally what site memory knows of a new domain (HealthRegistry._seed):
+-- limit (already x the seed margin; '' for none), burst cap, Crawl-delay
 -- (runs after the shared health.lua, see __init__.py)
-local d, p = h_load(KEYS[1], tonumber(ARGV[1]), ARGV[2])
+local now = tonumber(ARGV[1])
+local new = redis.call('HEXISTS', KEYS[1], 'health') == 0
+local d, p = h_load(KEYS[1], now, ARGV[2])
 redis.call('SADD', KEYS[2], ARGV[3])
+if new and ARGV[4] then
+  local limit = tonumber(ARGV[4])
+  if limit and limit > 0 then
+    d.threshold = math.min(limit, p.k_max_rate)
+    d.cuts, d.rate = 2, d.threshold
+    d.last_decrease = now - p.k_min_decrease_gap
+    d.burst_cap = math.max(0, tonumber(ARGV[5]) or 0)
+    d.iv_start, d.iv_ok, d.iv_refused = now, 0, 0
+  end
+  local delay = tonumber(ARGV[6]) or 0
+  if delay > 0 then d.crawl_delay = delay end
+  d.tokens = math.min(d.tokens, h_burst(d, p))
+end
 return h_save(KEYS[1], d, ARGV[2])
 """,
     "h_hold": r"""-- Holds only ever extend. ARGV: now, policy_json, until -> {fields}

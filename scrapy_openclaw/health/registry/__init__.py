@@ -100,6 +100,7 @@ from scrapy_openclaw.health.registry.tuning import _PROBE_GROWTH as _PROBE_GROWT
 from scrapy_openclaw.health.registry.tuning import _PROBE_LOST_AFTER as _PROBE_LOST_AFTER
 from scrapy_openclaw.health.registry.tuning import _PROBE_RECHECK as _PROBE_RECHECK
 from scrapy_openclaw.health.registry.tuning import _RATE_HEALTH_FLOOR as _RATE_HEALTH_FLOOR
+from scrapy_openclaw.health.registry.tuning import _SEED_MARGIN as _SEED_MARGIN
 from scrapy_openclaw.health.registry.tuning import _SHARE_FAST as _SHARE_FAST
 from scrapy_openclaw.health.registry.tuning import _SHARE_MARGIN as _SHARE_MARGIN
 from scrapy_openclaw.health.registry.tuning import _SHARE_SLOW as _SHARE_SLOW
@@ -181,6 +182,8 @@ class HealthRegistry(_Recording, _Eviction, _Snapshots):
             crawl_delay=d.crawl_delay,
             blocked_seconds=d.blocked_seconds,
             refusals_flat=d.refusals_flat,
+            limit_measured=d.cuts >= 2 and d.threshold is not None,
+            burst_cap=d.burst_cap,
         )
 
     def concurrency(self, domain: str, slot_concurrency: int | None = None) -> int:
@@ -323,6 +326,23 @@ class HealthRegistry(_Recording, _Eviction, _Snapshots):
             "concurrency": int(d.ctl_concurrency) or None,
             "given_up": bool(d.ctl_down),
         }
+
+    def remember(self, domain: str, *, limit: float | None, burst: int = 0, crawl_delay: float = 0.0) -> None:
+        """Start *domain*, when first seen, at what an earlier crawl learned (site memory): at its
+        *limit* on the cubic's plateau instead of slow start, bursts no bigger than *burst*,
+        spaced by *crawl_delay* before its robots.txt is back. A domain already seen keeps its state."""
+        self._seeds[domain] = (limit, int(burst), float(crawl_delay))
+
+    def resumed_limit(self, domain: str) -> float | None:
+        """The limit site memory started *domain* at (its remembered one x ``_SEED_MARGIN``),
+        None without one: a domain whose limit still equals it was not measured again."""
+        seed = self._seeds.get(domain)
+        return None if seed is None or seed[0] is None else min(float(seed[0]) * _SEED_MARGIN, _MAX_RATE)
+
+    def remembered_crawl_delay(self, domain: str) -> float:
+        """The Crawl-delay site memory started *domain* with (0.0: none)."""
+        seed = self._seeds.get(domain)
+        return seed[2] if seed is not None else 0.0
 
     def set_crawl_delay(self, domain: str, seconds: float) -> None:
         """Space requests to *domain* at least *seconds* apart (robots.txt Crawl-delay; 0: none).

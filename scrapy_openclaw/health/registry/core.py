@@ -41,6 +41,8 @@ class _RegistryCore(_Pacing):
         self._histories: dict[str, LimitHistory] = {}  # answers and 429s per domain, for the limit fit
         self._uniform = uniform or random.uniform  # the cool-down jitter's random source (tests pin it)
         self._given_up: set[str] = set()  # domains past give_up_after: given up for good
+        #: domain -> (limit, burst, crawl delay) an earlier crawl learned (site memory), used when first seen
+        self._seeds: dict[str, tuple[float | None, int, float]] = {}
         #: bumped when a domain may be ready sooner than ``ready_at`` said (an operator override,
         #: a restore): the queue then looks again at the domains it parked
         self.readiness_epoch = 0
@@ -71,6 +73,9 @@ class _RegistryCore(_Pacing):
         d = self._domains.get(domain)
         if d is None:
             d = self._domains[domain] = _Domain(p, now)
+            seed = self._seeds.get(domain)
+            if seed is not None:
+                self._seed(d, p, now, *seed)
             return d, p
         elapsed = now - d.updated
         if elapsed > 0:

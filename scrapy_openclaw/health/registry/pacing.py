@@ -23,6 +23,7 @@ from scrapy_openclaw.health.registry.tuning import (
     _MAX_RATE,
     _MIN_DECREASE_GAP,
     _PROBE_GROWTH,
+    _SEED_MARGIN,
     _SLOW_START_DOUBLING,
     _SLOW_START_GAIN,
     _STALE_WINDOW,
@@ -70,6 +71,25 @@ class _Pacing:
         if d.ctl_concurrency > 0:  # the operator's concurrency replaces the cap
             cap = int(d.ctl_concurrency)
         return max(1, round(cap * d.health / 100.0))
+
+    def _seed(
+        self, d: _Domain, p: HealthPolicy, now: float, limit: float | None, burst: int, crawl_delay: float
+    ) -> None:
+        """A new record for a domain an earlier crawl measured: at ``_SEED_MARGIN`` of its limit, as if a 429 had
+        just measured it (the cubic holds the pace there, then probes upward; a limit that
+        fell is cut, and re-fitted, at its first 429 like any other)."""
+        if limit is not None and limit > 0:
+            d.threshold = min(float(limit) * _SEED_MARGIN, _MAX_RATE)
+            d.cuts = 2
+            d.rate = d.threshold
+            # as if cut just now (the cubic holds the rate at the limit, then probes past it),
+            # but long enough ago that the first 429 cuts at once
+            d.last_decrease = now - _MIN_DECREASE_GAP
+            d.burst_cap = max(0, burst)
+            restart_sample(d, now)
+        if crawl_delay > 0:
+            d.crawl_delay = crawl_delay
+        d.tokens = min(d.tokens, float(self._burst(d, p)))
 
     def _increase(self, d: _Domain, p: HealthPolicy, now: float) -> None:
         """Slow start (by half per success) until the first congestion; after it, growth by

@@ -36,6 +36,8 @@ class DomainState:
     crawl_delay: float = 0.0  # robots.txt Crawl-delay in force (seconds; 0: none)
     blocked_seconds: float = 0.0  # time spent held or with the circuit open, so far
     refusals_flat: float = 0.0  # share of refusals judged pace-independent (0: they are a rate signal)
+    limit_measured: bool = False  # the limit was measured (a 429 or latency), not guessed from an outage
+    burst_cap: int = 0  # the largest burst the site has proved it allows (0: not known)
 
 
 class _Domain:
