@@ -44,6 +44,7 @@ LOOPED = {
     ("schedule/extension.py", "_check_parent"): ["_check_parent"],
     ("distributed/queue.py", "_tick"): ["_tick"],
     ("report/extension.py", "_tick"): ["_tick"],
+    ("health/notices.py", "check"): ["check"],
     ("checkpoint/extension/crawl_signals.py", "func"): ["commit", "_periodic_snapshot"],
 }
 

@@ -30,6 +30,7 @@ from scrapy_openclaw import meta as M
 from scrapy_openclaw import signals as openclaw_signals
 from scrapy_openclaw.delay import DelayedRequests, queue_handles_not_before
 from scrapy_openclaw.errors import ErrorTaxonomy
+from scrapy_openclaw.health.notices import HealthNotices
 from scrapy_openclaw.health.registry import CLOSED, OPEN, HealthRegistry, affects_health
 from scrapy_openclaw.retry_after import parse_retry_after
 from scrapy_openclaw.runtime import crawl_id, shared
@@ -74,7 +75,15 @@ class DomainHealthMiddleware:
         # request out; with any other queue the slot delay does the pacing.
         self.paces_slots = not queue_handles_not_before(crawler.settings)
         self.autothrottle = crawler.settings.getbool("AUTOTHROTTLE_ENABLED")
-        self.crawl_delay_max = OpenClawSettings.for_crawler(crawler).crawl_delay_max
+        config = OpenClawSettings.for_crawler(crawler)
+        self.crawl_delay_max = config.crawl_delay_max
+        self.notices = HealthNotices(
+            state=self.registry.state,
+            policy=self.registry.policy,
+            stats=self.stats,
+            repeat_interval=config.log_repeat_interval,
+            slow_after=config.slow_hint_after,
+        )
         self._given_up_logged: set[str] = set()
         # id() of the download slot last tuned per domain (Scrapy drops idle slots and makes new
         # ones; its Slot takes no weak reference, and keeping the slot would keep it alive).
@@ -87,6 +96,7 @@ class DomainHealthMiddleware:
         robots_parsed = robots_parsed_signal()
         if robots_parsed is not None and self.crawl_delay_max > 0:
             crawler.signals.connect(self._robots_parsed, signal=robots_parsed)
+        crawler.signals.connect(self._spider_opened, signal=signals.spider_opened)
         crawler.signals.connect(self._spider_closed, signal=signals.spider_closed)
         if self.paces_slots and crawler.settings.getbool("AUTOTHROTTLE_ENABLED"):
             logger.warning(
@@ -208,6 +218,8 @@ class DomainHealthMiddleware:
                 latency=request.meta.get("download_latency"),
             )
             self.stats.inc_value(f"openclaw/health/{scope}_failures")
+            if scope == "domain":
+                self.notices.troubled(domain)
             self.stats.inc_value(f"openclaw/health/failures/{classification.reason}")
             if classification.is_throttle:
                 self.stats.inc_value("openclaw/health/throttled")
@@ -234,23 +246,11 @@ class DomainHealthMiddleware:
     def _circuit_changed(self, circuit: str, state: DomainState) -> None:
         if circuit == OPEN:
             self.stats.inc_value("openclaw/health/circuit_opened")
-            logger.warning(
-                "Circuit for %(domain)s opened (health %(health).0f, %(failures)d failures in a row); "
-                "pausing the domain for %(cooldown).1fs",
-                {
-                    "domain": state.domain,
-                    "health": state.health,
-                    "failures": state.consecutive_failures,
-                    "cooldown": max(0.0, self.registry.blocked_until(state.domain) - time.time()),
-                },
-            )
+            self.notices.opened(state, max(0.0, self.registry.blocked_until(state.domain) - time.time()))
             signal = openclaw_signals.circuit_opened
         elif circuit == CLOSED:
             self.stats.inc_value("openclaw/health/circuit_closed")
-            logger.info(
-                "Circuit for %(domain)s closed: a probe succeeded (health %(health).0f)",
-                {"domain": state.domain, "health": state.health},
-            )
+            self.notices.closed(state)
             signal = openclaw_signals.circuit_closed
         else:  # open -> half-open happens with the passing of time, not here
             return
@@ -312,7 +312,11 @@ class DomainHealthMiddleware:
         elif slot_paused(slot):  # a hold that ended early (an operator's release, seen late)
             resume_slot(slot, engine.downloader)
 
+    def _spider_opened(self, spider: Any = None) -> None:
+        self.notices.start()
+
     def _spider_closed(self, spider: Any = None, reason: str = "") -> None:
+        self.notices.stop()
         for domain in self.registry.domains():
             state = self.registry.state(domain)
             self.stats.set_value(f"openclaw/health/final_health/{domain}", round(state.health, 1))

@@ -1,0 +1,99 @@
+"""What the crawl log says about a domain's slow-downs: each circuit opening names its real
+trigger, repeats are summed up instead of logged one by one, and a domain kept slow gets one
+hint naming the policy key to change.
+
+Asserted on the log records and stats of one crawl of the chaos site, never on how long
+anything took: the counts of lines must add up to the counts of events, whatever the pace.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from scrapy_openclaw.testing.crawl import run_crawl
+
+#: .5 and .6 flap (500 windows: domain failures in a row); .6's policy opens its circuit on
+#: health alone (circuit floor 99); .7 lets one request in two through whatever the pace, and
+#: its policy keeps the pace at or above a min_rate the site cannot take.
+SITE = {
+    "hosts": [
+        {
+            "address": "127.0.0.5",
+            "pages": 80,
+            "links_per_page": 3,
+            "latency": 0.2,
+            "fail_windows": {"period": 2.0, "down": 1.2, "status": 500},
+        },
+        {
+            "address": "127.0.0.6",
+            "pages": 40,
+            "links_per_page": 3,
+            "latency": 0.2,
+            "fail_windows": {"period": 2.0, "down": 1.2, "status": 500},
+        },
+        {
+            "address": "127.0.0.7",
+            "pages": 10,
+            "links_per_page": 3,
+            "rate_limit": {"rate": 0.5, "burst": 1, "retry_after": None},
+        },
+    ],
+    "seed": 5,
+}
+POLICY = {
+    "domains": {
+        "127.0.0.6": {"health": {"circuit_floor": 99, "circuit_failures": 1000}},
+        "127.0.0.7": {"health": {"min_rate": 1.0, "initial_rate": 1.0}},
+    }
+}
+OPENED = re.compile(r"Circuit for (\S+) opened: (.*); pausing the domain")
+CLOSED = re.compile(r"Circuit for (\S+) closed: a probe succeeded")
+MORE = re.compile(r"Circuit for (\S+) opened (\d+) more times? \(closed (\d+)\) in the last")
+HINT = re.compile(r"(\S+) has been slow for \d+s without getting faster: .*The knob: health\.(\w+)")
+
+
+def test_circuit_lines_are_condensed_name_their_trigger_and_a_slow_domain_gets_one_hint(chaos_server: Any) -> None:
+    server = chaos_server(SITE)
+    settings = {
+        "ADDONS": {"scrapy_openclaw.Addon": 100},
+        "OPENCLAW_POLICY": POLICY,
+        "OPENCLAW_REPORT_ENABLED": False,
+        "OPENCLAW_DLQ_ENABLED": False,
+        "OPENCLAW_SLOW_HINT_AFTER": 2.0,
+        "LOGSTATS_INTERVAL": 60.0,
+        "DOWNLOAD_TIMEOUT": 10,
+    }
+    result = run_crawl(settings=settings, spider_args={"start_urls": server.start_urls}, timeout=400)
+    log, stats = result.log, result.stats
+    assert result.stats.get("finish_reason") == "finished", log[-3000:]
+    opened: dict[str, list[str]] = {}
+    for domain, why in OPENED.findall(log):
+        opened.setdefault(domain, []).append(why)
+    closed = {domain: CLOSED.findall(log).count(domain) for domain in opened}
+    more: dict[str, list[int]] = {}
+    for domain, n_opened, n_closed in MORE.findall(log):
+        more.setdefault(domain, [0, 0])
+        more[domain][0] += int(n_opened)
+        more[domain][1] += int(n_closed)
+
+    # the first opening of a domain is logged in full, the others summed up: lines add up to events
+    assert stats["openclaw/health/circuit_opened"] > len(opened) >= 2, log[-3000:]  # some repeated
+    total = sum(len(v) for v in opened.values()) + sum(m[0] for m in more.values())
+    assert total == stats["openclaw/health/circuit_opened"]
+    assert sum(closed.values()) + sum(m[1] for m in more.values()) == stats.get("openclaw/health/circuit_closed", 0)
+    for domain, lines in opened.items():
+        assert len(lines) == 1, (domain, lines)
+        assert closed[domain] <= 1
+    assert more and all(n_opened > 0 or n_closed > 0 for n_opened, n_closed in more.values())
+
+    # each opening names what opened it
+    assert "domain failures in a row (circuit_failures: 3)" in opened["127.0.0.5"][0]
+    assert "under the circuit floor 99 (circuit_floor)" in opened["127.0.0.6"][0]
+    assert "failures in a row" not in opened["127.0.0.6"][0]
+
+    # the domain held at its min_rate gets one hint naming the knob; nobody gets two
+    hints = HINT.findall(log)
+    assert ("127.0.0.7", "min_rate") in hints, log[-3000:]
+    assert len(hints) == len({domain for domain, _ in hints}) == stats["openclaw/health/slow_hints"]
+    assert "OPENCLAW_POLICY_FILE" in log[log.index("127.0.0.7 has been slow") :].splitlines()[0]
