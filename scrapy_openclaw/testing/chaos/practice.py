@@ -24,8 +24,14 @@ HOSTS: tuple[tuple[str, str, dict[str, Any]], ...] = (
     ),
     (
         "127.0.0.4",
-        "flaky: 503 for 1 s in every 5, some dropped connections, /page/7 is a 404",
-        {"fail_windows": {"period": 5.0, "down": 1.0, "status": 503}, "drop_rate": 0.03, "not_found": [7]},
+        "flaky: 503 for 1 s in every 5, some dropped connections, /page/7 is a 404, "
+        "/page/11 fails its first 6 requests",
+        {
+            "fail_windows": {"period": 5.0, "down": 1.0, "status": 503},
+            "drop_rate": 0.03,
+            "not_found": [7],
+            "status_script": {11: [503] * 6 + [200]},  # a dead letter that a replay recovers
+        },
     ),
 )
 
