@@ -32,6 +32,7 @@ from scrapy_openclaw.delay import DelayedRequests, queue_handles_not_before
 from scrapy_openclaw.errors import ErrorTaxonomy
 from scrapy_openclaw.health.notices import HealthNotices
 from scrapy_openclaw.health.registry import CLOSED, OPEN, HealthRegistry, affects_health
+from scrapy_openclaw.health.registry.record import effective_rate
 from scrapy_openclaw.retry_after import parse_retry_after
 from scrapy_openclaw.runtime import crawl_id, shared
 from scrapy_openclaw.scrapy_internals import (
@@ -320,7 +321,8 @@ class DomainHealthMiddleware:
         for domain in self.registry.domains():
             state = self.registry.state(domain)
             self.stats.set_value(f"openclaw/health/final_health/{domain}", round(state.health, 1))
-            self.stats.set_value(f"openclaw/health/final_rate/{domain}", round(state.rate, 3))
+            # (the pace as the log table shows it: inf when it cannot bind)
+            self.stats.set_value(f"openclaw/health/final_rate/{domain}", round(effective_rate(state), 3))
             self.stats.set_value(f"openclaw/health/held_seconds/{domain}", round(state.blocked_seconds, 1))
 
     def _domain(self, request: Request) -> str:
