@@ -15,7 +15,7 @@ from scrapy_openclaw.testing.crawl import run_crawl
 
 #: .5 and .6 flap (500 windows: domain failures in a row); .6's policy opens its circuit on
 #: health alone (circuit floor 99); .7 lets one request in two through whatever the pace, and
-#: its policy keeps the pace at or above a min_rate the site cannot take.
+#: its policy keeps the pace at or above a min_rate the site cannot take; .8 sends Retry-After.
 SITE = {
     "hosts": [
         {
@@ -38,18 +38,28 @@ SITE = {
             "links_per_page": 3,
             "rate_limit": {"rate": 0.5, "burst": 1, "retry_after": None},
         },
+        {
+            "address": "127.0.0.8",
+            "pages": 10,
+            "links_per_page": 3,
+            "rate_limit": {"rate": 2.0, "burst": 1, "retry_after": "1"},
+        },
     ],
     "seed": 5,
 }
 POLICY = {
     "domains": {
-        "127.0.0.6": {"health": {"circuit_floor": 99, "circuit_failures": 1000}},
+        # (cool-downs capped at 4 s: the crawl's length stays bounded however often they open)
+        "127.0.0.5": {"health": {"circuit_cooldown_max": 4}},
+        "127.0.0.6": {"health": {"circuit_floor": 99, "circuit_failures": 1000, "circuit_cooldown_max": 4}},
         "127.0.0.7": {"health": {"min_rate": 1.0, "initial_rate": 1.0}},
     }
 }
 OPENED = re.compile(r"Circuit for (\S+) opened: (.*); pausing the domain")
 CLOSED = re.compile(r"Circuit for (\S+) closed: a probe succeeded")
 MORE = re.compile(r"Circuit for (\S+) opened (\d+) more times? \(closed (\d+)\) in the last")
+HOLDING = re.compile(r"Holding (\S+) for [\d.]+s: the site asked to wait \(Retry-After\)")
+HELD = re.compile(r"Held (\S+) (\d+) more times? in the last")
 HINT = re.compile(r"(\S+) has been slow for \d+s without getting faster: .*The knob: health\.(\w+)")
 
 
@@ -91,6 +101,11 @@ def test_circuit_lines_are_condensed_name_their_trigger_and_a_slow_domain_gets_o
     assert "domain failures in a row (circuit_failures: 3)" in opened["127.0.0.5"][0]
     assert "under the circuit floor 99 (circuit_floor)" in opened["127.0.0.6"][0]
     assert "failures in a row" not in opened["127.0.0.6"][0]
+
+    # each Retry-After hold: the first logged, the others summed up (only .8 sends Retry-After)
+    assert HOLDING.findall(log) == ["127.0.0.8"], log[-3000:]
+    assert 1 + sum(int(n) for _, n in HELD.findall(log)) == stats["openclaw/health/held"]
+    assert {domain for domain, _ in HELD.findall(log)} <= {"127.0.0.8"}
 
     # the domain held at its min_rate gets one hint naming the knob; nobody gets two
     hints = HINT.findall(log)

@@ -226,6 +226,12 @@ class DomainHealthMiddleware:
                 self.stats.inc_value("openclaw/health/throttled")
             if retry_after is not None:
                 self.stats.inc_value("openclaw/health/held")
+                why = (
+                    "the site asked to wait (Retry-After)"
+                    if classification.is_throttle
+                    else f"a ban page ({classification.reason})"
+                )
+                self.notices.held(domain, retry_after, why)
         else:
             changed = self.registry.record_success(domain, request.meta.get("download_latency"))
         if changed:  # caused by this record: with a shared registry, other workers' changes are theirs

@@ -29,8 +29,8 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 #: Trigger kinds of an opening, and the policy key a user changes for each.
-FLOOR, IN_A_ROW, PROBE = "floor", "in_a_row", "probe"
-KNOBS = {FLOOR: "circuit_floor", IN_A_ROW: "circuit_failures", PROBE: "circuit_cooldown_max"}
+FLOOR, IN_A_ROW, PROBE, HOLD = "floor", "in_a_row", "probe", "hold"
+KNOBS = {FLOOR: "circuit_floor", IN_A_ROW: "circuit_failures", PROBE: "circuit_cooldown_max", HOLD: "retry_after_cap"}
 _NEAR_MIN_RATE = 1.5  # a pace up to this multiple of min_rate counts as "held slow"
 
 
@@ -41,6 +41,7 @@ class _Repeats:
     since: float
     opened: int = 0
     closed: int = 0
+    held: int = 0
     triggers: Counter[str] = field(default_factory=Counter)
 
 
@@ -82,6 +83,7 @@ class HealthNotices:
         self._clock = clock
         self._logged: set[str] = set()  # domains whose first opening was logged in full
         self._closed_logged: set[str] = set()
+        self._held_logged: set[str] = set()
         self._open: set[str] = set()  # opened here, not closed since: a new opening is a failed probe
         self._repeats: dict[str, _Repeats] = {}
         self._watch: set[str] = set()  # domains with a domain failure since the last check
@@ -109,6 +111,27 @@ class HealthNotices:
         """A domain failure was recorded: look at the domain's pace at the next check."""
         if self.slow_after > 0:
             self._watch.add(domain)
+
+    def held(self, domain: str, seconds: float, why: str) -> None:
+        """The domain is held *seconds* because the site asked (*why*: Retry-After, a ban page)."""
+        self._watch.add(domain)
+        if domain in self._slow:
+            self._slow[domain][1][HOLD] += 1
+        if domain not in self._held_logged or not self.repeat_interval:
+            self._held_logged.add(domain)
+            logger.info(
+                "Holding %(domain)s for %(seconds).1fs: %(why)s%(later)s",
+                {
+                    "domain": domain,
+                    "seconds": seconds,
+                    "why": why,
+                    "later": f" (later holds are summed up every {self.repeat_interval:g}s)"
+                    if self.repeat_interval
+                    else "",
+                },
+            )
+            return
+        self._repeats_of(domain).held += 1
 
     def opened(self, state: DomainState, cooldown: float) -> None:
         domain = state.domain
@@ -172,6 +195,16 @@ class HealthNotices:
 
     def _summarise(self, domain: str) -> None:
         repeats = self._repeats.pop(domain)
+        if repeats.held:
+            logger.info(
+                "Held %(domain)s %(held)d more %(times)s in the last %(seconds).0f s (the site asked to wait)",
+                {
+                    "domain": domain,
+                    "held": repeats.held,
+                    "times": "time" if repeats.held == 1 else "times",
+                    "seconds": self._clock() - repeats.since,
+                },
+            )
         if not (repeats.opened or repeats.closed):
             return
         kind, _ = repeats.triggers.most_common(1)[0] if repeats.triggers else ("", 0)
@@ -211,13 +244,19 @@ class HealthNotices:
         self.stats.inc_value("openclaw/health/slow_hints")
         if openings:
             kind = openings.most_common(1)[0][0]
-            why = f"its circuit opened {sum(openings.values())} times, most often because of {_KIND_WORDS[kind]}"
+            why = (
+                f"the site asked it to wait {openings[HOLD]} times (Retry-After or a ban page)"
+                if kind == HOLD
+                else f"its circuit opened {sum(openings.values()) - openings[HOLD]} times, "
+                f"most often because of {_KIND_WORDS[kind]}"
+            )
             key = KNOBS[kind]
             value = getattr(policy, key)
             advice = {
                 FLOOR: "lower it (or raise success_reward) if these failures are the site's normal noise",
                 IN_A_ROW: "raise it if the site fails a few requests in a row as a matter of course",
                 PROBE: "lower it to probe a site that stays down more often (first check that the site answers at all)",
+                HOLD: "lower it to cap how long one answer may hold the domain (the site asked for these pauses)",
             }[kind]
         else:
             why = f"its pace stayed at or near min_rate ({policy.min_rate:g} req/s), rate now {state.rate:.3g} req/s"
@@ -236,4 +275,5 @@ _KIND_WORDS = {
     FLOOR: "health under the circuit floor",
     IN_A_ROW: "failures in a row",
     PROBE: "failed probes",
+    HOLD: "Retry-After holds",
 }
