@@ -112,3 +112,68 @@ def test_circuit_lines_are_condensed_name_their_trigger_and_a_slow_domain_gets_o
     assert ("127.0.0.7", "min_rate") in hints, log[-3000:]
     assert len(hints) == len({domain for domain, _ in hints}) == stats["openclaw/health/slow_hints"]
     assert "OPENCLAW_POLICY_FILE" in log[log.index("127.0.0.7 has been slow") :].splitlines()[0]
+
+
+# --------------------------------------------------------------------------- units
+
+
+def _state(domain: str, **kw: Any) -> Any:
+    from scrapy_openclaw.health.registry import DomainState
+
+    fields = {"health": 100.0, "rate": 10.0, "tokens": 1.0, "burst": 1, "concurrency": 8, "circuit": "closed"}
+    fields |= {"latency": None, "hold_until": 0.0, "consecutive_failures": 0, "requests": 0, "successes": 0}
+    fields |= {"failures": 0}
+    return DomainState(domain=domain, **{**fields, **kw})
+
+
+def test_repeats_are_summed_up_once_per_interval_and_the_hint_comes_once(caplog: Any) -> None:
+    """On a clock the test moves: openings within an interval become one line at the first check
+    after it; a domain kept at its min_rate gets its hint once, however long it stays there."""
+    import logging
+
+    from scrapy.utils.test import get_crawler
+
+    from scrapy_openclaw.health.notices import HealthNotices
+    from scrapy_openclaw.policy import HealthPolicy
+
+    now = [1000.0]
+    states = {"a.test": _state("a.test", health=10.0), "b.test": _state("b.test", rate=0.2)}
+    crawler = get_crawler()
+    crawler.stats.open_spider()
+    notices = HealthNotices(
+        state=states.__getitem__,
+        policy=lambda domain: HealthPolicy(),
+        stats=crawler.stats,
+        repeat_interval=60.0,
+        slow_after=300.0,
+        clock=lambda: now[0],
+    )
+    caplog.set_level(logging.INFO, logger="scrapy_openclaw.health.notices")
+    for _ in range(5):  # five openings and closings of a.test within a minute
+        notices.opened(states["a.test"], 1.0)
+        notices.closed(states["a.test"])
+        now[0] += 5
+    notices.check()  # 20 s after the first repeat: nothing yet
+    lines = [r.getMessage() for r in caplog.records]
+    assert lines[0].startswith("Circuit for a.test opened: health 10 under the circuit floor 20 (circuit_floor)")
+    assert lines[1] == "Circuit for a.test closed: a probe succeeded (health 10)"
+    assert len(lines) == 2
+    now[0] += 41
+    notices.check()
+    assert (
+        caplog.records[-1]
+        .getMessage()
+        .startswith(
+            "Circuit for a.test opened 4 more times (closed 4) in the last 61 s; most often because of health under"
+        )
+    )
+    notices.troubled("b.test")  # at min_rate (0.2) from here on
+    for _ in range(10):
+        now[0] += 100
+        notices.troubled("b.test")
+        notices.check()
+    hints = [r.getMessage() for r in caplog.records if "has been slow for" in r.getMessage()]
+    assert len(hints) == 1 and "b.test has been slow for 300s" in hints[0] and "health.min_rate" in hints[0]
+    assert crawler.stats.get_value("openclaw/health/slow_hints") == 1
+    notices.stop()  # nothing left to sum up
+    assert sum(1 for r in caplog.records if "more time" in r.getMessage()) == 1
