@@ -23,6 +23,10 @@ from scrapy.utils.asyncio import create_looping_call
 from scrapy_openclaw.health.registry import CLOSED
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from scrapy.statscollectors import StatsCollector
+
     from scrapy_openclaw.health.registry import DomainState
     from scrapy_openclaw.policy import HealthPolicy
 
@@ -68,12 +72,12 @@ class HealthNotices:
     def __init__(
         self,
         *,
-        state: Any,
-        policy: Any,
-        stats: Any,
+        state: Callable[[str], DomainState],
+        policy: Callable[[str], HealthPolicy],
+        stats: StatsCollector,
         repeat_interval: float,
         slow_after: float,
-        clock: Any = time.monotonic,
+        clock: Callable[[], float] = time.monotonic,
     ):
         self._state = state  # domain -> DomainState (the registry's)
         self._policy = policy  # domain -> HealthPolicy
