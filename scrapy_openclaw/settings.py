@@ -110,6 +110,11 @@ DEFAULTS: dict[str, Any] = {
     "OPENCLAW_METRICS_MAX_DOMAINS": 50,
     "OPENCLAW_METRICS_PUSHGATEWAY": None,  # "host:port" of a Pushgateway: push once at close
     "OPENCLAW_LOG_DOMAINS": 10,  # rows of the per-domain table logged every LOGSTATS_INTERVAL; 0: off
+    # seconds between the summed-up lines of a domain's repeated circuit openings; 0: log each one
+    "OPENCLAW_LOG_REPEAT_INTERVAL": 60.0,
+    # seconds a domain may stay near its min_rate (or keep its circuit opening) before one hint
+    # names the policy key to change; 0: no hint
+    "OPENCLAW_SLOW_HINT_AFTER": 600.0,
     # --- politeness report (PolitenessReportExtension, scrapy openclaw-report) ---
     "OPENCLAW_REPORT_ENABLED": True,  # False: no report at the end of the crawl
     "OPENCLAW_REPORT_PATH": None,  # unset: <project>/openclaw-data/<spider>/report.json (beside the dead letters); %(job)s: the scrapyd job
@@ -177,6 +182,8 @@ _RANGES: dict[str, tuple[float, float]] = {
     "OPENCLAW_METRICS_PORT": (0, 65535),
     "OPENCLAW_METRICS_MAX_DOMAINS": (0, 100000),
     "OPENCLAW_LOG_DOMAINS": (0, 1000),
+    "OPENCLAW_LOG_REPEAT_INTERVAL": (0.0, 86400.0),
+    "OPENCLAW_SLOW_HINT_AFTER": (0.0, 10**7),
     "OPENCLAW_REPORT_ROWS": (0, 100000),
     "OPENCLAW_REPORT_MAX_DOMAINS": (1, 10**7),
     "OPENCLAW_SITES_MAX_ENTRIES": (1, 10**7),
@@ -308,6 +315,8 @@ class OpenClawSettings:
     metrics_max_domains: int
     metrics_pushgateway: str | None
     log_domains: int
+    log_repeat_interval: float
+    slow_hint_after: float
     report_enabled: bool
     report_path: str | PathLike[str] | None
     report_rows: int

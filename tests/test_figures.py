@@ -167,10 +167,33 @@ def test_table_report_stats_and_metrics_agree_with_the_site(
     assert f"{dead} dead letter(s) written" in result.log
     assert stats.get("openclaw/retry/dead_letters", 0) == dead  # robots.txt's letters are not dead letters
     assert stats["openclaw/progress/done"] == sum(e["done"] for e in report.values())
+    # the close summary: the progress line at close says what the table and the report say
+    done = sum(e["done"] for e in report.values())
+    assert f"OpenClaw progress at close: {done} done of {done} discovered, 0 pending" in result.log
+    assert stats["openclaw/progress/pending"] == 0
+    # the politeness report's table in the log: requests and dead letters per domain
+    assert politeness_rows(result.log) == {
+        host: (e["requests"], sum(e["dead_letters"].values())) for host, e in report.items()
+    }
+    # the rate shown at close: the table's column is the final_rate stat (inf when it cannot bind)
+    for host, row in table.items():
+        assert row["rate/s"] == f"{stats[f'openclaw/health/final_rate/{host}']:.2f}", (host, row)
     # the flaky host's robots.txt answered 404: no failure, no dead letter
     assert report["127.0.0.2"]["robots_txt"]["status"] == 404
     assert report["127.0.0.3"]["throttled_429"] > 0
     assert report["127.0.0.3"]["retry_after"]["received"] == report["127.0.0.3"]["throttled_429"]
+
+
+def politeness_rows(log: str) -> dict[str, tuple[int, int]]:
+    """(requests, dead letters) per domain from the politeness report's table in the log."""
+    lines = log[log.index("OpenClaw politeness report (top") :].splitlines()[2:]
+    rows = {}
+    for line in lines:
+        cells = line.split()
+        if not cells or not cells[0].startswith("127."):
+            break
+        rows[cells[0]] = (int(cells[1]), int(cells[-1]))
+    return rows
 
 
 def failed_attempts(site: dict[str, Any]) -> dict[str, int]:
@@ -274,3 +297,25 @@ def test_rate_shows_inf_when_the_pace_cannot_bind() -> None:
     assert effective_rate(SimpleNamespace(rate=26602.05, latency=0.002, concurrency=8)) == float("inf")
     assert effective_rate(SimpleNamespace(rate=6.0, latency=0.002, concurrency=8)) == 6.0
     assert effective_rate(SimpleNamespace(rate=2.0, latency=None, concurrency=8)) == 2.0
+
+
+def test_the_final_rate_stat_is_the_rate_the_table_shows() -> None:
+    """A fast healthy host's controller rate grows far past what its concurrency reaches at its
+    latency; the stat at close shows what the table shows (inf), not that number."""
+    import time
+
+    from scrapy.utils.misc import build_from_crawler
+
+    from scrapy_openclaw.health.middleware import DomainHealthMiddleware
+    from scrapy_openclaw.metrics.collector import effective_rate
+
+    crawler = get_crawler(_Spider, {"ADDONS": {"scrapy_openclaw.Addon": 100}})
+    middleware = build_from_crawler(DomainHealthMiddleware, crawler)
+    crawler.stats.open_spider()
+    start = time.time()
+    for n in range(101):  # slow start doubles the pace every 10 answers: 10 * 2**10 req/s
+        middleware.registry.record_success("127.0.0.2", 0.002, now=start + n * 0.01)
+    state = middleware.registry.state("127.0.0.2")
+    assert 100 < state.rate < float("inf") and effective_rate(state) == float("inf")
+    middleware._spider_closed()
+    assert crawler.stats.get_value("openclaw/health/final_rate/127.0.0.2") == float("inf")

@@ -418,3 +418,27 @@ def test_dashboard_uses_only_exported_metrics():
         for name in re.findall(r"scrapy_openclaw_[a-z_]+", target["expr"])
     }
     assert used and used <= exported, used - exported
+
+
+def test_every_counter_is_exported_at_zero_before_it_counts():
+    """A dashboard reads 0, not "No data": each counter family has samples from the first scrape,
+    and a domain's counters have every status and error class once the domain is known."""
+    ext = build_from_crawler(MetricsExtension, get_crawler(_Spider, {"OPENCLAW_LOG_DOMAINS": 3}))
+    counters = [f for f in ext.registry.collect() if f.type == "counter"]
+    empty = [f.name for f in counters if not f.samples]
+    assert empty == ["scrapy_openclaw_retry_reasons"]  # (reasons cannot be listed before they occur)
+    get = ext.registry.get_sample_value
+    assert get("scrapy_openclaw_downloader_failures_total", {"spider": "", "domain": "other"}) == 0
+    assert get("scrapy_openclaw_retry_retries_total", {"spider": "", "error_class": "network"}) == 0
+    request = Request("http://127.0.0.2/page/1")
+    response = HtmlResponse(request.url, status=200, request=request)
+    send = ext.crawler.signals.send_catch_log
+    send(signals.request_reached_downloader, request=request, spider=None)
+    send(signals.response_downloaded, response=response, request=request, spider=None)
+    send(signals.request_left_downloader, request=request, spider=None)
+    labels = {"spider": "", "domain": "127.0.0.2"}
+    assert get("scrapy_openclaw_downloader_responses_total", {**labels, "status_class": "2xx"}) == 1
+    assert get("scrapy_openclaw_downloader_responses_total", {**labels, "status_class": "5xx"}) == 0
+    assert get("scrapy_openclaw_dlq_dead_letters_total", {**labels, "error_class": "network"}) == 0
+    assert get("scrapy_openclaw_downloader_failures_total", labels) == 0
+    assert get("scrapy_openclaw_downloader_failures_total", {"spider": "", "domain": "other"}) is None

@@ -45,6 +45,7 @@ LOOPED = {
     ("distributed/queue.py", "_tick"): ["_tick"],
     ("report/extension.py", "_tick"): ["_tick"],
     ("health/lag.py", "_sample"): ["_sample"],
+    ("health/notices.py", "check"): ["check"],
     ("checkpoint/extension/crawl_signals.py", "func"): ["commit", "_periodic_snapshot"],
 }
 

@@ -31,7 +31,9 @@ from scrapy_openclaw import signals as openclaw_signals
 from scrapy_openclaw.delay import DelayedRequests, queue_handles_not_before
 from scrapy_openclaw.errors import ErrorTaxonomy
 from scrapy_openclaw.health.lag import CrawlerLag
+from scrapy_openclaw.health.notices import HealthNotices
 from scrapy_openclaw.health.registry import CLOSED, OPEN, HealthRegistry, affects_health
+from scrapy_openclaw.health.registry.record import effective_rate
 from scrapy_openclaw.retry_after import parse_retry_after, summarise_warnings
 from scrapy_openclaw.runtime import crawl_id, shared
 from scrapy_openclaw.scrapy_internals import (
@@ -75,7 +77,15 @@ class DomainHealthMiddleware:
         # request out; with any other queue the slot delay does the pacing.
         self.paces_slots = not queue_handles_not_before(crawler.settings)
         self.autothrottle = crawler.settings.getbool("AUTOTHROTTLE_ENABLED")
-        self.crawl_delay_max = OpenClawSettings.for_crawler(crawler).crawl_delay_max
+        config = OpenClawSettings.for_crawler(crawler)
+        self.crawl_delay_max = config.crawl_delay_max
+        self.notices = HealthNotices(
+            state=self.registry.state,
+            policy=self.registry.policy,
+            stats=self.stats,
+            repeat_interval=config.log_repeat_interval,
+            slow_after=config.slow_hint_after,
+        )
         self._given_up_logged: set[str] = set()
         # id() of the download slot last tuned per domain (Scrapy drops idle slots and makes new
         # ones; its Slot takes no weak reference, and keeping the slot would keep it alive).
@@ -88,6 +98,7 @@ class DomainHealthMiddleware:
         robots_parsed = robots_parsed_signal()
         if robots_parsed is not None and self.crawl_delay_max > 0:
             crawler.signals.connect(self._robots_parsed, signal=robots_parsed)
+        crawler.signals.connect(self._spider_opened, signal=signals.spider_opened)
         crawler.signals.connect(self._spider_closed, signal=signals.spider_closed)
         # The crawler's own stalls, so that its slowness is not read as the sites' (see .lag)
         self.lag = CrawlerLag(on_busy=self._crawler_busy)
@@ -216,11 +227,19 @@ class DomainHealthMiddleware:
                 latency=request.meta.get("download_latency"),
             )
             self.stats.inc_value(f"openclaw/health/{scope}_failures")
+            if scope == "domain":
+                self.notices.troubled(domain)
             self.stats.inc_value(f"openclaw/health/failures/{classification.reason}")
             if classification.is_throttle:
                 self.stats.inc_value("openclaw/health/throttled")
             if retry_after is not None:
                 self.stats.inc_value("openclaw/health/held")
+                why = (
+                    "the site asked to wait (Retry-After)"
+                    if classification.is_throttle
+                    else f"a ban page ({classification.reason})"
+                )
+                self.notices.held(domain, retry_after, why)
         else:
             changed = self.registry.record_success(domain, request.meta.get("download_latency"))
         if changed:  # caused by this record: with a shared registry, other workers' changes are theirs
@@ -244,23 +263,11 @@ class DomainHealthMiddleware:
     def _circuit_changed(self, circuit: str, state: DomainState) -> None:
         if circuit == OPEN:
             self.stats.inc_value("openclaw/health/circuit_opened")
-            logger.warning(
-                "Circuit for %(domain)s opened (health %(health).0f, %(failures)d failures in a row); "
-                "pausing the domain for %(cooldown).1fs",
-                {
-                    "domain": state.domain,
-                    "health": state.health,
-                    "failures": state.consecutive_failures,
-                    "cooldown": max(0.0, self.registry.blocked_until(state.domain) - time.time()),
-                },
-            )
+            self.notices.opened(state, max(0.0, self.registry.blocked_until(state.domain) - time.time()))
             signal = openclaw_signals.circuit_opened
         elif circuit == CLOSED:
             self.stats.inc_value("openclaw/health/circuit_closed")
-            logger.info(
-                "Circuit for %(domain)s closed: a probe succeeded (health %(health).0f)",
-                {"domain": state.domain, "health": state.health},
-            )
+            self.notices.closed(state)
             signal = openclaw_signals.circuit_closed
         else:  # open -> half-open happens with the passing of time, not here
             return
@@ -334,7 +341,11 @@ class DomainHealthMiddleware:
             extra={"spider": self.crawler.spider},
         )
 
+    def _spider_opened(self, spider: Any = None) -> None:
+        self.notices.start()
+
     def _spider_closed(self, spider: Any = None, reason: str = "") -> None:
+        self.notices.stop()
         self.lag.stop()
         self.stats.set_value("openclaw/health/crawler_stalled_seconds", round(self.lag.total, 3))
         self.stats.set_value("openclaw/health/crawler_stall_max", round(self.lag.worst, 3))
@@ -344,7 +355,8 @@ class DomainHealthMiddleware:
         for domain in self.registry.domains():
             state = self.registry.state(domain)
             self.stats.set_value(f"openclaw/health/final_health/{domain}", round(state.health, 1))
-            self.stats.set_value(f"openclaw/health/final_rate/{domain}", round(state.rate, 3))
+            # (the pace as the log table shows it: inf when it cannot bind)
+            self.stats.set_value(f"openclaw/health/final_rate/{domain}", round(effective_rate(state), 3))
             self.stats.set_value(f"openclaw/health/held_seconds/{domain}", round(state.blocked_seconds, 1))
 
     def _domain(self, request: Request) -> str:

@@ -29,7 +29,6 @@ Prometheus' Twisted resource renders in a reactor thread-pool thread, so
 from __future__ import annotations
 
 import logging
-import math
 import re
 import threading
 import time
@@ -46,6 +45,7 @@ from prometheus_client.metrics_core import (
 
 from scrapy_openclaw.errors import ErrorClass
 from scrapy_openclaw.health.reader import HealthReader, health_registry
+from scrapy_openclaw.health.registry.record import effective_rate as effective_rate
 from scrapy_openclaw.metrics.figures import status_class as status_class
 from scrapy_openclaw.pqueues import queue_state as deadline_queue_state
 from scrapy_openclaw.runtime import peek
@@ -394,16 +394,6 @@ class OpenClawCollector:
         for label, value in by_label(self.labels, per_slot.items()):
             by_domain.add_metric([spider, label], value)
         return result
-
-
-def effective_rate(state: Any) -> float:
-    """The pace the controller allows a domain, ``inf`` when it cannot bind: above what the
-    domain's concurrency reaches at its latency (concurrency / latency), as in plain Scrapy."""
-    rate = float(state.rate)
-    latency = state.latency
-    if isinstance(latency, (int, float)) and latency > 0 and rate * latency > max(1, state.concurrency):
-        return math.inf
-    return rate
 
 
 def _retry_delay_histogram(stats: dict[str, Any], spider: str) -> Metric | None:

@@ -36,6 +36,7 @@ from scrapy_openclaw.metrics.families import FiguresCollector
 from scrapy_openclaw.metrics.figures import CrawlFigures
 from scrapy_openclaw.metrics.logtable import DomainLogTable, Progress
 from scrapy_openclaw.metrics.progress import ProgressCollector, crawl_progress
+from scrapy_openclaw.metrics.zeros import ZeroFilled
 from scrapy_openclaw.scrapy_internals import engine_of, slot_key
 from scrapy_openclaw.settings import OpenClawSettings
 
@@ -75,9 +76,12 @@ class MetricsExtension:
         self._channel: Any = None
         self._build_metrics()
         self.collector = OpenClawCollector(crawler, self.labels, lambda: self._spider_name)
-        self.registry.register(self.collector)
+        spider_name = lambda: self._spider_name  # noqa: E731
+        self.registry.register(ZeroFilled(self.collector, self.labels.tracked, spider_name))
         self.figures = CrawlFigures.for_crawler(crawler)
-        self.registry.register(FiguresCollector(self.figures, self.labels, lambda: self._spider_name))
+        self.registry.register(
+            ZeroFilled(FiguresCollector(self.figures, self.labels, spider_name), self.labels.tracked, spider_name)
+        )
         self.registry.register(ProgressCollector(self))
         rows = config.log_domains
         interval = settings.getfloat("LOGSTATS_INTERVAL")

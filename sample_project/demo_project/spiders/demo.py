@@ -5,7 +5,8 @@
 connections, one that rate-limits with 429 + Retry-After, one slow) and crawls
 it. ``scrapy crawl demo -a url=https://example.com/`` crawls a real site
 instead (staying on its domain, at most ``-a max_pages=100`` pages).
-At the end it prints what scrapy-openclaw did, domain by domain.
+At the end it prints what scrapy-openclaw did, domain by domain (the figures
+the log table, the stats and ``/metrics`` show), and this crawl's dead letters.
 
 The site's port is fixed so that dead letters stay replayable: a later
 ``scrapy openclaw-dlq replay demo --all`` serves the same site at the same
@@ -31,7 +32,8 @@ from twisted.internet.threads import deferToThread
 from scrapy_openclaw.dlq import JsonlStore, default_uri
 from scrapy_openclaw.dlq.stores import expand_uri
 from scrapy_openclaw.dlq.stores.factory import store_path
-from scrapy_openclaw.runtime import peek
+from scrapy_openclaw.metrics.figures import CrawlFigures
+from scrapy_openclaw.runtime import crawl_id, peek
 from scrapy_openclaw.testing.chaos import ChaosConfig, ChaosSite, HostConfig
 
 DEMO_SITE = ChaosConfig(
@@ -70,6 +72,7 @@ class DemoSpider(scrapy.Spider):
         self.max_pages = int(max_pages)
         self.port = int(port)
         self.site: ChaosSite | None = None
+        self.site_port = 0
         self.pages: Counter[str] = Counter()
 
     @classmethod
@@ -96,6 +99,7 @@ class DemoSpider(scrapy.Spider):
             site = demo_site(0)
             site.start()
         self.site = site
+        self.site_port = int(next(iter(site.urls.values())).rsplit(":", 1)[1].strip("/"))
         for base_url in site.urls.values():
             self.logger.info("Embedded demo site serving %s", base_url)
 
@@ -119,41 +123,45 @@ class DemoSpider(scrapy.Spider):
         yield from response.follow_all(css="a")
 
     async def closed_summary(self, spider, reason):
+        """What scrapy-openclaw did, domain by domain: the figures of the log table and the report."""
+        figures = CrawlFigures.for_crawler(self.crawler)
+        figures.settle()
         registry = peek(self.crawler, "health")
-        stats = self.crawler.stats
         lines = [
             "",
             f"scrapy-openclaw demo finished ({reason})",
-            f"{'domain':<16}{'pages':>7}{'requests':>10}{'failures':>10}{'health':>8}  circuit",
+            f"{'domain':<16}{'done':>6}{'requests':>10}{'retries':>9}{'failed':>8}{'dead':>6}{'health':>8}  circuit",
         ]
-        domains = sorted(set(self.pages) | set(registry.domains() if registry else ()))
-        for domain in domains:
+        for domain, f in sorted(figures.domains.items()):
             state = registry.state(domain) if registry else None
-            lines.append(
-                f"{domain:<16}{self.pages[domain]:>7}"
-                + (
-                    f"{state.requests:>10}{state.failures:>10}{state.health:>8.0f}  {state.circuit}"
-                    if state
-                    else f"{'-':>10}{'-':>10}{'-':>8}  -"
-                )
-            )
-        retries = sum(v for k, v in stats.get_stats().items() if k.startswith("openclaw/retry/") and k.endswith("/count"))
-        lines.append(f"items: {stats.get_value('item_scraped_count', 0)}, retries: {retries}")
-        lines += await maybe_deferred_to_future(deferToThread(self._files_summary))
+            health = f"{state.health:>8.0f}  {state.circuit}" if state else f"{'-':>8}  -"
+            lines.append(f"{domain:<16}{f.done:>6}{f.requests:>10}{f.retries:>9}{f.failures:>8}{f.dead:>6}{health}")
+        lines.append(f"items: {self.crawler.stats.get_value('item_scraped_count', 0)}")
+        dead = sum(f.dead for f in figures.domains.values())
+        lines += await maybe_deferred_to_future(deferToThread(self._files_summary, dead))
         print("\n".join(lines), flush=True)
         if self.site is not None:
             await maybe_deferred_to_future(self.site.stop())
 
-    def _files_summary(self) -> list[str]:
-        """Where this crawl's items and dead letters are (a thread: it reads the dead-letter file)."""
+    def _files_summary(self, dead: int) -> list[str]:
+        """Where this crawl's items and dead letters are (a thread: it reads the dead-letter file).
+
+        The dead-letter file keeps every run's letters (a replay takes the newest per URL);
+        this crawl's are the ones with its crawl id.
+        """
         feeds = [Path(uri).absolute() for uri in self.settings.getdict("FEEDS") if "://" not in uri]
         lines = [f"items of this crawl: {feed}" for feed in feeds]
-        written = self.crawler.stats.get_value("openclaw/dlq/count", 0)
         path = store_path(expand_uri(default_uri(self.settings), self.name))
+        this_crawl = crawl_id(self.crawler)
         if path is None:
-            return [*lines, f"dead letters of this crawl: {written}"]
-        total = sum(1 for _ in JsonlStore(path).iter()) if path.exists() else 0
-        lines.append(f"dead letters: {written} from this crawl, {total} in {path} (all runs)")
-        if total:
+            return [*lines, f"dead letters of this crawl: {dead} (crawl id {this_crawl})"]
+        letters = list(JsonlStore(path).iter()) if path.exists() else []
+        earlier = sum(1 for letter in letters if letter.crawl_id != this_crawl)
+        lines.append(f"dead letters: {dead} from this crawl (crawl id {this_crawl}) in {path}")
+        if earlier:
+            lines.append(f"  and {earlier} from earlier runs (a replay takes the newest per URL)")
+        if self.site is not None and self.site_port != self.port:
+            lines.append(f"  this crawl's letters point at port {self.site_port}, closed now: they cannot be replayed")
+        elif dead or earlier:
             lines.append("  list them: scrapy openclaw-dlq list demo; replay: scrapy openclaw-dlq replay demo --all")
         return lines

@@ -6,13 +6,25 @@ say which types :meth:`HealthRegistry.restore` accepts for each of them.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from scrapy_openclaw.health.registry.tuning import _BURST_SECONDS, CLOSED
 
 if TYPE_CHECKING:
     from scrapy_openclaw.policy import HealthPolicy
+
+
+def effective_rate(state: Any) -> float:
+    """The pace the controller allows a domain, ``inf`` when it cannot bind: above what the
+    domain's concurrency reaches at its latency (concurrency / latency), as in plain Scrapy.
+    What the log table, ``/metrics`` and the ``final_rate`` stats show."""
+    rate = float(state.rate)
+    latency = state.latency
+    if isinstance(latency, (int, float)) and latency > 0 and rate * latency > max(1, state.concurrency):
+        return math.inf
+    return rate
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,8 @@
 
 Run as ``python -m scrapy_openclaw.testing.chaos CONFIG.json`` (see
 :class:`scrapy_openclaw.testing.servers.ChaosServer`), on the asyncio reactor.
+Without a config file it serves the practice site (:mod:`.practice`) and
+prints its URLs for a person to read.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import os
 import sys
 from typing import Any
 
+from scrapy_openclaw.testing.chaos import practice
 from scrapy_openclaw.testing.chaos.config import ChaosConfig
 from scrapy_openclaw.testing.chaos.site import ChaosSite
 
@@ -28,22 +31,42 @@ def _install_asyncio_reactor() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m scrapy_openclaw.testing.chaos")
-    parser.add_argument("config", help="path of a JSON file holding a ChaosConfig dict")
-    parser.add_argument("--max-seconds", type=float, default=900.0, help="exit after this long")
+    parser.add_argument(
+        "config", nargs="?", help="path of a JSON file holding a ChaosConfig dict; none: the practice site"
+    )
+    parser.add_argument(
+        "--max-seconds", type=float, default=None, help="exit after this long (default 900; practice site 3 h)"
+    )
+    parser.add_argument(
+        "--port", type=int, default=practice.PORT, help=f"the practice site's port (default {practice.PORT}; 0: any)"
+    )
     args = parser.parse_args(argv)
-    with open(args.config, encoding="utf-8") as f:
-        config = ChaosConfig.from_dict(json.load(f))
+    if args.config is None:
+        config = practice.practice_config(args.port)
+        max_seconds = 3 * 3600.0 if args.max_seconds is None else args.max_seconds
+    else:
+        with open(args.config, encoding="utf-8") as f:
+            config = ChaosConfig.from_dict(json.load(f))
+        max_seconds = 900.0 if args.max_seconds is None else args.max_seconds
     _install_asyncio_reactor()
     from twisted.internet import reactor as installed_reactor
+    from twisted.internet.error import CannotListenError
 
     # (zope interface methods take no self: without a zope plugin mypy misreads IReactorCore)
     reactor: Any = installed_reactor
     site = ChaosSite(config, reactor=reactor)
-    urls = site.start()
-    sys.stdout.write(json.dumps({"urls": urls, "pid": os.getpid()}) + "\n")
+    try:
+        urls = site.start()
+    except CannotListenError as exc:
+        sys.stderr.write(f"error: cannot listen on {exc.interface}:{exc.port} ({exc.socketError}); try --port 0\n")
+        return 1
+    if args.config is None:
+        sys.stdout.write(practice.banner(urls, os.getpid()))
+    else:
+        sys.stdout.write(json.dumps({"urls": urls, "pid": os.getpid()}) + "\n")
     sys.stdout.flush()
     reactor.addSystemEventTrigger("before", "shutdown", site.stop)
-    reactor.callLater(args.max_seconds, reactor.stop)
+    reactor.callLater(max_seconds, reactor.stop)
     reactor.run()  # Twisted's own SIGINT/SIGTERM handlers stop it cleanly
     loop = getattr(reactor, "_asyncioEventloop", None)
     if loop is not None and not loop.is_closed():
