@@ -220,3 +220,36 @@ def test_the_crawl_goes_on_with_the_promoted_replica_when_the_master_is_killed(
         assert "Redis unreachable" in log and "Redis is back after" in log
     promoted = f"redis://127.0.0.1:{replica.port}/0"
     assert bench.queue_size(promoted, "inflight") == 0 and bench.queue_size(promoted, "data") == 0
+
+
+def test_a_worker_that_finds_no_master_names_the_sentinels() -> None:
+    """Started while the sentinels name a master that is down (a failover not done yet): the
+    start-up error names the sentinels and the master, not REDIS_URL, which our components do not use."""
+    from scrapy import Spider
+    from scrapy.settings import Settings
+    from scrapy.utils.test import get_crawler
+
+    from scrapy_openclaw.distributed import configure
+    from scrapy_openclaw.distributed.scheduler import OpenClawRedisScheduler, RedisUnavailableError
+
+    sentinel = Sentinel(free_port())  # nothing listens there
+    try:
+        settings = Settings()
+        configure(settings)  # (what the add-on does in distributed mode)
+        names = ("SCHEDULER_QUEUE_CLASS", "SCHEDULER_SERIALIZER", "DUPEFILTER_CLASS", "SCHEDULER_PERSIST")
+        crawler = get_crawler(
+            Spider,
+            {
+                "REDIS_URL": "redis://127.0.0.1:1/0",
+                "OPENCLAW_REDIS_SENTINELS": [f"127.0.0.1:{sentinel.port}"],
+                "REDIS_PARAMS": {"socket_timeout": 2, "socket_connect_timeout": 2},
+                **{name: settings[name] for name in names},
+            },
+        )
+        with pytest.raises(RedisUnavailableError) as info:
+            OpenClawRedisScheduler.from_crawler(crawler)
+        message = str(info.value)
+        assert f"master 'mymaster' of sentinel(s) 127.0.0.1:{sentinel.port} (OPENCLAW_REDIS_SENTINELS)" in message
+        assert "REDIS_URL" not in message and "start the worker again" in message
+    finally:
+        sentinel.stop()
