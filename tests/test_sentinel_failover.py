@@ -3,8 +3,9 @@
 A real master, a replica and one sentinel on loopback (quorum 1, a one-second
 down-after); three workers (a plain ``scrapy.Spider`` among them) crawl the
 chaos site, each with its own checkpoint and durable feed; the master is
-killed -9 mid-crawl. The crawl must finish on the promoted replica with every
-reachable page scraped or accounted for, and no item twice in the feeds.
+killed -9 mid-crawl, with the replica in sync or a second behind (the
+master's last writes lost). The crawl must finish on the promoted replica with
+every reachable page scraped or accounted for, and no item twice in the feeds.
 """
 
 from __future__ import annotations
@@ -160,9 +161,12 @@ def _dead_letters(outs: list[Path]) -> list[dict[str, Any]]:
     return letters
 
 
+@pytest.mark.parametrize("lag", [0.0, 1.0], ids=["replica-in-sync", "replica-1s-behind"])
 def test_the_crawl_goes_on_with_the_promoted_replica_when_the_master_is_killed(
-    chaos_server: Any, sentinel_pair: Any, tmp_path: Path
+    chaos_server: Any, sentinel_pair: Any, tmp_path: Path, lag: float
 ) -> None:
+    """*lag*: the replica is cut off (stopped, its link killed by the master) that long before the
+    master dies, so the master's last writes (pushes, leases, acknowledgements) are lost with it."""
     master, replica, sentinel = sentinel_pair
     site = chaos_server(bench._site(60, hosts=3, latency=0.5))
     settings = {
@@ -186,7 +190,13 @@ def test_the_crawl_goes_on_with_the_promoted_replica_when_the_master_is_killed(
         wait_until(lambda: sum(_feed_urls(outs).values()) >= total // 4, 120, "the crawl never got going")
         assert all(p.poll() is None for p in procs), "a worker ended before the master was killed"
         old_port = master.port
+        if lag:
+            os.kill(replica._proc.pid, signal.SIGSTOP)
+            conn.client_kill_filter(_type="replica")
+            time.sleep(lag)  # the workers write on; none of it reaches the replica
         os.kill(master._proc.pid, signal.SIGKILL)  # (RedisServer has no kill -9 of its own)
+        if lag:
+            os.kill(replica._proc.pid, signal.SIGCONT)
         killed_at = time.monotonic()
         wait_until(lambda: sentinel.master_port() != old_port, 30, "the sentinel never promoted the replica")
         promoted_after = time.monotonic() - killed_at
@@ -218,6 +228,10 @@ def test_the_crawl_goes_on_with_the_promoted_replica_when_the_master_is_killed(
     assert promoted_after < 30
     for log in logs:  # every worker felt the failover as an outage, and rode it out
         assert "Redis unreachable" in log and "Redis is back after" in log
+        assert "Redis answers from another server" in log
+    for s in stats:  # each found the new server and sent its recent writes again; no lease waited out
+        assert s.get("openclaw/distributed/failovers") == 1 and s.get("openclaw/distributed/replayed_writes", 0) > 0
+        assert not s.get("openclaw/distributed/lease_expired")
     promoted = f"redis://127.0.0.1:{replica.port}/0"
     assert bench.queue_size(promoted, "inflight") == 0 and bench.queue_size(promoted, "data") == 0
 
