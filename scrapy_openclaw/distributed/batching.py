@@ -42,8 +42,10 @@ _MAX_PUSHES = 500
 #: seconds between two looks at the plain scrapy-redis key for foreign entries
 _FOREIGN_EVERY = 30
 #: seconds of confirmed writes kept to send again to a server that replaced the one that confirmed
-#: them (a replica is behind its master by what was in flight: well under a second on one network)
-REPLAY_WINDOW = 10.0
+#: them: a replica is behind its master by what was in flight (well under a second on one network);
+#: nothing is added while Redis is away, so it counts back from the outage (memory: the pushes of
+#: that many seconds)
+REPLAY_WINDOW = 3.0
 #: seconds a worker pops nothing after it found a failover, so that every worker (each retrying
 #: on its own backoff, at most 5 s) takes back its leases before any entry is handed out again
 FAILOVER_GRACE = 6.0
