@@ -475,6 +475,20 @@ SPECS: dict[str, list[Spec]] = {
             key="cost",
         )
     ],
+    "workermemory": [
+        Spec(
+            "workermemory: a distributed worker's RSS after 1,000 and 100,000 domains (registry level)",
+            [
+                M("rss_ratio", "RSS at the end / at 1,000 domains", "lower", ratio=False),
+                M("rss_at_1000_mb", "RSS at 1,000 domains (MB)", ratio=False),
+                M("rss_at_end_mb", "RSS at the end (MB)", "lower"),
+                M("held_at_end", "domains held at the end", "lower"),
+                M("domains", "domains met", ratio=False),
+            ],
+            [Headline("rss_ratio", "idle_sweep", "<= 1.1", at_most(1.1))],
+            key="worker_memory",
+        )
+    ],
 }
 
 

@@ -6,6 +6,7 @@ import json
 import time
 from typing import Any
 
+import redis
 from scrapy import Request
 from scrapy.utils.test import get_crawler
 
@@ -176,3 +177,19 @@ def test_a_worker_forgets_idle_domains_in_its_cache_and_reads_them_from_redis_ag
         assert reg.state("old0.test").failures == 1
     finally:
         q._loop.stop()
+
+
+def test_a_workers_registry_stays_bounded_over_many_domains_and_grows_without_the_sweep(redis_server: Any) -> None:
+    """The worker memory benchmark's driver, 3,000 domains on a fake clock (0.5 s apart, idle TTL
+    300 s): with the sweep the registry holds the last TTL's domains (600) plus those met since the
+    last sweep, at 1,000 domains as at 3,000; without it, every domain met."""
+    from benchmarks.workermemory import IDLE_TTL, STEP, TICK_EVERY, measure
+
+    bound = (IDLE_TTL + min(60.0, IDLE_TTL / 4)) / STEP + TICK_EVERY
+    swept = measure(redis_server.url, 3000, IDLE_TTL, checkpoints=(1000, 2000, 3000))
+    held = [p["held"] for p in swept["points"]]
+    assert all(IDLE_TTL / STEP <= n <= bound for n in held), held
+    assert swept["evicted"] == 3000 - held[-1]
+    redis.Redis.from_url(redis_server.url).flushall()
+    kept = measure(redis_server.url, 2000, 0.0, checkpoints=(1000, 2000))
+    assert [p["held"] for p in kept["points"]] == [1000, 2000] and kept["evicted"] == 0

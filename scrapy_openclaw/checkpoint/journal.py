@@ -44,8 +44,10 @@ from scrapy_openclaw.checkpoint.records import (
     parse_header,
     sealed_elsewhere,
 )
+from scrapy_openclaw.checkpoint.refusal import refuses
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from pathlib import Path
 
 logger = logging.getLogger(__name__)
@@ -113,8 +115,10 @@ class JournalWriter:
     is terminated so it costs only itself.
     """
 
-    def __init__(self, path: Path, header: dict[str, Any]):
+    def __init__(self, path: Path, header: dict[str, Any], on_refused: Callable[[Path, OSError], None] | None = None):
         self.path = path
+        #: told of a write the disk refuses (full, read-only, see :mod:`.refusal`) instead of an error line
+        self.on_refused = on_refused
         self._fd = open_private(path, os.O_WRONLY | os.O_APPEND)
         self._buffer: list[bytes] = []
         self._torn = False
@@ -152,6 +156,9 @@ class JournalWriter:
             except OSError as exc:
                 self.failures += 1
                 self._torn = 0 < written < len(data) or (self._torn and written == 0)
+                if self.on_refused is not None and refuses(exc):
+                    self.on_refused(self.path, exc)
+                    return False
                 logger.error(
                     "Checkpoint journal %(path)s: cannot write %(n)d records (%(error)s); "
                     "keeping them in memory and retrying",

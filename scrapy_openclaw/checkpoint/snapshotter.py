@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from scrapy_openclaw.checkpoint.refusal import refuses
 from scrapy_openclaw.checkpoint.state import generations, journal_path, snapshot_path
 
 logger = logging.getLogger(__name__)
@@ -33,6 +34,8 @@ class Snapshotter:
         self.stats = stats
         self.write_file = write_file
         self.previous_gen = previous_gen  #: the last good snapshot (kept as the fallback)
+        #: told of a write the disk refuses (full, read-only, see :mod:`.refusal`) instead of an error line
+        self.on_refused: Callable[[Path, OSError], None] | None = None
         self._thread: threading.Thread | None = None
         self._outcome: tuple[int, Outcome] | None = None  # a thread's outcome, for the reactor thread
 
@@ -98,6 +101,9 @@ class Snapshotter:
     def _written(self, gen: int, outcome: Outcome) -> bool:
         if isinstance(outcome, Exception):
             self.stats.inc_value("openclaw/checkpoint/snapshot_errors")
+            if self.on_refused is not None and isinstance(outcome, OSError) and refuses(outcome):
+                self.on_refused(snapshot_path(self.dir, gen), outcome)
+                return False
             logger.error(
                 "Checkpoint snapshot %(path)s failed (%(error)s); the previous snapshot and the "
                 "journals still hold the state, the crawl continues",

@@ -12,6 +12,7 @@ until Redis is back. Outside a crawl (tests, the CLI) a round runs inline.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -33,11 +34,21 @@ if TYPE_CHECKING:
     from scrapy_openclaw.distributed.pending import CrawlWork
     from scrapy_openclaw.distributed.shards import ShardKeys
 
+logger = logging.getLogger(__name__)
+
 STATS = "openclaw/distributed"
 #: at most this many buffered pushes per round (acknowledgements wait for the pushes before them)
 _MAX_PUSHES = 500
 #: seconds between two looks at the plain scrapy-redis key for foreign entries
 _FOREIGN_EVERY = 30
+#: seconds of confirmed writes kept to send again to a server that replaced the one that confirmed
+#: them: a replica is behind its master by what was in flight (well under a second on one network);
+#: nothing is added while Redis is away, so it counts back from the outage (memory: the pushes of
+#: that many seconds)
+REPLAY_WINDOW = 3.0
+#: seconds a worker pops nothing after it found a failover, so that every worker (each retrying
+#: on its own backoff, at most 5 s) takes back its leases before any entry is handed out again
+FAILOVER_GRACE = 6.0
 
 
 class Batching:
@@ -57,6 +68,10 @@ class Batching:
     held: dict[str, float]
     _pending_push: list[Push]
     _pending_ack: set[str]
+    _recent: deque[tuple[float, list[Push], list[str]]]
+    _check_server: bool
+    _reclaim: bool
+    _pops_from: float
     _pending_release: list[tuple[str, bool]]
     _pending_reject: list[tuple[str, str]]
     _ready: deque[Request]
@@ -105,8 +120,10 @@ class Batching:
         round) a heartbeat when due, pops ahead and counts."""
         now = self.clock()
         job = self._plan_writes()
-        if not everything and now - self._last_beat >= self.heartbeat:
+        job.check_server = self._check_server
+        if not everything and (now - self._last_beat >= self.heartbeat or self._reclaim):
             self._last_beat = now
+            job.reclaim, self._reclaim = self._reclaim, False
             beat: dict[int, list[str]] = {}
             for lease in self.held:
                 shard, entry = split_lease(lease)
@@ -120,7 +137,7 @@ class Batching:
         if pops and not everything:
             self._look_again_after_overrides()
             want = self.prefetch if self.link.background else 1
-            job.pops = max(0, want - len(self._ready))
+            job.pops = max(0, want - len(self._ready)) if now >= self._pops_from else 0
             if job.pops and all(self.runner.shard_wait.get(i, 0) > now for i in range(self.shards.count)):
                 job.pops = 0
         job.counts = counts and not everything
@@ -157,15 +174,27 @@ class Batching:
         self._busy = False
         if res.error is not None:
             self.link.failed(res.error)
+            self._check_server = True
         else:
             self.link.recovered()
-        self._apply(job, res)
+            self._check_server = self._check_server and not job.check_server
+        if res.new_server:
+            self._replay()
+        else:
+            self._apply(job, res)
         pops, counts = self._again_pops, self._again_counts
         again, self._again = self._again, False
         self._again_pops = self._again_counts = False
         if res.error is not None:
             return  # the tick tries again once the link's backoff allows
-        if again or self._pending_push or self._pending_ack or self._pending_release or self._pending_reject:
+        if (
+            again
+            or res.new_server
+            or self._pending_push
+            or self._pending_ack
+            or self._pending_release
+            or self._pending_reject
+        ):
             self._kick(
                 pops=pops or (self.link.background and len(self._ready) < self.prefetch and bool(res.popped)),
                 counts=counts,
@@ -178,6 +207,7 @@ class Batching:
         if res.acked:
             for shard, ids in job.acks.items():
                 self._pending_ack.difference_update(lease_id(shard, e) for e in ids)
+            self._remember(job, res, now)
             del self._pending_release[: sum(len(ids) for _, _, ids in job.releases)]
             del self._pending_reject[: len(job.rejects)]
             for raw in res.dead:
@@ -204,6 +234,41 @@ class Batching:
             self._wake(res.wait)
         if res.popped and self.link.background:
             self._wake_engine()
+
+    def _remember(self, job: Round, res: Round, now: float) -> None:
+        """Keep the writes Redis just confirmed for REPLAY_WINDOW seconds: the pushes it queued
+        that name a fingerprint (the dupefilter makes sending them twice harmless) and the acks."""
+        pushes = [p for p, queued in zip(job.pushes, res.pushed) if queued and p.args[8]]
+        acks = [lease_id(shard, e) for shard, ids in job.acks.items() for e in ids]
+        acks += [p.ack for p in pushes if p.ack]
+        if pushes or acks:
+            self._recent.append((now, pushes, acks))
+        while self._recent and self._recent[0][0] < now - REPLAY_WINDOW:
+            self._recent.popleft()
+
+    def _replay(self) -> None:
+        """Another Redis server answers than the one that confirmed the recent writes (a failover):
+        send them again before anything newer, as it may have lost the last ones (an
+        acknowledgement lost would have the page fetched again, its items written twice)."""
+        # (no one to tell of a duplicate now: the first send did; the acks go separately)
+        pushes = [Push(p.shard, p.keys, p.args, None, None) for _, ps, _ in self._recent for p in ps]
+        acks = {a for _, _, acks in self._recent for a in acks}
+        self._recent.clear()
+        self._reclaim = True  # and the next beat takes back the leases the new server never saw
+        self._pops_from = self.clock() + FAILOVER_GRACE
+        self._wake(self._pops_from)
+        self._pending_push[:0] = pushes
+        self._pending_ack.update(acks)
+        self.runner.shard_wait.clear()
+        self.stats.inc_value(f"{STATS}/failovers")
+        self.stats.inc_value(f"{STATS}/replayed_writes", len(pushes) + len(acks))
+        logger.warning(
+            "Redis answers from another server than before the outage (a failover?): sending the "
+            "last %(window)ds of writes again (%(pushes)d pushes, %(acks)d acknowledgements), in case "
+            "it had not received them",
+            {"window": REPLAY_WINDOW, "pushes": len(pushes), "acks": len(acks)},
+            extra={"spider": self.crawler.spider},
+        )
 
     def _settle_pushes(self, job: Round, res: Round) -> None:
         """Drop the confirmed pushes from the buffer; tell whoever asked about duplicates."""

@@ -137,6 +137,12 @@ class LeasedDeadlineQueue(Batching, QueueEntries):
         self.held: dict[str, float] = {}  # lease id ("shard/entry") -> time leased
         self._pending_push: list[Push] = []  # pushes waiting for Redis, in order
         self._pending_ack: set[str] = set()
+        #: writes Redis confirmed in the last REPLAY_WINDOW seconds: (when, pushes queued, acks), sent
+        #: again should Redis turn out to be another server (a failover loses what was not replicated)
+        self._recent: deque[tuple[float, list[Push], list[str]]] = deque()
+        self._check_server = True  # ask which server answers, at the first round and after an outage
+        self._reclaim = False
+        self._pops_from = 0.0  # no pops before (a failover's grace)
         self._pending_release: list[tuple[str, bool]] = []  # (lease, counted)
         self._pending_reject: list[tuple[str, str]] = []
         self._ready: deque[Request] = deque()  # leased ahead, not yet handed to the engine

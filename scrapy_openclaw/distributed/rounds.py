@@ -60,6 +60,8 @@ class Round:
         self.foreign = False
         self.busy = False  # this worker has work of its own not (yet) in the queue
         self.leave = False  # a clean close: the worker leaves the crawl
+        self.check_server = False  # ask the server's run id first (after an outage: a failover?)
+        self.reclaim = False  # the beat takes back held entries the server has waiting (after a failover)
         # results
         self.pushed: list[bool] = []
         self.acked = False
@@ -72,6 +74,7 @@ class Round:
         self.count: tuple[int, int, int, int] | None = None  # ready, delayed, inflight, discovered
         self.others_busy = 0  # other live workers with work of their own
         self.stable = False  # no worker turned busy while the shards were counted
+        self.new_server = False  # another server answers than before: nothing else was run
         self.reclaimed = 0  # leases of dead workers handed back
         self.dead_workers: list[str] = []
         self.foreign_found: list[Any] = []
@@ -118,6 +121,7 @@ class RoundRunner:
         self.liveness = liveness
         self.clock = clock
         self.stated: bool | None = None  # the busy flag Redis has for this worker
+        self.run_id: str | None = None  # the Redis server's run id, as last checked
         self.shard_wait: dict[int, float] = {}
         self.cands: dict[int, list[str]] = {}
         self.rr = 0
@@ -134,6 +138,9 @@ class RoundRunner:
     def run(self, job: Round) -> Round:
         """The Redis thread: run *job*'s calls in order; stop at the first Redis error."""
         try:
+            if job.check_server and self._server_changed():
+                job.new_server = True
+                return job
             self._writes(job)
             if job.beat is not None:
                 self._heartbeat(job, job.beat)
@@ -151,6 +158,16 @@ class RoundRunner:
         except RedisError as exc:
             job.error = exc
         return job
+
+    def _server_changed(self) -> bool:
+        """Whether another Redis server answers than at the last check (a Sentinel failover, or a
+        restart without persistence). Not asked of a cluster (each node has its own run id)."""
+        if not hasattr(self.server, "info") or type(self.server).__name__ == "RedisCluster":
+            return False
+        run_id = text(self.server.info("server").get("run_id", ""))
+        changed = self.run_id is not None and run_id != self.run_id
+        self.run_id = run_id
+        return changed
 
     def _writes(self, job: Round) -> None:
         keys = self.shards.keys
@@ -171,7 +188,7 @@ class RoundRunner:
         for shard in range(self.shards.count):
             _, requeued = self.beat(
                 keys=self.shards.keys(shard),
-                args=[self.boost, self.worker, now, now + self.lease, *held.get(shard, ())],
+                args=[self.boost, self.worker, now, now + self.lease, int(job.reclaim), *held.get(shard, ())],
             )
             job.requeued += int(requeued)
 

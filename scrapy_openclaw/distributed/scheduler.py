@@ -28,6 +28,7 @@ from scrapy_openclaw.exceptions import LegacyQueueError as LegacyQueueError  # (
 from scrapy_openclaw.exceptions import RedisUnavailableError as RedisUnavailableError
 from scrapy_openclaw.redact import mask_uri
 from scrapy_openclaw.serialization import SerializationError
+from scrapy_openclaw.settings import read_setting
 from scrapy_openclaw.unstorable import refuse_unstorable
 
 if TYPE_CHECKING:
@@ -38,11 +39,16 @@ logger = logging.getLogger(__name__)
 
 
 def redis_location(settings: Any) -> str:
-    """REDIS_URL (or host:port) with any password masked, for messages."""
+    """Where our components look for Redis, for messages: the Sentinel master, or REDIS_URL (or
+    host:port) with any password masked; the setting named."""
+    sentinels = read_setting(settings, "OPENCLAW_REDIS_SENTINELS")
+    if sentinels:
+        master = read_setting(settings, "OPENCLAW_REDIS_SENTINEL_MASTER")
+        return f"master {master!r} of sentinel(s) {', '.join(sentinels)} (OPENCLAW_REDIS_SENTINELS)"
     url = settings.get("REDIS_URL")
     if url:
-        return mask_uri(url)
-    return f"redis://{settings.get('REDIS_HOST') or 'localhost'}:{settings.get('REDIS_PORT') or 6379}"
+        return f"{mask_uri(url)} (REDIS_URL)"
+    return f"redis://{settings.get('REDIS_HOST') or 'localhost'}:{settings.get('REDIS_PORT') or 6379} (REDIS_URL)"
 
 
 def _where(client: Any) -> tuple[Any, ...]:
@@ -91,9 +97,10 @@ class OpenClawRedisScheduler(Scheduler):
             instance = cls.from_settings(crawler.settings)
         except RedisError as exc:
             message = (
-                f"scrapy-openclaw distributed mode: cannot reach Redis at "
-                f"{redis_location(crawler.settings)} (REDIS_URL): {exc}"
+                f"scrapy-openclaw distributed mode: cannot reach Redis at {redis_location(crawler.settings)}: {exc}"
             )
+            if read_setting(crawler.settings, "OPENCLAW_REDIS_SENTINELS"):
+                message += " (during a failover: start the worker again once a replica is promoted)"
             # logged too: Scrapy's failing engine close can mask the exception itself
             logger.critical(message)
             raise RedisUnavailableError(message) from None

@@ -131,6 +131,7 @@ class CheckpointExtension(_CrawlSignals):
         if self.recovered is not None:
             self._restorer = Restorer(crawler, self.tracker, self.recovered, self.crawl_id)
         self.snapshotter = Snapshotter(self.dir, self.stats, _write_file, recovered.snapshot_gen)
+        self.snapshotter.on_refused = self._refused
         self.gen = recovered.next_generation
         self.journal = self._new_journal(self.gen)
         self.lifecycle = RequestLifecycle.for_crawler(crawler)

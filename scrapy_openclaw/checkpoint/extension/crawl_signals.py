@@ -14,6 +14,7 @@ from scrapy.exceptions import DontCloseSpider
 from scrapy.utils.asyncio import create_looping_call
 
 from scrapy_openclaw.checkpoint.extension.journaling import _Journaling
+from scrapy_openclaw.checkpoint.refusal import DiskRefusal
 
 if TYPE_CHECKING:
     from scrapy import Spider
@@ -94,6 +95,8 @@ class _CrawlSignals(_Journaling):
                 },
                 extra={"spider": spider},
             )
+        elif DiskRefusal.for_crawler(self.crawler).stopped:  # (its error said what to do)
+            self.journal.close()
         else:
             logger.error(
                 "Checkpoint %(dir)s: the final snapshot could not be written; the next run resumes "

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy_openclaw.checkpoint import records
 from scrapy_openclaw.checkpoint.journal import JournalWriter
+from scrapy_openclaw.checkpoint.refusal import DiskRefusal, refuses
 from scrapy_openclaw.checkpoint.restore import health_registry
 from scrapy_openclaw.checkpoint.snapshotter import Snapshotter, json_copy, json_safe_stats
 from scrapy_openclaw.checkpoint.state import journal_path
@@ -56,7 +57,11 @@ class _Journaling:
                 "spider": getattr(self.crawler.spidercls, "name", None),
                 "created": time.time(),
             },
+            on_refused=self._refused,
         )
+
+    def _refused(self, path: Path | str, exc: OSError) -> None:
+        DiskRefusal.for_crawler(self.crawler).report(path, exc)
 
     def commit(self, *, may_snapshot: bool = True, force_fsync: bool = False) -> bool:
         """Journal what happened since the last commit and fsync it (group commit).
@@ -103,6 +108,9 @@ class _Journaling:
             outputs = self.feeds.sync(fsync)
         except OSError as exc:
             self.stats.inc_value("openclaw/checkpoint/feed_errors")
+            if refuses(exc):
+                self._refused(exc.filename or self.dir, exc)
+                return None
             logger.error(
                 "Checkpoint: cannot write the durable feeds (%(error)s); retrying at the next commit", {"error": exc}
             )
@@ -146,9 +154,10 @@ class _Journaling:
         self.commit(may_snapshot=False, force_fsync=True)  # outputs too: the snapshot names their offsets
         if not self.journal.flush():  # the disk refuses even the journal: keep its records, skip
             self.stats.inc_value("openclaw/checkpoint/snapshot_errors")
-            logger.error(
-                "Checkpoint %(dir)s: snapshot skipped, the journal cannot be written either", {"dir": self.dir}
-            )
+            if not DiskRefusal.for_crawler(self.crawler).stopped:  # (that one said it all)
+                logger.error(
+                    "Checkpoint %(dir)s: snapshot skipped, the journal cannot be written either", {"dir": self.dir}
+                )
             return False
         gen = self.gen + 1
         header = self._snapshot_header(gen, finished, reason)
@@ -157,7 +166,12 @@ class _Journaling:
         self.gen = gen
         self._records_since_snapshot = 0
         if not final:
-            self.journal = self._new_journal(gen)
+            try:
+                self.journal = self._new_journal(gen)
+            except OSError as exc:
+                if not refuses(exc):
+                    raise
+                self._refused(journal_path(self.dir, gen), exc)  # (the closed journal takes no more writes)
         return self.snapshotter.write(gen, header, requests, fingerprints, background=background)
 
     def _snapshot_header(self, gen: int, finished: bool, reason: str | None) -> dict[str, Any]:

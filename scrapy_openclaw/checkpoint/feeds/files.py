@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from scrapy.extensions.feedexport import FileFeedStorage
 
 from scrapy_openclaw._files import FILE_MODE, fsync_dir, open_private
+from scrapy_openclaw.checkpoint.refusal import DiskRefusal, refuses
 from scrapy_openclaw.settings import OpenClawSettings
 
 if TYPE_CHECKING:
@@ -85,11 +86,16 @@ class DurableFile(io.RawIOBase):
                 with memoryview(self._buffer) as view:
                     while written < len(view):
                         written += os.write(self._fd, view[written:])
+            except OSError as exc:  # (os.write names no file: the caller's message needs it)
+                raise OSError(exc.errno, exc.strerror, str(self.path)) from None
             finally:  # a failed write (disk full) keeps only what did not reach the file
                 del self._buffer[:written]
                 self._unsynced = self._unsynced or written > 0
         if fsync and self._unsynced:
-            os.fsync(self._fd)
+            try:
+                os.fsync(self._fd)
+            except OSError as exc:
+                raise OSError(exc.errno, exc.strerror, str(self.path)) from None
             self._unsynced = False
 
     def close(self) -> None:
@@ -134,7 +140,13 @@ class DurableFileFeedStorage(FileFeedStorage):
         return self.file
 
     def store(self, file: Any) -> None:
-        file.close()
+        try:
+            file.close()
+        except OSError as exc:
+            if not refuses(exc):
+                raise
+            # its items are not recorded done: the resume fetches those pages again and writes them then
+            DiskRefusal.for_crawler(self.feeds.crawler).report(self.path, exc)
 
 
 DurableFileFeedStorage.__name__ = DurableFileFeedStorage.__qualname__ = FileFeedStorage.__name__

@@ -1,11 +1,23 @@
 -- Extend this worker's leases and requeue everyone's expired ones.
--- ARGV: boost, worker, now, lease_until, id1, ... -> {extended, requeued}
+-- ARGV: boost, worker, now, lease_until, reclaim, id1, ... -> {extended, requeued}
+-- reclaim = 1 (the first beat after a failover): an entry this worker holds that the server
+-- has waiting with no owner (the new master never saw its pop) is leased to it again, so no
+-- other worker fetches it a second time.
 -- (runs after the shared queue.lua, see __init__.py)
 local worker = ARGV[2]
+local reclaim = ARGV[5] == '1'
 local n = 0
-for i = 5, #ARGV do
-  if redis.call('HGET', OWNER, ARGV[i]) == worker then
-    redis.call('ZADD', INFL, 'XX', ARGV[4], ARGV[i])
+for i = 6, #ARGV do
+  local id = ARGV[i]
+  local owner = redis.call('HGET', OWNER, id)
+  if owner == worker then
+    redis.call('ZADD', INFL, 'XX', ARGV[4], id)
+    n = n + 1
+  elseif reclaim and not owner and redis.call('HEXISTS', DATA, id) == 1 then
+    unindex(id, info_of(id), tonumber(ARGV[1]))
+    redis.call('ZREM', DELAYED, id)
+    redis.call('ZADD', INFL, ARGV[4], id)
+    redis.call('HSET', OWNER, id, worker)
     n = n + 1
   end
 end
