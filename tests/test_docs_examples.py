@@ -177,7 +177,8 @@ def _parse(line: str) -> None:
     except (argparse.ArgumentError, SystemExit) as exc:
         raise AssertionError(f"{line}: {exc}") from None
     assert not [a for a in args if a.startswith("-")], f"{line}: unknown options"
-    if args:
+    placeholder = re.match(r"\[?[A-Z][A-Z_]*\]?(\s|$)", command.syntax())  # (SPIDER: any word)
+    if args and not placeholder:
         assert re.search(rf"(^|[\s|(\[]){re.escape(args[0])}($|[\s|)\]])", command.syntax()), f"{line}: {args[0]}?"
 
 

@@ -45,6 +45,7 @@ LOOPED = {
     ("distributed/queue.py", "_tick"): ["_tick"],
     ("report/extension.py", "_tick"): ["_tick"],
     ("health/lag.py", "_sample"): ["_sample"],
+    ("sites/extension.py", "_save_in_background"): ["_save_in_background"],
     ("health/notices.py", "check"): ["check"],
     ("checkpoint/extension/crawl_signals.py", "func"): ["commit", "_periodic_snapshot"],
 }

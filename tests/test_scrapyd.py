@@ -249,7 +249,12 @@ def test_two_concurrent_scrapyd_jobs_of_the_sample_project(scrapyd: Scrapyd, cha
     documented = {"output", "checkpoints", "reports", "openclaw-data"}
     assert {p.split("/")[0] for p in written} == documented, sorted(written)
     assert {p.split("/")[1] for p in written if p.startswith("checkpoints/")} == set(jobs)
-    assert {p for p in written if p.startswith("openclaw-data")} == {"openclaw-data", "openclaw-data/store.key"}
+    # the store key and the site memory (one per project, shared by its jobs: written atomically)
+    assert {p for p in written if p.startswith("openclaw-data")} == {
+        "openclaw-data",
+        "openclaw-data/store.key",
+        "openclaw-data/sites.json",
+    }
     assert snapshot(project) == source_files
     assert [p.name for p in (scrapyd.dirs / "eggs" / PROJECT).iterdir()] == ["1.egg"]
     assert snapshot(ROOT / "sample_project") == repo_files

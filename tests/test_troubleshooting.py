@@ -102,6 +102,9 @@ MESSAGES = [
     ("commands/schedule.py", "expected TASKS.yaml or `status [TASKS.yaml]`"),
     ("commands/schedule.py", "expected one tasks file"),
     ("commands/schedule.py", "status takes at most one tasks file"),
+    ("commands/sites.py", "expected list, show DOMAIN or forget DOMAIN... / forget --all"),
+    ("commands/sites.py", "show takes one domain"),
+    ("commands/sites.py", "forget takes domains, or --all (not both)"),
 ]
 #: How the page may quote what the code formats ("%(times)s" is "times"; "|" is escaped in a table).
 _PAGE_FORMS = {
