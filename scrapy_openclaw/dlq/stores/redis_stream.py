@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlencode, urlparse, urlunparse
 
+from scrapy_openclaw.distributed.connection import client_for_url
 from scrapy_openclaw.dlq.records import InvalidRecord, read_record, safe_id, seal, unseal
 from scrapy_openclaw.dlq.stores.base import ANY, DeadLetterStore, Filters
 from scrapy_openclaw.redact import mask_uri
@@ -79,7 +80,7 @@ class RedisStore(DeadLetterStore):
         # restart), not redis-py's default of 10 with backoff: a down Redis must
         # not stall the reactor; our own timer retries later.
         params = {"socket_timeout": timeout, "socket_connect_timeout": timeout, "retry": Retry(NoBackoff(), 1)}
-        self.redis = client or _redis_client(_redis_connection_url(url), params)
+        self.redis = client or client_for_url(_redis_connection_url(url), **params)
         if type(self.redis).__name__ == "RedisCluster" and "{" not in self.prefix:
             # a Redis Cluster: a stream and its :ids/:replayed hashes must share a slot
             self.prefix = "{" + self.prefix + "}"
@@ -284,23 +285,6 @@ class RedisStore(DeadLetterStore):
                 pipe.hdel(f"{key}:replayed", *[id_ for _, id_ in chunk])
                 n += pipe.execute()[0]
         return n
-
-
-def _redis_client(url: str, params: dict[str, Any]) -> Any:
-    """redis-py's client for *url*; its cluster client when *url* points at a Redis Cluster node."""
-    import redis
-
-    client = redis.Redis.from_url(url, **params)
-    try:
-        enabled = int(client.info("cluster").get("cluster_enabled", 0))
-    except (redis.RedisError, OSError):
-        return client  # unreachable now: buffered and retried like any outage
-    if not enabled:
-        return client
-    from redis.cluster import RedisCluster
-
-    client.close()
-    return RedisCluster.from_url(url, **params)
 
 
 def _redis_connection_url(url: str) -> str:
