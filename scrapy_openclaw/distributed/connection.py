@@ -82,3 +82,8 @@ def _cluster_if_enabled(client: Any, cluster: Callable[[dict[str, Any]], Any], p
     upgraded = cluster({k: v for k, v in params.items() if k in _CLUSTER_PARAMS})
     client.close()
     return upgraded
+
+
+def reply_text(value: Any) -> str:
+    """A Redis reply as text, whether the client decodes responses or not."""
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)

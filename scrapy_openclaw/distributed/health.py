@@ -43,6 +43,7 @@ from scrapy.utils.misc import build_from_crawler
 from scrapy_openclaw._condensed import CondensedWarnings
 from scrapy_openclaw.distributed import lua
 from scrapy_openclaw.distributed import shards as sharding
+from scrapy_openclaw.distributed.connection import reply_text
 from scrapy_openclaw.distributed.fields import typed_fields
 from scrapy_openclaw.distributed.link import RedisLink
 from scrapy_openclaw.health import registry as local
@@ -72,12 +73,8 @@ def _typed(fields: dict[str, str]) -> dict[str, Any]:
     return typed_fields(fields, lambda name, value: None)
 
 
-def _text(value: Any) -> str:
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
-
-
 def _pairs(flat: list[Any]) -> dict[str, str]:
-    items = [_text(x) for x in flat]
+    items = [reply_text(x) for x in flat]
     return dict(zip(items[0::2], items[1::2]))
 
 
@@ -383,7 +380,7 @@ class RedisHealthRegistry(HealthRegistry):
         """Cache the new state; the circuit transition this worker's record caused, if any."""
         fields, changed = res
         self.refresh(domain, fields)
-        return _text(changed) or None
+        return reply_text(changed) or None
 
     def _jitter(self, domain: str) -> float:
         """The cool-down jitter factor, should this failure open the circuit (drawn here:
@@ -441,11 +438,11 @@ class RedisHealthRegistry(HealthRegistry):
     def _redis_domains(self) -> dict[str, dict[str, str]]:
         names: list[str] = []
         for shard in range(self.shards):
-            names += (_text(m) for m in self.server.smembers(sharding.health_domains_key(self.spider_name, shard)))
+            names += (reply_text(m) for m in self.server.smembers(sharding.health_domains_key(self.spider_name, shard)))
         names.sort()
         out = {}
         for name in names:
-            fields = {_text(k): _text(v) for k, v in self.server.hgetall(self._key(name)).items()}
+            fields = {reply_text(k): reply_text(v) for k, v in self.server.hgetall(self._key(name)).items()}
             if fields.get("health"):
                 out[name] = fields
         return out
@@ -473,7 +470,7 @@ class RedisHealthRegistry(HealthRegistry):
             if self.server.hsetnx(self._key(name), "health", mapping["health"]):
                 self.server.hset(self._key(name), mapping=mapping)
                 self.server.sadd(self._domains_key(name), name)
-            self.refresh(name, {k: _text(v) for k, v in mapping.items()})
+            self.refresh(name, {k: reply_text(v) for k, v in mapping.items()})
 
 
 def shared_registry(crawler: Crawler) -> RedisHealthRegistry | None:

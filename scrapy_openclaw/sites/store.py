@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from scrapy_openclaw._files import atomic_write, open_existing, private_dir
+from scrapy_openclaw.distributed.connection import reply_text
 from scrapy_openclaw.paths import base_dir, resolve_path
 from scrapy_openclaw.serialization import signing
 from scrapy_openclaw.settings import read_setting
@@ -135,7 +136,7 @@ class RedisSiteStore(_Bounded):
         return f"Redis {self.prefix}*"
 
     def _domains(self) -> list[str]:
-        return [_text(k)[len(self.prefix) :] for k in self.server.scan_iter(match=self.prefix + "*", count=500)]
+        return [reply_text(k)[len(self.prefix) :] for k in self.server.scan_iter(match=self.prefix + "*", count=500)]
 
     def load(self, now: float | None = None, *, problems: list[str] | None = None) -> dict[str, SiteEntry]:
         """Every valid, young entry; those that are not (damaged, forged) are left out and
@@ -152,7 +153,7 @@ class RedisSiteStore(_Bounded):
 
     def read(self, domain: str) -> SiteEntry:
         key = self.prefix + domain
-        fields = {_text(k): v for k, v in self.server.hgetall(key).items()}
+        fields = {reply_text(k): v for k, v in self.server.hgetall(key).items()}
         body, mac = fields.get("entry"), fields.get("mac")
         if not isinstance(body, bytes) or mac is None or not signing.current().check(PURPOSE, body, mac):
             raise SiteStoreError(f"Redis {key}: not a sealed site memory entry (written by someone else?)")
@@ -209,7 +210,3 @@ def open_store(settings: Any, spider: str, *, redis: bool | None = None) -> File
 
 def _body(entries: Any) -> bytes:
     return json.dumps(entries, sort_keys=True, separators=(",", ":")).encode()
-
-
-def _text(value: Any) -> str:
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
