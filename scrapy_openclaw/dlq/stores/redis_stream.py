@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlencode, urlparse, urlunparse
 
+from scrapy_openclaw.distributed import lua
 from scrapy_openclaw.distributed.connection import client_for_url
 from scrapy_openclaw.dlq.records import InvalidRecord, read_record, safe_id, seal, unseal
 from scrapy_openclaw.dlq.stores.base import ANY, DeadLetterStore, Filters
@@ -26,23 +27,6 @@ if TYPE_CHECKING:
     from scrapy_openclaw.deadletter import DeadLetter
 
 logger = logging.getLogger(__name__)
-
-# Adds a record once: a retried XADD after a lost reply must not duplicate it.
-_ADD_ONCE = """
-if redis.call('HEXISTS', KEYS[2], ARGV[1]) == 1 then return 0 end
-local sid = redis.call('XADD', KEYS[1], '*', 'id', ARGV[1], 'data', ARGV[2])
-redis.call('HSET', KEYS[2], ARGV[1], sid)
-return 1
-"""
-# Replaces a record in place (same record id; the entry moves to the stream's end).
-_UPDATE = """
-local old = redis.call('HGET', KEYS[2], ARGV[1])
-if not old then return 0 end
-redis.call('XDEL', KEYS[1], old)
-local sid = redis.call('XADD', KEYS[1], '*', 'id', ARGV[1], 'data', ARGV[2])
-redis.call('HSET', KEYS[2], ARGV[1], sid)
-return 1
-"""
 
 
 class RedisStore(DeadLetterStore):
@@ -84,8 +68,8 @@ class RedisStore(DeadLetterStore):
         if type(self.redis).__name__ == "RedisCluster" and "{" not in self.prefix:
             # a Redis Cluster: a stream and its :ids/:replayed hashes must share a slot
             self.prefix = "{" + self.prefix + "}"
-        self._add = self.redis.register_script(_ADD_ONCE)
-        self._update = self.redis.register_script(_UPDATE)
+        self._add = self.redis.register_script(lua.DLQ_ADD)
+        self._update = self.redis.register_script(lua.DLQ_UPDATE)
         self._buffer: deque[DeadLetter] = deque()
         self._delay = retry_base
         self._timer: Any = None
