@@ -28,7 +28,7 @@ from scrapy_openclaw.exceptions import LegacyQueueError as LegacyQueueError  # (
 from scrapy_openclaw.exceptions import RedisUnavailableError as RedisUnavailableError
 from scrapy_openclaw.redact import mask_uri
 from scrapy_openclaw.serialization import SerializationError
-from scrapy_openclaw.settings import read_setting
+from scrapy_openclaw.settings import OpenClawSettings, read_setting
 from scrapy_openclaw.unstorable import refuse_unstorable
 
 if TYPE_CHECKING:
@@ -99,7 +99,7 @@ class OpenClawRedisScheduler(Scheduler):
             message = (
                 f"scrapy-openclaw distributed mode: cannot reach Redis at {redis_location(crawler.settings)}: {exc}"
             )
-            if read_setting(crawler.settings, "OPENCLAW_REDIS_SENTINELS"):
+            if OpenClawSettings.for_crawler(crawler).redis_sentinels:
                 message += " (during a failover: start the worker again once a replica is promoted)"
             # logged too: Scrapy's failing engine close can mask the exception itself
             logger.critical(message)
