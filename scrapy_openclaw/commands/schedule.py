@@ -29,6 +29,49 @@ if TYPE_CHECKING:
     from scrapy_openclaw.schedule.tasks import Task
 
 
+def _print_tasks(per_task: list[dict[str, Any]]) -> None:
+    """One row a task: its schedule, next window, last success, outcomes, windows missed now."""
+    rows = [
+        [
+            t["task"],
+            t["schedule"],
+            _when(t["next"]),
+            _when(t["last_success"]),
+            " ".join(f"{k}={v}" for k, v in sorted(t["outcomes"].items())) or "-",
+            str(t["missed_now_count"]),
+        ]
+        for t in per_task
+    ]
+    print(_table(rows, ["TASK", "SCHEDULE", "NEXT (UTC)", "LAST SUCCESS", "OUTCOMES", "MISSED NOW"]))
+    for t in per_task:
+        if t["missed_now"]:
+            print(f"{t['task']}: missed since the last recorded run: {', '.join(t['missed_now'])}")
+    print()
+
+
+def _print_runs(names: list[str], runs: list[Any], limit: int) -> None:
+    """The last *limit* runs of each task named (none when *limit* is 0)."""
+    rows = []
+    for name in names:
+        mine = [r for r in runs if r.task == name][-max(limit, 0) :] if limit else []
+        rows += [
+            [
+                r.task,
+                r.window,
+                r.outcome,
+                str(r.attempts),
+                r.exit_status or "-",
+                _when(r.start),
+                _when(r.end),
+                "-" if r.items is None else str(r.items),
+                "-" if r.dead_letters is None else str(r.dead_letters),
+                r.reason or "",
+            ]
+            for r in mine
+        ]
+    print(_table(rows, ["TASK", "WINDOW", "OUTCOME", "ATTEMPTS", "EXIT", "START", "END", "ITEMS", "DEAD", "REASON"]))
+
+
 def _when(ts: float | None) -> str:
     if not ts:
         return "-"
@@ -145,41 +188,5 @@ class Command(ScrapyCommand):
             return
         print(f"history: {history.describe()} ({len(runs)} run(s))")
         if per_task:
-            rows = [
-                [
-                    t["task"],
-                    t["schedule"],
-                    _when(t["next"]),
-                    _when(t["last_success"]),
-                    " ".join(f"{k}={v}" for k, v in sorted(t["outcomes"].items())) or "-",
-                    str(t["missed_now_count"]),
-                ]
-                for t in per_task
-            ]
-            print(_table(rows, ["TASK", "SCHEDULE", "NEXT (UTC)", "LAST SUCCESS", "OUTCOMES", "MISSED NOW"]))
-            for t in per_task:
-                if t["missed_now"]:
-                    print(f"{t['task']}: missed since the last recorded run: {', '.join(t['missed_now'])}")
-            print()
-        names = [t.id for t in tasks] or sorted({r.task for r in runs})
-        rows = []
-        for name in names:
-            mine = [r for r in runs if r.task == name][-max(opts.limit, 0) :] if opts.limit else []
-            rows += [
-                [
-                    r.task,
-                    r.window,
-                    r.outcome,
-                    str(r.attempts),
-                    r.exit_status or "-",
-                    _when(r.start),
-                    _when(r.end),
-                    "-" if r.items is None else str(r.items),
-                    "-" if r.dead_letters is None else str(r.dead_letters),
-                    r.reason or "",
-                ]
-                for r in mine
-            ]
-        print(
-            _table(rows, ["TASK", "WINDOW", "OUTCOME", "ATTEMPTS", "EXIT", "START", "END", "ITEMS", "DEAD", "REASON"])
-        )
+            _print_tasks(per_task)
+        _print_runs([t.id for t in tasks] or sorted({r.task for r in runs}), runs, opts.limit)
