@@ -100,7 +100,7 @@ class RedisHealthRegistry(HealthRegistry):
         from scrapy_openclaw.distributed.connection import client_from_settings
         from scrapy_openclaw.settings import OpenClawSettings
 
-        super().__init__(PolicySet.for_crawler(crawler), uniform=uniform, **scrapy_limits(crawler.settings))
+        super().__init__(PolicySet.for_crawler(crawler), uniform=uniform, **scrapy_limits(crawler))
         self.crawler = crawler
         self.clock = clock
         self.server = server if server is not None else client_from_settings(crawler.settings)
