@@ -22,11 +22,12 @@ from scrapy_openclaw._files import atomic_write, open_existing, private_dir
 from scrapy_openclaw.distributed.connection import reply_text
 from scrapy_openclaw.paths import base_dir, resolve_path
 from scrapy_openclaw.serialization import signing
-from scrapy_openclaw.settings import read_setting
 from scrapy_openclaw.sites.entry import SiteEntry
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
+
+    from scrapy_openclaw.settings import OpenClawSettings
 
 VERSION = 1
 PURPOSE = "sites"
@@ -187,25 +188,24 @@ class RedisSiteStore(_Bounded):
         return gone
 
 
-def sites_path(settings: Any) -> Path:
+def sites_path(config: OpenClawSettings) -> Path:
     """``OPENCLAW_SITES_PATH``, else ``<project>/openclaw-data/sites.json`` (one per project)."""
-    path = read_setting(settings, "OPENCLAW_SITES_PATH")
-    if path:
-        return resolve_path(path, setting="OPENCLAW_SITES_PATH")
+    if config.sites_path:
+        return resolve_path(config.sites_path, setting="OPENCLAW_SITES_PATH")
     return Path(base_dir(), "openclaw-data", FILE_NAME)
 
 
-def open_store(settings: Any, spider: str, *, redis: bool | None = None) -> FileSiteStore | RedisSiteStore:
-    """The crawl's store: Redis in distributed mode (or with *redis*), else the file."""
-    bounds = {
-        "max_entries": read_setting(settings, "OPENCLAW_SITES_MAX_ENTRIES"),
-        "max_age": read_setting(settings, "OPENCLAW_SITES_MAX_AGE"),
-    }
-    if redis if redis is not None else read_setting(settings, "OPENCLAW_DISTRIBUTED"):
+def open_store(
+    config: OpenClawSettings, settings: Any, spider: str, *, redis: bool | None = None
+) -> FileSiteStore | RedisSiteStore:
+    """The crawl's store: Redis in distributed mode (or with *redis*; reached through *settings*'
+    ``REDIS_*``), else the file."""
+    bounds: dict[str, Any] = {"max_entries": config.sites_max_entries, "max_age": config.sites_max_age}
+    if redis if redis is not None else config.distributed:
         from scrapy_openclaw.distributed.connection import client_from_settings
 
         return RedisSiteStore(client_from_settings(settings), spider, **bounds)
-    return FileSiteStore(sites_path(settings), **bounds)
+    return FileSiteStore(sites_path(config), **bounds)
 
 
 def _body(entries: Any) -> bytes:
