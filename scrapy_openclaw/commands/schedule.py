@@ -21,7 +21,7 @@ from scrapy.exceptions import UsageError
 from scrapy_openclaw.commands.addon_check import check_crawl_command
 from scrapy_openclaw.exceptions import OpenClawConfigError
 from scrapy_openclaw.paths import resolve_path
-from scrapy_openclaw.settings import read_setting
+from scrapy_openclaw.settings import OpenClawSettings
 
 if TYPE_CHECKING:
     import argparse
@@ -170,10 +170,12 @@ class Command(ScrapyCommand):
 
         tasks = self._load(tasks_path) if tasks_path else []
         assert self.settings is not None  # (scrapy's cmdline sets it before run())
-        state_dir = resolve_path(
-            read_setting(self.settings, "OPENCLAW_SCHEDULE_STATE_DIR"), setting="OPENCLAW_SCHEDULE_STATE_DIR"
-        )
-        _locks, history, _cursors = open_stores(self.settings, state_dir, 60.0)
+        try:
+            config = OpenClawSettings.from_settings(self.settings)
+        except OpenClawConfigError as exc:
+            raise UsageError(str(exc), print_help=False) from None
+        state_dir = resolve_path(config.schedule_state_dir, setting="OPENCLAW_SCHEDULE_STATE_DIR")
+        _locks, history, _cursors = open_stores(self.settings, state_dir, 60.0, prefix=config.schedule_redis_prefix)
         runs = history.runs()
         now = time.time()
         per_task = summary(tasks, runs, now - 5.0) if tasks else []
