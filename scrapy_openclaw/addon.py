@@ -126,7 +126,7 @@ class Addon:
 
             configure(settings)
         # Fail at start, before any request, on a bad policy (and a setting distributed mode set).
-        PolicySet.from_settings(settings)
+        PolicySet.load(settings)  # (the flat settings were validated above)
 
     def _warn_at_start(self) -> None:
         """Log what the add-on switched off once the crawl starts: Scrapy installs the

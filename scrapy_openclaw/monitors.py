@@ -17,7 +17,7 @@ try:
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError("scrapy_openclaw.monitors needs Spidermon: pip install spidermon") from exc
 
-from scrapy_openclaw.settings import read_setting
+from scrapy_openclaw.settings import OpenClawSettings, field_name
 
 
 @monitors.name("scrapy-openclaw dead letters")
@@ -25,7 +25,7 @@ class DeadLetterMonitor(BaseScrapyMonitor):
     """Dead letters stay within OPENCLAW_DLQ_ALERT_COUNT and OPENCLAW_DLQ_ALERT_RATIO (0: no limit)."""
 
     def _setting(self, name: str) -> float:
-        return read_setting(self.crawler.settings, name)
+        return getattr(OpenClawSettings.for_crawler(self.crawler), field_name(name))
 
     @monitors.name("Dead-letter count")
     def test_dead_letter_count(self) -> None:

@@ -1,16 +1,13 @@
 """Every Scrapy internal we rely on, in one module, each with the versions it was checked on.
 
 Scrapy has no public API for pausing a download slot, waking the engine or
-seeing a request finish; these functions do it through engine and downloader
-internals, checked against Scrapy 2.14 .. 2.19 (the versions ``pyproject.toml``
-allows). ``tests/test_scrapy_internals.py`` checks each one by behaviour on
-the installed Scrapy, and CI runs it on the lowest supported one too.
-Remaining users outside this module: ``distributed/*``.
+seeing a request finish; these helpers do it through its internals (Scrapy
+2.14 .. 2.19), each checked by behaviour in ``tests/test_scrapy_internals.py``
+on the newest and the lowest supported Scrapy. The one private name mirrored
+elsewhere: ``scrapy.pqueues._path_safe`` in ``_queuefile.py``.
 
-"Domain" in this package always means :func:`slot_key`, the download-slot
-key: the health registry, the queue, retry budgets, policy matching,
-metrics labels and dead letters all use it, so they agree when
-``meta["download_slot"]`` or ``CONCURRENT_REQUESTS_PER_IP`` is set.
+"Domain" means :func:`slot_key`, the download-slot key, so every component
+agrees when ``meta["download_slot"]`` or ``CONCURRENT_REQUESTS_PER_IP`` is set.
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
 """Every ``OPENCLAW_*`` setting and its default, in one place.
 
-Components read them through :class:`OpenClawSettings`, built and validated
-once per crawl, so a bad value fails at start with or without the add-on; the
-defaults below are what unset settings fall back to. The add-on writes them at
-``"addon"`` priority, so a project's own ``settings.py`` always wins.
-Per-domain knobs (health, retry, deadline) are not flat settings: they live in
-the policy (``OPENCLAW_POLICY`` / ``OPENCLAW_POLICY_FILE``, see ``policy/policies.py``).
+Components read them through :class:`OpenClawSettings`, validated once per
+crawl, so a bad value fails at start with or without the add-on. Nothing writes
+the defaults into the crawl's settings: an unset setting reads as its default
+here. Per-domain knobs live in the policy (``policy/policies.py``).
 """
 
 from __future__ import annotations

@@ -143,8 +143,10 @@ def test_retry_after_robots_and_dead_letters(crawled: dict[str, Any]) -> None:
 def test_the_report_file_is_where_the_docs_say(crawled: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
     from scrapy.settings import Settings
 
+    from scrapy_openclaw.settings import OpenClawSettings
+
     monkeypatch.chdir(crawled["project"] / "openclaw-data")  # below the project: its root is still found
-    assert report_path(Settings(), "chaos") == crawled["file"]
+    assert report_path(OpenClawSettings.from_settings(Settings()), "chaos") == crawled["file"]
     text = crawled["result"].log
     assert f"Politeness report written to {crawled['file']}" in text
     assert "OpenClaw politeness report (top 3 of 3 domains by busiest second):" in text

@@ -24,8 +24,9 @@ from scrapy.exceptions import UsageError
 
 from scrapy_openclaw.commands.dlq import parse_time
 from scrapy_openclaw.control.controller import CRAWL_COMMANDS, DOMAIN_COMMANDS, ControlError, validate
+from scrapy_openclaw.exceptions import OpenClawConfigError
 from scrapy_openclaw.redact import mask_uri
-from scrapy_openclaw.settings import DEFAULTS, read_setting
+from scrapy_openclaw.settings import DEFAULTS, OpenClawSettings
 
 if TYPE_CHECKING:
     import argparse
@@ -98,6 +99,7 @@ class Command(ScrapyCommand):
     requires_project = False
     requires_crawler_process = False
     default_settings: ClassVar[dict[str, Any]] = {"LOG_ENABLED": False}
+    _validated: OpenClawSettings | None = None  # (the settings, once validated: see _config)
 
     def syntax(self) -> str:
         return (
@@ -190,25 +192,34 @@ class Command(ScrapyCommand):
             command["reason"] = opts.reason
         return command
 
+    def _config(self) -> OpenClawSettings | None:
+        """The project's ``OPENCLAW_*`` settings, validated once (None outside a project)."""
+        if self.settings is None:
+            return None
+        if self._validated is None:
+            try:
+                self._validated = OpenClawSettings.from_settings(self.settings)
+            except OpenClawConfigError as exc:
+                raise UsageError(str(exc), print_help=False) from None
+        return self._validated
+
     def _token(self, opts: argparse.Namespace) -> str:
+        config = self._config()
         return (
-            opts.token
-            or os.environ.get("OPENCLAW_CONTROL_TOKEN")
-            or (self.settings.get("OPENCLAW_CONTROL_TOKEN") if self.settings else None)
-            or ""
+            opts.token or os.environ.get("OPENCLAW_CONTROL_TOKEN") or (config.control_token if config else None) or ""
         )
 
     def _via_http(self, command: dict[str, Any], opts: argparse.Namespace) -> tuple[dict[str, Any], int]:
         url = opts.url
         if not url:
-            settings = self.settings
-            port = read_setting(settings, "OPENCLAW_METRICS_PORT") if settings else 0
+            config = self._config()
+            port = config.metrics_port if config else 0
             if not port:
                 raise UsageError(
                     "no endpoint: give --url http://HOST:PORT (or set OPENCLAW_METRICS_PORT), or --redis",
                     print_help=False,
                 )
-            host = read_setting(settings, "OPENCLAW_METRICS_HOST") if settings else DEFAULTS["OPENCLAW_METRICS_HOST"]
+            host = config.metrics_host if config else DEFAULTS["OPENCLAW_METRICS_HOST"]
             url = f"http://{host}:{port}"
         name = command["command"]
         body = None if name == "domains" else json.dumps(command).encode("utf-8")
@@ -259,11 +270,8 @@ class Command(ScrapyCommand):
                 queue_key = (
                     self.settings.get("SCHEDULER_QUEUE_KEY") if self.settings else None
                 ) or "%(spider)s:requests"
-                shards = (
-                    read_setting(self.settings, "OPENCLAW_DISTRIBUTED_SHARDS")
-                    if self.settings
-                    else DEFAULTS["OPENCLAW_DISTRIBUTED_SHARDS"]
-                )
+                config = self._config()
+                shards = config.distributed_shards if config else DEFAULTS["OPENCLAW_DISTRIBUTED_SHARDS"]
                 return redis_domains(server, opts.spider, queue_key % {"spider": opts.spider}, shards), 200
             eid = publish(server, opts.spider, command, _operator())
         except redis.RedisError as exc:

@@ -16,9 +16,11 @@ from typing import Any, ClassVar
 from scrapy.commands import ScrapyCommand
 from scrapy.exceptions import UsageError
 
+from scrapy_openclaw.exceptions import OpenClawConfigError
 from scrapy_openclaw.report.model import ReportError
 from scrapy_openclaw.report.render import as_json, table, text
 from scrapy_openclaw.report.store import read_report, report_path
+from scrapy_openclaw.settings import OpenClawSettings
 
 
 class Command(ScrapyCommand):
@@ -73,26 +75,29 @@ class Command(ScrapyCommand):
 
     def _load(self, spider: str | None, opts: argparse.Namespace) -> dict[str, Any]:
         assert self.settings is not None
+        try:
+            config = OpenClawSettings.from_settings(self.settings)
+        except OpenClawConfigError as exc:
+            raise UsageError(str(exc), print_help=False) from None
         if opts.redis:
             if spider is None:
                 raise UsageError("--redis needs the spider name")
-            return _from_redis(self.settings, spider)
+            return _from_redis(self.settings, config, spider)
         if opts.path:
             return read_report(Path(opts.path))
         if spider is None:
             raise UsageError("name the spider (its report.json) or give --path FILE")
-        return read_report(report_path(self.settings, spider))
+        return read_report(report_path(config, spider))
 
 
-def _from_redis(settings: Any, spider: str) -> dict[str, Any]:
+def _from_redis(settings: Any, config: OpenClawSettings, spider: str) -> dict[str, Any]:
     from redis.exceptions import RedisError
 
     from scrapy_openclaw.distributed.connection import client_from_settings
     from scrapy_openclaw.redact import mask_uri
     from scrapy_openclaw.report.shared import SharedReport
-    from scrapy_openclaw.settings import read_setting
 
-    scope = read_setting(settings, "OPENCLAW_CRAWL_ID") or spider
+    scope = config.crawl_id or spider
     try:
         return SharedReport(client_from_settings(settings), spider, scope).merged()
     except RedisError as exc:

@@ -21,12 +21,55 @@ from scrapy.exceptions import UsageError
 from scrapy_openclaw.commands.addon_check import check_crawl_command
 from scrapy_openclaw.exceptions import OpenClawConfigError
 from scrapy_openclaw.paths import resolve_path
-from scrapy_openclaw.settings import read_setting
+from scrapy_openclaw.settings import OpenClawSettings
 
 if TYPE_CHECKING:
     import argparse
 
     from scrapy_openclaw.schedule.tasks import Task
+
+
+def _print_tasks(per_task: list[dict[str, Any]]) -> None:
+    """One row a task: its schedule, next window, last success, outcomes, windows missed now."""
+    rows = [
+        [
+            t["task"],
+            t["schedule"],
+            _when(t["next"]),
+            _when(t["last_success"]),
+            " ".join(f"{k}={v}" for k, v in sorted(t["outcomes"].items())) or "-",
+            str(t["missed_now_count"]),
+        ]
+        for t in per_task
+    ]
+    print(_table(rows, ["TASK", "SCHEDULE", "NEXT (UTC)", "LAST SUCCESS", "OUTCOMES", "MISSED NOW"]))
+    for t in per_task:
+        if t["missed_now"]:
+            print(f"{t['task']}: missed since the last recorded run: {', '.join(t['missed_now'])}")
+    print()
+
+
+def _print_runs(names: list[str], runs: list[Any], limit: int) -> None:
+    """The last *limit* runs of each task named (none when *limit* is 0)."""
+    rows = []
+    for name in names:
+        mine = [r for r in runs if r.task == name][-max(limit, 0) :] if limit else []
+        rows += [
+            [
+                r.task,
+                r.window,
+                r.outcome,
+                str(r.attempts),
+                r.exit_status or "-",
+                _when(r.start),
+                _when(r.end),
+                "-" if r.items is None else str(r.items),
+                "-" if r.dead_letters is None else str(r.dead_letters),
+                r.reason or "",
+            ]
+            for r in mine
+        ]
+    print(_table(rows, ["TASK", "WINDOW", "OUTCOME", "ATTEMPTS", "EXIT", "START", "END", "ITEMS", "DEAD", "REASON"]))
 
 
 def _when(ts: float | None) -> str:
@@ -127,10 +170,12 @@ class Command(ScrapyCommand):
 
         tasks = self._load(tasks_path) if tasks_path else []
         assert self.settings is not None  # (scrapy's cmdline sets it before run())
-        state_dir = resolve_path(
-            read_setting(self.settings, "OPENCLAW_SCHEDULE_STATE_DIR"), setting="OPENCLAW_SCHEDULE_STATE_DIR"
-        )
-        _locks, history, _cursors = open_stores(self.settings, state_dir, 60.0)
+        try:
+            config = OpenClawSettings.from_settings(self.settings)
+        except OpenClawConfigError as exc:
+            raise UsageError(str(exc), print_help=False) from None
+        state_dir = resolve_path(config.schedule_state_dir, setting="OPENCLAW_SCHEDULE_STATE_DIR")
+        _locks, history, _cursors = open_stores(self.settings, state_dir, 60.0, prefix=config.schedule_redis_prefix)
         runs = history.runs()
         now = time.time()
         per_task = summary(tasks, runs, now - 5.0) if tasks else []
@@ -145,41 +190,5 @@ class Command(ScrapyCommand):
             return
         print(f"history: {history.describe()} ({len(runs)} run(s))")
         if per_task:
-            rows = [
-                [
-                    t["task"],
-                    t["schedule"],
-                    _when(t["next"]),
-                    _when(t["last_success"]),
-                    " ".join(f"{k}={v}" for k, v in sorted(t["outcomes"].items())) or "-",
-                    str(t["missed_now_count"]),
-                ]
-                for t in per_task
-            ]
-            print(_table(rows, ["TASK", "SCHEDULE", "NEXT (UTC)", "LAST SUCCESS", "OUTCOMES", "MISSED NOW"]))
-            for t in per_task:
-                if t["missed_now"]:
-                    print(f"{t['task']}: missed since the last recorded run: {', '.join(t['missed_now'])}")
-            print()
-        names = [t.id for t in tasks] or sorted({r.task for r in runs})
-        rows = []
-        for name in names:
-            mine = [r for r in runs if r.task == name][-max(opts.limit, 0) :] if opts.limit else []
-            rows += [
-                [
-                    r.task,
-                    r.window,
-                    r.outcome,
-                    str(r.attempts),
-                    r.exit_status or "-",
-                    _when(r.start),
-                    _when(r.end),
-                    "-" if r.items is None else str(r.items),
-                    "-" if r.dead_letters is None else str(r.dead_letters),
-                    r.reason or "",
-                ]
-                for r in mine
-            ]
-        print(
-            _table(rows, ["TASK", "WINDOW", "OUTCOME", "ATTEMPTS", "EXIT", "START", "END", "ITEMS", "DEAD", "REASON"])
-        )
+            _print_tasks(per_task)
+        _print_runs([t.id for t in tasks] or sorted({r.task for r in runs}), runs, opts.limit)

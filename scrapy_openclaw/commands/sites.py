@@ -18,6 +18,8 @@ from typing import Any, ClassVar
 from scrapy.commands import ScrapyCommand
 from scrapy.exceptions import UsageError
 
+from scrapy_openclaw.exceptions import OpenClawConfigError
+from scrapy_openclaw.settings import OpenClawSettings
 from scrapy_openclaw.sites.entry import SiteEntry
 from scrapy_openclaw.sites.store import FileSiteStore, RedisSiteStore, SiteStoreError, open_store
 
@@ -61,14 +63,18 @@ class Command(ScrapyCommand):
 
     def _store(self, opts: argparse.Namespace) -> FileSiteStore | RedisSiteStore:
         assert self.settings is not None
+        try:
+            config = OpenClawSettings.from_settings(self.settings)
+        except OpenClawConfigError as exc:
+            raise UsageError(str(exc), print_help=False) from None
         if opts.path:
-            store = open_store(self.settings, "-", redis=False)
+            store = open_store(config, self.settings, "-", redis=False)
             assert isinstance(store, FileSiteStore)
             store.path = Path(opts.path)
             return store
         if opts.redis:
-            return open_store(self.settings, opts.redis, redis=True)
-        return open_store(self.settings, "-", redis=False)
+            return open_store(config, self.settings, opts.redis, redis=True)
+        return open_store(config, self.settings, "-", redis=False)
 
     def _run(self, action: str, names: list[str], opts: argparse.Namespace, store: Any) -> None:
         if action == "forget":

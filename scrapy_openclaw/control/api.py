@@ -14,6 +14,7 @@ import hmac
 import json
 from typing import TYPE_CHECKING, Any
 
+from scrapy.utils.python import to_unicode
 from twisted.web.resource import Resource
 
 from scrapy_openclaw._metrics_http import MAX_BODY, Refusal, refusal_warnings
@@ -47,7 +48,7 @@ class ControlResource(Resource):
         refusal_warnings.warn(
             "token",
             "Control API: refused a %(method)s %(path)r (missing or wrong token)",
-            {"method": _text(method), "path": _text(path)[:100]},
+            {"method": to_unicode(method, errors="replace"), "path": to_unicode(path, errors="replace")[:100]},
         )
         return 401, {"ok": False, "error": "missing or wrong token"}, {b"WWW-Authenticate": _REALM}
 
@@ -66,7 +67,7 @@ class ControlResource(Resource):
             return _reply(request, status, data)
         assert request.postpath is not None  # (the Site sets it before rendering)
         path = [p for p in request.postpath if p]
-        name = _text(path[0]).replace("-", "_") if len(path) == 1 else ""
+        name = to_unicode(path[0], errors="replace").replace("-", "_") if len(path) == 1 else ""
         if name not in COMMANDS:
             return _reply(request, 404, {"ok": False, "error": f"unknown command; one of {', '.join(COMMANDS)}"})
         if (method == "GET") != (name == "domains"):
@@ -98,10 +99,6 @@ class ControlResource(Resource):
         return hmac.compare_digest(given.strip(), self._token) and scheme.lower() == b"bearer"
 
 
-def _text(value: bytes | str) -> str:
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
-
-
 def _client(request: Request) -> str:
     peer = request.getClientAddress()
     return str(getattr(peer, "host", peer))
@@ -109,7 +106,7 @@ def _client(request: Request) -> str:
 
 def _who(request: Request) -> str:
     """The operator's name as the client states it (informative, not authenticated) and address."""
-    name = _text(request.getHeader(OPERATOR_HEADER) or b"")
+    name = to_unicode(request.getHeader(OPERATOR_HEADER) or b"", errors="replace")
     name = "".join(ch for ch in name if ch.isprintable())[:64] or "anonymous"
     return f"{name}@{_client(request)}"
 

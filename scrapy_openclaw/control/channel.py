@@ -23,6 +23,7 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from scrapy_openclaw.control.controller import ControlError
+from scrapy_openclaw.distributed.connection import reply_text
 from scrapy_openclaw.serialization import signing
 
 if TYPE_CHECKING:
@@ -65,10 +66,6 @@ def sealed(fields: dict[str, str]) -> bool:
     return signing.current().check(_PURPOSE, _signed_body(fields), fields.get("mac", ""))
 
 
-def _text(value: Any) -> str:
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
-
-
 class ControlChannel:
     """This worker's end of the control stream."""
 
@@ -98,7 +95,7 @@ class ControlChannel:
         from scrapy.utils.asyncio import create_looping_call
 
         def started(last: Any) -> None:
-            self.last_id = _text(last[0][0]) if last else "0-0"
+            self.last_id = reply_text(last[0][0]) if last else "0-0"
 
         def failed(exc: Exception) -> None:
             self.last_id = "0-0"
@@ -166,8 +163,8 @@ class ControlChannel:
     def _read(self, reply: Any) -> None:
         for _key, entries in reply or ():
             for eid, fields in entries:
-                self.last_id = _text(eid)
-                self._apply({_text(k): _text(v) for k, v in fields.items()})
+                self.last_id = reply_text(eid)
+                self._apply({reply_text(k): reply_text(v) for k, v in fields.items()})
 
     def _apply(self, fields: dict[str, str]) -> None:
         if not sealed(fields):

@@ -9,6 +9,7 @@ connections in every case; a ``redis_cls`` in them is scrapy-redis's business.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from scrapy_openclaw.settings import read_setting
@@ -40,27 +41,17 @@ def client_from_settings(settings: Any) -> Any:
     client = get_redis_from_settings(settings)
     if "redis_cls" in params:
         return client
-    from redis.exceptions import RedisError
 
-    try:
-        info = client.info("cluster")
-    except RedisError:
-        return client  # unreachable: the scheduler's start-up check names the URL
-    if not int(info.get("cluster_enabled", 0)):
-        return client
-    from redis.cluster import RedisCluster
+    def cluster(kwargs: dict[str, Any]) -> Any:
+        from redis.cluster import RedisCluster
 
-    url = settings.get("REDIS_URL")
-    kwargs = {k: v for k, v in params.items() if k in _CLUSTER_PARAMS}
-    cluster: RedisCluster
-    if url:
-        cluster = RedisCluster.from_url(url, **kwargs)
-    else:
-        cluster = RedisCluster(
-            host=settings.get("REDIS_HOST") or "localhost", port=int(settings.get("REDIS_PORT") or 6379), **kwargs
-        )
-    client.close()
-    return cluster
+        url = settings.get("REDIS_URL")
+        if url:
+            return RedisCluster.from_url(url, **kwargs)
+        host, port = settings.get("REDIS_HOST") or "localhost", int(settings.get("REDIS_PORT") or 6379)
+        return RedisCluster(host=host, port=port, **kwargs)
+
+    return _cluster_if_enabled(client, cluster, params)
 
 
 def is_cluster(client: Any) -> bool:
@@ -70,18 +61,29 @@ def is_cluster(client: Any) -> bool:
 
 
 def client_for_url(url: str, **params: Any) -> Any:
-    """A client for *url* alone (the CLI): the cluster client when it points at a Redis Cluster."""
+    """A client for *url* alone: the cluster client when it points at a Redis Cluster."""
     import redis
-    from redis.exceptions import RedisError
-
-    client = redis.Redis.from_url(url, **params)
-    try:
-        enabled = int(client.info("cluster").get("cluster_enabled", 0))
-    except RedisError:
-        return client  # the caller's first command reports it
-    if not enabled:
-        return client
     from redis.cluster import RedisCluster
 
+    client = redis.Redis.from_url(url, **params)
+    return _cluster_if_enabled(client, lambda kwargs: RedisCluster.from_url(url, **kwargs), params)
+
+
+def _cluster_if_enabled(client: Any, cluster: Callable[[dict[str, Any]], Any], params: dict[str, Any]) -> Any:
+    """*client*, or ``cluster(params it accepts)`` when the server says it is a cluster node."""
+    from redis.exceptions import RedisError
+
+    try:
+        enabled = int(client.info("cluster").get("cluster_enabled", 0))
+    except (RedisError, OSError):
+        return client  # unreachable now: the caller's first command reports it
+    if not enabled:
+        return client
+    upgraded = cluster({k: v for k, v in params.items() if k in _CLUSTER_PARAMS})
     client.close()
-    return RedisCluster.from_url(url, **{k: v for k, v in params.items() if k in _CLUSTER_PARAMS})
+    return upgraded
+
+
+def reply_text(value: Any) -> str:
+    """A Redis reply as text, whether the client decodes responses or not."""
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)

@@ -30,12 +30,13 @@ keeps pacing on its own until Redis is back.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import logging
 import math
 import time
 from collections.abc import Callable, Container
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from redis.exceptions import RedisError
 from scrapy.utils.misc import build_from_crawler
@@ -43,6 +44,7 @@ from scrapy.utils.misc import build_from_crawler
 from scrapy_openclaw._condensed import CondensedWarnings
 from scrapy_openclaw.distributed import lua
 from scrapy_openclaw.distributed import shards as sharding
+from scrapy_openclaw.distributed.connection import reply_text
 from scrapy_openclaw.distributed.fields import typed_fields
 from scrapy_openclaw.distributed.link import RedisLink
 from scrapy_openclaw.health import registry as local
@@ -65,6 +67,7 @@ if TYPE_CHECKING:
     from scrapy_openclaw.policy import HealthPolicy
 
 logger = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 
 def _typed(fields: dict[str, str]) -> dict[str, Any]:
@@ -72,12 +75,8 @@ def _typed(fields: dict[str, str]) -> dict[str, Any]:
     return typed_fields(fields, lambda name, value: None)
 
 
-def _text(value: Any) -> str:
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
-
-
 def _pairs(flat: list[Any]) -> dict[str, str]:
-    items = [_text(x) for x in flat]
+    items = [reply_text(x) for x in flat]
     return dict(zip(items[0::2], items[1::2]))
 
 
@@ -101,7 +100,7 @@ class RedisHealthRegistry(HealthRegistry):
         from scrapy_openclaw.distributed.connection import client_from_settings
         from scrapy_openclaw.settings import OpenClawSettings
 
-        super().__init__(PolicySet.for_crawler(crawler), uniform=uniform, **scrapy_limits(crawler.settings))
+        super().__init__(PolicySet.for_crawler(crawler), uniform=uniform, **scrapy_limits(crawler))
         self.crawler = crawler
         self.clock = clock
         self.server = server if server is not None else client_from_settings(crawler.settings)
@@ -278,6 +277,31 @@ class RedisHealthRegistry(HealthRegistry):
         self._known.add(domain)
         self.refresh(domain, flat)
 
+    def _shared(
+        self,
+        script: Any,
+        domain: str,
+        args: list[Any],
+        *,
+        cached: Callable[[], _T],
+        on_reply: Callable[[Any], None] | None = None,
+        applied: Callable[[Any], _T] | None = None,
+    ) -> _T:
+        """A change to the shared state, and the Redis-outage fallback every change shares.
+
+        During a crawl the script is sent in the background and *cached* (this worker's cache)
+        answers now; *on_reply* (default: refresh the cache) gets Redis's reply. Outside a
+        crawl the script runs now and *applied* (default: refresh) turns its reply into the
+        answer; *cached* answers when Redis cannot be reached."""
+        refresh = functools.partial(self.refresh, domain)
+        if self.link.background:
+            self._send(script, domain, args, on_reply or refresh)
+            return cached()
+        res = self._run(script, domain, args)
+        if res is None:
+            return cached()
+        return (applied or cast("Callable[[Any], _T]", refresh))(res)  # (the default answers None)
+
     def _send(self, script: Any, domain: str, args: list[Any], on_reply: Any) -> None:
         """During a crawl: run a health script on the Redis thread; *on_reply* gets its result."""
         if not self.link.ok():
@@ -326,13 +350,14 @@ class RedisHealthRegistry(HealthRegistry):
             sent_at(now, latency),
             0,
         ]
-        if self.link.background:  # the local cache answers now; Redis's reply refreshes it
-            self._send(self._record, domain, args, lambda res: self.refresh(domain, res[0]))
-            return super().record_success(domain, latency, now)
-        res = self._run(self._record, domain, args)
-        if res is None:
-            return super().record_success(domain, latency, now)
-        return self._recorded(domain, res)
+        return self._shared(
+            self._record,
+            domain,
+            args,
+            cached=lambda: super(RedisHealthRegistry, self).record_success(domain, latency, now),
+            on_reply=lambda res: self.refresh(domain, res[0]),
+            applied=lambda res: self._recorded(domain, res),
+        )
 
     def record_failure(
         self,
@@ -366,13 +391,16 @@ class RedisHealthRegistry(HealthRegistry):
             sent_at(now, latency),
             int(_rate_signal(classification, retry_after)),
         ]
-        if self.link.background:
-            self._send(self._record, domain, args, lambda res: self.refresh(domain, res[0]))
-            return super().record_failure(domain, classification, now, retry_after, failed_before, latency)
-        res = self._run(self._record, domain, args)
-        if res is None:
-            return super().record_failure(domain, classification, now, retry_after, failed_before, latency)
-        return self._recorded(domain, res)
+        return self._shared(
+            self._record,
+            domain,
+            args,
+            cached=lambda: super(RedisHealthRegistry, self).record_failure(
+                domain, classification, now, retry_after, failed_before, latency
+            ),
+            on_reply=lambda res: self.refresh(domain, res[0]),
+            applied=lambda res: self._recorded(domain, res),
+        )
 
     def _note(self, domain: str, d: Any, at: float, note: str) -> None:
         """The limit fit's history lives in Redis (``h_note``, beside the hash): this worker's
@@ -383,7 +411,7 @@ class RedisHealthRegistry(HealthRegistry):
         """Cache the new state; the circuit transition this worker's record caused, if any."""
         fields, changed = res
         self.refresh(domain, fields)
-        return _text(changed) or None
+        return reply_text(changed) or None
 
     def _jitter(self, domain: str) -> float:
         """The cool-down jitter factor, should this failure open the circuit (drawn here:
@@ -393,27 +421,16 @@ class RedisHealthRegistry(HealthRegistry):
 
     def set_crawl_delay(self, domain: str, seconds: float) -> None:
         args = [self.clock(), self.policy_json(domain), max(0.0, float(seconds))]
-        if self.link.background:
-            self._send(self._crawl_delay, domain, args, lambda res: self.refresh(domain, res))
-            super().set_crawl_delay(domain, seconds)
-            return
-        res = self._run(self._crawl_delay, domain, args)
-        if res is None:
-            super().set_crawl_delay(domain, seconds)
-        else:
-            self.refresh(domain, res)
+        self._shared(
+            self._crawl_delay,
+            domain,
+            args,
+            cached=lambda: super(RedisHealthRegistry, self).set_crawl_delay(domain, seconds),
+        )
 
     def hold(self, domain: str, until: float) -> None:
         args = [self.clock(), self.policy_json(domain), until]
-        if self.link.background:
-            self._send(self._hold, domain, args, lambda res: self.refresh(domain, res))
-            super().hold(domain, until)
-            return
-        res = self._run(self._hold, domain, args)
-        if res is None:
-            super().hold(domain, until)
-        else:
-            self.refresh(domain, res)
+        self._shared(self._hold, domain, args, cached=lambda: super(RedisHealthRegistry, self).hold(domain, until))
 
     def control(self, domain: str, now: float | None = None, **changes: float) -> None:
         """Operator overrides, in the shared state: every worker's pop obeys them at once."""
@@ -423,29 +440,31 @@ class RedisHealthRegistry(HealthRegistry):
             if name not in ("ctl_hold", "ctl_rate", "ctl_concurrency", "ctl_down"):
                 raise ValueError(f"unknown override {name!r}")
             args += [name, repr(float(value))]
-        if self.link.background:
-            self._send(self._control, domain, args, lambda res: self.refresh(domain, res))
-            super().control(domain, now, **changes)
-            return
-        res = self._run(self._control, domain, args)
-        if res is None:
-            super().control(domain, now, **changes)
-            return
-        self.refresh(domain, res)
-        self.readiness_epoch += 1  # (as super().control: the queue looks again at what it parked)
-        if changes.get("ctl_down", 1) == 0:
-            self._given_up.discard(domain)
+
+        def applied(res: Any) -> None:
+            self.refresh(domain, res)
+            self.readiness_epoch += 1  # (as super().control: the queue looks again at what it parked)
+            if changes.get("ctl_down", 1) == 0:
+                self._given_up.discard(domain)
+
+        self._shared(
+            self._control,
+            domain,
+            args,
+            cached=lambda: super(RedisHealthRegistry, self).control(domain, now, **changes),
+            applied=applied,
+        )
 
     # --- persistence -----------------------------------------------------------------
 
     def _redis_domains(self) -> dict[str, dict[str, str]]:
         names: list[str] = []
         for shard in range(self.shards):
-            names += (_text(m) for m in self.server.smembers(sharding.health_domains_key(self.spider_name, shard)))
+            names += (reply_text(m) for m in self.server.smembers(sharding.health_domains_key(self.spider_name, shard)))
         names.sort()
         out = {}
         for name in names:
-            fields = {_text(k): _text(v) for k, v in self.server.hgetall(self._key(name)).items()}
+            fields = {reply_text(k): reply_text(v) for k, v in self.server.hgetall(self._key(name)).items()}
             if fields.get("health"):
                 out[name] = fields
         return out
@@ -473,7 +492,7 @@ class RedisHealthRegistry(HealthRegistry):
             if self.server.hsetnx(self._key(name), "health", mapping["health"]):
                 self.server.hset(self._key(name), mapping=mapping)
                 self.server.sadd(self._domains_key(name), name)
-            self.refresh(name, {k: _text(v) for k, v in mapping.items()})
+            self.refresh(name, {k: reply_text(v) for k, v in mapping.items()})
 
 
 def shared_registry(crawler: Crawler) -> RedisHealthRegistry | None:

@@ -163,8 +163,15 @@ class LeasedDeadlineQueue(Batching, QueueEntries):
         self._last_push_queued = True
         self.registry = shared_registry(self.crawler)  # the pop takes its tokens when it lives in Redis
         self._readiness_epoch = getattr(self.registry, "readiness_epoch", 0)
-        self.runner = RoundRunner(
-            server,
+        self.runner = self._round_runner(clock)
+        shared(self.crawler, _RUNTIME_KEY, lambda: self)
+        self._loop = create_looping_call(self._tick)
+        self._loop.start(min(0.5, self.heartbeat), now=False)
+
+    def _round_runner(self, clock: Callable[[], float]) -> RoundRunner:
+        """The Redis rounds (pop, push, ack...) of this worker, with the queue's settings."""
+        return RoundRunner(
+            self.server,
             self.shards,
             worker=self.worker,
             boost=self.boost,
@@ -174,9 +181,6 @@ class LeasedDeadlineQueue(Batching, QueueEntries):
             liveness=self.liveness,
             clock=clock,
         )
-        shared(self.crawler, _RUNTIME_KEY, lambda: self)
-        self._loop = create_looping_call(self._tick)
-        self._loop.start(min(0.5, self.heartbeat), now=False)
 
     # --- collaborators --------------------------------------------------------
 

@@ -28,7 +28,7 @@ from scrapy_openclaw.exceptions import LegacyQueueError as LegacyQueueError  # (
 from scrapy_openclaw.exceptions import RedisUnavailableError as RedisUnavailableError
 from scrapy_openclaw.redact import mask_uri
 from scrapy_openclaw.serialization import SerializationError
-from scrapy_openclaw.settings import read_setting
+from scrapy_openclaw.settings import OpenClawSettings
 from scrapy_openclaw.unstorable import refuse_unstorable
 
 if TYPE_CHECKING:
@@ -38,13 +38,13 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
-def redis_location(settings: Any) -> str:
+def redis_location(crawler: Crawler) -> str:
     """Where our components look for Redis, for messages: the Sentinel master, or REDIS_URL (or
     host:port) with any password masked; the setting named."""
-    sentinels = read_setting(settings, "OPENCLAW_REDIS_SENTINELS")
-    if sentinels:
-        master = read_setting(settings, "OPENCLAW_REDIS_SENTINEL_MASTER")
-        return f"master {master!r} of sentinel(s) {', '.join(sentinels)} (OPENCLAW_REDIS_SENTINELS)"
+    config, settings = OpenClawSettings.for_crawler(crawler), crawler.settings
+    if config.redis_sentinels:
+        master, sentinels = config.redis_sentinel_master, ", ".join(config.redis_sentinels)
+        return f"master {master!r} of sentinel(s) {sentinels} (OPENCLAW_REDIS_SENTINELS)"
     url = settings.get("REDIS_URL")
     if url:
         return f"{mask_uri(url)} (REDIS_URL)"
@@ -96,10 +96,8 @@ class OpenClawRedisScheduler(Scheduler):
         try:
             instance = cls.from_settings(crawler.settings)
         except RedisError as exc:
-            message = (
-                f"scrapy-openclaw distributed mode: cannot reach Redis at {redis_location(crawler.settings)}: {exc}"
-            )
-            if read_setting(crawler.settings, "OPENCLAW_REDIS_SENTINELS"):
+            message = f"scrapy-openclaw distributed mode: cannot reach Redis at {redis_location(crawler)}: {exc}"
+            if OpenClawSettings.for_crawler(crawler).redis_sentinels:
                 message += " (during a failover: start the worker again once a replica is promoted)"
             # logged too: Scrapy's failing engine close can mask the exception itself
             logger.critical(message)
@@ -191,7 +189,7 @@ class OpenClawRedisScheduler(Scheduler):
         if not legacy:
             return
         message = (
-            f"scrapy-openclaw distributed mode: Redis at {redis_location(self.queue.crawler.settings)} holds "
+            f"scrapy-openclaw distributed mode: Redis at {redis_location(self.queue.crawler)} holds "
             f"a queue in the single-node layout of earlier versions ({', '.join(legacy)}); this version "
             f"shards the queue (OPENCLAW_DISTRIBUTED_SHARDS) and does not read it. Finish that crawl with "
             f"the version that started it, or start over with SCHEDULER_FLUSH_ON_START=True "

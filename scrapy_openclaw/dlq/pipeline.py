@@ -290,7 +290,7 @@ class DeadLetterPipeline:
             delay = min(delay * 2, 2.0)
             store.close()
         if store.pending():
-            checkpoint_dir = self.crawler.settings.get("OPENCLAW_CHECKPOINT_DIR")
+            checkpoint_dir = OpenClawSettings.for_crawler(self.crawler).checkpoint_dir
             fallback = JsonlStore(
                 crawl_path(self.crawler, checkpoint_dir, setting="OPENCLAW_CHECKPOINT_DIR") / "deadletters.jsonl"
                 if checkpoint_dir

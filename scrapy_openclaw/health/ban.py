@@ -36,9 +36,11 @@ from scrapy_openclaw.scrapy_internals import slot_key
 from scrapy_openclaw.settings import OpenClawSettings
 
 if TYPE_CHECKING:
-    from scrapy import Request
+    from scrapy import Request, Spider
     from scrapy.crawler import Crawler
     from scrapy.http import Response
+
+    from scrapy_openclaw.errors import Classification
 
 logger = logging.getLogger(__name__)
 
@@ -61,6 +63,28 @@ class BanDetectionMiddleware:
             raise NotConfigured
         return cls(crawler)
 
+    def _count(self, classification: Classification, domain: str, *, cached: bool) -> None:
+        self.stats.inc_value(f"{STATS_PREFIX}/blocked")
+        if cached:
+            self.stats.inc_value(f"{STATS_PREFIX}/cached")
+        self.stats.inc_value(f"{STATS_PREFIX}/reason/{classification.reason}")
+        self.stats.inc_value(f"{STATS_PREFIX}/domain/{domain}")
+
+    def _retry_or_dead_letter(
+        self, request: Request, response: Response, classification: Classification, spider: Spider
+    ) -> Request | None:
+        """The retry (fetched anew: HttpCacheMiddleware stored the ban page, the retry must not be
+        stored either), or None: given up, or ``dont_retry`` (then the dead letter is sent here)."""
+        if not self.retry or request.meta.get("dont_retry", False):
+            send_dead_letter(request, classification, spider=spider)
+            return None
+        retry = get_classified_retry_request(
+            request, classification=classification, spider=spider, response=response, from_cache=False
+        )
+        if retry is not None:
+            retry.meta["dont_cache"] = True
+        return retry
+
     def process_response(self, request: Request, response: Response) -> Request | Response:
         domain = slot_key(self.crawler, request)
         policy = self.policies.for_domain(domain).health
@@ -80,11 +104,7 @@ class BanDetectionMiddleware:
             response.headers.get(b"Retry-After"), cap=policy.retry_after_cap, domain=domain, response=response
         )
         hold = 0.0 if cached else max(policy.blocked_hold, retry_after or 0.0)
-        self.stats.inc_value(f"{STATS_PREFIX}/blocked")
-        if cached:
-            self.stats.inc_value(f"{STATS_PREFIX}/cached")
-        self.stats.inc_value(f"{STATS_PREFIX}/reason/{classification.reason}")
-        self.stats.inc_value(f"{STATS_PREFIX}/domain/{domain}")
+        self._count(classification, domain, cached=cached)
         snapshots = peek(self.crawler, "error_snapshots")
         if snapshots is not None:
             snapshots.capture(classification, request, response=response)
@@ -93,15 +113,7 @@ class BanDetectionMiddleware:
             health.record_blocked(request, classification, hold)
         spider = self.crawler.spider
         assert spider is not None
-        retry = None
-        if self.retry and not request.meta.get("dont_retry", False):
-            retry = get_classified_retry_request(
-                request, classification=classification, spider=spider, response=response, from_cache=False
-            )
-            if retry is not None:  # (HttpCacheMiddleware stored the ban page: fetch it anew, and do not store it)
-                retry.meta["dont_cache"] = True
-        else:
-            send_dead_letter(request, classification, spider=spider)
+        retry = self._retry_or_dead_letter(request, response, classification, spider)
         logger.warning(
             "Ban page from %(domain)s (%(reason)s, status %(status)d%(cached)s) for %(request)s: holding the "
             "domain %(hold).0fs; %(next)s",

@@ -103,10 +103,10 @@ class PolicySet:
         from scrapy_openclaw.settings import validate_settings
 
         validate_settings(settings)
-        return cls._load(settings)
+        return cls.load(settings)
 
     @classmethod
-    def _load(cls, settings: BaseSettings) -> PolicySet:
+    def load(cls, settings: BaseSettings) -> PolicySet:
         """The policy layers (inline, then the file), validated; the flat settings already are."""
         loader = _Loader()
         loader.add(inline_policy(settings.get("OPENCLAW_POLICY")), source="setting OPENCLAW_POLICY", lines={})
@@ -126,7 +126,7 @@ class PolicySet:
 
         OpenClawSettings.for_crawler(crawler)
         try:
-            return shared(crawler, "policy", lambda: cls._load(crawler.settings))
+            return shared(crawler, "policy", lambda: cls.load(crawler.settings))
         except OpenClawConfigError as exc:
             refuse_start(crawler, exc)
             raise

@@ -71,7 +71,7 @@ class PolitenessReportExtension:
     def spider_opened(self, spider: Spider) -> None:
         self.started_at = time.time()
         try:
-            self.path = report_path(self.crawler.settings, spider.name, job_id(spider))
+            self.path = report_path(OpenClawSettings.for_crawler(self.crawler), spider.name, job_id(spider))
         except ReportError as exc:
             logger.error("%(error)s; no politeness report file", {"error": exc}, extra={"spider": spider})
         if self.distributed:

@@ -17,6 +17,7 @@ import json
 import time
 from typing import TYPE_CHECKING, Any
 
+from scrapy_openclaw.distributed.connection import reply_text
 from scrapy_openclaw.metrics.peaks import RESOLUTION, WINDOWS
 from scrapy_openclaw.report.model import merge, validate
 
@@ -96,7 +97,7 @@ class SharedReport:
         names = dict(zip(_WIDTHS, ("busiest_1s", "busiest_5s")))
         out: dict[str, dict[str, int]] = {}
         for field, value in self.server.hgetall(self.key("peaks")).items():
-            domain, _, width = _text(field).rpartition("\t")
+            domain, _, width = reply_text(field).rpartition("\t")
             if width.isdigit() and int(width) in names:
                 out.setdefault(domain, {})[names[int(width)]] = int(value)
         return out
@@ -112,7 +113,7 @@ class SharedReport:
         parts = []
         for worker, raw in self.server.hgetall(self.key("parts")).items():
             try:
-                parts.append(validate(json.loads(raw), f"Redis {self.key('parts')} {_text(worker)}"))
+                parts.append(validate(json.loads(raw), f"Redis {self.key('parts')} {reply_text(worker)}"))
             except ValueError:
                 continue
         return merge(parts, self.peaks())
@@ -126,7 +127,3 @@ def fresh_bins(figures: CrawlFigures) -> dict[str, dict[int, int]]:
         if bins:
             out[domain] = dict(bins)
     return out
-
-
-def _text(value: Any) -> str:
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)

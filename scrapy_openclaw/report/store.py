@@ -11,15 +11,15 @@ from scrapy_openclaw._files import atomic_write
 from scrapy_openclaw.exceptions import OpenClawConfigError
 from scrapy_openclaw.paths import base_dir, fill, resolve_path
 from scrapy_openclaw.report.model import ReportError, validate
-from scrapy_openclaw.settings import read_setting
+from scrapy_openclaw.settings import OpenClawSettings
 
 FILE_NAME = "report.json"
 
 
-def report_path(settings: Any, spider: str, job: str | None = None) -> Path:
+def report_path(config: OpenClawSettings, spider: str, job: str | None = None) -> Path:
     """``OPENCLAW_REPORT_PATH`` (``%(name)s``: the spider, ``%(job)s``: the scrapyd job), else
     ``<project>/openclaw-data/<spider>/report.json``, where the dead letters live by default."""
-    path = read_setting(settings, "OPENCLAW_REPORT_PATH")
+    path = config.report_path
     if path:
         try:
             text = fill(os.fspath(path), setting="OPENCLAW_REPORT_PATH", name=spider, job=job)

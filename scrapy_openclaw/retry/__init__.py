@@ -1,4 +1,4 @@
-"""Classified, delayed, budgeted retries (issue 4).
+"""Classified, delayed, budgeted retries.
 
 ``ClassifiedRetryMiddleware`` (downloader) replaces Scrapy's RetryMiddleware;
 ``ParseRetryMiddleware`` (spider) retries pages whose callback failed to

@@ -10,9 +10,9 @@ spent. The stats it keeps are ours and Scrapy's ``retry/*``.
 
 from __future__ import annotations
 
-import functools
 import logging
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from twisted.python.failure import Failure
@@ -128,35 +128,14 @@ def get_classified_retry_request(
     from_cache: bool | None = None,
     logger: logging.Logger = logger,
 ) -> Request | None:
-    """A delayed copy of *request* to retry it, or None when giving up.
+    """A delayed copy of *request* to retry it, or None when giving up (then one dead letter,
+    unless *dead_letter* is False; permanent classes: None, no dead letter, the caller decides).
 
-    The copy has ``dont_filter=True``, ``meta["openclaw_not_before"]`` (now
-    plus the backoff of the domain's policy for this error class, or for the
-    page schedule when the health middleware judged the failure the page's
-    own, or the response's ``Retry-After`` when present, which wins), the
-    updated ``meta["openclaw_retry"]`` and Scrapy's ``retry_times``, and its
-    priority moved by ``RETRY_PRIORITY_ADJUST`` (or ``meta["priority_adjust"]``).
-    Attempts are limited by *max_retry_times* or :func:`retry_cap`, else by
-    the policy's ``max_attempts`` (counted per class).
-
-    On giving up (attempts or the domain's retry budget spent) it logs at
-    *give_up_log_level* (else ``meta["give_up_log_level"]``, else
-    ``RETRY_GIVE_UP_LOG_LEVEL``, ERROR by default) and sends one dead letter
-    through ``signals.dead_letter`` unless *dead_letter* is False.
-    Permanent classes are never retried (returns None, no dead letter: the
-    caller decides). A retry the HTTP cache will answer again (*from_cache*;
-    by default: the response came from it, ``"cached"`` in its flags) is
-    due at once, without Retry-After or backoff and outside the retry budget,
-    as Scrapy's RetryMiddleware retries it; pass ``from_cache=False`` for a
-    retry that bypasses the cache (``meta["dont_cache"]``). *uniform*
-    replaces the random source (tests). Scrapy's ``retry/count``,
-    ``retry/reason_count/<reason>`` and ``retry/max_reached`` are kept
-    beside ours.
+    The copy waits in the scheduler (``meta["openclaw_not_before"]``), never in a
+    middleware; its arguments, the wait and the stats it keeps: ``docs/retry.md`` ("From a callback").
     """
     crawler = spider.crawler
-    stats = crawler.stats
     now = time.time() if now is None else now
-    klass = classification.error_class.value
     if not classification.retryable:
         return None
     domain = slot_key(crawler, request)
@@ -168,53 +147,110 @@ def get_classified_retry_request(
     if max_retry_times is None:
         max_retry_times = retry_cap(crawler, request, classification)
     state = _next_state(request, response, now)
-
-    give_up = functools.partial(
-        _give_up,
-        request,
-        classification,
-        spider=spider,
-        response=response,
-        exception=exception,
-        level=give_up_log_level,
-        logger=logger,
-        letter=dead_letter,
-        now=now,
-        first=state["first"],
-    )
-    if not retries_left(request, classification, policy, max_retry_times):
-        stats.inc_value(f"{STATS_PREFIX}/{klass}/max_reached")
-        give_up()
+    cached = _answered_by_cache(response, from_cache)
+    spent = _spent(crawler, request, classification, policy, max_retry_times, use_budget and not cached, domain, now)
+    if spent is not None:
+        _give_up(
+            request,
+            classification,
+            spider=spider,
+            response=response,
+            exception=exception,
+            level=give_up_log_level,
+            logger=logger,
+            letter=dead_letter,
+            now=now,
+            first=state["first"],
+            **spent,
+        )
         return None
-    # A cached answer says nothing about the site and asks it nothing: retried at once, as
-    # Scrapy's RetryMiddleware would (the cache answers again), with no wait and no budget.
-    cached = (response is not None and "cached" in response.flags) if from_cache is None else from_cache
-    if use_budget and not cached and not RetryBudgets.for_crawler(crawler).try_spend(domain, now):
-        stats.inc_value(f"{STATS_PREFIX}/budget_exhausted")
-        give_up(why=f"the retry budget of {domain} is spent", error_class="retry_budget")
-        return None
+    wait = _Wait(policy, domain_policy.health.retry_after_cap, uniform, domain, now)
+    delay, due = wait.next_attempt(crawler, request, response, state, classification, cached=cached)
+    attempt = state["attempts"][classification.error_class.value] + 1
+    _count_retry(crawler.stats, classification, schedule, delay, response=response, exception=exception)
+    _log_retry(logger, spider, request, classification, schedule, delay, attempt)
+    return _retry_copy(request, state, due, priority_adjust, crawler)
 
-    done = int(state["attempts"].get(klass, 0))
-    state["attempts"][klass] = done + 1
-    if cached:
-        delay, due = 0.0, now
-        stats.inc_value(f"{STATS_PREFIX}/cached")
-    else:
-        delay = for_policy(policy, uniform=uniform)(done, state.get("delay"))
-        retry_after = _retry_after(response, domain_policy.health.retry_after_cap, now, domain)
-        if retry_after is not None:
-            delay = retry_after
-            stats.inc_value(f"{STATS_PREFIX}/retry_after_used")
-        state["delay"] = delay
-        due = max(now + delay, _domain_reopens(crawler, request))
-    new = _retry_copy(request, state, due, priority_adjust, crawler)
-    _count_retry(stats, classification, schedule, delay, response=response, exception=exception)
+
+def _log_retry(
+    logger: logging.Logger,
+    spider: Spider,
+    request: Request,
+    classification: Classification,
+    schedule: str,
+    delay: float,
+    attempt: int,
+) -> None:
     logger.debug(
         "Retrying %(request)s in %(delay).2fs (%(schedule)s attempt %(n)d): %(reason)s",
-        {"request": request, "delay": delay, "schedule": schedule, "n": done + 2, "reason": classification.reason},
+        {"request": request, "delay": delay, "schedule": schedule, "n": attempt, "reason": classification.reason},
         extra={"spider": spider},
     )
-    return new
+
+
+def _answered_by_cache(response: Response | None, from_cache: bool | None) -> bool:
+    """Whether the HTTP cache answered (and will answer the retry again): such an answer says
+    nothing about the site and asks it nothing, so, as Scrapy's RetryMiddleware does, it is
+    retried at once, with no wait and outside the retry budget."""
+    return (response is not None and "cached" in response.flags) if from_cache is None else from_cache
+
+
+def _spent(
+    crawler: Crawler,
+    request: Request,
+    classification: Classification,
+    policy: RetryClassPolicy,
+    max_retry_times: int | None,
+    charge: bool,
+    domain: str,
+    now: float,
+) -> dict[str, str] | None:
+    """None while the request may be retried (the domain's retry budget charged when *charge*);
+    else what the give-up says: attempts spent, or the budget (counted as such)."""
+    stats = crawler.stats
+    if not retries_left(request, classification, policy, max_retry_times):
+        stats.inc_value(f"{STATS_PREFIX}/{classification.error_class.value}/max_reached")
+        return {}
+    if charge and not RetryBudgets.for_crawler(crawler).try_spend(domain, now):
+        stats.inc_value(f"{STATS_PREFIX}/budget_exhausted")
+        return {"why": f"the retry budget of {domain} is spent", "error_class": "retry_budget"}
+    return None
+
+
+@dataclass(frozen=True)
+class _Wait:
+    """How long a retry of one domain's request waits: its class's backoff, a Retry-After (capped) instead."""
+
+    policy: RetryClassPolicy
+    retry_after_cap: float
+    uniform: Uniform | None
+    domain: str
+    now: float
+
+    def next_attempt(
+        self,
+        crawler: Crawler,
+        request: Request,
+        response: Response | None,
+        state: dict[str, Any],
+        classification: Classification,
+        *,
+        cached: bool,
+    ) -> tuple[float, float]:
+        """Count the attempt in *state*; its delay and due time (never before the domain reopens)."""
+        klass = classification.error_class.value
+        done = int(state["attempts"].get(klass, 0))
+        state["attempts"][klass] = done + 1
+        if cached:
+            crawler.stats.inc_value(f"{STATS_PREFIX}/cached")
+            return 0.0, self.now
+        delay = for_policy(self.policy, uniform=self.uniform)(done, state.get("delay"))
+        retry_after = _retry_after(response, self.retry_after_cap, self.now, self.domain)
+        if retry_after is not None:
+            delay = retry_after
+            crawler.stats.inc_value(f"{STATS_PREFIX}/retry_after_used")
+        state["delay"] = delay
+        return delay, max(self.now + delay, _domain_reopens(crawler, request))
 
 
 def _retry_after(response: Response | None, cap: float, now: float, domain: str) -> float | None:

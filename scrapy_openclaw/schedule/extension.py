@@ -87,7 +87,7 @@ class RunStatsExtension:
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> RunStatsExtension:
-        path = crawler.settings.get("OPENCLAW_SCHEDULE_RUN_FILE")
+        path = OpenClawSettings.for_crawler(crawler).schedule_run_file
         if not path:
             raise NotConfigured
         return cls(crawler, resolve_path(path, setting="OPENCLAW_SCHEDULE_RUN_FILE"))

@@ -25,28 +25,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from scrapy_openclaw._files import atomic_write, open_private, private_dir
+from scrapy_openclaw.distributed import lua
 
 if TYPE_CHECKING:
     import redis
 
 #: Redis remembers a finished window this long (s): far beyond any clock skew.
 DONE_TTL = 7 * 86400
-
-_ACQUIRE = """
-if redis.call('EXISTS', KEYS[2]) == 1 then return 0 end
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 1 end
-return 0
-"""
-_EXTEND = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
-return 0
-"""
-_RELEASE = """
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
-if ARGV[2] == '1' then redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[3]) end
-redis.call('DEL', KEYS[1])
-return 1
-"""
 
 
 def redis_client(url: str) -> redis.Redis:
@@ -74,9 +59,9 @@ class RedisLocks:
 
     def __init__(self, client: redis.Redis, *, prefix: str, ttl: float):
         self.client, self.prefix, self.ttl_ms = client, prefix, max(1, int(ttl * 1000))
-        self._acquire = client.register_script(_ACQUIRE)
-        self._extend = client.register_script(_EXTEND)
-        self._release = client.register_script(_RELEASE)
+        self._acquire = client.register_script(lua.LOCK_ACQUIRE)
+        self._extend = client.register_script(lua.LOCK_EXTEND)
+        self._release = client.register_script(lua.LOCK_RELEASE)
 
     def lock(self, task_id: str, window: str) -> RedisWindowLock:
         return RedisWindowLock(self, task_id, window)

@@ -64,7 +64,7 @@ class SiteMemoryExtension:
 
     async def spider_opened(self, spider: Spider) -> None:
         try:
-            self.store = open_store(self.crawler.settings, spider.name)
+            self.store = open_store(OpenClawSettings.for_crawler(self.crawler), self.crawler.settings, spider.name)
             self.known = await maybe_deferred_to_future(deferToThread(self.store.load))
         except Exception as exc:  # a damaged or hostile store, Redis down: the crawl goes on without it
             self._damaged(spider, exc)

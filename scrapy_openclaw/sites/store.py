@@ -19,13 +19,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from scrapy_openclaw._files import atomic_write, open_existing, private_dir
+from scrapy_openclaw.distributed.connection import reply_text
 from scrapy_openclaw.paths import base_dir, resolve_path
 from scrapy_openclaw.serialization import signing
-from scrapy_openclaw.settings import read_setting
 from scrapy_openclaw.sites.entry import SiteEntry
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
+
+    from scrapy_openclaw.settings import OpenClawSettings
 
 VERSION = 1
 PURPOSE = "sites"
@@ -135,7 +137,7 @@ class RedisSiteStore(_Bounded):
         return f"Redis {self.prefix}*"
 
     def _domains(self) -> list[str]:
-        return [_text(k)[len(self.prefix) :] for k in self.server.scan_iter(match=self.prefix + "*", count=500)]
+        return [reply_text(k)[len(self.prefix) :] for k in self.server.scan_iter(match=self.prefix + "*", count=500)]
 
     def load(self, now: float | None = None, *, problems: list[str] | None = None) -> dict[str, SiteEntry]:
         """Every valid, young entry; those that are not (damaged, forged) are left out and
@@ -152,7 +154,7 @@ class RedisSiteStore(_Bounded):
 
     def read(self, domain: str) -> SiteEntry:
         key = self.prefix + domain
-        fields = {_text(k): v for k, v in self.server.hgetall(key).items()}
+        fields = {reply_text(k): v for k, v in self.server.hgetall(key).items()}
         body, mac = fields.get("entry"), fields.get("mac")
         if not isinstance(body, bytes) or mac is None or not signing.current().check(PURPOSE, body, mac):
             raise SiteStoreError(f"Redis {key}: not a sealed site memory entry (written by someone else?)")
@@ -186,30 +188,25 @@ class RedisSiteStore(_Bounded):
         return gone
 
 
-def sites_path(settings: Any) -> Path:
+def sites_path(config: OpenClawSettings) -> Path:
     """``OPENCLAW_SITES_PATH``, else ``<project>/openclaw-data/sites.json`` (one per project)."""
-    path = read_setting(settings, "OPENCLAW_SITES_PATH")
-    if path:
-        return resolve_path(path, setting="OPENCLAW_SITES_PATH")
+    if config.sites_path:
+        return resolve_path(config.sites_path, setting="OPENCLAW_SITES_PATH")
     return Path(base_dir(), "openclaw-data", FILE_NAME)
 
 
-def open_store(settings: Any, spider: str, *, redis: bool | None = None) -> FileSiteStore | RedisSiteStore:
-    """The crawl's store: Redis in distributed mode (or with *redis*), else the file."""
-    bounds = {
-        "max_entries": read_setting(settings, "OPENCLAW_SITES_MAX_ENTRIES"),
-        "max_age": read_setting(settings, "OPENCLAW_SITES_MAX_AGE"),
-    }
-    if redis if redis is not None else read_setting(settings, "OPENCLAW_DISTRIBUTED"):
+def open_store(
+    config: OpenClawSettings, settings: Any, spider: str, *, redis: bool | None = None
+) -> FileSiteStore | RedisSiteStore:
+    """The crawl's store: Redis in distributed mode (or with *redis*; reached through *settings*'
+    ``REDIS_*``), else the file."""
+    bounds: dict[str, Any] = {"max_entries": config.sites_max_entries, "max_age": config.sites_max_age}
+    if redis if redis is not None else config.distributed:
         from scrapy_openclaw.distributed.connection import client_from_settings
 
         return RedisSiteStore(client_from_settings(settings), spider, **bounds)
-    return FileSiteStore(sites_path(settings), **bounds)
+    return FileSiteStore(sites_path(config), **bounds)
 
 
 def _body(entries: Any) -> bytes:
     return json.dumps(entries, sort_keys=True, separators=(",", ":")).encode()
-
-
-def _text(value: Any) -> str:
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)

@@ -1,4 +1,4 @@
-"""The Lua scripts behind the Redis queue and the shared health registry.
+"""The Lua scripts behind the Redis queue, the shared health registry, the dead-letter stream and the scheduler's locks.
 
 Why Lua: every multi-key change (pop = pick + token + lease, ack, lease
 expiry, health update) must be atomic across workers, and one ``EVALSHA`` is
@@ -101,3 +101,11 @@ H_RECORD = _script("health", "h_record")
 H_HOLD = _script("health", "h_hold")
 H_CRAWL_DELAY = _script("health", "h_crawl_delay")
 H_CONTROL = _script("health", "h_control")
+
+#: the dead-letter stream (``dlq/stores/redis_stream.py``): exactly-once add, in-place update
+DLQ_ADD = _script("dlq_add")
+DLQ_UPDATE = _script("dlq_update")
+#: the scheduler's window locks (``schedule/locks.py``)
+LOCK_ACQUIRE = _script("lock_acquire")
+LOCK_EXTEND = _script("lock_extend")
+LOCK_RELEASE = _script("lock_release")

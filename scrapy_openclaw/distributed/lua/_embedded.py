@@ -15,6 +15,22 @@ return n
 local n = tonumber(redis.call('GET', KEYS[7]) or '0')
 return {n, redis.call('ZCARD', KEYS[8]), redis.call('ZCARD', KEYS[9]), tonumber(redis.call('GET', KEYS[16]) or '0')}
 """,
+    "dlq_add": r"""-- Adds a dead letter once: a retried XADD after a lost reply must not duplicate it.
+-- KEYS: stream, <stream>:ids. ARGV: record id, record data -> 1 added, 0 already there
+if redis.call('HEXISTS', KEYS[2], ARGV[1]) == 1 then return 0 end
+local sid = redis.call('XADD', KEYS[1], '*', 'id', ARGV[1], 'data', ARGV[2])
+redis.call('HSET', KEYS[2], ARGV[1], sid)
+return 1
+""",
+    "dlq_update": r"""-- Replaces a dead letter in place (same record id; the entry moves to the stream's end).
+-- KEYS: stream, <stream>:ids. ARGV: record id, record data -> 1 replaced, 0 unknown id
+local old = redis.call('HGET', KEYS[2], ARGV[1])
+if not old then return 0 end
+redis.call('XDEL', KEYS[1], old)
+local sid = redis.call('XADD', KEYS[1], '*', 'id', ARGV[1], 'data', ARGV[2])
+redis.call('HSET', KEYS[2], ARGV[1], sid)
+return 1
+""",
     "h_acquire": r"""-- ARGV: now, policy_json, token(1/0) -> {ok, {fields}}
 -- (runs after the shared health.lua, see __init__.py)
 redis.call('SADD', KEYS[2], ARGV[#ARGV])  -- the domain index (last ARGV: the domain)
@@ -631,6 +647,25 @@ for i = 6, #ARGV do
   end
 end
 return {n, maintain(tonumber(ARGV[3]), 1000, tonumber(ARGV[1]))}
+""",
+    "lock_acquire": r"""-- Takes a scheduler window's lock unless the window is done.
+-- KEYS: lock, done marker. ARGV: token, ttl (ms) -> 1 taken, 0 not
+if redis.call('EXISTS', KEYS[2]) == 1 then return 0 end
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 1 end
+return 0
+""",
+    "lock_extend": r"""-- Extends a scheduler window's lock if this token still holds it.
+-- KEYS: lock. ARGV: token, ttl (ms) -> 1 extended, 0 lost
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
+return 0
+""",
+    "lock_release": r"""-- Releases a scheduler window's lock if this token still holds it (compare-and-delete),
+-- leaving the done marker when the run finished.
+-- KEYS: lock, done marker. ARGV: token, finished ('1'/'0'), done ttl (ms) -> 1 released, 0 lost
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+if ARGV[2] == '1' then redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[3]) end
+redis.call('DEL', KEYS[1])
+return 1
 """,
     "pop": r"""-- KEYS: the shard's 16 keys, then the health hash of each candidate domain.
 -- ARGV: boost, now, lease_until, worker, scan, gated (1/0), candidate domains...

@@ -15,6 +15,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlencode, urlparse, urlunparse
 
+from scrapy_openclaw.distributed import lua
+from scrapy_openclaw.distributed.connection import client_for_url
 from scrapy_openclaw.dlq.records import InvalidRecord, read_record, safe_id, seal, unseal
 from scrapy_openclaw.dlq.stores.base import ANY, DeadLetterStore, Filters
 from scrapy_openclaw.redact import mask_uri
@@ -25,23 +27,6 @@ if TYPE_CHECKING:
     from scrapy_openclaw.deadletter import DeadLetter
 
 logger = logging.getLogger(__name__)
-
-# Adds a record once: a retried XADD after a lost reply must not duplicate it.
-_ADD_ONCE = """
-if redis.call('HEXISTS', KEYS[2], ARGV[1]) == 1 then return 0 end
-local sid = redis.call('XADD', KEYS[1], '*', 'id', ARGV[1], 'data', ARGV[2])
-redis.call('HSET', KEYS[2], ARGV[1], sid)
-return 1
-"""
-# Replaces a record in place (same record id; the entry moves to the stream's end).
-_UPDATE = """
-local old = redis.call('HGET', KEYS[2], ARGV[1])
-if not old then return 0 end
-redis.call('XDEL', KEYS[1], old)
-local sid = redis.call('XADD', KEYS[1], '*', 'id', ARGV[1], 'data', ARGV[2])
-redis.call('HSET', KEYS[2], ARGV[1], sid)
-return 1
-"""
 
 
 class RedisStore(DeadLetterStore):
@@ -79,12 +64,12 @@ class RedisStore(DeadLetterStore):
         # restart), not redis-py's default of 10 with backoff: a down Redis must
         # not stall the reactor; our own timer retries later.
         params = {"socket_timeout": timeout, "socket_connect_timeout": timeout, "retry": Retry(NoBackoff(), 1)}
-        self.redis = client or _redis_client(_redis_connection_url(url), params)
+        self.redis = client or client_for_url(_redis_connection_url(url), **params)
         if type(self.redis).__name__ == "RedisCluster" and "{" not in self.prefix:
             # a Redis Cluster: a stream and its :ids/:replayed hashes must share a slot
             self.prefix = "{" + self.prefix + "}"
-        self._add = self.redis.register_script(_ADD_ONCE)
-        self._update = self.redis.register_script(_UPDATE)
+        self._add = self.redis.register_script(lua.DLQ_ADD)
+        self._update = self.redis.register_script(lua.DLQ_UPDATE)
         self._buffer: deque[DeadLetter] = deque()
         self._delay = retry_base
         self._timer: Any = None
@@ -284,23 +269,6 @@ class RedisStore(DeadLetterStore):
                 pipe.hdel(f"{key}:replayed", *[id_ for _, id_ in chunk])
                 n += pipe.execute()[0]
         return n
-
-
-def _redis_client(url: str, params: dict[str, Any]) -> Any:
-    """redis-py's client for *url*; its cluster client when *url* points at a Redis Cluster node."""
-    import redis
-
-    client = redis.Redis.from_url(url, **params)
-    try:
-        enabled = int(client.info("cluster").get("cluster_enabled", 0))
-    except (redis.RedisError, OSError):
-        return client  # unreachable now: buffered and retried like any outage
-    if not enabled:
-        return client
-    from redis.cluster import RedisCluster
-
-    client.close()
-    return RedisCluster.from_url(url, **params)
 
 
 def _redis_connection_url(url: str) -> str:

@@ -118,7 +118,7 @@ from scrapy_openclaw.health.registry.verdicts import _penalty as _penalty
 from scrapy_openclaw.health.registry.verdicts import _rate_signal as _rate_signal
 from scrapy_openclaw.policy import PolicySet
 from scrapy_openclaw.runtime import shared
-from scrapy_openclaw.settings import OpenClawSettings, health_registry_class, read_setting
+from scrapy_openclaw.settings import OpenClawSettings, health_registry_class
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -144,7 +144,7 @@ class HealthRegistry(_Recording, _Eviction, _Snapshots):
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> HealthRegistry:
-        return cls(PolicySet.for_crawler(crawler), **scrapy_limits(crawler.settings))
+        return cls(PolicySet.for_crawler(crawler), **scrapy_limits(crawler))
 
     @classmethod
     def for_crawler(cls, crawler: Crawler) -> HealthRegistry:
@@ -355,13 +355,14 @@ class HealthRegistry(_Recording, _Eviction, _Snapshots):
             d.tokens = min(d.tokens, 0.0)
 
 
-def scrapy_limits(settings: Any) -> dict[str, Any]:
+def scrapy_limits(crawler: Crawler) -> dict[str, Any]:
     """The registry's defaults from the project's Scrapy settings: the per-domain
     (or per-IP) concurrency, and the rate ``DOWNLOAD_DELAY`` allows."""
+    settings = crawler.settings
     per_ip = int(settings["CONCURRENT_REQUESTS_PER_IP"] or 0)  # ([]: getint warns that it is deprecated)
     delay = settings.getfloat("DOWNLOAD_DELAY")
     return {
         "default_concurrency": per_ip or settings.getint("CONCURRENT_REQUESTS_PER_DOMAIN"),
         "reported_rate_cap": 1.0 / delay if delay > 0 else math.inf,
-        "idle_ttl": read_setting(settings, "OPENCLAW_HEALTH_IDLE_TTL"),
+        "idle_ttl": OpenClawSettings.for_crawler(crawler).health_idle_ttl,
     }

@@ -35,6 +35,7 @@ from scrapy_openclaw.health.registry.verdicts import _accounted, _penalty, _rate
 if TYPE_CHECKING:
     from scrapy_openclaw.errors import Classification
     from scrapy_openclaw.health.registry.record import _Domain
+    from scrapy_openclaw.policy import HealthPolicy
 
 
 class _Recording(_RegistryCore):
@@ -96,13 +97,7 @@ class _Recording(_RegistryCore):
         """
         now = time.time() if now is None else now
         d, p = self._get(domain, now)
-        d.requests += 1
-        d.failures += 1
-        if classification.status is not None:
-            d.answered_at = now
-        note = note_kind(classification.status, retry_after)
-        if note:
-            self._note(domain, d, sent_at(now, latency), note)
+        self._count_failure(domain, d, classification, retry_after, latency, now)
         rate_signal = _rate_signal(classification, retry_after)
         domain_signal, in_share = _accounted(d, classification, retry_after, failed_before)
         if rate_signal and pace_sample(d, now, True, self._rate(d, p)):
@@ -132,10 +127,7 @@ class _Recording(_RegistryCore):
         if closed and (fresh or not congestion):
             floor = min(d.health, max(_RATE_HEALTH_FLOOR, p.circuit_floor)) if rate_signal else 0.0
             d.health = max(floor, d.health - penalty)
-        if retry_after is not None:
-            d.hold_until = max(d.hold_until, now + min(max(retry_after, 0.0), p.retry_after_cap))
-        elif classification.is_throttle and closed:
-            d.hold_until = max(d.hold_until, now + 1.0 / self._rate(d, p))
+        self._hold_after_failure(d, p, classification, retry_after, now, closed=closed)
         if d.circuit == HALF_OPEN or (
             d.circuit == CLOSED
             and not rate_signal  # the site answered: slower, not sick
@@ -144,6 +136,40 @@ class _Recording(_RegistryCore):
             self._open(d, p, now)
             return OPEN
         return None
+
+    def _count_failure(
+        self,
+        domain: str,
+        d: _Domain,
+        classification: Classification,
+        retry_after: float | None,
+        latency: float | None,
+        now: float,
+    ) -> None:
+        """Every failure counts, whatever the verdict; an answer (a status) also feeds the limit fit."""
+        d.requests += 1
+        d.failures += 1
+        if classification.status is not None:
+            d.answered_at = now
+        note = note_kind(classification.status, retry_after)
+        if note:
+            self._note(domain, d, sent_at(now, latency), note)
+
+    def _hold_after_failure(
+        self,
+        d: _Domain,
+        p: HealthPolicy,
+        classification: Classification,
+        retry_after: float | None,
+        now: float,
+        *,
+        closed: bool,
+    ) -> None:
+        """The server's Retry-After holds the domain (capped); a throttle without one, one token's time."""
+        if retry_after is not None:
+            d.hold_until = max(d.hold_until, now + min(max(retry_after, 0.0), p.retry_after_cap))
+        elif classification.is_throttle and closed:
+            d.hold_until = max(d.hold_until, now + 1.0 / self._rate(d, p))
 
     def _note(self, domain: str, d: _Domain, at: float, note: str) -> None:
         """Add an answer that took a token or a 429 (*note*), sent at *at*, to the domain's

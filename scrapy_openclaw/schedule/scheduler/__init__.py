@@ -97,7 +97,9 @@ class Scheduler(WindowRunner):
         self.lock_ttl = self.config.schedule_lock_ttl
         self.stop_timeout = self.config.schedule_stop_timeout
         self.node = f"{socket.gethostname()}:{os.getpid()}"
-        self.locks, self.history, self.cursors = open_stores(settings, self.state_dir, self.lock_ttl)
+        self.locks, self.history, self.cursors = open_stores(
+            settings, self.state_dir, self.lock_ttl, prefix=self.config.schedule_redis_prefix
+        )
         self.metrics = ScheduleMetrics()
         self.running = {}  # task id -> its active run
         self._runs: list[Deferred[None]] = []

@@ -8,17 +8,15 @@ from typing import TYPE_CHECKING, Any
 from scrapy_openclaw.schedule.cursor import FileCursors, RedisCursors
 from scrapy_openclaw.schedule.history import JsonlHistory, RedisHistory
 from scrapy_openclaw.schedule.locks import FileLocks, RedisLocks, redis_client
-from scrapy_openclaw.settings import read_setting
 
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
 
 
-def open_stores(settings: BaseSettings, state_dir: Path, lock_ttl: float) -> tuple[Any, Any, Any]:
-    """(locks, history, cursors): in Redis with ``REDIS_URL``, else under *state_dir*."""
+def open_stores(settings: BaseSettings, state_dir: Path, lock_ttl: float, *, prefix: str) -> tuple[Any, Any, Any]:
+    """(locks, history, cursors): in Redis with ``REDIS_URL`` (keys under *prefix*), else under *state_dir*."""
     url = settings.get("REDIS_URL")
     if url:
-        prefix = read_setting(settings, "OPENCLAW_SCHEDULE_REDIS_PREFIX")
         client = redis_client(url)
         return (
             RedisLocks(client, prefix=prefix, ttl=lock_ttl),
