@@ -143,10 +143,9 @@ class _Pacing:
         """
         if now - d.last_decrease < max(_MIN_DECREASE_GAP, d.latency or 0.0):
             return False
-        if measured and d.cuts >= 1 and 0.0 <= now - d.hold_until <= _BURST_SECONDS and self._burst(d, p) > 1:
+        if measured and d.cuts >= 1 and 0.0 <= now - d.hold_until <= _BURST_SECONDS:
             # refused while resuming from a hold: the burst the hold saved up was more than the
-            # site's bucket holds, not the pace more than its rate; send smaller bursts (down to
-            # one: refused even then, it is the pace, and a limit that dropped is cut to below)
+            # site's bucket holds, not the pace more than its rate; send smaller bursts
             d.burst_cap = max(1, self._burst(d, p) // 2)
             d.tokens = min(d.tokens, float(d.burst_cap))
             d.last_decrease = now  # (the rest of that burst is the same event)
