@@ -15,7 +15,9 @@ from scrapy.downloadermiddlewares.retry import RetryMiddleware
 from scrapy.extensions.feedexport import FeedExporter
 from scrapy.utils.misc import load_object
 
+from scrapy_openclaw.distributed import configure as configure_distributed
 from scrapy_openclaw.exceptions import OpenClawConfigError
+from scrapy_openclaw.health.registry import health_registry_class
 from scrapy_openclaw.policy import PolicySet
 from scrapy_openclaw.scrapy_internals import inspection_command
 from scrapy_openclaw.settings import OpenClawSettings
@@ -108,6 +110,7 @@ class Addon:
             )
         # A bad OPENCLAW_* value stops the crawl here (OpenClawConfigError), before it is used.
         config = OpenClawSettings.from_settings(settings)
+        health_registry_class(config.health_registry_class)
         # Ours replaces Scrapy's retry, unless the user switched ours off.
         if _order_of(settings, "DOWNLOADER_MIDDLEWARES", load_object(RETRY_MIDDLEWARE)) is not None:
             _switch_off(settings, "DOWNLOADER_MIDDLEWARES", RetryMiddleware)
@@ -122,11 +125,12 @@ class Addon:
             _switch_off(settings, "EXTENSIONS", FeedExporter)
         settings.set("SCHEDULER_PRIORITY_QUEUE", PRIORITY_QUEUE, "addon")
         if config.distributed:
-            from scrapy_openclaw.distributed import configure
-
-            configure(settings)
-        # Fail at start, before any request, on a bad policy (and a setting distributed mode set).
-        PolicySet.load(settings)  # (the flat settings were validated above)
+            configure_distributed(settings, config)
+            config = OpenClawSettings.read(settings)  # with distributed mode's own settings
+        if self.crawler is not None:
+            config.remember(self.crawler, settings)  # validated once: the components take this one
+        # Fail at start, before any request, on a bad policy.
+        PolicySet.load(config)
 
     def _warn_at_start(self) -> None:
         """Log what the add-on switched off once the crawl starts: Scrapy installs the

@@ -7,10 +7,12 @@ dropped connection means the same thing to every component.
 
 from __future__ import annotations
 
+import builtins
 import enum
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
+from scrapy.settings import default_settings
 from scrapy.utils.misc import load_object
 from twisted.internet import error as txerror
 from twisted.python.failure import Failure
@@ -18,7 +20,9 @@ from twisted.python.failure import Failure
 from scrapy_openclaw.exceptions import ItemValidationError as ItemValidationError  # (re-exported: public names)
 from scrapy_openclaw.exceptions import OpenClawConfigError
 from scrapy_openclaw.exceptions import ParseError as ParseError
+from scrapy_openclaw.runtime import shared
 from scrapy_openclaw.scrapy_internals import download_error_types, tunnel_error
+from scrapy_openclaw.settings import OpenClawSettings, is_set
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -183,29 +187,31 @@ class ErrorTaxonomy:
 
     @classmethod
     def from_settings(cls, settings: BaseSettings) -> ErrorTaxonomy:
+        """Validate *settings* and build the taxonomy they describe (outside a crawl)."""
+        return cls.from_config(OpenClawSettings.from_settings(settings), settings)
+
+    @classmethod
+    def from_config(cls, config: OpenClawSettings, settings: BaseSettings) -> ErrorTaxonomy:
         """Statuses: ``OPENCLAW_RETRY_HTTP_CODES`` when set, else Scrapy's
         ``RETRY_HTTP_CODES``; a project's ``RETRY_EXCEPTIONS`` extend the network class."""
-        from scrapy_openclaw.retry.compat import is_set
-
-        codes = settings.get("OPENCLAW_RETRY_HTTP_CODES")
+        codes: Any = config.retry_http_codes
         if codes is None:
             codes = settings.getlist("RETRY_HTTP_CODES", _scrapy_default("RETRY_HTTP_CODES"))
         network: tuple[type[BaseException], ...] = ()
         if is_set(settings, "RETRY_EXCEPTIONS"):
-            network = _load_types(settings, "RETRY_EXCEPTIONS", settings.getlist("RETRY_EXCEPTIONS"))
+            network = _load_types("RETRY_EXCEPTIONS", settings.getlist("RETRY_EXCEPTIONS"))
         return cls(
             retry_http_codes=_status_codes(codes),
-            parse_exceptions=_load_types(settings, "OPENCLAW_PARSE_EXCEPTIONS"),
-            validation_exceptions=_load_types(settings, "OPENCLAW_VALIDATION_EXCEPTIONS"),
+            parse_exceptions=_load_types("OPENCLAW_PARSE_EXCEPTIONS", config.parse_exceptions),
+            validation_exceptions=_load_types("OPENCLAW_VALIDATION_EXCEPTIONS", config.validation_exceptions),
             network_exceptions=network,
         )
 
     @classmethod
     def for_crawler(cls, crawler: Crawler) -> ErrorTaxonomy:
         """The crawl's one taxonomy (built once from its settings)."""
-        from scrapy_openclaw.runtime import shared
-
-        return shared(crawler, "taxonomy", lambda: cls.from_settings(crawler.settings))
+        config = OpenClawSettings.for_crawler(crawler)
+        return shared(crawler, "taxonomy", lambda: cls.from_config(config, crawler.settings))
 
     def classify_status(self, status: int) -> Classification | None:
         """None for a success (1xx-3xx); otherwise retryable or permanent."""
@@ -281,15 +287,7 @@ def _header_lines(headers: Any) -> frozenset[str]:
     return frozenset(out)
 
 
-def _getlist(settings: BaseSettings, name: str) -> list[Any]:
-    from scrapy_openclaw.settings import read_setting
-
-    return list(read_setting(settings, name))
-
-
 def _scrapy_default(name: str) -> Any:
-    from scrapy.settings import default_settings
-
     return getattr(default_settings, name)
 
 
@@ -302,9 +300,9 @@ def _status_codes(codes: Any) -> frozenset[int]:
         raise OpenClawConfigError(f"retryable HTTP codes: expected a list of status codes, got {codes!r}") from None
 
 
-def _load_types(settings: BaseSettings, name: str, values: list[Any] | None = None) -> tuple[type[BaseException], ...]:
+def _load_types(name: str, values: Any) -> tuple[type[BaseException], ...]:
     types: list[type[BaseException]] = []
-    for path in _getlist(settings, name) if values is None else values:
+    for path in values:
         try:
             obj: Any = path if isinstance(path, type) else _load_builtin_or_object(path)
         except OpenClawConfigError as exc:
@@ -316,8 +314,6 @@ def _load_types(settings: BaseSettings, name: str, values: list[Any] | None = No
 
 
 def _load_builtin_or_object(path: str) -> Any:
-    import builtins
-
     if "." not in path:
         try:
             return getattr(builtins, path)

@@ -29,18 +29,3 @@ def shared(crawler: Crawler, key: str, factory: Callable[[], T]) -> T:
 def peek(crawler: Crawler, key: str) -> Any | None:
     """The crawler's object for *key* if some component created it, else None."""
     return _shared.get(crawler, {}).get(key)
-
-
-def crawl_id(crawler: Crawler) -> str:
-    """A stable id for this crawl (``OPENCLAW_CRAWL_ID`` or a random one).
-
-    The checkpoint extension restores it on resume, so dead letters and
-    metrics of a resumed crawl carry the same id.
-    """
-    import uuid
-
-    return shared(
-        crawler,
-        "crawl_id",
-        lambda: crawler.settings.get("OPENCLAW_CRAWL_ID") or uuid.uuid4().hex[:16],
-    )

@@ -1,25 +1,31 @@
-"""Every ``OPENCLAW_*`` setting and its default, in one place.
+"""Every ``OPENCLAW_*`` setting and its default, read and validated once per crawl.
 
-Components read them through :class:`OpenClawSettings`, validated once per
-crawl, so a bad value fails at start with or without the add-on. Nothing writes
-the defaults into the crawl's settings: an unset setting reads as its default
-here. Per-domain knobs live in the policy (``policy/policies.py``).
+The bottom of the import graph: components take :class:`OpenClawSettings`
+from here, so a bad value fails at start, with or without the add-on.
 """
 
 from __future__ import annotations
 
 import difflib
+import json
+import os
+import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from scrapy.settings import SETTINGS_PRIORITIES
+
+from scrapy_openclaw import redact
 from scrapy_openclaw.exceptions import OpenClawConfigError
-from scrapy_openclaw.runtime import shared
+from scrapy_openclaw.runtime import peek, shared
 from scrapy_openclaw.startup import refuse_start
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from os import PathLike
 
     from scrapy.crawler import Crawler
+    from scrapy.settings import BaseSettings
 
 DEFAULTS: dict[str, Any] = {
     "OPENCLAW_CRAWL_ID": None,  # unset: a random id, kept across checkpoint resumes
@@ -229,12 +235,37 @@ def validate_settings(settings: Any) -> None:
             raise OpenClawConfigError(f"setting {name}: {value!r} is out of range [{bounds[0]}, {bounds[1]}]")
         if name in _HTTP_STATUS_LISTS:
             _check_statuses(name, value)
-    if settings.get("OPENCLAW_POLICY") is not None:
-        from scrapy_openclaw.policy import inline_policy
+    inline_policy(settings.get("OPENCLAW_POLICY"))  # a JSON text must hold an object
+    registry = settings.get("OPENCLAW_HEALTH_REGISTRY_CLASS")
+    if registry is not None and not isinstance(registry, (str, type)):
+        raise OpenClawConfigError(
+            f"setting OPENCLAW_HEALTH_REGISTRY_CLASS: expected a class or its import path, got {_short(registry)}"
+        )
 
-        inline_policy(settings.get("OPENCLAW_POLICY"))  # a JSON text must hold an object
-    if settings.get("OPENCLAW_HEALTH_REGISTRY_CLASS") is not None:
-        health_registry_class(settings.get("OPENCLAW_HEALTH_REGISTRY_CLASS"))
+
+def inline_policy(value: Any) -> Any:
+    """``OPENCLAW_POLICY`` as data: a dict, or a JSON object given as text (``-s OPENCLAW_POLICY='{...}'``)."""
+    if hasattr(value, "copy_to_dict"):
+        return value.copy_to_dict()
+    if isinstance(value, (str, bytes)):
+        if not value.strip():
+            return {}
+        try:
+            value = json.loads(value)
+        except (ValueError, RecursionError) as exc:
+            raise OpenClawConfigError(f"setting OPENCLAW_POLICY: not a JSON object: {exc}") from None
+        if not isinstance(value, dict):
+            raise OpenClawConfigError(
+                f"setting OPENCLAW_POLICY: the policy must be a mapping with 'defaults' and/or 'domains', "
+                f"got JSON {type(value).__name__}"
+            )
+    return value or {}
+
+
+def is_set(settings: BaseSettings, name: str) -> bool:
+    """Whether *name* (a Scrapy setting) was set above Scrapy's default priority."""
+    priority = settings.getpriority(name)
+    return priority is not None and priority > SETTINGS_PRIORITIES["default"]
 
 
 PREFIX = "OPENCLAW_"
@@ -255,6 +286,8 @@ def read_setting(settings: Any, name: str) -> Any:
     default = DEFAULTS[name]
     kind = _TYPES.get(name, type(default))
     value = settings.get(name)
+    if name == "OPENCLAW_POLICY":
+        return inline_policy(value)
     if value is None:
         return tuple(default) if isinstance(default, list) else default
     getter = _GETTERS.get(kind)
@@ -348,28 +381,92 @@ class OpenClawSettings:
 
     @classmethod
     def from_settings(cls, settings: Any) -> OpenClawSettings:
-        """Validate *settings* (:func:`validate_settings`) and read every ``OPENCLAW_*`` setting."""
+        """Validate *settings* (:func:`validate_settings`) and read every ``OPENCLAW_*`` setting.
+
+        The result becomes the process's configuration (:func:`on_configured`).
+        """
         validate_settings(settings)
-        from scrapy_openclaw.serialization import signing
+        return cls.read(settings)
 
-        signing.configure(settings)
+    @classmethod
+    def read(cls, settings: Any) -> OpenClawSettings:
+        """Read *settings* that :func:`validate_settings` accepted (the add-on's own writes since)."""
         config = cls(**{field_name(name): read_setting(settings, name) for name in DEFAULTS})
-        from scrapy_openclaw import redact
-
-        redact.configure(config.secret_query_params)
+        if config.distributed and not config.store_key and not os.environ.get(config.store_key_env or ""):
+            raise missing_shared_key(config.store_key_env)
+        _configured(config)
         return config
 
     @classmethod
     def for_crawler(cls, crawler: Crawler) -> OpenClawSettings:
-        """The crawl's one instance, built from ``crawler.settings`` by the first caller.
+        """The crawl's one instance, built from ``crawler.settings`` by the first caller
+        (the add-on's, unless a setting changed after it).
 
         A bad value stops the crawl at start with one line (:func:`~scrapy_openclaw.startup.refuse_start`).
         """
         try:
-            return shared(crawler, "openclaw_settings", lambda: cls.from_settings(crawler.settings))
+            return shared(crawler, "openclaw_settings", lambda: _seen_or_new(crawler))
         except OpenClawConfigError as exc:
             refuse_start(crawler, exc)
             raise
+
+    def remember(self, crawler: Crawler, settings: BaseSettings) -> OpenClawSettings:
+        """Keep this instance (read from *settings*, the crawl's) for :meth:`for_crawler`."""
+        seen: dict[str, tuple[dict[str, Any], OpenClawSettings]] = shared(crawler, "openclaw_settings_seen", dict)
+        seen["seen"] = (_raw(settings), self)
+        return self
+
+
+def missing_shared_key(env: str) -> OpenClawConfigError:
+    """Distributed mode without a store key every worker shares."""
+    return OpenClawConfigError(
+        "setting OPENCLAW_DISTRIBUTED=True needs a store key shared by every worker: set "
+        f"OPENCLAW_STORE_KEY or the environment variable {env or 'OPENCLAW_STORE_KEY'} to the same "
+        "secret (at least 16 characters, e.g. `python -c 'import secrets; print(secrets.token_hex(32))'`) "
+        "on every worker"
+    )
+
+
+def crawl_id(crawler: Crawler) -> str:
+    """A stable id for this crawl (``OPENCLAW_CRAWL_ID`` or a random one).
+
+    The checkpoint extension restores it on resume, so dead letters and
+    metrics of a resumed crawl carry the same id.
+    """
+    return shared(crawler, "crawl_id", lambda: OpenClawSettings.for_crawler(crawler).crawl_id or uuid.uuid4().hex[:16])
+
+
+def _raw(settings: Any) -> dict[str, Any]:
+    return {name: settings.get(name) for name in settings if str(name).startswith(PREFIX)}
+
+
+def _seen_or_new(crawler: Crawler) -> OpenClawSettings:
+    seen = (peek(crawler, "openclaw_settings_seen") or {}).get("seen")
+    if seen is not None and seen[0] == _raw(crawler.settings):
+        return seen[1]
+    return OpenClawSettings.from_settings(crawler.settings)
+
+
+_listeners: list[Callable[[OpenClawSettings], None]] = []
+_latest: list[OpenClawSettings] = []
+
+
+def on_configured(listener: Callable[[OpenClawSettings], None]) -> None:
+    """Call *listener* with every configuration read from now on, and the latest one at once.
+
+    For process-wide state a crawl's settings name (the store key): the
+    modules that keep it listen here, so this one imports none of them.
+    """
+    _listeners.append(listener)
+    if _latest:
+        listener(_latest[0])
+
+
+def _configured(config: OpenClawSettings) -> None:
+    redact.configure(config.secret_query_params)
+    _latest[:] = [config]
+    for listener in _listeners:
+        listener(config)
 
 
 def _short(value: Any) -> str:
@@ -388,21 +485,3 @@ def _check_statuses(name: str, values: list[Any]) -> None:
             raise OpenClawConfigError(
                 f"setting {name}: {value!r} is not an HTTP status (a whole number from 100 to 599)"
             )
-
-
-def health_registry_class(path: Any) -> type:
-    """The class ``OPENCLAW_HEALTH_REGISTRY_CLASS`` names; a config error unless it is a HealthRegistry."""
-    from scrapy.utils.misc import load_object
-
-    from scrapy_openclaw.health.registry import HealthRegistry
-
-    try:
-        cls = load_object(path)
-    except (ImportError, NameError, ValueError, AttributeError, TypeError) as exc:
-        raise OpenClawConfigError(f"setting OPENCLAW_HEALTH_REGISTRY_CLASS={path!r}: cannot load it: {exc}") from None
-    if not (isinstance(cls, type) and issubclass(cls, HealthRegistry)):
-        raise OpenClawConfigError(
-            f"setting OPENCLAW_HEALTH_REGISTRY_CLASS={path!r}: must name a subclass of "
-            "scrapy_openclaw.health.HealthRegistry"
-        )
-    return cls

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from scrapy_openclaw.runtime import crawl_id
+from scrapy_openclaw.settings import crawl_id
 
 if TYPE_CHECKING:
     from scrapy import Request

@@ -223,12 +223,12 @@ def test_extension_off_without_dir_and_refuses_jobdir(tmp_path: Path) -> None:
 def test_extension_restores_crawl_id_and_locks_dir(tmp_path: Path) -> None:
     from scrapy.utils.misc import build_from_crawler
 
-    from scrapy_openclaw import runtime
+    from scrapy_openclaw.settings import crawl_id
 
     _write_snap(snapshot_path(tmp_path, 1), 2)
     crawler = get_crawler(_Spider, {"OPENCLAW_CHECKPOINT_DIR": str(tmp_path)})
     ext = build_from_crawler(CheckpointExtension, crawler)
-    assert runtime.crawl_id(crawler) == "c1" and ext.resumed
+    assert crawl_id(crawler) == "c1" and ext.resumed
     assert ext.pending_by_domain() == {"a.example": 2}
     with pytest.raises(OpenClawConfigError, match="another running crawl"):
         build_from_crawler(CheckpointExtension, get_crawler(_Spider, {"OPENCLAW_CHECKPOINT_DIR": str(tmp_path)}))

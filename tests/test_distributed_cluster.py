@@ -15,6 +15,7 @@ from scrapy.utils.test import get_crawler
 from scrapy_openclaw.distributed import configure, lua
 from scrapy_openclaw.distributed.connection import client_for_url, client_from_settings
 from scrapy_openclaw.distributed.shards import QUEUE_KEYS, ShardKeys, ShardLayoutError, health_key, shard_of
+from scrapy_openclaw.settings import OpenClawSettings
 from scrapy_openclaw.testing.servers import find_redis_server, free_port, stop_process
 
 
@@ -77,7 +78,7 @@ def test_a_queue_in_the_old_layout_is_refused_with_a_clear_message(redis_server:
 
     redis.Redis.from_url(redis_server.url).hset("unit:requests:data", "x", "{}")
     settings = Settings()
-    configure(settings)
+    configure(settings, OpenClawSettings.read(settings))
     names = ("SCHEDULER_QUEUE_CLASS", "SCHEDULER_SERIALIZER", "DUPEFILTER_CLASS", "SCHEDULER_PERSIST")
     crawler = get_crawler(
         _Spider,

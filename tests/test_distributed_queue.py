@@ -15,6 +15,7 @@ from scrapy_openclaw import meta as M
 from scrapy_openclaw.distributed import configure, serializer
 from scrapy_openclaw.distributed.connection import client_from_settings
 from scrapy_openclaw.distributed.queue import LEASE, LeasedDeadlineQueue
+from scrapy_openclaw.settings import OpenClawSettings
 
 
 class _Spider(Spider):
@@ -221,13 +222,13 @@ def test_configure_writes_addon_priority_settings() -> None:
     from scrapy.settings import Settings
 
     settings = Settings({"REDIS_URL": "redis://127.0.0.1:1/0"})
-    configure(settings)
+    configure(settings, OpenClawSettings.read(settings))
     assert settings["SCHEDULER_QUEUE_CLASS"].endswith("LeasedDeadlineQueue")
     assert settings["SCHEDULER_SERIALIZER"] == "scrapy_openclaw.distributed.serializer"
     assert settings["OPENCLAW_DLQ_URI"] == "redis://127.0.0.1:1/0"
     assert settings.getpriority("SCHEDULER") == settings.getpriority("SCHEDULER_PERSIST")
     user = Settings({"SCHEDULER_PERSIST": False}, priority="project")
-    configure(user)
+    configure(user, OpenClawSettings.read(user))
     assert user.getbool("SCHEDULER_PERSIST") is False
 
 

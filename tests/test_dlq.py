@@ -10,7 +10,6 @@ import time
 import pytest
 import redis
 from scrapy import Request, Spider
-from scrapy.settings import Settings
 
 from scrapy_openclaw import deadletter
 from scrapy_openclaw import meta as M
@@ -161,15 +160,15 @@ def test_open_store_uris(tmp_path):
 
 
 def test_default_uri(tmp_path, monkeypatch):
-    assert default_uri(Settings({"OPENCLAW_DLQ_URI": "redis://h/0"})) == "redis://h/0"
+    assert default_uri("redis://h/0") == "redis://h/0"
     # one store per spider, whether the crawl is checkpointed (or scheduled) or not,
     # in the project's directory whatever the working directory
     (tmp_path / "scrapy.cfg").write_text("[settings]\ndefault = x\n", encoding="utf-8")
     (tmp_path / "sub").mkdir()
     monkeypatch.chdir(tmp_path / "sub")
     expected = os.path.join(str(tmp_path), "openclaw-data", "%(name)s", "deadletters.jsonl")
-    assert default_uri(Settings({"OPENCLAW_CHECKPOINT_DIR": "/cp"})) == expected
-    assert default_uri(Settings()) == expected
+    assert default_uri(None) == expected
+    assert default_uri() == expected
 
 
 # --------------------------------------------------------------------------- records

@@ -26,6 +26,7 @@ from scrapy.settings import Settings
 
 from scrapy_openclaw.dlq import JsonlStore
 from scrapy_openclaw.serialization import signing
+from scrapy_openclaw.settings import OpenClawSettings
 from scrapy_openclaw.testing.servers import free_port, stop_process, subprocess_env
 
 if TYPE_CHECKING:
@@ -157,7 +158,7 @@ def read_dead_letters(path: Path, data: Path) -> list[Any]:
     saved = signing._spec, signing._key
     try:
         key = (data / "store.key").read_text(encoding="ascii").strip()
-        signing.configure(Settings({"OPENCLAW_STORE_KEY": key}))
+        OpenClawSettings.from_settings(Settings({"OPENCLAW_STORE_KEY": key}))
         store = JsonlStore(path)
         records = list(store.iter())
         assert not store.skipped

@@ -29,6 +29,7 @@ from scrapy_openclaw.checkpoint.state import (
     temp_files,
 )
 from scrapy_openclaw.errors import OpenClawConfigError
+from scrapy_openclaw.health.registry import health_registry_class
 from scrapy_openclaw.policy import PolicySet
 from scrapy_openclaw.schedule.tasks import load_tasks
 from scrapy_openclaw.settings import validate_settings
@@ -266,9 +267,9 @@ def test_temp_files_are_exclusive_and_only_ours_are_cleaned(tmp_path: Path) -> N
 def test_health_registry_class_must_be_a_registry() -> None:
     for path in ("os.system", "builtins.print", "scrapy_openclaw.policy.PolicySet"):
         with pytest.raises(OpenClawConfigError, match="must name a subclass of scrapy_openclaw.health.HealthRegistry"):
-            validate_settings(Settings({"OPENCLAW_HEALTH_REGISTRY_CLASS": path}))
+            health_registry_class(path)
     with pytest.raises(OpenClawConfigError, match="cannot load it"):
-        validate_settings(Settings({"OPENCLAW_HEALTH_REGISTRY_CLASS": "no_such_module.Registry"}))
+        health_registry_class("no_such_module.Registry")
 
 
 def test_health_registry_class_is_checked_before_it_is_called(tmp_path: Path) -> None:

@@ -27,6 +27,7 @@ from scrapy_openclaw.deadletter import DeadLetter
 from scrapy_openclaw.dlq import JsonlStore
 from scrapy_openclaw.exceptions import OpenClawConfigError
 from scrapy_openclaw.serialization import dumps, request_to_data, signing
+from scrapy_openclaw.settings import OpenClawSettings
 from scrapy_openclaw.testing.crawl import read_result, run_crawl, start_crawl
 
 
@@ -38,8 +39,12 @@ def key_scope(monkeypatch: pytest.MonkeyPatch) -> Any:
     signing._spec, signing._key = saved
 
 
+def _config(settings: dict[str, Any]) -> OpenClawSettings:
+    return OpenClawSettings.read(Settings(settings))  # (not validated: resolve() checks the key)
+
+
 def use(settings: dict[str, Any]) -> None:
-    signing.configure(Settings(settings))
+    OpenClawSettings.from_settings(Settings(settings))  # (configures the process's key)
 
 
 def test_the_project_key_file_is_generated_private_once(key_scope: Any, tmp_path: Path) -> None:
@@ -65,10 +70,10 @@ def test_the_project_key_file_is_generated_private_once(key_scope: Any, tmp_path
 
 def test_the_key_from_a_setting_or_the_variable_it_names(key_scope: Any) -> None:
     key_scope.setenv("MY_CRAWL_KEY", "k" * 20)
-    assert signing.resolve(Settings({"OPENCLAW_STORE_KEY_ENV": "MY_CRAWL_KEY"})).secret == b"k" * 20
-    assert signing.resolve(Settings({"OPENCLAW_STORE_KEY": "s" * 16})).source == "OPENCLAW_STORE_KEY"
+    assert signing.resolve(_config({"OPENCLAW_STORE_KEY_ENV": "MY_CRAWL_KEY"})).secret == b"k" * 20
+    assert signing.resolve(_config({"OPENCLAW_STORE_KEY": "s" * 16})).source == "OPENCLAW_STORE_KEY"
     with pytest.raises(OpenClawConfigError, match="OPENCLAW_STORE_KEY: a store key needs at least 16"):
-        signing.resolve(Settings({"OPENCLAW_STORE_KEY": "short"}))
+        signing.resolve(_config({"OPENCLAW_STORE_KEY": "short"}))
 
 
 def test_distributed_mode_refuses_to_start_without_a_shared_key(key_scope: Any, tmp_path: Path) -> None:

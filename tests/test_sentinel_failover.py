@@ -245,11 +245,12 @@ def test_a_worker_that_finds_no_master_names_the_sentinels() -> None:
 
     from scrapy_openclaw.distributed import configure
     from scrapy_openclaw.distributed.scheduler import OpenClawRedisScheduler, RedisUnavailableError
+    from scrapy_openclaw.settings import OpenClawSettings
 
     sentinel = Sentinel(free_port())  # nothing listens there
     try:
         settings = Settings()
-        configure(settings)  # (what the add-on does in distributed mode)
+        configure(settings, OpenClawSettings.read(settings))  # (what the add-on does in distributed mode)
         names = ("SCHEDULER_QUEUE_CLASS", "SCHEDULER_SERIALIZER", "DUPEFILTER_CLASS", "SCHEDULER_PERSIST")
         crawler = get_crawler(
             Spider,

@@ -23,7 +23,9 @@ from scrapy.exceptions import UsageError
 from scrapy_openclaw.checkpoint.journal import FORMAT_VERSION, CheckpointError, read_journal
 from scrapy_openclaw.checkpoint.snapshot import read_snapshot
 from scrapy_openclaw.checkpoint.state import age, checkpoint_files, generations, journal_path, load, snapshot_path
+from scrapy_openclaw.exceptions import OpenClawConfigError
 from scrapy_openclaw.redact import mask_uri
+from scrapy_openclaw.settings import OpenClawSettings
 
 
 def _journal_spider(directory: Path, gens: list[int]) -> str | None:
@@ -153,9 +155,10 @@ class Command(ScrapyCommand):
         directory = Path(args[1])
         if not directory.is_dir():
             raise UsageError(f"{directory}: not a directory")
-        from scrapy_openclaw.serialization import signing
-
-        signing.configure(self.settings)  # lines are checked with the project's store key
+        try:  # lines are checked with the project's store key (OpenClawSettings configures it)
+            OpenClawSettings.from_settings(self.settings)
+        except OpenClawConfigError as exc:
+            raise UsageError(str(exc), print_help=False) from None
         if args[0] == "verify":
             try:
                 ok, lines = verify_dir(directory)

@@ -253,10 +253,8 @@ class Command(ScrapyCommand):
         import redis
 
         from scrapy_openclaw.control.channel import publish
-        from scrapy_openclaw.serialization import signing
 
-        if self.settings is not None:
-            signing.configure(self.settings)  # commands are sealed with the crawl's store key
+        self._config()  # commands are sealed with the crawl's store key
         url = opts.redis or (self.settings.get("REDIS_URL") if self.settings else None)
         if not url:
             raise UsageError("--redis: give a URL or set REDIS_URL", print_help=False)

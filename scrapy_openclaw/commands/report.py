@@ -99,6 +99,6 @@ def _from_redis(settings: Any, config: OpenClawSettings, spider: str) -> dict[st
 
     scope = config.crawl_id or spider
     try:
-        return SharedReport(client_from_settings(settings), spider, scope).merged()
+        return SharedReport(client_from_settings(settings, config), spider, scope).merged()
     except RedisError as exc:
         raise ReportError(f"Redis {mask_uri(settings.get('REDIS_URL'))}: {exc}") from None

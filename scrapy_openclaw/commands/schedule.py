@@ -21,7 +21,7 @@ from scrapy.exceptions import UsageError
 from scrapy_openclaw.commands.addon_check import check_crawl_command
 from scrapy_openclaw.exceptions import OpenClawConfigError
 from scrapy_openclaw.paths import resolve_path
-from scrapy_openclaw.settings import OpenClawSettings
+from scrapy_openclaw.settings import OpenClawSettings, validate_settings
 
 if TYPE_CHECKING:
     import argparse
@@ -126,7 +126,6 @@ class Command(ScrapyCommand):
 
     def _load(self, path: str) -> list[Task]:
         from scrapy_openclaw.schedule.tasks import load_tasks
-        from scrapy_openclaw.settings import validate_settings
 
         try:
             validate_settings(self.settings)

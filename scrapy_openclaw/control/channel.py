@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from scrapy_openclaw.control.controller import ControlError
 from scrapy_openclaw.distributed.connection import reply_text
 from scrapy_openclaw.serialization import signing
+from scrapy_openclaw.settings import OpenClawSettings
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -79,7 +80,6 @@ class ControlChannel:
         self.spider_name = name
         self.key = stream_key(name)
         from scrapy_openclaw.distributed.shards import ShardKeys
-        from scrapy_openclaw.settings import OpenClawSettings
 
         queue_key = (crawler.settings.get("SCHEDULER_QUEUE_KEY") or "%(spider)s:requests") % {"spider": name}
         self._layout = ShardKeys(queue_key, name, OpenClawSettings.for_crawler(crawler).distributed_shards)

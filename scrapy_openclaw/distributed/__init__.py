@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
 
+    from scrapy_openclaw.settings import OpenClawSettings
+
 __all__ = [
     "DOWNLOADER_ACK_MIDDLEWARE",
     "HEALTH_REGISTRY",
@@ -56,8 +58,8 @@ def redis_params() -> dict:
     }
 
 
-def configure(settings: BaseSettings) -> None:
-    """Switch a crawl's settings to distributed mode (called by the add-on)."""
+def configure(settings: BaseSettings, config: OpenClawSettings) -> None:
+    """Switch a crawl's settings (*config*, validated) to distributed mode (called by the add-on)."""
     from scrapy.utils.misc import load_object
 
     settings.set("SCHEDULER", SCHEDULER, "addon")
@@ -69,7 +71,7 @@ def configure(settings: BaseSettings) -> None:
     settings.set("OPENCLAW_HEALTH_REGISTRY_CLASS", HEALTH_REGISTRY, "addon")
     if not settings.getdict("REDIS_PARAMS"):
         settings.set("REDIS_PARAMS", redis_params(), "addon")
-    if not settings.get("OPENCLAW_DLQ_URI"):
+    if not config.dlq_uri:
         url = settings.get("REDIS_URL")
         if url:
             settings.set("OPENCLAW_DLQ_URI", url, "addon")

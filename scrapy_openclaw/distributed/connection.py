@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from scrapy_openclaw.settings import read_setting
+from scrapy_openclaw.settings import OpenClawSettings
 
 _CLUSTER_PARAMS = (
     "socket_timeout",
@@ -25,17 +25,20 @@ _CLUSTER_PARAMS = (
 )
 
 
-def client_from_settings(settings: Any) -> Any:
+def client_from_settings(settings: Any, config: OpenClawSettings | None = None) -> Any:
+    """The client *settings*' ``REDIS_*`` (scrapy-redis's) and *config* (theirs validated) name."""
     from scrapy_redis.connection import get_redis_from_settings  # type: ignore[import-untyped]
 
+    if config is None:
+        config = OpenClawSettings.from_settings(settings)
     params = dict(settings.getdict("REDIS_PARAMS") or {})
-    sentinels = read_setting(settings, "OPENCLAW_REDIS_SENTINELS")
+    sentinels = config.redis_sentinels
     if sentinels:
         from redis.sentinel import Sentinel
 
         hosts = [(s.rsplit(":", 1)[0], int(s.rsplit(":", 1)[1])) for s in sentinels]
         params.pop("redis_cls", None)
-        master = read_setting(settings, "OPENCLAW_REDIS_SENTINEL_MASTER")
+        master = config.redis_sentinel_master
         timeout = {k: params[k] for k in ("socket_timeout", "socket_connect_timeout") if k in params}
         return Sentinel(hosts, sentinel_kwargs=timeout, **params).master_for(master)
     client = get_redis_from_settings(settings)

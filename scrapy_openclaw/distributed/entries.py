@@ -17,8 +17,8 @@ from urllib.parse import urlparse
 
 from scrapy_openclaw import meta as M
 from scrapy_openclaw.distributed.serializer import UnsealedPayload
-from scrapy_openclaw.runtime import crawl_id
 from scrapy_openclaw.serialization import RefusedRequest, SerializationError, request_from_data
+from scrapy_openclaw.settings import crawl_id
 
 if TYPE_CHECKING:
     from scrapy import Request, Spider

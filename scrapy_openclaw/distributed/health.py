@@ -103,7 +103,11 @@ class RedisHealthRegistry(HealthRegistry):
         super().__init__(PolicySet.for_crawler(crawler), uniform=uniform, **scrapy_limits(crawler))
         self.crawler = crawler
         self.clock = clock
-        self.server = server if server is not None else client_from_settings(crawler.settings)
+        self.server = (
+            server
+            if server is not None
+            else client_from_settings(crawler.settings, OpenClawSettings.for_crawler(crawler))
+        )
         self.link = RedisLink.for_crawler(crawler, clock=clock)
         name = crawler.spidercls.name if crawler.spidercls else "openclaw"
         self.spider_name = name

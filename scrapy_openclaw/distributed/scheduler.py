@@ -63,7 +63,7 @@ class OpenClawRedisScheduler(Scheduler):
     df: Any  # (scrapy-redis's, set in its __init__ or in open())
 
     @classmethod
-    def from_settings(cls, settings: Any) -> OpenClawRedisScheduler:
+    def from_settings(cls, settings: Any, config: OpenClawSettings | None = None) -> OpenClawRedisScheduler:
         """scrapy-redis's, with our client: one Redis, a Redis Cluster or a Sentinel master."""
         from scrapy_openclaw.distributed.connection import client_from_settings
 
@@ -87,14 +87,14 @@ class OpenClawRedisScheduler(Scheduler):
             kwargs["dupefilter"] = dupefilter_cls.from_settings(settings)
         if isinstance(kwargs.get("serializer"), str):
             kwargs["serializer"] = importlib.import_module(kwargs["serializer"])
-        server = client_from_settings(settings)
+        server = client_from_settings(settings, config)
         server.ping()
         return cls(server=server, **kwargs)
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> OpenClawRedisScheduler:
         try:
-            instance = cls.from_settings(crawler.settings)
+            instance = cls.from_settings(crawler.settings, OpenClawSettings.for_crawler(crawler))
         except RedisError as exc:
             message = f"scrapy-openclaw distributed mode: cannot reach Redis at {redis_location(crawler)}: {exc}"
             if OpenClawSettings.for_crawler(crawler).redis_sentinels:

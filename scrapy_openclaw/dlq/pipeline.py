@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy import signals
 from scrapy.exceptions import NotConfigured
-from scrapy.settings import BaseSettings
 from scrapy.utils.asyncio import call_later, create_looping_call
 from scrapy.utils.defer import deferred_from_coro, maybe_deferred_to_future
 
@@ -26,8 +25,8 @@ from scrapy_openclaw.errors import ErrorTaxonomy
 from scrapy_openclaw.exceptions import OpenClawConfigError, UnsafeDirectory
 from scrapy_openclaw.paths import crawl_path
 from scrapy_openclaw.redact import mask_uri
-from scrapy_openclaw.runtime import crawl_id, peek, shared
-from scrapy_openclaw.settings import OpenClawSettings, read_setting
+from scrapy_openclaw.runtime import peek
+from scrapy_openclaw.settings import OpenClawSettings, crawl_id
 
 if TYPE_CHECKING:
     from scrapy import Spider
@@ -54,16 +53,15 @@ class DeadLetterPipeline:
     """
 
     def __init__(self, crawler: Crawler):
-        settings = crawler.settings
         self.crawler = crawler
-        self.uri_template = default_uri(settings)
         config = OpenClawSettings.for_crawler(crawler)
+        self.uri_template = default_uri(config.dlq_uri)
         self.fsync_interval = config.checkpoint_flush
         self.alert_count = config.dlq_alert_count
         self.alert_ratio = config.dlq_alert_ratio
         self.alert_min_requests = config.dlq_alert_min_requests
         self.alert_close = config.dlq_alert_close
-        self.taxonomy = _taxonomy(crawler)
+        self.taxonomy = ErrorTaxonomy.for_crawler(crawler)
         self.store: DeadLetterStore | None = None
         self._early: list[DeadLetter] = []  # arrived before the spider opened
         self._unwritten: list[DeadLetter] = []  # the store failed (e.g. disk full); retried
@@ -294,7 +292,7 @@ class DeadLetterPipeline:
             fallback = JsonlStore(
                 crawl_path(self.crawler, checkpoint_dir, setting="OPENCLAW_CHECKPOINT_DIR") / "deadletters.jsonl"
                 if checkpoint_dir
-                else expand_uri(default_uri(_NoUri(self.crawler.settings)), self._spider.name)
+                else expand_uri(default_uri(), self._spider.name)
             )
             n = store.drain_to(fallback)
             fallback.close()
@@ -305,25 +303,6 @@ class DeadLetterPipeline:
                 extra={"spider": self.crawler.spider},
             )
             self.crawler.stats.set_value("openclaw/dlq/fallback", n)
-
-
-def _taxonomy(crawler: Crawler) -> ErrorTaxonomy:
-    """The crawl's taxonomy with DEFAULTS filled in (works without the add-on)."""
-    names = ("OPENCLAW_RETRY_HTTP_CODES", "OPENCLAW_PARSE_EXCEPTIONS", "OPENCLAW_VALIDATION_EXCEPTIONS")
-    settings = BaseSettings({name: read_setting(crawler.settings, name) for name in names})
-    return shared(crawler, "dlq_taxonomy", lambda: ErrorTaxonomy.from_settings(settings))
-
-
-class _NoUri:
-    """Settings view without OPENCLAW_DLQ_URI, to find the default file location."""
-
-    def __init__(self, settings: Any):
-        self._settings = settings
-
-    def get(self, name: str, default: Any = None) -> Any:
-        if name == "OPENCLAW_DLQ_URI":
-            return None
-        return self._settings.get(name, default)
 
 
 def proxy_of(record: DeadLetter) -> str | None:

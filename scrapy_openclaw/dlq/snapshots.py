@@ -33,9 +33,9 @@ from scrapy_openclaw.errors import ErrorTaxonomy
 from scrapy_openclaw.paths import resolve_path
 from scrapy_openclaw.redact import MASK, mask_uri
 from scrapy_openclaw.retry.middleware import spider_handles_status
-from scrapy_openclaw.runtime import crawl_id, peek, shared
+from scrapy_openclaw.runtime import peek, shared
 from scrapy_openclaw.scrapy_internals import slot_key
-from scrapy_openclaw.settings import OpenClawSettings
+from scrapy_openclaw.settings import OpenClawSettings, crawl_id
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -81,18 +81,17 @@ def _sig_id(sig: tuple[str, ...]) -> str:
     return hashlib.sha256("\0".join(sig).encode("utf-8")).hexdigest()[:16]
 
 
-def snapshot_dir(settings: Any, spider: str) -> Path:
+def snapshot_dir(config: OpenClawSettings, spider: str, dlq_uri: str | None = None) -> Path:
     """``OPENCLAW_SNAPSHOT_DIR``, else ``snapshots/`` beside the spider's dead-letter file
-    (for a Redis store: beside where its file would be, ``<project>/openclaw-data/<spider>/``).
-    Relative paths resolve as every path setting (:mod:`scrapy_openclaw.paths`)."""
-    own = settings.get("OPENCLAW_SNAPSHOT_DIR")
+    (*dlq_uri*, else ``OPENCLAW_DLQ_URI``; for a Redis store: beside where its file would be,
+    ``<project>/openclaw-data/<spider>/``). Relative paths resolve as every path setting
+    (:mod:`scrapy_openclaw.paths`)."""
+    own = config.snapshot_dir
     if own:
         return resolve_path(expand_uri(str(own), spider), setting="OPENCLAW_SNAPSHOT_DIR")
-    path = store_path(expand_uri(default_uri(settings), spider))
+    path = store_path(expand_uri(default_uri(dlq_uri or config.dlq_uri), spider))
     if path is None:  # a Redis store
-        from scrapy_openclaw.dlq.pipeline import _NoUri
-
-        path = store_path(expand_uri(default_uri(_NoUri(settings)), spider))
+        path = store_path(expand_uri(default_uri(), spider))
         assert path is not None
     return path.parent / "snapshots"
 
@@ -134,7 +133,9 @@ class ErrorSnapshots:
     def _open(self) -> Path:
         if self.directory is None:
             spider = self.crawler.spider
-            self.directory = snapshot_dir(self.crawler.settings, spider.name if spider else "default")
+            self.directory = snapshot_dir(
+                OpenClawSettings.for_crawler(self.crawler), spider.name if spider else "default"
+            )
             for meta in iter_snapshots(self.directory):  # earlier crawls' snapshots count too
                 self._seen[tuple(meta["signature"])].add(meta["content_hash"])
         return self.directory

@@ -35,7 +35,7 @@ from scrapy_openclaw.health.notices import HealthNotices
 from scrapy_openclaw.health.registry import CLOSED, OPEN, HealthRegistry, affects_health
 from scrapy_openclaw.health.registry.record import effective_rate
 from scrapy_openclaw.retry_after import parse_retry_after, summarise_warnings
-from scrapy_openclaw.runtime import crawl_id, shared
+from scrapy_openclaw.runtime import shared
 from scrapy_openclaw.scrapy_internals import (
     download_slot,
     download_slots,
@@ -49,7 +49,7 @@ from scrapy_openclaw.scrapy_internals import (
     slot_key,
     slot_paused,
 )
-from scrapy_openclaw.settings import OpenClawSettings
+from scrapy_openclaw.settings import OpenClawSettings, crawl_id
 
 if TYPE_CHECKING:
     from scrapy import Request

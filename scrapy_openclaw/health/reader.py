@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from scrapy.utils.conf import build_component_list
 
+from scrapy_openclaw.health.registry import HealthRegistry
 from scrapy_openclaw.runtime import shared
 from scrapy_openclaw.settings import OpenClawSettings
 
@@ -55,7 +56,5 @@ def health_registry(crawler: Crawler) -> HealthReader | None:
     """The crawl's health registry when the health middleware runs, else None (every domain ready)."""
     if not shared(crawler, "health_enabled", lambda: health_enabled(crawler)):
         return None
-    from scrapy_openclaw.health.registry import HealthRegistry
-
     registry: Any = HealthRegistry.for_crawler(crawler)
     return registry

@@ -47,6 +47,8 @@ from scrapy_openclaw.policy.validation import _build, _deep_merge
 from scrapy_openclaw.policy.validation import _check_number as _check_number
 from scrapy_openclaw.policy.validation import _validate as _validate
 from scrapy_openclaw.policy.validation import _validate_value as _validate_value
+from scrapy_openclaw.runtime import shared
+from scrapy_openclaw.settings import OpenClawSettings
 from scrapy_openclaw.startup import refuse_start
 
 if TYPE_CHECKING:
@@ -100,17 +102,14 @@ class PolicySet:
     @classmethod
     def from_settings(cls, settings: BaseSettings) -> PolicySet:
         """Validate the flat OPENCLAW_* settings and the policy layers."""
-        from scrapy_openclaw.settings import validate_settings
-
-        validate_settings(settings)
-        return cls.load(settings)
+        return cls.load(OpenClawSettings.from_settings(settings))
 
     @classmethod
-    def load(cls, settings: BaseSettings) -> PolicySet:
-        """The policy layers (inline, then the file), validated; the flat settings already are."""
+    def load(cls, config: OpenClawSettings) -> PolicySet:
+        """The policy layers (inline, then the file) of *config*, validated."""
         loader = _Loader()
-        loader.add(inline_policy(settings.get("OPENCLAW_POLICY")), source="setting OPENCLAW_POLICY", lines={})
-        path = settings.get("OPENCLAW_POLICY_FILE")
+        loader.add(config.policy, source="setting OPENCLAW_POLICY", lines={})
+        path = config.policy_file
         if path:
             data, lines, source = read_policy_file(path)
             loader.add(data, source=source, lines=lines)
@@ -121,12 +120,9 @@ class PolicySet:
     def for_crawler(cls, crawler: Crawler) -> PolicySet:
         """The crawl's policies, loaded once; the flat settings are validated once, by
         :meth:`OpenClawSettings.for_crawler <scrapy_openclaw.settings.OpenClawSettings.for_crawler>`."""
-        from scrapy_openclaw.runtime import shared
-        from scrapy_openclaw.settings import OpenClawSettings
-
-        OpenClawSettings.for_crawler(crawler)
+        config = OpenClawSettings.for_crawler(crawler)
         try:
-            return shared(crawler, "policy", lambda: cls.load(crawler.settings))
+            return shared(crawler, "policy", lambda: cls.load(config))
         except OpenClawConfigError as exc:
             refuse_start(crawler, exc)
             raise

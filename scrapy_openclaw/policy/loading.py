@@ -6,36 +6,17 @@ two keys (``min_rate`` above ``base_rate``) names both places.
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any
 
-from scrapy_openclaw.exceptions import OpenClawConfigError
+from scrapy_openclaw.paths import read_bytes
 from scrapy_openclaw.policy.matching import _Rule
 from scrapy_openclaw.policy.policies import DomainPolicy
 from scrapy_openclaw.policy.validation import _build, _deep_merge, _validate
+from scrapy_openclaw.settings import inline_policy as inline_policy
 from scrapy_openclaw.yamlconfig import MAX_BYTES, Where, load_yaml_bytes
 
 _HOST_PATTERN = re.compile(r"^(\*\.)?([a-z0-9_-]+|\*)(\.([a-z0-9_-]+))*$|^\*$|^[0-9.:\[\]a-f]+$")
-
-
-def inline_policy(value: Any) -> Any:
-    """``OPENCLAW_POLICY`` as data: a dict, or a JSON object given as text (``-s OPENCLAW_POLICY='{...}'``)."""
-    if hasattr(value, "copy_to_dict"):
-        return value.copy_to_dict()
-    if isinstance(value, (str, bytes)):
-        if not value.strip():
-            return {}
-        try:
-            value = json.loads(value)
-        except (ValueError, RecursionError) as exc:
-            raise OpenClawConfigError(f"setting OPENCLAW_POLICY: not a JSON object: {exc}") from None
-        if not isinstance(value, dict):
-            raise OpenClawConfigError(
-                f"setting OPENCLAW_POLICY: the policy must be a mapping with 'defaults' and/or 'domains', "
-                f"got JSON {type(value).__name__}"
-            )
-    return value or {}
 
 
 def read_policy_file(value: Any) -> tuple[Any, dict[tuple, int], str]:
@@ -45,8 +26,6 @@ def read_policy_file(value: Any) -> tuple[Any, dict[tuple, int], str]:
     ``pkg://package/file.yaml`` reads package data, so the policy travels in a
     scrapyd egg or a wheel with the project.
     """
-    from scrapy_openclaw.paths import read_bytes
-
     raw, source = read_bytes(value, setting="OPENCLAW_POLICY_FILE", kind="policy file", limit=MAX_BYTES)
     data, lines = load_yaml_bytes(raw, source, kind="policy file")
     return data, lines, source

@@ -17,7 +17,7 @@ from scrapy_openclaw import signals as openclaw_signals
 from scrapy_openclaw.deadletter import for_request
 from scrapy_openclaw.delay import request_class
 from scrapy_openclaw.pqueues.domains import DomainQueues
-from scrapy_openclaw.runtime import crawl_id
+from scrapy_openclaw.settings import crawl_id
 
 if TYPE_CHECKING:
     from scrapy import Request, Spider

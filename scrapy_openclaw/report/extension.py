@@ -31,8 +31,7 @@ from scrapy_openclaw.report.model import ReportError, build_report
 from scrapy_openclaw.report.render import table
 from scrapy_openclaw.report.shared import PUSH_INTERVAL, SharedReport, fresh_bins
 from scrapy_openclaw.report.store import report_path, write_report
-from scrapy_openclaw.runtime import crawl_id
-from scrapy_openclaw.settings import OpenClawSettings
+from scrapy_openclaw.settings import OpenClawSettings, crawl_id
 
 if TYPE_CHECKING:
     from scrapy import Spider
@@ -84,7 +83,9 @@ class PolitenessReportExtension:
         from scrapy_openclaw.distributed.link import RedisLink
 
         registry = health_registry(self.crawler)
-        server = getattr(registry, "server", None) or client_from_settings(self.crawler.settings)
+        server = getattr(registry, "server", None) or client_from_settings(
+            self.crawler.settings, OpenClawSettings.for_crawler(self.crawler)
+        )
         self._shared = SharedReport(server, spider.name, self.scope or spider.name)
         self._link = RedisLink.for_crawler(self.crawler)
 

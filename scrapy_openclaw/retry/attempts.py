@@ -26,9 +26,8 @@ from scrapy_openclaw.retry.backoff import Uniform, for_policy
 from scrapy_openclaw.retry.budget import RetryBudgets
 from scrapy_openclaw.retry.compat import SCRAPY_STATS_PREFIX, ScrapyRetrySettings, log_level, scrapy_reason
 from scrapy_openclaw.retry_after import parse_retry_after
-from scrapy_openclaw.runtime import crawl_id
 from scrapy_openclaw.scrapy_internals import slot_key
-from scrapy_openclaw.settings import OpenClawSettings
+from scrapy_openclaw.settings import OpenClawSettings, crawl_id
 
 if TYPE_CHECKING:
     from scrapy import Request, Spider

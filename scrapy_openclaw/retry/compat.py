@@ -12,12 +12,13 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from scrapy.settings import SETTINGS_PRIORITIES
 from scrapy.utils.python import global_object_name
 from scrapy.utils.response import response_status_message
 from twisted.python.failure import Failure
 
 from scrapy_openclaw.exceptions import OpenClawConfigError
+from scrapy_openclaw.runtime import shared
+from scrapy_openclaw.settings import is_set as is_set  # (re-exported: Scrapy's settings a project set)
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -30,12 +31,6 @@ if TYPE_CHECKING:
 SCRAPY_STATS_PREFIX = "retry"
 #: What Scrapy logs a give-up at when ``RETRY_GIVE_UP_LOG_LEVEL`` is unset (or absent, Scrapy < 2.17).
 DEFAULT_GIVE_UP_LOG_LEVEL = "ERROR"
-
-
-def is_set(settings: BaseSettings, name: str) -> bool:
-    """Whether *name* was set above Scrapy's default priority."""
-    priority = settings.getpriority(name)
-    return priority is not None and priority > SETTINGS_PRIORITIES["default"]
 
 
 def log_level(value: int | str, where: str = "give-up log level") -> int:
@@ -72,8 +67,6 @@ class ScrapyRetrySettings:
 
     @classmethod
     def for_crawler(cls, crawler: Crawler) -> ScrapyRetrySettings:
-        from scrapy_openclaw.runtime import shared
-
         return shared(crawler, "scrapy_retry_settings", lambda: cls.from_settings(crawler.settings))
 
 

@@ -39,6 +39,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from croniter import croniter
 
 from scrapy_openclaw.exceptions import OpenClawConfigError
+from scrapy_openclaw.policy import PolicySet
 from scrapy_openclaw.yamlconfig import Where, read_yaml
 
 _TASK_ID = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}$")
@@ -257,8 +258,6 @@ def _check_json(value: Any, path: tuple, where: Where) -> None:
 def _check_setting(name: str, value: Any, path: tuple, where: Where) -> None:
     """What the crawl would refuse at start (every window) is refused now."""
     from scrapy.settings import Settings, default_settings
-
-    from scrapy_openclaw.policy import PolicySet
 
     if isinstance(getattr(default_settings, name, None), dict) or name == "OPENCLAW_POLICY":
         if isinstance(value, str):

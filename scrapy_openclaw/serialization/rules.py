@@ -13,8 +13,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from scrapy_openclaw.exceptions import RefusedRequest
+from scrapy_openclaw.runtime import shared
+from scrapy_openclaw.settings import DEFAULTS, OpenClawSettings
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from scrapy import Request, Spider
 
 #: Callbacks Scrapy's own spider classes give their requests (CrawlSpider rules,
@@ -80,26 +84,20 @@ class StoredRequestRules:
     meta_deny: frozenset[str]
 
     @classmethod
-    def from_settings(cls, settings: Any = None) -> StoredRequestRules:
-        """From crawl settings; without them (a bare spider), from the defaults."""
-        from scrapy.settings import BaseSettings
+    def from_config(cls, config: OpenClawSettings) -> StoredRequestRules:
+        return cls.of(config.stored_schemes, config.stored_meta_deny)
 
-        from scrapy_openclaw.settings import read_setting
-
-        values = BaseSettings() if settings is None else settings
-        schemes, deny = (
-            read_setting(values, name) for name in ("OPENCLAW_STORED_SCHEMES", "OPENCLAW_STORED_META_DENY")
-        )
-        return cls(frozenset(str(s).lower() for s in schemes), frozenset(str(k) for k in deny))
+    @classmethod
+    def of(cls, schemes: Iterable[str], meta_deny: Iterable[str]) -> StoredRequestRules:
+        return cls(frozenset(str(s).lower() for s in schemes), frozenset(str(k) for k in meta_deny))
 
     @classmethod
     def for_spider(cls, spider: Spider | None) -> StoredRequestRules:
         crawler = getattr(spider, "crawler", None)
         if crawler is None:
             return _default_rules()
-        from scrapy_openclaw.runtime import shared
-
-        return shared(crawler, "stored_request_rules", lambda: cls.from_settings(crawler.settings))
+        config = OpenClawSettings.for_crawler(crawler)
+        return shared(crawler, "stored_request_rules", lambda: cls.from_config(config))
 
     def check(self, request: Request) -> None:
         """Raise :class:`RefusedRequest` if *request* must not be sent."""
@@ -122,4 +120,4 @@ class StoredRequestRules:
 
 @functools.lru_cache(maxsize=1)
 def _default_rules() -> StoredRequestRules:
-    return StoredRequestRules.from_settings()
+    return StoredRequestRules.of(DEFAULTS["OPENCLAW_STORED_SCHEMES"], DEFAULTS["OPENCLAW_STORED_META_DENY"])

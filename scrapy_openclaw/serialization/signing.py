@@ -24,9 +24,15 @@ import stat
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
+from scrapy_openclaw import settings as _settings
+from scrapy_openclaw._files import open_existing, private_dir
 from scrapy_openclaw.exceptions import OpenClawConfigError
+from scrapy_openclaw.paths import base_dir
+
+if TYPE_CHECKING:
+    from scrapy_openclaw.settings import OpenClawSettings
 
 __all__ = ["MAC_LEN", "StoreKey", "configure", "current", "key_file_path", "resolve"]
 
@@ -60,8 +66,6 @@ def key_file_path() -> Path:
     ``<project>`` is the project root (the working directory outside a
     project), as for the other project paths (:mod:`scrapy_openclaw.paths`).
     """
-    from scrapy_openclaw.paths import base_dir
-
     return Path(base_dir(), "openclaw-data", "store.key")
 
 
@@ -75,25 +79,15 @@ class _Spec:
     accept_unsigned: bool
 
     @classmethod
-    def from_settings(cls, settings: Any) -> _Spec:
-        from scrapy_openclaw.settings import read_setting
-
-        def get(name: str) -> Any:
-            return read_setting(settings, name)
-
-        return cls(
-            key=get("OPENCLAW_STORE_KEY"),
-            env=str(get("OPENCLAW_STORE_KEY_ENV")),
-            distributed=bool(get("OPENCLAW_DISTRIBUTED")),
-            accept_unsigned=bool(get("OPENCLAW_STORE_ACCEPT_UNSIGNED")),
-        )
+    def of(cls, config: OpenClawSettings | None) -> _Spec:
+        if config is None:
+            return cls(None, str(_settings.DEFAULTS["OPENCLAW_STORE_KEY_ENV"]), False, False)
+        return cls(config.store_key, str(config.store_key_env), config.distributed, config.store_accept_unsigned)
 
 
-def resolve(settings: Any = None) -> StoreKey:
-    """The key *settings* name (generating the project's key file if that is where it lives)."""
-    from scrapy.settings import BaseSettings
-
-    return _resolve(_Spec.from_settings(BaseSettings() if settings is None else settings))
+def resolve(config: OpenClawSettings | None = None) -> StoreKey:
+    """The key *config* names (generating the project's key file if that is where it lives)."""
+    return _resolve(_Spec.of(config))
 
 
 def _resolve(spec: _Spec) -> StoreKey:
@@ -103,12 +97,7 @@ def _resolve(spec: _Spec) -> StoreKey:
     if value:
         return StoreKey(_checked(value, f"environment variable {spec.env}"), f"${spec.env}", spec.accept_unsigned)
     if spec.distributed:
-        raise OpenClawConfigError(
-            "setting OPENCLAW_DISTRIBUTED=True needs a store key shared by every worker: set "
-            f"OPENCLAW_STORE_KEY or the environment variable {spec.env or 'OPENCLAW_STORE_KEY'} to the same "
-            "secret (at least 16 characters, e.g. `python -c 'import secrets; print(secrets.token_hex(32))'`) "
-            "on every worker"
-        )
+        raise _settings.missing_shared_key(spec.env)
     path = key_file_path()
     return StoreKey(_key_file(path), str(path), spec.accept_unsigned)
 
@@ -121,8 +110,6 @@ def _checked(value: str, where: str) -> bytes:
 
 def _key_file(path: Path) -> bytes:
     """Read the project's key, or create it (0600, exclusively: two crawls starting at once agree)."""
-    from scrapy_openclaw._files import open_existing, private_dir
-
     private_dir(path.parent)
     if not os.path.lexists(path):
         _create_key_file(path)
@@ -165,17 +152,15 @@ _spec: _Spec | None = None
 _key: StoreKey | None = None
 
 
-def configure(settings: Any) -> None:
-    """Make *settings*' key the process's (resolved when first used).
+def configure(config: OpenClawSettings) -> None:
+    """Make *config*'s key the process's (resolved when first used); every configuration read
+    (:meth:`OpenClawSettings.from_settings <scrapy_openclaw.settings.OpenClawSettings.from_settings>`) calls it.
 
-    Refuses distributed mode without a shared key at once (a config error at
-    start); a crawl that names another key than one already in use wins, with
-    a warning: stores sealed with the first key no longer verify.
+    A crawl that names another key than one already in use wins, with a
+    warning: stores sealed with the first key no longer verify.
     """
     global _spec, _key
-    spec = _Spec.from_settings(settings)
-    if spec.distributed and not spec.key and not os.environ.get(spec.env or ""):
-        _resolve(spec)  # raises the config error
+    spec = _Spec.of(config)
     with _lock:
         if spec == _spec:
             return
@@ -192,7 +177,8 @@ def current() -> StoreKey:
         return key
     with _lock:
         if _key is None:
-            from scrapy.settings import BaseSettings
-
-            _key = _resolve(_spec or _Spec.from_settings(BaseSettings()))
+            _key = _resolve(_spec or _Spec.of(None))
         return _key
+
+
+_settings.on_configured(configure)

@@ -204,7 +204,7 @@ def open_store(
     if redis if redis is not None else config.distributed:
         from scrapy_openclaw.distributed.connection import client_from_settings
 
-        return RedisSiteStore(client_from_settings(settings), spider, **bounds)
+        return RedisSiteStore(client_from_settings(settings, config), spider, **bounds)
     return FileSiteStore(sites_path(config), **bounds)
 
 

@@ -49,7 +49,7 @@ from scrapy_openclaw.exceptions import OpenClawConfigError
 from scrapy_openclaw.lifecycle import RequestLifecycle
 from scrapy_openclaw.paths import crawl_path
 from scrapy_openclaw.serialization import SerializationError, dumps, request_to_data
-from scrapy_openclaw.settings import OpenClawSettings
+from scrapy_openclaw.settings import OpenClawSettings, crawl_id
 from scrapy_openclaw.startup import reports_config_errors
 
 if TYPE_CHECKING:
@@ -161,7 +161,7 @@ class CheckpointExtension(_CrawlSignals):
                     )
                 )
             runtime.shared(self.crawler, "crawl_id", lambda: saved)
-        return runtime.crawl_id(self.crawler)
+        return crawl_id(self.crawler)
 
     def _warn_plain_feed_exporter(self) -> None:
         settings = self.crawler.settings

@@ -23,7 +23,9 @@ from scrapy_openclaw.commands.dlq.reading import _store_errors
 from scrapy_openclaw.commands.dlq.replay import ReplaySubcommand
 from scrapy_openclaw.commands.dlq.text import BODY_PREVIEW, format_table, parse_time, readable
 from scrapy_openclaw.dlq.stores import default_uri
+from scrapy_openclaw.exceptions import OpenClawConfigError
 from scrapy_openclaw.redact import mask_uri
+from scrapy_openclaw.settings import OpenClawSettings
 
 if TYPE_CHECKING:
     import argparse
@@ -94,11 +96,8 @@ class Command(InspectSubcommands, ReplaySubcommand, BaseRunSpiderCommand):
         if not args or args[0] not in SUBCOMMANDS:
             raise UsageError(f"expected one of: {', '.join(SUBCOMMANDS)}")
         sub, rest = args[0], args[1:]
-        from scrapy_openclaw.exceptions import OpenClawConfigError
-        from scrapy_openclaw.serialization import signing
-
-        try:
-            signing.configure(self.settings)  # records are sealed and read with the project's store key
+        try:  # records are sealed and read with the project's store key (OpenClawSettings configures it)
+            self.config = OpenClawSettings.from_settings(self.settings)
         except OpenClawConfigError as exc:
             raise UsageError(str(exc), print_help=False) from None
         if sub in ("list", "stats", "purge") and len(rest) == 1:  # list SPIDER = list --spider SPIDER
@@ -111,7 +110,7 @@ class Command(InspectSubcommands, ReplaySubcommand, BaseRunSpiderCommand):
         try:
             getattr(self, f"_run_{sub}")(opts, *rest)
         except _store_errors() as exc:
-            uri = opts.uri or default_uri(self.settings)
+            uri = opts.uri or default_uri(self.config.dlq_uri)
             spider = opts.spider or (rest[0] if sub == "replay" else None)
             uri = mask_uri(uri % {"name": spider} if spider and "%(name)s" in uri else uri.replace("%(name)s", "*"))
             print(f"cannot read the dead-letter store {uri}: {mask_uri(exc)}", file=sys.stderr)

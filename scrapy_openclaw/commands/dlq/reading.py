@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from scrapy.settings import Settings
 
     from scrapy_openclaw.deadletter import DeadLetter
+    from scrapy_openclaw.settings import OpenClawSettings
 
 
 def _store_errors() -> tuple[type[BaseException], ...]:
@@ -90,10 +91,11 @@ class StoreAccess:
     """Part of the openclaw-dlq command: the store(s) it reads, the filters, the skipped-record warning.
 
     A plain mixin (not a ``ScrapyCommand``, so that Scrapy's command discovery
-    never lists it); ``Command`` supplies ``settings`` and ``exitcode``.
+    never lists it); ``Command`` supplies ``settings`` (and ``config``, them validated) and ``exitcode``.
     """
 
     settings: Settings | None
+    config: OpenClawSettings
     exitcode: int
     crawler_process: CrawlerProcessBase | None
     _uri: str
@@ -112,7 +114,7 @@ class StoreAccess:
 
     def _open(self, opts: argparse.Namespace, spider: str | None = None) -> DeadLetterStore:
         assert self.settings is not None
-        uri = opts.uri or default_uri(self.settings)
+        uri = opts.uri or default_uri(self.config.dlq_uri)
         self._uri = uri  # error snapshots live beside it
         spider = spider or opts.spider
         try:

@@ -16,6 +16,7 @@ from scrapy.exceptions import UsageError
 from scrapy_openclaw.commands.dlq.reading import StoreAccess
 from scrapy_openclaw.commands.dlq.text import _printable
 from scrapy_openclaw.redact import mask_headers, mask_uri
+from scrapy_openclaw.runtime import shared
 
 if TYPE_CHECKING:
     import argparse
@@ -129,7 +130,6 @@ class ReplaySubcommand(StoreAccess):
     ) -> ReplayPlan:
         """Run the replay crawl (``ReplayStartMiddleware`` sends *records*); its plan, filled in."""
         from scrapy_openclaw.dlq.replay import PLAN_KEY, ReplayPlan, ReplayStartMiddleware
-        from scrapy_openclaw.runtime import shared
 
         process = self.crawler_process = _crawler_process(self.settings)
         # Set on the process's settings before the crawler copies them (the

@@ -19,26 +19,13 @@ if TYPE_CHECKING:
     from scrapy_openclaw.dlq.stores import DeadLetterStore
 
 
-class _WithUri:
-    """Settings view whose OPENCLAW_DLQ_URI is the one the command reads (``--uri``)."""
-
-    def __init__(self, settings: Any, uri: str | None):
-        self._settings, self._uri = settings, uri
-
-    def get(self, name: str, default: Any = None) -> Any:
-        if name == "OPENCLAW_DLQ_URI" and self._uri:
-            return self._uri
-        return self._settings.get(name, default)
-
-
 class SnapshotViews(StoreAccess):
     """Part of the openclaw-dlq command: the error snapshots ``show`` and ``stats`` print."""
 
     def _snapshot_dir(self, spider: str) -> Any:
         from scrapy_openclaw.dlq.snapshots import snapshot_dir
 
-        assert self.settings is not None
-        return snapshot_dir(_WithUri(self.settings, getattr(self, "_uri", None)), spider)
+        return snapshot_dir(self.config, spider, getattr(self, "_uri", None))
 
     def _snapshots_of(self, record: DeadLetter) -> list[dict[str, Any]]:
         """The snapshots filed under the record's signature (class, status, exception, domain)."""

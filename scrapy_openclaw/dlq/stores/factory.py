@@ -35,15 +35,14 @@ def expand_uri(uri: str, spider: str | None) -> str:
         raise ValueError(f"dead-letter URI {mask_uri(uri)!r}: only %(name)s may be substituted ({exc})") from None
 
 
-def default_uri(settings: Any) -> str:
-    """``OPENCLAW_DLQ_URI``, else ``<project>/openclaw-data/%(name)s/deadletters.jsonl``.
+def default_uri(uri: str | os.PathLike[str] | None = None) -> str:
+    """*uri* (``OPENCLAW_DLQ_URI``), else ``<project>/openclaw-data/%(name)s/deadletters.jsonl``.
 
     One store per spider for plain, checkpointed and scheduled crawls alike, so
     that ``scrapy openclaw-dlq list SPIDER`` finds all of them. ``<project>``
     is the project root (:mod:`scrapy_openclaw.paths`), so the path is the
     same from any directory.
     """
-    uri = settings.get("OPENCLAW_DLQ_URI")
     if uri:
         return str(uri)
     root = str(base_dir()).replace("%", "%%")  # (a template: a literal % in the directory stays one)

@@ -55,8 +55,9 @@ import math
 import time
 from typing import TYPE_CHECKING, Any
 
-from scrapy.utils.misc import build_from_crawler
+from scrapy.utils.misc import build_from_crawler, load_object
 
+from scrapy_openclaw.exceptions import OpenClawConfigError
 from scrapy_openclaw.health.registry.eviction import _DICT_SLOT as _DICT_SLOT
 from scrapy_openclaw.health.registry.eviction import _Eviction
 from scrapy_openclaw.health.registry.eviction import _sampled_bytes as _sampled_bytes
@@ -118,7 +119,7 @@ from scrapy_openclaw.health.registry.verdicts import _penalty as _penalty
 from scrapy_openclaw.health.registry.verdicts import _rate_signal as _rate_signal
 from scrapy_openclaw.policy import PolicySet
 from scrapy_openclaw.runtime import shared
-from scrapy_openclaw.settings import OpenClawSettings, health_registry_class
+from scrapy_openclaw.settings import OpenClawSettings
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -135,6 +136,7 @@ __all__ = [
     "DomainState",
     "HealthRegistry",
     "affects_health",
+    "health_registry_class",
     "scrapy_limits",
 ]
 
@@ -366,3 +368,17 @@ def scrapy_limits(crawler: Crawler) -> dict[str, Any]:
         "reported_rate_cap": 1.0 / delay if delay > 0 else math.inf,
         "idle_ttl": OpenClawSettings.for_crawler(crawler).health_idle_ttl,
     }
+
+
+def health_registry_class(path: Any) -> type[HealthRegistry]:
+    """The class ``OPENCLAW_HEALTH_REGISTRY_CLASS`` names; a config error unless it is a HealthRegistry."""
+    try:
+        cls = load_object(path)
+    except (ImportError, NameError, ValueError, AttributeError, TypeError) as exc:
+        raise OpenClawConfigError(f"setting OPENCLAW_HEALTH_REGISTRY_CLASS={path!r}: cannot load it: {exc}") from None
+    if not (isinstance(cls, type) and issubclass(cls, HealthRegistry)):
+        raise OpenClawConfigError(
+            f"setting OPENCLAW_HEALTH_REGISTRY_CLASS={path!r}: must name a subclass of "
+            "scrapy_openclaw.health.HealthRegistry"
+        )
+    return cls
