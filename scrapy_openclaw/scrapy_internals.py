@@ -1,13 +1,9 @@
-"""Every Scrapy internal we rely on, in one module, each with the versions it was checked on.
+"""Every Scrapy internal we rely on (engine, scheduler, download slots, commands, exporters), in one module.
 
-Scrapy has no public API for pausing a download slot, waking the engine or
-seeing a request finish; these helpers do it through its internals (Scrapy
-2.14 .. 2.19), each checked by behaviour in ``tests/test_scrapy_internals.py``
-on the newest and the lowest supported Scrapy. The one private name mirrored
-elsewhere: ``scrapy.pqueues._path_safe`` in ``_queuefile.py``.
-
-"Domain" means :func:`slot_key`, the download-slot key, so every component
-agrees when ``meta["download_slot"]`` or ``CONCURRENT_REQUESTS_PER_IP`` is set.
+Scrapy has no public API for these; each helper was checked on Scrapy 2.14 .. 2.19
+by ``tests/test_scrapy_internals.py``. "Domain" means :func:`slot_key`, the
+download-slot key, so every component agrees when ``meta["download_slot"]`` or
+``CONCURRENT_REQUESTS_PER_IP`` is set. (``_queuefile.py`` mirrors ``scrapy.pqueues._path_safe``.)
 """
 
 from __future__ import annotations
