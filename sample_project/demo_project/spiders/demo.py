@@ -33,7 +33,8 @@ from scrapy_openclaw.dlq import JsonlStore, default_uri
 from scrapy_openclaw.dlq.stores import expand_uri
 from scrapy_openclaw.dlq.stores.factory import store_path
 from scrapy_openclaw.metrics.figures import CrawlFigures
-from scrapy_openclaw.runtime import crawl_id, peek
+from scrapy_openclaw.runtime import peek
+from scrapy_openclaw.settings import OpenClawSettings, crawl_id
 from scrapy_openclaw.testing.chaos import ChaosConfig, ChaosSite, HostConfig
 
 DEMO_SITE = ChaosConfig(
@@ -151,7 +152,7 @@ class DemoSpider(scrapy.Spider):
         """
         feeds = [Path(uri).absolute() for uri in self.settings.getdict("FEEDS") if "://" not in uri]
         lines = [f"items of this crawl: {feed}" for feed in feeds]
-        path = store_path(expand_uri(default_uri(self.settings), self.name))
+        path = store_path(expand_uri(default_uri(OpenClawSettings.for_crawler(self.crawler).dlq_uri), self.name))
         this_crawl = crawl_id(self.crawler)
         if path is None:
             return [*lines, f"dead letters of this crawl: {dead} (crawl id {this_crawl})"]
