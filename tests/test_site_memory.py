@@ -9,7 +9,6 @@ import json
 import os
 import stat
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +20,7 @@ from scrapy_openclaw.sites.store import FileSiteStore, RedisSiteStore, SiteStore
 from scrapy_openclaw.testing.crawl import run_crawl
 from scrapy_openclaw.testing.presets import rate_limited_site
 from scrapy_openclaw.testing.servers import subprocess_env
+from tests.projects import run_python
 from tests.test_moving_limits import T0, Limiter, answered_between, crawl
 
 NOW = 1_800_000_000.0
@@ -246,16 +246,7 @@ def scrapy_sites(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
             "[scrapy.commands]\nopenclaw-sites = scrapy_openclaw.commands.sites:Command\n"
         )
         env["PYTHONPATH"] = f"{cwd / '_ep'}{os.pathsep}{env['PYTHONPATH']}"
-    return subprocess.run(
-        [sys.executable, "-m", "scrapy", "openclaw-sites", *args],
-        cwd=cwd,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    return run_python("-m", "scrapy", "openclaw-sites", *args, cwd=cwd, env=env)
 
 
 @pytest.mark.crawl  # runs a subprocess
