@@ -174,6 +174,13 @@ class Workers:
         os.kill(self.procs[i].pid, signal.SIGKILL)
         self.procs[i].wait()
 
+    def close(self) -> None:
+        """Kill and reap every worker still running (a failed test leaves none behind)."""
+        for p in self.procs:
+            if p.poll() is None:
+                p.kill()
+            p.wait()
+
     def wait(self, timeout: float) -> list[int | None]:
         deadline = time.monotonic() + timeout
         for p in self.procs:

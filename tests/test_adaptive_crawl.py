@@ -92,7 +92,8 @@ def test_dead_hosts_end_as_dead_letters_within_seconds(chaos_server: Any, tmp_pa
     result = _crawl(server, tmp_path, starts=server.start_urls + dead, **resolver_settings({UNRESOLVABLE_HOST: None}))
     stats = result.stats
     assert stats["finish_reason"] == "finished"
-    assert stats["elapsed_time_seconds"] < 25  # unreachable_give_up (5 s) after the circuit opened
+    # (how soon: unreachable_give_up after the circuit opened, on the registry's injected clock
+    # in test_health_registry; here the events: every dead URL lettered, few attempts spent)
     assert len(result.items) == 31  # the healthy host in full
     letters = _dead_letters(tmp_path)
     assert set(letters) == set(dead)
@@ -117,37 +118,57 @@ def test_robots_crawl_delay_spaces_requests(chaos_server: Any, tmp_path: Path) -
     times = sorted(r["t"] for r in _served(truth, host))
     assert len(times) == 5 and len(result.items) == 5
     gaps = [b - a for a, b in zip(times, times[1:])]
-    assert min(gaps) >= 1.95, gaps  # (the server's clock vs ours: a few ms of slack)
+    # four delays of 2 s between the five: the span holds at least three (the server may log
+    # the first arrival late on a busy machine), and no two came within one delay
+    assert times[-1] - times[0] >= 3 * 2.0 and min(gaps) > 1.0, gaps
     assert result.stats[f"openclaw/health/crawl_delay/{host}"] == 2.0
     assert "asks for Crawl-delay 2" in result.log
 
 
 def test_a_healthy_site_is_not_paced(chaos_server: Any, tmp_path: Path) -> None:
-    """No fixed ceiling: a fault-free host gets Scrapy's concurrency at once, not 20 req/s."""
+    """No fixed ceiling: a fault-free host's pace doubles with its answers (slow start) until it
+    cannot bind, whatever the machine's speed; how fast that crawls beside plain Scrapy is the
+    ``overhead`` benchmark's figure."""
     server = chaos_server(fault_free_site(n_hosts=1, pages=400, links_per_page="all"))
     result = _crawl(server, tmp_path)
     truth = server.truth()
     (host,) = truth["hosts"]
     assert len(result.items) == 400
-    assert truth["hosts"][host]["max_1s_window"] > 60  # the old default ceiling was 20 req/s
+    assert result.stats[f"openclaw/health/final_rate/{host}"] == float("inf")  # unpaced at the end
     assert result.stats.get("openclaw/health/domain_failures", 0) == 0
+    assert not any(k.startswith("openclaw/health/rate_cuts/") for k in result.stats)  # never slowed
 
 
 def test_a_site_whose_bucket_holds_two_keeps_the_domains_pace(chaos_server: Any, tmp_path: Path) -> None:
     """40 req/s with a bucket of 2 (nginx ``limit_req`` with a small burst): the burst a
     Retry-After hold saves up is refused as the domain resumes. That costs the domain its
-    burst, not its pace; read as a limit, it cut the pace to ~0.3 x 40 (the server's record
-    and the registry's final rate say which)."""
+    burst, not its pace. Here the events of a real crawl: every page, few 429s, each cut
+    caused by a 429 the site really sent, none by latency (a busy crawler is no slow site);
+    the pace itself on an injected clock below, and in the ``smallbucket`` benchmark."""
     server = chaos_server(limit_sweep_site(limits=(40,), seconds=8.0, burst=2))
     result = _crawl(server, tmp_path)
     truth = server.truth(include_requests=True)
     (host,) = truth["hosts"]
     served = _served(truth, host)
+    refused = sum(1 for r in served if r["status"] == 429)
     assert len(result.items) == len(server.reachable().ok)
-    assert sum(1 for r in served if r["status"] == 429) <= 0.05 * len(served)
-    # the pace at the end may be a probe a little above the limit (CI once read 40.2): how the
-    # controller finds it again, and the 429 share above bounds what that costs
-    assert 0.55 * 40 <= result.stats[f"openclaw/health/final_rate/{host}"] <= 1.25 * 40
+    assert refused <= 0.05 * len(served)
+    cuts = {k.rsplit("/", 1)[1]: v for k, v in result.stats.items() if k.startswith("openclaw/health/rate_cuts/")}
+    assert set(cuts) <= {"429"} and cuts.get("429", 0) <= refused, (cuts, refused)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_a_bucket_of_two_costs_the_burst_not_the_pace_on_an_injected_clock(seed: int) -> None:
+    """The same site simulated: once the limit is found the domain is sent at 0.9-1.0 x 40 req/s,
+    with a handful of 429s in 20 s (read as a limit, the refused bursts cut it to ~0.3 x 40)."""
+    from scrapy_openclaw.metrics.collector import effective_rate
+    from tests.test_moving_limits import Limiter, answered_between, crawl
+
+    reg, run = crawl(Limiter([(0.0, 40.0, 2)], retry_after=1.0), 20.0, seed=seed)
+    answers, _ = answered_between(run, 8.0, 16.0)
+    assert answers >= 0.9 * 40 * 8, answers
+    assert sum(1 for _, ok in run.sent if not ok) <= 4
+    assert 0.9 * 40 <= effective_rate(reg.state("a", run.sent[-1][0])) <= 1.02 * 40
 
 
 def test_the_projects_concurrency_and_download_delay_keep_their_meaning(chaos_server: Any, tmp_path: Path) -> None:
@@ -162,7 +183,10 @@ def test_the_projects_concurrency_and_download_delay_keep_their_meaning(chaos_se
     (host,) = truth["hosts"]
     times = sorted(r["t"] for r in _served(truth, host))
     assert len(result.items) == 30
-    assert min(b - a for a, b in zip(times, times[1:])) >= 0.18  # DOWNLOAD_DELAY still paces the slot
+    # DOWNLOAD_DELAY still paces the slot: 29 delays between the 30, of which the span holds at
+    # least 28 (the server may log the first arrival late on a busy machine); two at a time
+    # (the slot's concurrency unpaced) would span half that
+    assert times[-1] - times[0] >= 28 * 0.2, times
     assert result.stats[f"openclaw/health/final_rate/{host}"] <= 5.0  # reported: at most 1 / DOWNLOAD_DELAY
 
 

@@ -356,7 +356,9 @@ def test_a_host_with_capacity_serves_in_turn(chaos_server: Any) -> None:
     served = records(server)
     assert [r["status"] for r in served] == [200] * 4
     waits = sorted(r["wait"] for r in served)
-    assert waits[0] < 0.1 and all(b - a >= 0.2 * 0.95 for a, b in zip(waits, waits[1:])), waits
+    # in line behind 0, 1, 2, 3 answers of 0.2 s: the first waited less than one answer, each
+    # next one at least one answer more (the server's own record; a busy machine only adds)
+    assert waits[0] < 0.2 and all(b - a >= 0.2 * 0.95 for a, b in zip(waits, waits[1:])), waits
     assert server.truth()["hosts"][A]["max_in_flight"] == 4  # (in flight: served or in line)
     # a client that leaves the line is forgotten: the next one is served at once
     blocker = threading.Thread(target=fetch, args=(server.urls[A],), daemon=True)
@@ -366,9 +368,8 @@ def test_a_host_with_capacity_serves_in_turn(chaos_server: Any) -> None:
         fetch(server.urls[A], timeout=0.05)
     blocker.join(10)
     assert wait_for(lambda: server.truth()["hosts"][A]["in_flight"] == 0)
-    before = time.monotonic()
     assert fetch(server.urls[A])[0] == 200
-    assert time.monotonic() - before < 0.2 * 1.9
+    assert records(server)[-1]["wait"] < 0.2  # not in line behind the one that left (one answer)
 
 
 def test_stop_drops_hanging_connections(chaos_server: Any) -> None:

@@ -16,6 +16,7 @@ from scrapy.utils.test import get_crawler
 
 from scrapy_openclaw.commands.ctl import Command
 from scrapy_openclaw.distributed.health import RedisHealthRegistry
+from scrapy_openclaw.distributed.shards import ShardKeys
 from scrapy_openclaw.errors import Classification, ErrorClass
 from scrapy_openclaw.health import HealthRegistry
 from scrapy_openclaw.policy import PolicySet
@@ -140,9 +141,21 @@ def test_a_hold_issued_to_one_worker_holds_both(chaos_server, redis_server, tmp_
         start_crawl(SPIDER, common, {}, out_dir=tmp_path / "w1"),
     ]
     client = redis.Redis.from_url(redis_server.url)
+    live_key = ShardKeys("chaos:requests", "chaos", 16).workers()[0]
 
     def count(host: str) -> int:
         return site.truth(include_requests=False)["hosts"][host]["total"]
+
+    def in_flight(host: str) -> int:
+        return site.truth(include_requests=False)["hosts"][host]["in_flight"]
+
+    def going_on(host: str, n: int) -> None:
+        since = count(host)
+        wait_for(lambda: count(host) >= since + n, 60, f"{n} more requests to {host}")
+
+    def logged(proc: Any) -> str:
+        path = proc.out_dir / "crawl.log"
+        return path.read_text(errors="replace") if path.exists() else ""
 
     def workers_with_items() -> int:
         return len({json.loads(x)["worker"] for x in client.lrange("chaos:items", 0, -1)})
@@ -152,21 +165,29 @@ def test_a_hold_issued_to_one_worker_holds_both(chaos_server, redis_server, tmp_
         assert api(port, "hold", {"domain": a, "for": 600}, token="wrong-token-0123456789")[0] == 401
         status, out = api(port, "hold", {"domain": a, "for": 600})
         assert status == 200, out
-        time.sleep(1.5)
-        held_a, held_b = count(a), count(b)
-        time.sleep(2.0)
+        # worker 1 learns it through Redis: from then on the domain gets at most what the two
+        # workers had on the wire, while b goes on (events: on a busy machine they take longer)
+        wait_for(lambda: "Control command hold" in logged(workers[1]), 60, "worker 1 to apply the hold")
+        at_hold = count(a)
+        going_on(b, 6)
+        held_a = count(a)
+        assert held_a - at_hold <= 2 * common["CONCURRENT_REQUESTS"], "the held domain got requests"
+        going_on(b, 6)
         assert count(a) == held_a, "a worker sent requests to the held domain"
-        assert count(b) > held_b
         listed = ctl(capsys, "domains", "--redis", redis_server.url, "--spider", "chaos")
         assert a in listed and "hold" in listed
 
         # The CLI through Redis: every worker applies it.
         assert "sent through Redis" in ctl(capsys, "release", a, "--redis", redis_server.url, "--spider", "chaos")
-        wait_for(lambda: count(a) > held_a, 8, "the released domain to be crawled again")
+        wait_for(lambda: count(a) > held_a, 30, "the released domain to be crawled again")
         ctl(capsys, "pause", "--redis", redis_server.url, "--spider", "chaos")
-        time.sleep(1.5)
+        for proc in workers:
+            wait_for(lambda proc=proc: "Control command pause" in logged(proc), 60, "each worker to pause")
+        wait_for(lambda: not in_flight(a) and not in_flight(b), 30, "the wire to drain")
         paused = count(a) + count(b)
-        time.sleep(1.5)
+        for _ in range(10):  # both workers alive (heartbeats), for a while, and still silent
+            assert len(client.zrange(live_key, 0, -1)) == 2
+            time.sleep(0.2)
         assert count(a) + count(b) == paused, "a worker sent requests while paused"
 
         assert api(port, "close", {"reason": "ops_stop"})[0] == 200

@@ -73,7 +73,6 @@ def test_demo_summary_reads_the_figures_and_counts_this_runs_letters(tmp_path: P
         assert f"{count} dead letter(s) written" in log
         earlier = len(letters) - int(count)
         assert earlier == letters_before
-        if earlier:
-            assert f"and {earlier} from earlier runs" in summary
+        assert (f"and {earlier} from earlier runs" in summary) == bool(earlier), summary
         assert "cannot be replayed" not in summary  # served on the port asked for: replayable
         letters_before = len(letters)

@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import importlib.util
+import os
+import signal
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -17,28 +22,61 @@ bench = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(bench)
 
 
-def test_kill_one_worker_loses_nothing(chaos_server: Any, redis_any: Any, tmp_path: Path) -> None:
-    """On one Redis and on a 3-master Redis Cluster."""
+@pytest.fixture
+def spawn() -> Iterator[Callable[..., Any]]:
+    """``spawn(n, settings, start_urls, out, ...)``: ``bench.Workers`` whose processes are all
+    killed and reaped at teardown, whatever the test did (a leaked one fails a later test)."""
+    started: list[Any] = []
+
+    def start(*args: Any, **kwargs: Any) -> Any:
+        workers = bench.Workers(*args, **kwargs)
+        started.append(workers)
+        return workers
+
+    yield start
+    for workers in started:
+        workers.close()
+
+
+@contextmanager
+def frozen(pid: int) -> Iterator[None]:
+    """The process stopped (SIGSTOP) inside the block: a site that answers nothing, a worker
+    that can neither fetch nor acknowledge, until SIGCONT."""
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        with suppress(ProcessLookupError):  # (killed inside the block)
+            os.kill(pid, signal.SIGCONT)
+
+
+def test_kill_one_worker_loses_nothing(
+    chaos_server: Any, redis_any: Any, tmp_path: Path, spawn: Callable[..., Any]
+) -> None:
+    """On one Redis and on a 3-master Redis Cluster. Worker 1 is stopped, its leases read from
+    Redis, then it is killed -9: every page scraped twice is one it held (its item stored, its
+    lease not yet acknowledged), or one whose lease a survivor saw expire."""
     redis_server = redis_any
     site = chaos_server(bench._site(60, latency=0.1))
     expected = site.reachable().ok
-    workers = bench.Workers(3, bench.ours(redis_server.url), site.start_urls, tmp_path)
+    workers = spawn(3, bench.ours(redis_server.url), site.start_urls, tmp_path)
     assert bench.wait_for_items(redis_server.url, len(expected) // 3, 120) >= len(expected) // 3
-    workers.kill(1)
+    with frozen(workers.procs[1].pid):
+        held = set(bench.leased_urls(redis_server.url, workers.procs[1].pid))
+        workers.kill(1)
     codes = workers.wait(240)
     assert codes[0] == 0 and codes[2] == 0
     urls = bench.scraped_urls(redis_server.url)
     assert expected - set(urls) == set(), "pages lost after a worker was killed"
-    duplicates = sum(c - 1 for c in urls.values() if c > 1)
-    # at most the killed worker's in-flight requests (CONCURRENT_REQUESTS, 8) and the pages it had
-    # finished whose acknowledgements waited for its next Redis round (their items were stored
-    # by the pipeline already): CI once counted 10 on a loaded machine
-    assert duplicates <= 2 * 8
+    twice = {url for url, c in urls.items() if c > 1}
+    assert max(urls.values()) <= 2, urls.most_common(3)
+    expired = sum(workers.stats(i).get("openclaw/distributed/lease_expired", 0) for i in (0, 2))
+    assert len(twice - held) <= expired, (sorted(twice - held), sorted(held))
     assert bench.queue_size(redis_server.url, "inflight") == 0 and bench.queue_size(redis_server.url, "domains") == 0
 
 
 def test_worker_killed_before_a_child_reaches_redis_loses_nothing(
-    chaos_server: Any, redis_server: Any, tmp_path: Path
+    chaos_server: Any, redis_server: Any, tmp_path: Path, spawn: Callable[..., Any]
 ) -> None:
     """Issue 9 regression (1 page of 318 lost in a kill benchmark): the dupefilter mark and the
     push were two round trips, so a worker killed between them left a child "seen" but never
@@ -51,7 +89,7 @@ def test_worker_killed_before_a_child_reaches_redis_loses_nothing(
     settings.update(
         SCHEDULER_QUEUE_CLASS="tests.distributed_spiders.DieBeforePushQueue", DIE_MARKER=str(marker), DIE_AFTER_PUSHES=6
     )
-    workers = bench.Workers(2, settings, site.start_urls, tmp_path)
+    workers = spawn(2, settings, site.start_urls, tmp_path)
     codes = workers.wait(240)
     assert marker.exists() and sorted(codes) == [-9, 0], codes
     urls = bench.scraped_urls(redis_server.url)
@@ -60,7 +98,9 @@ def test_worker_killed_before_a_child_reaches_redis_loses_nothing(
     assert bench.queue_size(redis_server.url, "inflight") == 0 and bench.queue_size(redis_server.url, "data") == 0
 
 
-def test_worker_killed_right_after_an_ack_loses_no_link(chaos_server: Any, redis_server: Any, tmp_path: Path) -> None:
+def test_worker_killed_right_after_an_ack_loses_no_link(
+    chaos_server: Any, redis_server: Any, tmp_path: Path, spawn: Callable[..., Any]
+) -> None:
     """The lease of a page is acknowledged only after the links its callback yielded are in
     Redis. Acknowledging when the callback's generator ended was too early: under the asyncio
     reactor Scrapy drains the generator before it schedules what it yielded. Here the start page
@@ -73,10 +113,10 @@ def test_worker_killed_right_after_an_ack_loses_no_link(chaos_server: Any, redis
     settings = bench.ours(redis_server.url, lease=1.0)
     spider = "tests.distributed_spiders.LinksOnlyStartSpider"
     dying = dict(settings, SCHEDULER_QUEUE_CLASS="tests.distributed_spiders.DieAfterAckQueue", DIE_MARKER=str(marker))
-    first = bench.Workers(1, dying, site.start_urls, tmp_path / "first", spider=spider)
+    first = spawn(1, dying, site.start_urls, tmp_path / "first", spider=spider)
     assert first.wait(120) == [-9]
     assert marker.read_text() in start  # it died right after acknowledging a start page
-    second = bench.Workers(1, settings, [], tmp_path / "second", spider=spider)
+    second = spawn(1, settings, [], tmp_path / "second", spider=spider)
     assert second.wait(120) == [0]
     urls = bench.scraped_urls(redis_server.url)
     lost = expected - set(urls)
@@ -84,42 +124,52 @@ def test_worker_killed_right_after_an_ack_loses_no_link(chaos_server: Any, redis
     assert bench.queue_size(redis_server.url, "inflight") == 0 and bench.queue_size(redis_server.url, "data") == 0
 
 
-def test_combined_rate_stays_within_domain_limit(chaos_server: Any, redis_any: Any, tmp_path: Path) -> None:
+def test_combined_rate_stays_within_domain_limit(
+    chaos_server: Any, redis_any: Any, tmp_path: Path, spawn: Callable[..., Any]
+) -> None:
     """On one Redis and on a 3-master Redis Cluster (there without the stock scrapy-redis half)."""
     redis_server = redis_any
     limit, burst = 5.0, 2
     cfg = bench._site(40, hosts=1, latency=0.01, rate_limit={"rate": 100, "burst": 100})
     site = chaos_server(cfg)
-    workers = bench.Workers(
-        3, bench.ours(redis_server.url, rate=limit, burst=burst), site.start_urls, tmp_path / "ours"
-    )
+    workers = spawn(3, bench.ours(redis_server.url, rate=limit, burst=burst), site.start_urls, tmp_path / "ours")
     assert workers.wait(240) == [0, 0, 0]
-    ours = next(iter(site.truth(include_requests=False)["hosts"].values()))
-    assert ours["max_1s_window"] <= limit + burst
+    assert _beyond_the_bucket(site, limit, burst) <= 1  # (one request: an arrival the site logged late)
     assert sum(bench.scraped_urls(redis_server.url).values()) == len(site.reachable().ok)
     if bench.is_cluster(redis_server.url):
         return
     # stock scrapy-redis, each worker polite on its own at the same limit
     site.reset()
     redis.Redis.from_url(redis_server.url).flushall()
-    workers = bench.Workers(3, bench.plain(redis_server.url, delay=1 / limit), site.start_urls, tmp_path / "plain")
+    workers = spawn(3, bench.plain(redis_server.url, delay=1 / limit), site.start_urls, tmp_path / "plain")
     workers.wait(240)
-    plain = next(iter(site.truth(include_requests=False)["hosts"].values()))
-    assert plain["max_1s_window"] > limit + burst
+    assert _beyond_the_bucket(site, limit, burst) > burst  # three polite workers, thrice the pace
+
+
+def _beyond_the_bucket(site: Any, rate: float, burst: int) -> float:
+    """How many more requests than one shared token bucket (*rate*, *burst*) lets through the
+    site received in its worst stretch (0 or less: it conformed), from its record."""
+    (host,) = site.truth()["hosts"].values()
+    times = sorted(r["t"] for r in host["requests"])
+    return max(
+        j - i + 1 - burst - rate * (times[j] - times[i]) for i in range(len(times)) for j in range(i, len(times))
+    )
 
 
 @pytest.mark.crawl  # runs a crawl or a subprocess
-def test_redis_unavailable_at_start_names_the_url(tmp_path: Path) -> None:
+def test_redis_unavailable_at_start_names_the_url(tmp_path: Path, spawn: Callable[..., Any]) -> None:
     from scrapy_openclaw.testing.servers import free_port
 
     url = f"redis://127.0.0.1:{free_port()}/0"
-    workers = bench.Workers(1, bench.ours(url), ["http://127.0.0.1:1/"], tmp_path)
+    workers = spawn(1, bench.ours(url), ["http://127.0.0.1:1/"], tmp_path)
     workers.wait(120)
     log = workers.log(0)
     assert "cannot reach Redis at " + url in log
 
 
-def test_pickle_in_queue_key_is_not_executed(chaos_server: Any, redis_server: Any, tmp_path: Path) -> None:
+def test_pickle_in_queue_key_is_not_executed(
+    chaos_server: Any, redis_server: Any, tmp_path: Path, spawn: Callable[..., Any]
+) -> None:
     import os
     import pickle
 
@@ -131,30 +181,36 @@ def test_pickle_in_queue_key_is_not_executed(chaos_server: Any, redis_server: An
 
     redis.Redis.from_url(redis_server.url).zadd("chaos:requests", {pickle.dumps(Evil()): -100})
     site = chaos_server(bench._site(5, hosts=1, latency=0.0))
-    workers = bench.Workers(1, bench.ours(redis_server.url), site.start_urls, tmp_path / "w")
+    workers = spawn(1, bench.ours(redis_server.url), site.start_urls, tmp_path / "w")
     assert workers.wait(120) == [0]
     assert not marker.exists()
     assert workers.stats(0).get("openclaw/distributed/rejected") == 1
     assert len(bench.scraped_urls(redis_server.url)) == len(site.reachable().ok)
 
 
-@pytest.mark.parametrize("save", [True])
-def test_redis_restart_mid_crawl(chaos_server: Any, redis_server: Any, tmp_path: Path, save: bool) -> None:
+def test_redis_restart_mid_crawl(
+    chaos_server: Any, redis_server: Any, tmp_path: Path, spawn: Callable[..., Any]
+) -> None:
+    """Redis shut down (saving) and started again while both workers are mid-crawl: they
+    reconnect and lose nothing. The site is frozen while the workers join and while Redis is
+    away, so however slowly the machine starts them the crawl cannot end before."""
     site = chaos_server(bench._site(40, hosts=2, latency=0.1))
     expected = site.reachable().ok
-    workers = bench.Workers(2, bench.ours(redis_server.url), site.start_urls, tmp_path)
-    assert bench.wait_for_workers(redis_server.url, 2, 120) == 2  # both in the crawl before Redis goes
-    bench.wait_for_items(redis_server.url, len(expected) // 3, 120)
-    client = redis.Redis.from_url(redis_server.url)
-    try:
-        client.shutdown(save=True)  # data survives in dump.rdb, like a restarted persistent Redis
-    except redis.ConnectionError:
-        pass
-    redis_server.stop()
-    import time
-
-    time.sleep(1.5)
-    redis_server.start()
+    site_pid = site._proc.pid
+    with frozen(site_pid):  # the first worker's start pages wait until the second has joined
+        workers = spawn(2, bench.ours(redis_server.url), site.start_urls, tmp_path)
+        assert bench.wait_for_workers(redis_server.url, 2, 240) == 2
+    assert bench.wait_for_items(redis_server.url, len(expected) // 3, 120) >= len(expected) // 3
+    with frozen(site_pid):  # (at most the 16 requests in flight can finish: the crawl goes on)
+        assert len(bench.scraped_urls(redis_server.url)) < len(expected)
+        client = redis.Redis.from_url(redis_server.url)
+        try:
+            client.shutdown(save=True)  # data survives in dump.rdb, like a restarted persistent Redis
+        except redis.ConnectionError:
+            pass
+        redis_server.stop()
+        time.sleep(1.5)  # (how long Redis stays away; nothing is measured over it)
+        redis_server.start()
     codes = workers.wait(240)
     assert codes == [0, 0]
     urls = bench.scraped_urls(redis_server.url)
@@ -162,7 +218,9 @@ def test_redis_restart_mid_crawl(chaos_server: Any, redis_server: Any, tmp_path:
     assert any(workers.stats(i).get("openclaw/distributed/reconnects") for i in range(2))
 
 
-def test_redis_spider_drop_in_with_shared_health(chaos_server: Any, redis_server: Any, tmp_path: Path) -> None:
+def test_redis_spider_drop_in_with_shared_health(
+    chaos_server: Any, redis_server: Any, tmp_path: Path, spawn: Callable[..., Any]
+) -> None:
     """A stock scrapy-redis RedisSpider (start URLs pushed to its redis_key) in distributed
     mode, against a host that answers 429 when pushed: the DomainHealthMiddleware runs on the
     Redis registry, every worker's outcomes land in the one shared record, nothing is lost."""
@@ -173,7 +231,7 @@ def test_redis_spider_drop_in_with_shared_health(chaos_server: Any, redis_server
     client.lpush("chaos:start_urls", *site.start_urls)
     settings = bench.ours(redis_server.url, rate=30.0, burst=5)
     settings["MAX_IDLE_TIME_BEFORE_CLOSE"] = 4
-    workers = bench.Workers(2, settings, [], tmp_path, spider="tests.distributed_spiders.RedisChaosSpider")
+    workers = spawn(2, settings, [], tmp_path, spider="tests.distributed_spiders.RedisChaosSpider")
     assert workers.wait(240) == [0, 0]
     urls = bench.scraped_urls(redis_server.url)
     assert set(urls) == expected and max(urls.values()) == 1

@@ -136,7 +136,12 @@ def test_table_report_stats_and_metrics_agree_with_the_site(
         assert site["total"] - entry["requests"] == drops - entry["errors"] >= 0
         assert entry["throttled_429"] == site["statuses"].get("429", 0)
         assert entry["bytes"] == site["bytes"]
-        assert abs(entry["busiest_1s"] - site["max_1s_window"]) <= 0.05 * site["max_1s_window"]
+        # the busiest second of send times (ours) vs of arrivals (the site's): the same requests
+        # a moment apart, so it lies between the site's busiest 0.9 s and 1.1 s (the moment:
+        # up to 0.1 s, loopback on a busy machine), less the resent drops Scrapy never saw
+        arrivals = [r["t"] for r in site["requests"]]
+        unseen = drops - entry["errors"]
+        assert max_in_window(arrivals, 0.9) - unseen <= entry["busiest_1s"] <= max_in_window(arrivals, 1.1), host
         # failures: every failed attempt of the spider's own pages; robots.txt is never one
         failed = sum(n for path, n in failed_attempts(site).items() if path != "/robots.txt")
         assert entry["failures"] == failed - (drops - entry["errors"])

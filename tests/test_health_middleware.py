@@ -55,25 +55,38 @@ def test_far_fewer_429s_than_plain_scrapy_and_still_finishes(chaos_server: Any) 
     assert plain.get("429", 0) >= 50
     # No fixed ceiling: finding the limit costs some 429s (the first guess, then the doubling
     # past it; without Retry-After a 429 holds the host for one request interval only), where
-    # plain Scrapy's immediate retries provoke dozens.
+    # plain Scrapy's immediate retries, on the same machine in the same test, provoke dozens.
+    # (The share of 429s once the limit is found: on an injected clock below.)
     assert truth["statuses"].get("429", 0) * 4 <= plain["429"]
-    assert truth["statuses"].get("429", 0) <= 0.15 * truth["total"]
     assert result.stats["openclaw/health/throttled"] == truth["statuses"].get("429", 0)
+
+
+def test_a_10_per_second_limit_without_retry_after_costs_few_429s_on_an_injected_clock() -> None:
+    """The site above simulated (10 req/s, burst 5, 429 without Retry-After, 80 pages' worth of
+    time): at most 3 of the ~85 requests refused, for every seed."""
+    from tests.test_moving_limits import Limiter, answered_between
+    from tests.test_moving_limits import crawl as simulate
+
+    for seed in (1, 2, 3, 4, 5):
+        _, run = simulate(Limiter([(0.0, 10.0, 5)], retry_after=None), 8.0, seed=seed)
+        answers, refusals = answered_between(run, 0.0, 8.0)
+        assert answers >= 80 and refusals <= 3, (seed, answers, refusals)
 
 
 def test_no_request_reaches_a_host_during_its_retry_after_hold(chaos_server: Any) -> None:
     hold = 3.0
     limit = {"rate": 3, "burst": 3, "retry_after": "3"}
     server = chaos_server(ChaosConfig(hosts=(HostConfig(A, pages=15, rate_limit=limit),)))
-    result = crawl(server, ours())
+    result = crawl(server, ours(CONCURRENT_REQUESTS_PER_DOMAIN=2))
     requests = statuses(server.truth(), A)
 
     throttled = [t for t, status in requests if status == 429]
     assert throttled, "the crawl never hit the limit; the test proves nothing"
     for t429 in throttled:
-        # Requests already on the wire when the 429 arrived may land just after it.
-        during = [t for t, _ in requests if t429 + 0.5 < t < t429 + hold]
-        assert not during, f"requests {[round(t - t429, 2) for t in during]}s after a 429 with Retry-After: 3"
+        # Only the one other request the slot may have had on the wire when the 429 came
+        # (concurrency 2) can land during the hold, however slowly the machine runs.
+        during = [t for t, _ in requests if t429 < t < t429 + hold]
+        assert len(during) <= 1, f"requests {[round(t - t429, 2) for t in during]}s after a 429 with Retry-After: 3"
     assert scraped(result, A) == reachable(server, A)
     assert result.stats["openclaw/health/held"] == len(throttled)
     assert result.stats["openclaw/health/deferred"] >= 1
@@ -142,10 +155,14 @@ def test_policy_file_overrides_apply_to_the_right_host_only(chaos_server: Any, t
     )
     server = chaos_server(ChaosConfig(hosts=(HostConfig(A, pages=30), HostConfig(B, pages=12))))
     result = crawl(server, ours(OPENCLAW_POLICY_FILE=str(policy_file)))
-    truth = server.truth(include_requests=False)["hosts"]
+    truth = server.truth()["hosts"]
 
-    assert truth[B]["max_1s_window"] <= 4  # 2 req/s, with Scrapy's ±50% delay jitter
-    assert truth[A]["max_1s_window"] >= 8  # the default policy starts at 4 req/s and doubles
+    # B's bucket (2 req/s, 1 token) spaces its requests by 0.5 s: the span holds all but one
+    # of the intervals (the server may log the first arrival late on a busy machine)
+    times = sorted(r["t"] for r in truth[B]["requests"])
+    assert len(times) > 12 and times[-1] - times[0] >= (len(times) - 2) * 0.5, times
+    # the controller's own pace for each: B's capped at 2, A's default slow start above it
+    # (how A's pace grows: the registry's tests on an injected clock)
     assert result.stats[f"openclaw/health/final_rate/{B}"] <= 2.0
     assert result.stats[f"openclaw/health/final_rate/{A}"] > 2.0
     for host in (A, B):
@@ -191,22 +208,17 @@ def test_flapping_hosts_are_ridden_out_with_the_addon_defaults(chaos_server: Any
         for _, status in sorted(statuses(truth, host), key=lambda r: r[0]):
             run = run + 1 if status == 503 else 0
             longest_run = max(longest_run, run)
-    if longest_run >= 3:
-        assert stats["openclaw/health/circuit_opened"] >= 1
-        assert stats["openclaw/health/circuit_closed"] >= 1
+    assert longest_run >= 3, "no window held three requests of a host; the test proves nothing"
+    assert stats["openclaw/health/circuit_opened"] >= 1
+    assert stats["openclaw/health/circuit_closed"] >= 1
     assert stats.get("openclaw/retry/dead_letters", 0) == 0  # no page ran out of attempts or budget
     # Waiting out an open circuit spends no attempts: no page ran out of its six (the first
     # failures of a window look like a page's own and are retried on the short page
     # schedule, so a page may meet a window or two more than it would on the long one).
     per_url = Counter((host, r["path"]) for host in (A, B) for r in truth["hosts"][host]["requests"])
     assert max(per_url.values()) <= 5, per_url.most_common(3)
-    # Each window was waited out in seconds, not by pausing the host for minutes: the
-    # longest silence at a host is well under two periods (a generous margin for a
-    # 1.2 s window and a cool-down of 1-2 s; a fixed 30 s cool-down fails this).
-    for host in (A, B):
-        times = [t for t, _ in statuses(truth, host)]
-        longest = max(b - a for a, b in zip(times, times[1:]))
-        assert longest < 8.0, (host, longest)
+    # (That each window is waited out in seconds, not minutes, is the registry's decision: see
+    # test_a_flapping_site_is_found_again_within_seconds_with_the_defaults, on an injected clock.)
 
 
 @pytest.mark.parametrize(

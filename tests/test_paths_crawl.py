@@ -7,27 +7,18 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from scrapy_openclaw.testing.servers import subprocess_env
+from tests.projects import ROOT, copy_sample_project, run_python
 
 pytestmark = pytest.mark.crawl
 
-ROOT = Path(__file__).resolve().parents[1]
 SITE = {"hosts": [{"address": "127.0.0.2", "pages": 16, "links_per_page": 3, "not_found": [4]}], "seed": 5}
 QUIET = ["-s", "TELNETCONSOLE_ENABLED=False", "-s", "REMOTE_CONTROL_ENABLED=False", "-s", "LOG_LEVEL=INFO"]
-
-
-def copy_project(tmp_path: Path) -> Path:
-    project = tmp_path / "sample_project"
-    shutil.copytree(ROOT / "sample_project", project, ignore=shutil.ignore_patterns("__pycache__", "output"))
-    return project
 
 
 def feed(items: Path) -> str:
@@ -41,16 +32,7 @@ def files(directory: Path) -> set[str]:
 
 
 def crawl(cwd: Path, env: dict[str, str], *args: str) -> str:
-    run = subprocess.run(
-        [sys.executable, "-m", "scrapy", "crawl", "demo", *args, *QUIET],
-        cwd=cwd,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    run = run_python("-m", "scrapy", "crawl", "demo", *args, *QUIET, cwd=cwd, env=env)
     assert run.returncode == 0 and "'finish_reason': 'finished'" in run.stderr, run.stderr[-3000:]
     assert "Traceback" not in run.stderr and "] ERROR:" not in run.stderr, run.stderr[-3000:]
     return run.stderr
@@ -72,7 +54,7 @@ def check_project_files(project: Path, before: set[str], site: Any, items: Path,
 
 def test_a_crawl_from_a_subfolder_of_the_project_uses_the_project_root(chaos_server: Any, tmp_path: Path) -> None:
     site = chaos_server(SITE)
-    project = copy_project(tmp_path)
+    project = copy_sample_project(tmp_path)
     subfolder = project / "demo_project"
     before = files(project)
     env = subprocess_env()
@@ -98,7 +80,7 @@ def test_a_crawl_from_a_subfolder_of_the_project_uses_the_project_root(chaos_ser
 
 def test_a_cron_job_in_another_directory_uses_the_project_root(chaos_server: Any, tmp_path: Path) -> None:
     site = chaos_server(SITE)
-    project = copy_project(tmp_path)
+    project = copy_sample_project(tmp_path)
     before = files(project)
     cron_home = tmp_path / "cron-home"
     cron_home.mkdir()

@@ -141,9 +141,7 @@ def test_download_error_types_are_those_this_scrapy_has() -> None:
 
 def test_robots_parsed_signal_exists_from_2_18() -> None:
     sig = si.robots_parsed_signal()
-    assert (sig is not None) == (scrapy.version_info >= (2, 18))
-    if sig is not None:
-        assert sig is signals.robots_parsed
+    assert sig is (signals.robots_parsed if scrapy.version_info >= (2, 18) else None)
 
 
 def test_continue_json_array_writes_a_comma_before_the_next_item() -> None:

@@ -11,7 +11,6 @@ directories (``%(job)s``), clean logs, and nothing written anywhere else.
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 import time
@@ -28,13 +27,13 @@ from scrapy_openclaw.dlq import JsonlStore
 from scrapy_openclaw.serialization import signing
 from scrapy_openclaw.settings import OpenClawSettings
 from scrapy_openclaw.testing.servers import free_port, stop_process, subprocess_env
+from tests.projects import ROOT, copy_sample_project, run_python
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
 pytestmark = pytest.mark.crawl
 
-ROOT = Path(__file__).resolve().parents[1]
 PROJECT = "demo_project"
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 SITE = {
@@ -121,22 +120,12 @@ def scrapyd(tmp_path: Path) -> Iterator[Scrapyd]:
 
 def deploy(scrapyd: Scrapyd, tmp_path: Path) -> Path:
     """``scrapyd-deploy`` from a copy of the sample project (its setup.py builds the egg)."""
-    project = tmp_path / "sample_project"
-    shutil.copytree(ROOT / "sample_project", project, ignore=shutil.ignore_patterns("__pycache__", "output"))
+    project = copy_sample_project(tmp_path)
     with open(project / "scrapy.cfg", "a", encoding="utf-8") as cfg:
         cfg.write(f"\n[deploy]\nurl = {scrapyd.url}\nproject = {PROJECT}\n")
     env = subprocess_env()
     env["PYTHONPATH"] = str(ROOT)
-    run = subprocess.run(
-        [sys.executable, "-c", "from scrapyd_client.deploy import main; main()", "--version", "1"],
-        cwd=project,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    run = run_python("-c", "from scrapyd_client.deploy import main; main()", "--version", "1", cwd=project, env=env)
     assert run.returncode == 0 and '"status": "ok"' in run.stdout, run.stdout[-2000:] + run.stderr[-2000:]
     return project
 
