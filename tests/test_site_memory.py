@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from scrapy_openclaw.health.registry import OPEN, HealthRegistry
+from scrapy_openclaw.health.registry import _SEED_MARGIN, OPEN, HealthRegistry
 from scrapy_openclaw.sites.entry import SiteEntry
 from scrapy_openclaw.sites.store import FileSiteStore, RedisSiteStore, SiteStoreError
 from scrapy_openclaw.testing.crawl import run_crawl
@@ -111,7 +111,7 @@ def test_a_remembered_domain_starts_at_its_limit_not_slow_start() -> None:
     reg = HealthRegistry()
     reg.remember("known.test", limit=39.2, burst=4, crawl_delay=0.0)
     known, stranger = reg.state("known.test", T0), reg.state("new.test", T0)
-    resumed = 39.2 * 0.95  # (_SEED_MARGIN: the limit was measured on another day)
+    resumed = 39.2 * _SEED_MARGIN  # (the limit was measured on another day)
     assert known.rate == pytest.approx(resumed) and known.limit == pytest.approx(resumed) and known.limit_measured
     assert known.burst_cap == 4
     assert stranger.rate < known.rate and stranger.limit is None
