@@ -136,6 +136,19 @@ def test_a_limit_that_fell_is_refitted_without_health_collapse() -> None:
     assert refused_late <= 4
 
 
+def test_a_remembered_limit_a_little_high_costs_one_429_not_half_the_pace() -> None:
+    """A memory read a few per cent high meets its first 429 early in the crawl (the site's
+    burst spent in a second): the cut reads the remembered pace in the delivered-rate window,
+    not a half-empty first second, so the pace stays near the limit."""
+    reg = HealthRegistry()
+    reg.remember("a", limit=13.3, burst=1)  # resumed above the 12/s the site takes
+    reg, run = crawl(Limiter([(0.0, 12.0, 1)]), 10.0, registry=reg)
+    answered, refused = answered_between(run, 0.0, 10.0)
+    assert run.sent[0][1] and refused <= 2
+    assert answered >= 0.9 * 12.0 * 8.0  # (a second held by each Retry-After)
+    assert min(run.health) >= 50.0 and OPEN not in run.circuits
+
+
 def test_a_limit_that_rose_is_probed_upward() -> None:
     reg = HealthRegistry()
     reg.remember("a", limit=5.0, burst=2)  # the site now takes 20/s
