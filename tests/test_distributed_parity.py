@@ -70,7 +70,7 @@ def _apply(reg: Any, event: tuple[Any, ...]) -> Any:
     if kind == "ok":
         return reg.record_success(domain, rest[0], now)
     if kind == "crawl_delay":
-        return reg.set_crawl_delay(domain, rest[0])
+        return reg.set_crawl_delay(domain, rest[0], owed=rest[1] if len(rest) > 1 else 0)
     if kind == "control":
         return reg.control(domain, now, **rest[0])
     failed_before = rest[2] if len(rest) > 2 else None
@@ -192,7 +192,7 @@ def test_page_and_domain_verdicts_match(redis_server: Any) -> None:
         events.append(("fail", "m.test", t + 3 + 0.01 * i, C503, None))
     events += [("fail", "dead.test", t + 0.1 * i, REFUSED, None) for i in range(4)]
     events += [
-        ("crawl_delay", "m.test", t + 9, 2.0),
+        ("crawl_delay", "m.test", t + 9, 2.0, 1),
         ("acquire", "m.test", t + 20, True),
         ("acquire", "m.test", t + 20.5, True),
         ("acquire", "m.test", t + 22.1, True),

@@ -727,6 +727,17 @@ def test_crawl_delay_spaces_requests_and_caps_the_burst() -> None:
     assert reg.try_acquire(D, now + 2.0 + 1e-3)
 
 
+def test_a_page_that_waited_for_robots_txt_owes_the_queue_a_crawl_delay() -> None:
+    """The page already past the queue (waiting for robots.txt) is spaced by its download slot;
+    the queue's next token comes a delay after that page, two after robots.txt."""
+    reg = registry()
+    reg.set_crawl_delay(D, 2.0, owed=1)
+    start = time.time()
+    assert reg.ready_at(D, start + 1.0) == pytest.approx(start + 4.0, abs=0.05)
+    assert not reg.try_acquire(D, start + 3.9)
+    assert reg.try_acquire(D, start + 4.05)
+
+
 def test_after_a_hold_the_domain_resumes_at_its_learned_limit() -> None:
     reg = registry()
     for i in range(300):  # the site delivers 60 req/s, then says 429 + Retry-After 10

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from scrapy_openclaw.health.registry import OPEN, HealthRegistry
+from scrapy_openclaw.health.registry import _SEED_MARGIN, OPEN, HealthRegistry
 from scrapy_openclaw.sites.entry import SiteEntry
 from scrapy_openclaw.sites.store import FileSiteStore, RedisSiteStore, SiteStoreError
 from scrapy_openclaw.testing.crawl import run_crawl
@@ -111,7 +111,7 @@ def test_a_remembered_domain_starts_at_its_limit_not_slow_start() -> None:
     reg = HealthRegistry()
     reg.remember("known.test", limit=39.2, burst=4, crawl_delay=0.0)
     known, stranger = reg.state("known.test", T0), reg.state("new.test", T0)
-    resumed = 39.2 * 0.95  # (_SEED_MARGIN: the limit was measured on another day)
+    resumed = 39.2 * _SEED_MARGIN  # (the limit was measured on another day)
     assert known.rate == pytest.approx(resumed) and known.limit == pytest.approx(resumed) and known.limit_measured
     assert known.burst_cap == 4
     assert stranger.rate < known.rate and stranger.limit is None
@@ -134,6 +134,19 @@ def test_a_limit_that_fell_is_refitted_without_health_collapse() -> None:
     assert reg.state("a").limit is not None and reg.state("a").limit <= 8.0 * 1.1  # re-fitted near the new limit
     assert answered_late >= 0.8 * 8.0 * 20.0  # and crawling at it
     assert refused_late <= 4
+
+
+def test_a_remembered_limit_a_little_high_costs_one_429_not_half_the_pace() -> None:
+    """A memory read a few per cent high meets its first 429 early in the crawl (the site's
+    burst spent in a second): the cut reads the remembered pace in the delivered-rate window,
+    not a half-empty first second, so the pace stays near the limit."""
+    reg = HealthRegistry()
+    reg.remember("a", limit=13.3, burst=1)  # resumed above the 12/s the site takes
+    reg, run = crawl(Limiter([(0.0, 12.0, 1)]), 10.0, registry=reg)
+    answered, refused = answered_between(run, 0.0, 10.0)
+    assert run.sent[0][1] and refused <= 2
+    assert answered >= 0.9 * 12.0 * 8.0  # (a second held by each Retry-After)
+    assert min(run.health) >= 50.0 and OPEN not in run.circuits
 
 
 def test_a_limit_that_rose_is_probed_upward() -> None:

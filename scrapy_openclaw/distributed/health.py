@@ -423,13 +423,13 @@ class RedisHealthRegistry(HealthRegistry):
         j = self.policy(domain).circuit_jitter
         return self._uniform(1.0 - j, 1.0 + j) if j else 1.0
 
-    def set_crawl_delay(self, domain: str, seconds: float) -> None:
-        args = [self.clock(), self.policy_json(domain), max(0.0, float(seconds))]
+    def set_crawl_delay(self, domain: str, seconds: float, *, owed: int = 0) -> None:
+        args = [self.clock(), self.policy_json(domain), max(0.0, float(seconds)), max(0, int(owed))]
         self._shared(
             self._crawl_delay,
             domain,
             args,
-            cached=lambda: super(RedisHealthRegistry, self).set_crawl_delay(domain, seconds),
+            cached=lambda: super(RedisHealthRegistry, self).set_crawl_delay(domain, seconds, owed=owed),
         )
 
     def hold(self, domain: str, until: float) -> None:

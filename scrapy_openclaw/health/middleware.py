@@ -92,6 +92,9 @@ class DomainHealthMiddleware:
         # Entries of dropped slots are pruned once the dict doubles (amortised O(1)).
         self._tuned: dict[str, int] = {}
         self._prune_tuned_at = _MIN_PRUNE
+        # domain -> when its first page after robots.txt may go (that page waited for robots.txt
+        # past the queue's pacing, so its Crawl-delay holds the download slot instead)
+        self._robots_spacing: dict[str, float] = {}
         DelayedRequests.for_crawler(crawler)  # keeps deferred requests when the queue cannot
         shared(crawler, "health_middleware", lambda: self)  # found by BanDetectionMiddleware (record_blocked)
         crawler.signals.connect(self._request_reached_downloader, signal=signals.request_reached_downloader)
@@ -306,7 +309,12 @@ class DomainHealthMiddleware:
                 self.registry.set_crawl_delay(domain, 0.0)  # (the site dropped it since: memory was wrong)
             return
         seconds = min(float(delay), self.crawl_delay_max)
-        self.registry.set_crawl_delay(domain, seconds)
+        # (the page that asked for robots.txt waits in the slot: the queue's next token is a delay later)
+        self.registry.set_crawl_delay(domain, seconds, owed=1)
+        self._robots_spacing[domain] = until = time.time() + seconds
+        slot = download_slot(self.crawler, domain)
+        if slot is not None:
+            pause_slot(slot, until)
         self.stats.set_value(f"openclaw/health/crawl_delay/{domain}", seconds)
         logger.info(
             "robots.txt of %(domain)s asks for Crawl-delay %(delay)ss: spacing its requests %(used)ss apart",
@@ -321,6 +329,11 @@ class DomainHealthMiddleware:
         own = new_slot_concurrency(engine.downloader, domain)
         floor = new_slot_delay(engine.downloader, domain)
         slot.concurrency, paused_until = self.registry.slot_limits(domain, own)
+        spaced = self._robots_spacing.get(domain)
+        if spaced is not None:
+            paused_until = max(paused_until, spaced)
+            if spaced <= time.time():
+                del self._robots_spacing[domain]
         self._tuned[domain] = id(slot)
         if self.paces_slots:  # (state() only here: it is the costliest read)
             slot.delay = max(floor, 1.0 / self.registry.state(domain).rate)

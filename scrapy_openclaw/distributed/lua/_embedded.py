@@ -54,12 +54,13 @@ for i = 3, #ARGV - 1, 2 do
 end
 return h_save(KEYS[1], d, ARGV[2])
 """,
-    "h_crawl_delay": r"""-- robots.txt Crawl-delay (0: none). ARGV: now, policy_json, seconds -> {fields}
+    "h_crawl_delay": r"""-- robots.txt Crawl-delay (0: none). ARGV: now, policy_json, seconds, owed -> {fields}
+-- (owed: pages already past the queue that the download slot spaces instead)
 -- (runs after the shared health.lua, see __init__.py)
 redis.call('SADD', KEYS[2], ARGV[#ARGV])  -- the domain index (last ARGV: the domain)
 local d, p = h_load(KEYS[1], tonumber(ARGV[1]), ARGV[2])
 d.crawl_delay = math.max(0, tonumber(ARGV[3]))
-if d.crawl_delay > 0 then d.tokens = math.min(d.tokens, 0) end
+if d.crawl_delay > 0 then d.tokens = math.min(d.tokens, 0) - (tonumber(ARGV[4]) or 0) end
 return h_save(KEYS[1], d, ARGV[2])
 """,
     "h_ensure": r"""-- Create the state if missing and store the policy. ARGV: now, policy_json, domain,
@@ -78,6 +79,7 @@ if new and ARGV[4] then
     d.last_decrease = now - p.k_min_decrease_gap
     d.burst_cap = math.max(0, tonumber(ARGV[5]) or 0)
     d.iv_start, d.iv_ok, d.iv_refused = now, 0, 0
+    d.delivered, d.win_start, d.win_ok = d.threshold, now, 0
   end
   local delay = tonumber(ARGV[6]) or 0
   if delay > 0 then d.crawl_delay = delay end
@@ -445,7 +447,8 @@ end
 -- fkey: the history for the limit fit (a 429 from the second on), or nil.
 local function h_decrease(d, p, now, measured, rate_bound, fkey)
   if now - d.last_decrease < math.max(p.k_min_decrease_gap, d.latency or 0) then return false end
-  if measured and d.cuts >= 1 and now - d.hold_until >= 0 and now - d.hold_until <= p.k_burst_seconds then
+  if measured and d.cuts >= 1 and now - d.hold_until >= 0 and now - d.hold_until <= p.k_burst_seconds
+      and h_burst(d, p) > 1 then
     -- refused while resuming from a hold: a smaller burst, the pace stands (_Pacing._decrease)
     d.burst_cap = math.max(1, math.floor(h_burst(d, p) / 2))
     d.tokens = math.min(d.tokens, d.burst_cap)

@@ -14,6 +14,7 @@ if new and ARGV[4] then
     d.last_decrease = now - p.k_min_decrease_gap
     d.burst_cap = math.max(0, tonumber(ARGV[5]) or 0)
     d.iv_start, d.iv_ok, d.iv_refused = now, 0, 0
+    d.delivered, d.win_start, d.win_ok = d.threshold, now, 0
   end
   local delay = tonumber(ARGV[6]) or 0
   if delay > 0 then d.crawl_delay = delay end

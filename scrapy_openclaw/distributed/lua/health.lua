@@ -328,7 +328,8 @@ end
 -- fkey: the history for the limit fit (a 429 from the second on), or nil.
 local function h_decrease(d, p, now, measured, rate_bound, fkey)
   if now - d.last_decrease < math.max(p.k_min_decrease_gap, d.latency or 0) then return false end
-  if measured and d.cuts >= 1 and now - d.hold_until >= 0 and now - d.hold_until <= p.k_burst_seconds then
+  if measured and d.cuts >= 1 and now - d.hold_until >= 0 and now - d.hold_until <= p.k_burst_seconds
+      and h_burst(d, p) > 1 then
     -- refused while resuming from a hold: a smaller burst, the pace stands (_Pacing._decrease)
     d.burst_cap = math.max(1, math.floor(h_burst(d, p) / 2))
     d.tokens = math.min(d.tokens, d.burst_cap)

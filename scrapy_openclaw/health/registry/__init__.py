@@ -346,15 +346,17 @@ class HealthRegistry(_Recording, _Eviction, _Snapshots):
         seed = self._seeds.get(domain)
         return seed[2] if seed is not None else 0.0
 
-    def set_crawl_delay(self, domain: str, seconds: float) -> None:
+    def set_crawl_delay(self, domain: str, seconds: float, *, owed: int = 0) -> None:
         """Space requests to *domain* at least *seconds* apart (robots.txt Crawl-delay; 0: none).
 
-        It is learned from the robots.txt request just sent: the next request waits a full delay.
+        It is learned from the robots.txt request just sent: the next request waits a full delay,
+        and *owed* more for the pages already past the queue (waiting for robots.txt; the
+        download slot spaces those).
         """
         d, _ = self._get(domain)
         d.crawl_delay = max(0.0, float(seconds))
         if d.crawl_delay > 0:
-            d.tokens = min(d.tokens, 0.0)
+            d.tokens = min(d.tokens, 0.0) - max(0, int(owed))
 
 
 def scrapy_limits(crawler: Crawler) -> dict[str, Any]:

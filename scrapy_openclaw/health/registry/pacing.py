@@ -86,6 +86,9 @@ class _Pacing:
             # but long enough ago that the first 429 cuts at once
             d.last_decrease = now - _MIN_DECREASE_GAP
             d.burst_cap = max(0, burst)
+            # the site delivered that pace last time: a 429 before this crawl's first full
+            # window reads the remembered pace in the window, not a half-empty second
+            d.delivered, d.win_start, d.win_ok = d.threshold, now, 0
             restart_sample(d, now)
         if crawl_delay > 0:
             d.crawl_delay = crawl_delay
@@ -138,14 +141,15 @@ class _Pacing:
         site's bucket had saved and reads a few per cent high; at the end of
         the probe, while the rate was still rising, it reads up to ~10% low.
         The fit also caps the domain's burst at the largest the site took. A 429
-        within ``_BURST_SECONDS`` of a hold's end only halves the burst: the
-        site refused what the hold saved up, not the pace.
+        within ``_BURST_SECONDS`` of a hold's end only halves the burst (while
+        there is one to halve): the site refused what the hold saved up, not the pace.
         """
         if now - d.last_decrease < max(_MIN_DECREASE_GAP, d.latency or 0.0):
             return False
-        if measured and d.cuts >= 1 and 0.0 <= now - d.hold_until <= _BURST_SECONDS:
+        if measured and d.cuts >= 1 and 0.0 <= now - d.hold_until <= _BURST_SECONDS and self._burst(d, p) > 1:
             # refused while resuming from a hold: the burst the hold saved up was more than the
-            # site's bucket holds, not the pace more than its rate; send smaller bursts
+            # site's bucket holds, not the pace more than its rate; send smaller bursts (a
+            # burst of one refused is the pace: cut it)
             d.burst_cap = max(1, self._burst(d, p) // 2)
             d.tokens = min(d.tokens, float(d.burst_cap))
             d.last_decrease = now  # (the rest of that burst is the same event)

@@ -42,7 +42,7 @@ _FIT_HIGH = 6
 _FIT_REFINE = 4
 # ... and the share of the fitted limit a cut keeps as the learned limit
 _FIT_MARGIN = 0.98
-_SEED_MARGIN = 0.95  # a remembered limit is resumed at this share of it (it was measured on another day)
+_SEED_MARGIN = 0.98  # a remembered limit is resumed at this share of it (it was measured on another day)
 _WINDOW = 1.0  # seconds; the delivered-rate estimate is the last such window and the open one
 _STALE_WINDOW = 5.0  # a window longer than this (an idle domain) says nothing about its rate
 # 5xx share of recent fresh answers: a fast and a slow EWMA (about the last 5 and 50);
