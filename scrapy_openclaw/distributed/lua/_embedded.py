@@ -445,10 +445,14 @@ local function h_increase(d, p, now)
 end
 
 -- fkey: the history for the limit fit (a 429 from the second on), or nil.
-local function h_decrease(d, p, now, measured, rate_bound, fkey)
+-- sent: when the refused request was sent (nil: now).
+local function h_decrease(d, p, now, measured, rate_bound, fkey, sent)
   if now - d.last_decrease < math.max(p.k_min_decrease_gap, d.latency or 0) then return false end
-  if measured and d.cuts >= 1 and now - d.hold_until >= 0 and now - d.hold_until <= p.k_burst_seconds
-      and h_burst(d, p) > 1 then
+  local in_burst = false  -- (_Pacing._in_burst)
+  if measured and d.cuts >= 1 and now >= d.hold_until and h_burst(d, p) > 1 then
+    in_burst = (sent or now) - d.hold_until <= math.min(p.k_burst_seconds, (h_burst(d, p) + 1) / h_rate(d, p))
+  end
+  if in_burst then
     -- refused while resuming from a hold: a smaller burst, the pace stands (_Pacing._decrease)
     d.burst_cap = math.max(1, math.floor(h_burst(d, p) / 2))
     d.tokens = math.min(d.tokens, d.burst_cap)
@@ -607,7 +611,7 @@ local function h_failure(d, p, now, answered, in_share, domain, penalty, congest
   -- rate); while the circuit is not closed a failure costs no health and no hold
   local fkey_fit = nil
   if measured then fkey_fit = fkey end
-  local fresh = congestion and h_decrease(d, p, now, measured, false, fkey_fit)
+  local fresh = congestion and h_decrease(d, p, now, measured, false, fkey_fit, note_at)
   local closed = d.circuit == 'closed'
   if closed and (fresh or not congestion) then
     local floor = 0  -- a rate signal says slower, not sick

@@ -121,6 +121,7 @@ class _Pacing:
         measured: bool = False,
         rate_bound: bool = False,
         history: LimitHistory | None = None,
+        sent: float | None = None,
     ) -> bool:
         """Cut the rate for a congestion event; False (nothing done) within one of the last.
 
@@ -141,12 +142,20 @@ class _Pacing:
         site's bucket had saved and reads a few per cent high; at the end of
         the probe, while the rate was still rising, it reads up to ~10% low.
         The fit also caps the domain's burst at the largest the site took. A 429
-        within ``_BURST_SECONDS`` of a hold's end only halves the burst (while
-        there is one to halve): the site refused what the hold saved up, not the pace.
+        to a request of the burst a hold saved up (*sent* within the burst's and
+        one more token's time of the hold's end) only halves the burst, while
+        there is one to halve: the site refused what the hold saved up, not the
+        pace. One sent later, or a burst of one refused, was refused for the
+        pace, and cuts it.
         """
         if now - d.last_decrease < max(_MIN_DECREASE_GAP, d.latency or 0.0):
             return False
-        if measured and d.cuts >= 1 and 0.0 <= now - d.hold_until <= _BURST_SECONDS and self._burst(d, p) > 1:
+        if (
+            measured
+            and d.cuts >= 1
+            and self._burst(d, p) > 1
+            and self._in_burst(d, p, now, now if sent is None else sent)
+        ):
             # refused while resuming from a hold: the burst the hold saved up was more than the
             # site's bucket holds, not the pace more than its rate; send smaller bursts (a
             # burst of one refused is the pace: cut it)
@@ -172,6 +181,13 @@ class _Pacing:
         d.tokens = min(d.tokens, float(self._burst(d, p)))
         d.last_decrease = now
         return True
+
+    def _in_burst(self, d: _Domain, p: HealthPolicy, now: float, sent: float) -> bool:
+        """Whether a refusal answered at *now* was of the burst a hold saved up: answered after
+        the hold's end, and *sent* no later than the burst (and one token more) took at the pace."""
+        if now < d.hold_until:
+            return False
+        return sent - d.hold_until <= min(_BURST_SECONDS, (self._burst(d, p) + 1) / self._rate(d, p))
 
     @staticmethod
     def _observe_latency(d: _Domain, p: HealthPolicy, latency: float | None) -> bool:

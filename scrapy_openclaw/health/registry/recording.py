@@ -120,7 +120,8 @@ class _Recording(_RegistryCore):
         # of its own; the growing cool-down is the penalty.
         measured = measures_limit(classification.status, retry_after)
         history = self._histories.get(domain) if measured else None
-        fresh = congestion and self._decrease(d, p, now, measured=measured, history=history)
+        sent = sent_at(now, latency)
+        fresh = congestion and self._decrease(d, p, now, measured=measured, history=history, sent=sent)
         if fresh:
             self.cuts_by_cause[str(classification.status or classification.reason)] += 1
         closed = d.circuit == CLOSED
