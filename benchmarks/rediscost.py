@@ -1,17 +1,30 @@
-"""Redis cost of distributed mode: commands and Redis CPU per crawled page, one Redis vs a 3-node cluster.
+"""Redis cost of distributed mode beside plain scrapy-redis: commands, round trips and Redis CPU per page.
 
-    python -m benchmarks.rediscost [--quick]
+    python -m benchmarks.rediscost [--quick] [--single]
 
 ``run(quick) -> dict``. For 1, 2 and 3 worker processes
-(``benchmarks.distributed.Workers``, the add-on on defaults plus
-scrapy-redis's RedisPipeline for the items) against a fault-free 6-host
-chaos site, once on one ``redis-server`` and once on a 3-master Redis Cluster
-(``RedisClusterServer``): ``INFO commandstats`` (reset before each run) and
-``INFO cpu`` (used_cpu_user + used_cpu_sys, before/after) summed over the
-nodes, divided by the pages crawled. ``queue_commands_per_page`` leaves out
-the item pipeline's RPUSH (not ours). The numbers include start-up and the
-idle polling of workers that wait for the last pages (about 6 s per worker).
-``docs/redis-sizing.md`` turns them into a sizing estimate.
+(``benchmarks.distributed.Workers``) against a fault-free 6-host chaos site,
+once on one ``redis-server`` and once on a 3-master Redis Cluster
+(``RedisClusterServer``), each crawl twice in the same run: ours (the add-on,
+``benchmarks.distributed.ours``) and plain scrapy-redis (its own scheduler and
+dupefilter, ``benchmarks.distributed.plain``; on one Redis only: its queue's pop needs
+MULTI, which redis-py's cluster pipeline refuses); items go through scrapy-redis's
+RedisPipeline in both. Per page, summed over the nodes:
+
+- ``commands_per_page``: ``INFO commandstats`` (reset before each crawl), the
+  ``redis.call`` of every Lua script included; ``queue_commands_per_page``
+  leaves out the items' RPUSH;
+- ``round_trips_per_page``: requests the server read (``INFO stats``
+  ``total_reads_processed``: one per request, a pipeline counting as one),
+  this benchmark's own INFO calls taken out;
+- ``redis_cpu_ms_per_page``: ``used_cpu_user + used_cpu_sys`` before/after.
+
+The numbers include start-up and the workers' idle time while they wait for
+the last pages. ``idle``: the calls per second one more worker adds while it
+has nothing to do (ours: a second worker joining a crawl whose only request
+takes 30 s to answer; scrapy-redis: a RedisSpider with an empty queue),
+measured over IDLE_WINDOW seconds. ``docs/redis-sizing.md`` turns it into a
+sizing estimate.
 """
 
 from __future__ import annotations
@@ -23,39 +36,64 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.distributed import RedisClusterServer, Workers, _site, client, ours, scraped_urls
+from benchmarks.distributed import (
+    RedisClusterServer,
+    Workers,
+    _site,
+    client,
+    ours,
+    plain,
+    scraped_urls,
+    wait_for_workers,
+)
 from scrapy_openclaw.testing.servers import ChaosServer, RedisServer
 
 PAGES, QUICK_PAGES = 300, 120  # per host
 HOSTS = 6
 WORKERS = (1, 2, 3)
+KINDS = ("openclaw", "scrapy_redis")
+IDLE_WINDOW = 6.0  # > the engine heartbeat (5 s): a stock scrapy-redis worker looks at Redis once per beat
+IDLE_LATENCY = 40.0  # the one page of the idle crawl answers after this long
+#: stock scrapy-redis's spider that waits for work in Redis (a RedisSpider)
+IDLE_STOCK_SPIDER = "tests.distributed_spiders.RedisChaosSpider"
+
+
+_CONNS: dict[str, Any] = {}
 
 
 def _node_urls(backend: Any) -> list[str]:
     return [n.url for n in backend.nodes] if isinstance(backend, RedisClusterServer) else [backend.url]
 
 
-def _cpu(urls: list[str]) -> float:
+def _info(urls: list[str]) -> dict[str, float]:
+    """CPU seconds, reads processed and every command's calls, summed over the nodes (one INFO each)."""
     import redis
 
-    total = 0.0
+    total: dict[str, float] = {"cpu": 0.0, "reads": 0.0, "info": float(len(urls))}
     for url in urls:
-        with redis.Redis.from_url(url) as conn:
-            info = conn.info("cpu")
-            total += float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+        if url not in _CONNS:  # kept open: a new connection's handshake would count as calls
+            _CONNS[url] = redis.Redis.from_url(url)
+        info = _CONNS[url].info("all")
+        total["cpu"] += float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+        total["reads"] += float(info["total_reads_processed"])
+        for name, stat in info.items():
+            if name.startswith("cmdstat_"):
+                cmd = "cmd:" + name.removeprefix("cmdstat_")
+                total[cmd] = total.get(cmd, 0.0) + float(stat["calls"])
     return total
 
 
-def _commands(urls: list[str]) -> dict[str, int]:
-    import redis
+def _delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    """after - before; our own INFO calls (one per node per reading) taken out."""
+    out = {k: v - before.get(k, 0.0) for k, v in after.items()}
+    out["reads"] -= before["info"]
+    out["cmd:info"] = out.get("cmd:info", 0.0) - before["info"]
+    return out
 
-    calls: dict[str, int] = {}
-    for url in urls:
-        with redis.Redis.from_url(url) as conn:
-            for name, stat in conn.info("commandstats").items():
-                cmd = name.removeprefix("cmdstat_")
-                calls[cmd] = calls.get(cmd, 0) + int(stat["calls"])
-    return calls
+
+def _calls(delta: dict[str, float]) -> dict[str, int]:
+    skip = {"config|resetstat", "config", "info"}
+    return {k[4:]: int(v) for k, v in delta.items() if k.startswith("cmd:") and k[4:] not in skip and v > 0}
 
 
 def _reset(urls: list[str]) -> None:
@@ -67,26 +105,29 @@ def _reset(urls: list[str]) -> None:
             conn.config_resetstat()
 
 
+def _settings(kind: str, url: str) -> dict[str, Any]:
+    return ours(url) if kind == "openclaw" else plain(url)
+
+
 def measure(backend: Any, kind: str, workers: int, pages: int, tmp: Path) -> dict[str, Any]:
+    """One crawl of the 6-host site by *workers* workers of *kind*, and what Redis did for it."""
     urls = _node_urls(backend)
     with ChaosServer(_site(pages, hosts=HOSTS, latency=0.02)) as site:
         expected = len(site.reachable().ok)
         _reset(urls)
-        cpu_before = _cpu(urls)
+        before = _info(urls)
         started = time.monotonic()
-        w = Workers(workers, ours(backend.url), site.start_urls, tmp / f"{kind}-{workers}")
+        w = Workers(workers, _settings(kind, backend.url), site.start_urls, tmp / f"{kind}-{id(backend)}-{workers}")
         codes = w.wait(600)
         seconds = time.monotonic() - started
-        cpu = _cpu(urls) - cpu_before
-        calls = _commands(urls)
+        delta = _delta(before, _info(urls))
         crawled = len(scraped_urls(backend.url))
-    calls.pop("config|resetstat", None)
-    calls.pop("config", None)
+    calls = _calls(delta)
     total = sum(calls.values())
-    queue_calls = total - calls.get("rpush", 0)
-    pages_done = max(1, crawled)
+    done = max(1, crawled)
+    cpu = delta["cpu"]
     return {
-        "backend": kind,
+        "kind": kind,
         "workers": workers,
         "nodes": len(urls),
         "pages": crawled,
@@ -95,33 +136,99 @@ def measure(backend: Any, kind: str, workers: int, pages: int, tmp: Path) -> dic
         "seconds": round(seconds, 2),
         "pages_per_s": round(crawled / seconds, 1),
         "commands": total,
-        "commands_per_page": round(total / pages_done, 2),
-        "queue_commands_per_page": round(queue_calls / pages_done, 2),
-        "evalsha_per_page": round(calls.get("evalsha", 0) / pages_done, 2),
+        "commands_per_page": round(total / done, 2),
+        "queue_commands_per_page": round((total - calls.get("rpush", 0)) / done, 2),
+        "evalsha_per_page": round(calls.get("evalsha", 0) / done, 2),
+        "round_trips_per_page": round(delta["reads"] / done, 2),
         "redis_cpu_s": round(cpu, 3),
-        "redis_cpu_ms_per_page": round(1000 * cpu / pages_done, 3),
+        "redis_cpu_ms_per_page": round(1000 * cpu / done, 3),
         # every node's core saturated by this workload alone, load spread evenly over the nodes
         # (an upper bound; plan for half of it)
-        "pages_per_s_cpu_bound": round(len(urls) * pages_done / cpu, 0) if cpu > 0 else None,
-        "top_commands": dict(sorted(calls.items(), key=lambda kv: -kv[1])[:8]),
+        "pages_per_s_cpu_bound": round(len(urls) * done / cpu, 0) if cpu > 0 else None,
+        "calls": dict(sorted(calls.items(), key=lambda kv: -kv[1])),
     }
 
 
-def run(quick: bool = False) -> dict[str, Any]:
-    """``{"tables": {"cost": {"baseline": "single_1_workers", "configs": {...}}}}``."""
+def _window(urls: list[str], seconds: float) -> dict[str, float]:
+    before = _info(urls)
+    time.sleep(seconds)  # (the benchmark's own process: no reactor here)
+    return _delta(before, _info(urls))
+
+
+def _rates(delta: dict[str, float], seconds: float) -> tuple[float, float]:
+    return delta["reads"] / seconds, sum(_calls(delta).values()) / seconds
+
+
+def idle_cost(backend: Any, kind: str, tmp: Path) -> dict[str, Any]:
+    """Round trips and commands per second that one idle worker of *kind* adds."""
+    urls = _node_urls(backend)
+    cfg = _site(1, hosts=1, latency=IDLE_LATENCY)
+    cfg["hosts"][0]["links_per_page"] = 0
+    with ChaosServer(cfg) as site:
+        _reset(urls)
+        out = tmp / f"idle-{kind}-{id(backend)}"
+        if kind == "openclaw":  # a busy first worker (one request in flight), then one with nothing to do
+            first = Workers(1, ours(backend.url), site.start_urls, out / "a")
+            wait_for_workers(backend.url, 1, 60)
+            time.sleep(1.5)
+            base = _window(urls, IDLE_WINDOW)
+            idle = Workers(1, ours(backend.url), [], out / "b", first_alone=False)
+            joined = wait_for_workers(backend.url, 2, 60)
+        else:
+            first, base, joined = None, _window(urls, IDLE_WINDOW), 1
+            idle = Workers(1, plain(backend.url), [], out / "b", IDLE_STOCK_SPIDER)
+            time.sleep(4.0)  # its start-up
+        time.sleep(1.5)
+        both = _window(urls, IDLE_WINDOW)
+        for w in (idle, first):
+            if w is not None:
+                w.wait(0.1)  # (killed: the crawl's one page takes IDLE_LATENCY s)
+    base_rt, base_cmd = _rates(base, IDLE_WINDOW)
+    both_rt, both_cmd = _rates(both, IDLE_WINDOW)
+    return {
+        "kind": kind,
+        "joined": joined,
+        "window_s": IDLE_WINDOW,
+        "round_trips_per_s": round(both_rt - base_rt, 2),
+        "commands_per_s": round(both_cmd - base_cmd, 1),
+        "base_round_trips_per_s": round(base_rt, 2),
+        "calls": _calls(both),
+    }
+
+
+def _backend_rows(backend: Any, kind: str, pages: int, tmp: Path) -> dict[str, Any]:
+    """Every crawl and idle measure on *backend*; stock scrapy-redis on one Redis only (its
+    PriorityQueue.pop needs MULTI, which redis-py's cluster pipeline refuses)."""
+    kinds = KINDS if kind == "single" else ("openclaw",)
+    rows: dict[str, Any] = {}
+    for n in WORKERS:
+        for k in kinds:
+            rows[f"{kind}_{k}_{n}_workers"] = _progress(measure(backend, k, n, pages, tmp))
+    for k in kinds:
+        rows[f"{kind}_{k}_idle"] = _progress(idle_cost(backend, k, tmp))
+    return rows
+
+
+def _progress(row: dict[str, Any]) -> dict[str, Any]:
+    print(json.dumps({k: v for k, v in row.items() if k != "calls"}), file=sys.stderr, flush=True)
+    return row
+
+
+def run(quick: bool = False, *, cluster: bool = True) -> dict[str, Any]:
+    """``{"tables": {"cost": {"baseline": "single_scrapy_redis_1_workers", "configs": {...}}}}``
+    (*cluster* False: one Redis only, ``--single``)."""
     pages = QUICK_PAGES if quick else PAGES
     rows: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="openclaw-bench-rediscost-") as d:
         tmp = Path(d)
         with RedisServer() as single:
-            for n in WORKERS:
-                rows[f"single_{n}_workers"] = measure(single, "single", n, pages, tmp)
-        with RedisClusterServer() as cluster:
-            client(cluster.url).ping()
-            for n in WORKERS:
-                rows[f"cluster_{n}_workers"] = measure(cluster, "cluster", n, pages, tmp)
-    return {"tables": {"cost": {"baseline": "single_1_workers", "configs": rows}}}
+            rows.update(_backend_rows(single, "single", pages, tmp))
+        if cluster:
+            with RedisClusterServer() as nodes:
+                client(nodes.url).ping()
+                rows.update(_backend_rows(nodes, "cluster", pages, tmp))
+    return {"tables": {"cost": {"baseline": "single_scrapy_redis_1_workers", "configs": rows}}}
 
 
 if __name__ == "__main__":
-    print(json.dumps(run("--quick" in sys.argv), indent=1))
+    print(json.dumps(run("--quick" in sys.argv, cluster="--single" not in sys.argv), indent=1))

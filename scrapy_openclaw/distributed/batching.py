@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from scrapy.utils.asyncio import call_later
 
 from scrapy_openclaw import meta as M
+from scrapy_openclaw.distributed import wakeup
 from scrapy_openclaw.distributed.rounds import Push, Round, RoundRunner, lease_id, split_lease, text
 from scrapy_openclaw.scrapy_internals import wake_engine
 from scrapy_openclaw.serialization import SerializationError
@@ -49,6 +50,13 @@ REPLAY_WINDOW = 3.0
 #: seconds a worker pops nothing after it found a failover, so that every worker (each retrying
 #: on its own backoff, at most 5 s) takes back its leases before any entry is handed out again
 FAILOVER_GRACE = 6.0
+#: at least this many seconds between two heartbeats that look at every shard (the others extend
+#: leases on the shards this worker holds some in): expired leases and due entries of shards nobody
+#: pops from go back to ready
+SWEEP_EVERY = 5.0
+#: seconds between two counts of the crawl's work (and looks for dead workers) once idle workers
+#: are woken by the wake stream: a worker turning idle tells the others, who count at once
+COUNT_EVERY = 2.0
 
 
 class Batching:
@@ -86,6 +94,9 @@ class Batching:
     _wake_timer: Any
     _wake_at: float
     _readiness_epoch: int
+    _last_sweep: float
+    _waker: wakeup.Wakeup | None
+    _woken_shards: set[int]
 
     if TYPE_CHECKING:  # (QueueEntries')
 
@@ -106,6 +117,8 @@ class Batching:
             return
         if not self.link.ok():
             return
+        if self._waker is None and self.link.background:
+            self._start_waker()
         job = self._plan(pops=pops, counts=counts)
         if job is None:
             return
@@ -124,27 +137,66 @@ class Batching:
         if not everything and (now - self._last_beat >= self.heartbeat or self._reclaim):
             self._last_beat = now
             job.reclaim, self._reclaim = self._reclaim, False
+            job.sweep = now - self._last_sweep >= max(self.heartbeat, SWEEP_EVERY)
             beat: dict[int, list[str]] = {}
             for lease in self.held:
                 shard, entry = split_lease(lease)
                 beat.setdefault(shard, []).append(entry)
-            job.beat = beat
-            job.foreign = True
+            if beat or job.sweep or job.reclaim:
+                job.beat = beat
+            if job.sweep:
+                self._last_sweep = now
+                job.foreign = True
         if not everything and now - self._last_foreign > _FOREIGN_EVERY:
             job.foreign = True
         if job.foreign:
             self._last_foreign = now
         if pops and not everything:
             self._look_again_after_overrides()
+            self._look_again(self._woken_shards)
+            self._woken_shards = set()
             want = self.prefetch if self.link.background else 1
             job.pops = max(0, want - len(self._ready)) if now >= self._pops_from else 0
             if job.pops and all(self.runner.shard_wait.get(i, 0) > now for i in range(self.shards.count)):
                 job.pops = 0
+                self._hungry(True)
         job.counts = counts and not everything
-        if job.empty():
+        if job.empty() and not self.runner.owes_notice():
             return None
         job.busy = self._busy_here()
         return job
+
+    def _look_again(self, shards: Any) -> None:
+        """Pop again from these shards at once if their last pop found them empty (someone
+        pushed, or a count or a beat found ready entries there)."""
+        empty = self.runner.empty
+        for shard in shards:
+            if shard in empty:
+                empty.discard(shard)
+                self.runner.shard_wait.pop(shard, None)
+
+    # --- idle workers: waiting for work (wakeup.py) -------------------------------------
+
+    def _start_waker(self) -> None:
+        self._waker = wakeup.Wakeup(self.runner.server, self.shards.workers()[3], self._on_wake, self.link.to_reactor)
+        self._waker.start()
+        self.runner.empty_wait = wakeup.EMPTY_WAIT
+
+    def _hungry(self, hungry: bool) -> None:
+        if self._waker is not None:
+            self._waker.want(hungry)
+
+    def _on_wake(self, shards: set[int], idle: bool) -> None:
+        """Another worker queued work in *shards*, or turned *idle* (then count the crawl's work again)."""
+        self._woken_shards |= shards
+        if idle:
+            self.work.counted_at = -1e18  # (the next look at the pending count asks Redis)
+        self._kick(pops=True, counts=idle)
+        self._wake_engine()
+
+    def _count_every(self) -> float:
+        """Seconds between two counts of the crawl's work (see COUNT_EVERY)."""
+        return COUNT_EVERY if self.link.background and self._waker is not None else 0.5
 
     def _look_again_after_overrides(self) -> None:
         """An operator's release or restore (``readiness_epoch``) may make a domain due before
@@ -222,7 +274,10 @@ class Batching:
                 self.registry.refresh(text(states[i]), states[i + 1])
         for member in res.foreign_found:
             self._refuse_foreign(member)
+        self._look_again([*res.ready_shards, *res.requeued_shards, *(s for s, _, _ in job.releases)])
         self._take_popped(res, now)
+        if job.pops:
+            self._hungry(len(res.popped) < job.pops)
         if res.count is not None:
             self.work.counted(res)
         elif res.pushed or job.releases:

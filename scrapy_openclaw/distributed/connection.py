@@ -90,3 +90,37 @@ def _cluster_if_enabled(client: Any, cluster: Callable[[dict[str, Any]], Any], p
 def reply_text(value: Any) -> str:
     """A Redis reply as text, whether the client decodes responses or not."""
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+def run_scripts(server: Any, calls: list[tuple[Any, list[Any], list[Any]]]) -> list[tuple[bool, Any]]:
+    """redis-py ``Script`` calls ``(script, keys, args)`` in one pipeline per node, in order on
+    each; ``(ok, reply or exception)`` for each call. A script a node does not have yet (or a
+    cluster slot that moved) is run again on its own through *server*, which loads or redirects it.
+    A connection error raises (nothing is known of the pipeline's calls)."""
+    from redis.exceptions import NoScriptError, ResponseError
+
+    groups: dict[Any, list[int]] = {}
+    pipes: dict[Any, Any] = {}
+    for i, (_, keys, _) in enumerate(calls):
+        if is_cluster(server):  # (redis-py's cluster pipeline refuses EVALSHA: one plain pipeline per node)
+            node = server.get_node_from_key(keys[0])
+            where, make = node.name, node.redis_connection
+        else:
+            where, make = None, server
+        if where not in pipes:
+            pipes[where] = make.pipeline(transaction=False)
+        groups.setdefault(where, []).append(i)
+        script, keys, args = calls[i]
+        pipes[where].evalsha(script.sha, len(keys), *keys, *args)
+    out: list[tuple[bool, Any]] = [(False, None)] * len(calls)
+    for where, pipe in pipes.items():
+        for i, res in zip(groups[where], pipe.execute(raise_on_error=False)):
+            redirected = isinstance(res, ResponseError) and str(res).startswith(("MOVED", "ASK"))
+            if isinstance(res, NoScriptError) or redirected:
+                script, keys, args = calls[i]
+                try:
+                    res = script(keys=keys, args=args)
+                except ResponseError as exc:
+                    res = exc
+            out[i] = (not isinstance(res, Exception), res)
+    return out

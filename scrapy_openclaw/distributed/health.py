@@ -310,8 +310,7 @@ class RedisHealthRegistry(HealthRegistry):
         """During a crawl: run a health script on the Redis thread; *on_reply* gets its result."""
         if not self.link.ok():
             return
-        keys = self._keys(domain)
-        self.link.submit(lambda: script(keys=keys, args=[*args, domain]), callback=on_reply)
+        self.link.submit_script(script, self._keys(domain), [*args, domain], callback=on_reply)
 
     def evict_idle(self, now: float | None = None, keep: Container[str] = ()) -> list[str]:
         """Forget idle domains in this worker's cache, and that they were ensured: a domain seen

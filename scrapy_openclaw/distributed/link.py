@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import sys
 import time
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
@@ -51,6 +52,8 @@ class RedisLink:
         self._backoff = 0.0
         self._executor: ThreadPoolExecutor | None = None
         self._to_reactor: Any = None
+        self._scripts: deque[tuple[Any, list[Any], list[Any], Any]] = deque()  # (see submit_script)
+        self._flush_queued = False
 
     @classmethod
     def for_crawler(cls, crawler: Crawler, *, clock: Callable[[], float] = time.time) -> RedisLink:
@@ -113,6 +116,10 @@ class RedisLink:
             self._to_reactor = asyncio.get_event_loop().call_soon_threadsafe
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="openclaw-redis")
 
+    def to_reactor(self, fn: Any, *args: Any) -> None:
+        """``fn(*args)`` on the reactor thread, from any thread (during a crawl)."""
+        self._to_reactor(fn, *args)
+
     def submit(self, fn: Any, *args: Any, callback: Any = None, errback: Any = None, raw: bool = False) -> None:
         """``fn(*args)`` on the Redis thread (inline outside a crawl); ``callback(result)`` or
         ``errback(exc)`` (a RedisError) on the reactor thread, with the outage bookkeeping
@@ -122,6 +129,32 @@ class RedisLink:
             return
         future = self._executor.submit(_capture, fn, args)
         future.add_done_callback(lambda f: self._to_reactor(self._deliver, f.result(), callback, errback, raw))
+
+    def submit_script(self, script: Any, keys: list[Any], args: list[Any], *, callback: Any = None) -> None:
+        """A script call whose order against other calls does not matter (a health record): the
+        ones submitted while the Redis thread is busy go together, in one pipeline."""
+        if self._executor is None:
+            self.submit(lambda: script(keys=keys, args=args), callback=callback)
+            return
+        self._scripts.append((script, keys, args, callback))
+        if not self._flush_queued:
+            self._flush_queued = True
+            self._executor.submit(self._flush_scripts)
+
+    def _flush_scripts(self) -> None:
+        """The Redis thread: every script call queued so far, in one pipeline."""
+        self._flush_queued = False  # (before draining: what comes after is flushed by the next one)
+        calls = []
+        while self._scripts:
+            calls.append(self._scripts.popleft())
+        if not calls:
+            return
+        outcomes = _capture(_pipelined, (calls,))
+        if not outcomes[0]:  # the pipeline itself failed: one failure to tell
+            self._to_reactor(self._deliver, outcomes, None, None, False)
+            return
+        for (_, _, _, callback), outcome in zip(calls, outcomes[1]):
+            self._to_reactor(self._deliver, outcome, callback, None, False)
 
     def _deliver(self, outcome: tuple[bool, Any], callback: Any, errback: Any, raw: bool = False) -> None:
         from redis.exceptions import RedisError
@@ -151,6 +184,13 @@ class RedisLink:
             raise
         self.recovered()
         return result
+
+
+def _pipelined(calls: list[tuple[Any, list[Any], list[Any], Any]]) -> list[tuple[bool, Any]]:
+    """Run redis-py ``Script`` calls (of one client) in one pipeline per node."""
+    from scrapy_openclaw.distributed.connection import run_scripts
+
+    return run_scripts(calls[0][0].registered_client, [(s, k, a) for s, k, a, _ in calls])
 
 
 def _capture(fn: Any, args: Any) -> tuple[bool, Any]:

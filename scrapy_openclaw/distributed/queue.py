@@ -147,7 +147,9 @@ class LeasedDeadlineQueue(Batching, QueueEntries):
         self._pending_reject: list[tuple[str, str]] = []
         self._ready: deque[Request] = deque()  # leased ahead, not yet handed to the engine
         self.link = RedisLink.for_crawler(self.crawler, clock=clock)
-        self._last_beat = 0.0
+        self._last_beat = self._last_sweep = 0.0
+        self._waker: Any = None  # (wakeup.Wakeup, started with the Redis thread)
+        self._woken_shards: set[int] = set()  # shards another worker queued work in, to pop from again
         self._next_sweep = 0.0  # when the health cache is next swept for idle domains
         self._last_foreign = -1e18
         self._wake_timer: Any = None
@@ -309,7 +311,7 @@ class LeasedDeadlineQueue(Batching, QueueEntries):
         buffered = len(self._pending_push) + len(self._ready)
         if self.link.down_since is not None or not self.link.ok():
             return buffered + (1 if self.link.within_outage() else 0)
-        if not self.link.background or self.work.age() > 1.0:
+        if not self.link.background or self.work.age() > max(1.0, self._count_every()):
             self._kick(counts=True)
         total, again = self.work.pending(len(self.held), buffered, background=self.link.background)
         if again:
@@ -383,6 +385,8 @@ class LeasedDeadlineQueue(Batching, QueueEntries):
             self._loop.stop()
         if self._alive is not None:
             self._alive.stop()
+        if self._waker is not None:
+            self._waker.stop()
         if self._wake_timer is not None:
             self._wake_timer.cancel()
             self._wake_timer = None
@@ -439,7 +443,7 @@ class LeasedDeadlineQueue(Batching, QueueEntries):
 
     def _tick(self) -> None:
         """Every poll interval: retry buffered writes, heartbeat, let the engine look for work."""
-        self._kick(counts=self.work.age() > 0.5)
+        self._kick(counts=self.work.age() > self._count_every())
         self._wake_engine()  # work pushed by other workers
         if self.registry is not None and self.registry.idle_ttl and self.clock() >= self._next_sweep:
             self._sweep_idle()

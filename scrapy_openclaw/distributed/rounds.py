@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import RedisError
 
-from scrapy_openclaw.distributed import lua
+from scrapy_openclaw.distributed import lua, wakeup
+from scrapy_openclaw.distributed.connection import is_cluster, run_scripts
 
 if TYPE_CHECKING:
     from scrapy_openclaw.distributed.shards import ShardKeys
@@ -46,6 +47,28 @@ class Push:
         self.shard, self.keys, self.args, self.on_dupe, self.ack = shard, keys, args, on_dupe, ack
 
 
+def _push_groups(pushes: list[Push]) -> list[list[Push]]:
+    """Consecutive pushes with the same keys (one shard, one dupefilter): one script call each."""
+    groups: list[list[Push]] = []
+    for push in pushes:
+        if groups and groups[-1][0].keys == push.keys:
+            groups[-1].append(push)
+        else:
+            groups.append([push])
+    return groups
+
+
+def _push_args(group: list[Push]) -> list[Any]:
+    """``push.lua``'s ARGV for *group* (a Push's args: boost, id, payload, info, not-before, now,
+    ack, worker, fingerprint, copy)."""
+    boost, worker = group[0].args[0], group[0].args[7]
+    args: list[Any] = [boost, worker]
+    for push in group:
+        a = push.args
+        args += [a[1], a[2], a[3], a[4], a[5], a[6], a[8], a[9]]
+    return args
+
+
 class Round:
     """One batch of Redis work, prepared on the reactor thread, run on the Redis thread."""
 
@@ -62,6 +85,7 @@ class Round:
         self.leave = False  # a clean close: the worker leaves the crawl
         self.check_server = False  # ask the server's run id first (after an outage: a failover?)
         self.reclaim = False  # the beat takes back held entries the server has waiting (after a failover)
+        self.sweep = False  # the beat also requeues expired leases and due entries on every shard
         # results
         self.pushed: list[bool] = []
         self.acked = False
@@ -78,6 +102,8 @@ class Round:
         self.reclaimed = 0  # leases of dead workers handed back
         self.dead_workers: list[str] = []
         self.foreign_found: list[Any] = []
+        self.ready_shards: list[int] = []  # shards the count found ready entries in
+        self.requeued_shards: list[int] = []  # shards whose beat made entries ready
         self.error: Exception | None = None
 
     def empty(self) -> bool:
@@ -98,9 +124,10 @@ class Round:
 class RoundRunner:
     """Runs a queue's rounds against Redis: the queue's scripts, and where its pops go next.
 
-    ``shard_wait`` (shard -> no pop before this time), ``cands`` (shard ->
-    the domains the next pop expects due) and the round-robin start are the
-    pop's own memory between rounds.
+    ``shard_wait`` (shard -> no pop before this time), ``empty`` (the shards
+    whose last pop found nothing: they wait ``empty_wait``, unless woken, see
+    ``wakeup.py``), ``cands`` (shard -> the domains the next pop expects due)
+    and the round-robin start are the pop's own memory between rounds.
     """
 
     def __init__(
@@ -123,8 +150,14 @@ class RoundRunner:
         self.stated: bool | None = None  # the busy flag Redis has for this worker
         self.run_id: str | None = None  # the Redis server's run id, as last checked
         self.shard_wait: dict[int, float] = {}
+        self.empty: set[int] = set()
+        self.empty_wait = 0.25  # (inline, without a wake-up thread: look again soon)
         self.cands: dict[int, list[str]] = {}
         self.rr = 0
+        self.cluster = is_cluster(server)
+        self._fresh: set[int] = set()  # shards given work for idle workers, not told yet (the Redis thread's)
+        self._owe_idle = False  # this worker turned idle, not told yet
+        self._told_at = -1e18
         self.push = server.register_script(lua.PUSH)
         self.pop = server.register_script(lua.POP)
         self.ack = server.register_script(lua.ACK)
@@ -151,13 +184,48 @@ class RoundRunner:
             if job.leave:
                 self.crew("leave")
                 self.stated = None
+                self._owe_idle = True
             else:
                 self._state(job)
             if job.counts:
                 self._count(job)
+            self._notify(force=job.leave)
         except RedisError as exc:
             job.error = exc
         return job
+
+    def owes_notice(self) -> bool:
+        """Whether a wake entry is waiting for its turn (``wakeup.NOTIFY_EVERY``)."""
+        return bool(self._fresh) or self._owe_idle
+
+    def _notify(self, *, force: bool = False) -> None:
+        """Tell idle workers (the wake stream): shards got work, or this worker turned idle."""
+        if not self.owes_notice():
+            return
+        now = time.monotonic()
+        if not force and now - self._told_at < wakeup.NOTIFY_EVERY:
+            return
+        wakeup.notify(self.server, self.shards.workers()[3], self._fresh, self._owe_idle)
+        self._told_at, self._owe_idle = now, False
+        self._fresh = set()
+
+    def scripts(self, calls: list[tuple[Any, list[str], list[Any]]], *, partial: bool = False) -> list[Any]:
+        """Several script calls in one pipeline (one round trip per node; run in order on one
+        Redis). A script the node does not have yet is loaded and run on its own. The first
+        error is raised, unless *partial*: then the replies stop before it (and it is the last)."""
+        if not calls:
+            return []
+        if len(calls) == 1:
+            script, keys, args = calls[0]
+            return [script(keys=keys, args=args)]
+        out: list[Any] = []
+        for ok, res in run_scripts(self.server, calls):
+            if not ok:
+                if not partial:
+                    raise res
+                return [*out, res]
+            out.append(res)
+        return out
 
     def _server_changed(self) -> bool:
         """Whether another Redis server answers than at the last check (a Sentinel failover, or a
@@ -170,27 +238,50 @@ class RoundRunner:
         return changed
 
     def _writes(self, job: Round) -> None:
+        """The round's pushes, then its acknowledgements, hand-backs and refusals: one pipeline on
+        one Redis (run in order: a page's links before its acknowledgement, even when the worker
+        dies while sending), two on a cluster (the second once the first is confirmed)."""
         keys = self.shards.keys
-        for push in job.pushes:
-            job.pushed.append(bool(int(self.push(keys=push.keys, args=push.args))))
-        for shard, ids in job.acks.items():
-            self.ack(keys=keys(shard), args=[self.boost, self.worker, *ids])
+        groups = _push_groups(job.pushes)
+        pushes = [(self.push, g[0].keys, _push_args(g)) for g in groups]
+        rest = [(self.ack, keys(s), [self.boost, self.worker, *ids]) for s, ids in job.acks.items()]
+        rest += [(self.release, keys(s), [self.boost, self.worker, m, *ids]) for s, m, ids in job.releases]
+        rest += [(self.reject, keys(s), [self.boost, e, self.worker, why]) for s, e, why in job.rejects]
+        if self.cluster:
+            self._pushed(job, groups, self.scripts(pushes, partial=True))
+            replies = self.scripts(rest)
+        else:
+            replies = self.scripts([*pushes, *rest], partial=True)
+            self._pushed(job, groups, replies[: len(pushes)])
+            replies = replies[len(pushes) :]
+            if replies and isinstance(replies[-1], Exception):
+                raise replies[-1]
         job.acked = True
-        for shard, max_releases, ids in job.releases:
-            _, dead = self.release(keys=keys(shard), args=[self.boost, self.worker, max_releases, *ids])
-            job.dead.extend(dead)
-        for shard, entry, reason in job.rejects:
-            self.reject(keys=keys(shard), args=[self.boost, entry, self.worker, reason])
+        for reply in replies[len(job.acks) : len(job.acks) + len(job.releases)]:
+            job.dead.extend(reply[1])
+
+    def _pushed(self, job: Round, groups: list[list[Push]], replies: list[Any]) -> None:
+        """The pushes Redis confirmed (up to the first error, raised)."""
+        for group, reply in zip(groups, replies):
+            if isinstance(reply, Exception):
+                raise reply
+            for queued in reply:
+                job.pushed.append(bool(int(queued)))
+                if int(queued) == 2:
+                    self._fresh.add(group[0].shard)
 
     def _heartbeat(self, job: Round, held: dict[int, list[str]]) -> None:
-        """Extend this worker's leases and requeue everyone's expired ones, on every shard."""
+        """Extend this worker's leases (and requeue everyone's expired ones) on the shards it holds
+        leases in, on every shard when *job.sweep*: one pipeline."""
         now = self.clock()
-        for shard in range(self.shards.count):
-            _, requeued = self.beat(
-                keys=self.shards.keys(shard),
-                args=[self.boost, self.worker, now, now + self.lease, int(job.reclaim), *held.get(shard, ())],
-            )
+        shards = range(self.shards.count) if job.sweep or job.reclaim else sorted(held)
+        args = [self.boost, self.worker, now, now + self.lease, int(job.reclaim)]
+        calls = [(self.beat, self.shards.keys(s), [*args, *held.get(s, ())]) for s in shards]
+        for shard, (_, requeued) in zip(shards, self.scripts(calls) if calls else []):
             job.requeued += int(requeued)
+            if int(requeued):
+                job.requeued_shards.append(shard)
+                self._fresh.add(shard)
 
     # --- the crawl's workers -------------------------------------------------------
 
@@ -209,6 +300,7 @@ class RoundRunner:
         busy = job.busy or bool(job.popped)
         if self.stated is not None and busy != self.stated:
             self.crew("state", 1 if busy else 0, self.clock() + self.liveness)
+            self._owe_idle = self._owe_idle or not busy
             self.stated = busy
 
     def _count(self, job: Round) -> None:
@@ -219,19 +311,29 @@ class RoundRunner:
         turns busy first, which moves the epoch; a count is *stable* when the epoch did not move.
         Dead workers' leases are handed back first.
         """
-        epoch, busy, dead = self.crew("look")
+        look = (self.workers, self.shards.workers(), ["look", self.clock(), self.worker])
+        counts: list[tuple[Any, list[str], list[Any]]] = [
+            (self.counts, self.shards.keys(s), []) for s in range(self.shards.count)
+        ]
+        if self.cluster:  # (nodes answer a pipeline in any order: the looks go before and after)
+            replies = [self.scripts([look])[0], *self.scripts(counts), self.scripts([look])[0]]
+        else:  # one round trip, in order
+            replies = self.scripts([look, *counts, look])
+        (epoch, busy, dead), (epoch_after, busy_after, _) = replies[0], replies[-1]
         dead = [text(w) for w in dead if text(w) != self.worker]
         if dead:
             for shard in range(self.shards.count):
                 job.reclaimed += int(self.reclaim(keys=self.shards.keys(shard), args=[self.boost, *dead]))
             self.crew("forget", *dead)
             job.dead_workers = dead
+            self._fresh.update(range(self.shards.count))
         total = [0, 0, 0, 0]
-        for shard in range(self.shards.count):
-            for i, n in enumerate(self.counts(keys=self.shards.keys(shard))):
+        for shard, counted in enumerate(replies[1:-1]):
+            for i, n in enumerate(counted):
                 total[i] += int(n)
+            if int(counted[0]):
+                job.ready_shards.append(shard)
         job.count = (total[0], total[1], total[2], total[3])
-        epoch_after, busy_after, _ = self.crew("look")
         job.others_busy = max(int(busy), int(busy_after))
         job.stable = int(epoch) == int(epoch_after)
 
@@ -285,6 +387,7 @@ class RoundRunner:
             status = text(status)
             if status == "retry":
                 continue
+            self.empty.discard(shard)
             if status == "ok":
                 job.popped.append((shard, text(extra), payload))
                 self.rr = (shard + 1) % self.shards.count  # the next pop starts after the shard that served
@@ -292,7 +395,8 @@ class RoundRunner:
                 at = float(text(extra))
                 self.shard_wait[shard] = at
                 return at
-            else:  # empty: look again soon (pushes of other workers)
-                self.shard_wait[shard] = now + 0.25
+            else:  # empty: look again later, or when another worker's push wakes this one
+                self.shard_wait[shard] = now + self.empty_wait
+                self.empty.add(shard)
             break
         return None

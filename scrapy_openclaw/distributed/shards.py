@@ -36,7 +36,7 @@ QUEUE_KEYS = (
 )
 _SEEN = QUEUE_KEYS.index("seen")
 #: the crawl's worker keys (in shard 0's tag), in the order ``lua/workers.lua`` takes them
-WORKER_KEYS = ("live", "busy", "epoch")
+WORKER_KEYS = ("live", "busy", "epoch", "wake")
 
 
 def check_name(what: str, name: str) -> None:

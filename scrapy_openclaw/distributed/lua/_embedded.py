@@ -807,32 +807,45 @@ if wait == nil then return {'empty', '0', '', requeued, dropped, states, next_li
 return {'wait', f17(wait), '', requeued, dropped, states, next_list()}
 """,
     "push": r"""-- KEYS: the shard's 16 keys (SEEN: the shard's part of the dupefilter).
--- ARGV: boost, id, payload, info_json, not_before, now, ack_id, worker, fingerprint ('' = unchecked),
+-- ARGV: boost, worker, then 8 per request, in order: id, payload, info_json, not_before, now,
+--       ack_id, fingerprint ('' = unchecked),
 --       copy (1: a retry or redirect copy of a leased request, 0: a request discovered now)
--- Returns 1 when queued, 0 when the fingerprint was already seen. FOUND counts the discovered ones
--- (the progress line's "discovered": a copy is the same request again).
+-- Returns one reply per request: 1 when queued, 2 when queued ready for a domain that had no
+-- ready entry in the shard (idle workers are told, see wakeup.py), 0 when the fingerprint was
+-- already seen. FOUND counts the discovered ones (the progress line's "discovered": a copy is
+-- the same request again). One call carries a round's consecutive pushes to one shard.
 -- The dupefilter mark and the push are one step: marked-but-not-queued (a worker
 -- killed between two round trips) would filter the page for good, since the
 -- parent's re-fetch finds its child "seen". A filtered copy still acknowledges
 -- ack_id (a redirect to a seen URL finishes the original request); ack_id is
 -- only given when the original lives in the same shard (same domain).
 -- (runs after the shared queue.lua, see __init__.py)
-local boost, id, now = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[6])
-if ARGV[9] ~= '' and redis.call('SADD', SEEN, ARGV[9]) == 0 then
-  if ARGV[7] ~= '' then ack(ARGV[7], ARGV[8], boost) end
-  return 0
+local boost, worker = tonumber(ARGV[1]), ARGV[2]
+
+local function push(id, payload, info, nb, now, ack_id, fingerprint, copy)
+  if fingerprint ~= '' and redis.call('SADD', SEEN, fingerprint) == 0 then
+    if ack_id ~= '' then ack(ack_id, worker, boost) end
+    return 0
+  end
+  redis.call('HSET', DATA, id, payload)
+  if copy ~= '1' then redis.call('INCR', FOUND) end
+  redis.call('HSET', INFO, id, info)
+  local fresh = 0
+  if tonumber(nb) > tonumber(now) then
+    redis.call('ZADD', DELAYED, nb, id)
+  else
+    fresh = make_ready(id, boost)
+  end
+  if ack_id ~= '' then ack(ack_id, worker, boost) end
+  return 1 + fresh
 end
-redis.call('HSET', DATA, id, ARGV[3])
-if ARGV[10] ~= '1' then redis.call('INCR', FOUND) end
-redis.call('HSET', INFO, id, ARGV[4])
-local nb = tonumber(ARGV[5])
-if nb > now then
-  redis.call('ZADD', DELAYED, nb, id)
-else
-  make_ready(id, boost)
+
+local out = {}
+for i = 3, #ARGV, 8 do
+  table.insert(out, push(ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4], ARGV[i + 5], ARGV[i + 6],
+    ARGV[i + 7]))
 end
-if ARGV[7] ~= '' then ack(ARGV[7], ARGV[8], boost) end
-return 1
+return out
 """,
     "queue": r"""-- Queue helpers. Every script of the queue runs on ONE shard and gets that
 -- shard's keys as KEYS[1..16] (all under the shard's hash tag, built in Python
@@ -872,16 +885,18 @@ local function id_of(member) return string.match(member, '^[^\1]*\1[^\1]*\1(.*)$
 local function lo(dom) return '[' .. dom .. SEP end
 local function hi(dom) return '[' .. dom .. SEP .. '\255' end
 
+-- Returns 1 when the entry's domain had no ready entry before (it joins the domain index).
 local function make_ready(id, boost)
   local info = info_of(id)
   local dom = info.dom
   local added = redis.call('ZADD', Q, 0, dom .. SEP .. enc(-info.p) .. SEP .. id)
   redis.call('INCRBY', COUNT, added)
-  redis.call('ZADD', DOMS, 'NX', 0, dom)
+  local fresh = redis.call('ZADD', DOMS, 'NX', 0, dom)
   if info.d > 0 and info.w > 0 then
     redis.call('ZADD', A, 0, dom .. SEP .. enc(info.d - info.p * info.w / boost) .. SEP .. id)
     redis.call('ZADD', E, 0, dom .. SEP .. enc(info.d) .. SEP .. id)
   end
+  return fresh
 end
 
 local function unindex(id, info, boost)

@@ -36,16 +36,18 @@ local function id_of(member) return string.match(member, '^[^\1]*\1[^\1]*\1(.*)$
 local function lo(dom) return '[' .. dom .. SEP end
 local function hi(dom) return '[' .. dom .. SEP .. '\255' end
 
+-- Returns 1 when the entry's domain had no ready entry before (it joins the domain index).
 local function make_ready(id, boost)
   local info = info_of(id)
   local dom = info.dom
   local added = redis.call('ZADD', Q, 0, dom .. SEP .. enc(-info.p) .. SEP .. id)
   redis.call('INCRBY', COUNT, added)
-  redis.call('ZADD', DOMS, 'NX', 0, dom)
+  local fresh = redis.call('ZADD', DOMS, 'NX', 0, dom)
   if info.d > 0 and info.w > 0 then
     redis.call('ZADD', A, 0, dom .. SEP .. enc(info.d - info.p * info.w / boost) .. SEP .. id)
     redis.call('ZADD', E, 0, dom .. SEP .. enc(info.d) .. SEP .. id)
   end
+  return fresh
 end
 
 local function unindex(id, info, boost)
