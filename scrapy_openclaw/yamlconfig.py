@@ -86,6 +86,19 @@ class _BoundedLoader(yaml.SafeLoader):
         finally:
             self._depth -= 1
 
+    # The scanner looks ahead for a simple key over every open flow level, so
+    # 3000 nested brackets cost seconds of scanning before the first node is
+    # composed: stop the scanner at the depth the composer would refuse anyway.
+    def fetch_flow_collection_start(self, TokenClass: Any) -> None:
+        if self.flow_level >= MAX_DEPTH:
+            raise _Limited(None, None, f"nested deeper than {MAX_DEPTH} levels", self.get_mark())
+        super().fetch_flow_collection_start(TokenClass)
+
+    def add_indent(self, column: int) -> bool:
+        if self.indent < column and len(self.indents) >= MAX_DEPTH:
+            raise _Limited(None, None, f"nested deeper than {MAX_DEPTH} levels", self.get_mark())
+        return super().add_indent(column)
+
     def construct_yaml_int(self, node: yaml.ScalarNode) -> int:
         try:
             value = super().construct_yaml_int(node)
