@@ -137,11 +137,11 @@ def test_table_report_stats_and_metrics_agree_with_the_site(
         assert entry["throttled_429"] == site["statuses"].get("429", 0)
         assert entry["bytes"] == site["bytes"]
         # the busiest second of send times (ours) vs of arrivals (the site's): the same requests
-        # a moment apart, so it lies between the site's busiest 0.9 s and 1.1 s (the moment:
-        # up to 0.1 s, loopback on a busy machine), less the resent drops Scrapy never saw
+        # a moment apart, so it lies between the site's busiest 0.5 s and 1.5 s (the moment:
+        # under 0.5 s even on a loaded CI machine; 0.1 s flaked), less the resent drops Scrapy never saw
         arrivals = [r["t"] for r in site["requests"]]
         unseen = drops - entry["errors"]
-        assert max_in_window(arrivals, 0.9) - unseen <= entry["busiest_1s"] <= max_in_window(arrivals, 1.1), host
+        assert max_in_window(arrivals, 0.5) - unseen <= entry["busiest_1s"] <= max_in_window(arrivals, 1.5), host
         # failures: every failed attempt of the spider's own pages; robots.txt is never one
         failed = sum(n for path, n in failed_attempts(site).items() if path != "/robots.txt")
         assert entry["failures"] == failed - (drops - entry["errors"])
