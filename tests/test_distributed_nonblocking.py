@@ -26,10 +26,11 @@ bench = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(bench)
 
 PAUSE = 3.0
+NOT_BLOCKED = PAUSE / 3
 
 
 def _get_metrics(port: int) -> float:
-    """Seconds one GET /metrics takes (a generous timeout: the assertion is on the time)."""
+    """Seconds one GET /metrics takes (its timeout outlasts the pause: a blocked reactor fails the bound, not the GET)."""
     start = time.monotonic()
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
         response.read()
@@ -69,10 +70,13 @@ def test_paused_redis_stalls_neither_reactor_nor_metrics(chaos_server: Any, redi
         workers.wait(1)
     urls = bench.scraped_urls(redis_server.url)
     assert expected - set(urls) == set(), "pages lost while Redis was paused"
-    assert len(latencies) >= 10 and max(latencies) < 0.1, latencies
+    # A reactor blocked on the paused Redis answers nothing until SIGCONT (its socket timeout is
+    # 10 s): a GET would wait out the rest of the pause. A third of the pause tells the two apart
+    # on a loaded machine too; the figures themselves (a few ms) are printed, not asserted.
+    assert len(latencies) >= 10 and max(latencies) < NOT_BLOCKED, latencies
     stalls = json.loads(stall_file.read_text())
     during = [s for t, s in stalls["stalls"] if paused_at <= t <= resumed_at + 0.5]
-    assert max(during, default=0.0) < 0.1, stalls["stalls"]
+    assert max(during, default=0.0) < NOT_BLOCKED, stalls["stalls"]
     # the crawl really needed Redis meanwhile: it was not over when the pause ended
     assert items_at_resume < len(expected)
     print(
