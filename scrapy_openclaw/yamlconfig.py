@@ -63,6 +63,10 @@ class _Limited(ComposerError):
     """A load limit was reached (reported like a YAML error, with its line)."""
 
 
+def _too_deep(mark: Any) -> _Limited:
+    return _Limited(None, None, f"nested deeper than {MAX_DEPTH} levels", mark)
+
+
 class _BoundedLoader(yaml.SafeLoader):
     """PyYAML's safe loader with a depth, node and time budget while composing."""
 
@@ -77,7 +81,7 @@ class _BoundedLoader(yaml.SafeLoader):
         self._nodes += 1
         try:
             if self._depth > MAX_DEPTH:
-                raise _Limited(None, None, f"nested deeper than {MAX_DEPTH} levels", self.peek_event().start_mark)
+                raise _too_deep(self.peek_event().start_mark)
             if self._nodes > MAX_NODES:
                 raise _Limited(None, None, f"more than {MAX_NODES} nodes", self.peek_event().start_mark)
             if self._nodes % 1024 == 0 and time.monotonic() > self._deadline:
@@ -91,12 +95,12 @@ class _BoundedLoader(yaml.SafeLoader):
     # composed: stop the scanner at the depth the composer would refuse anyway.
     def fetch_flow_collection_start(self, TokenClass: Any) -> None:
         if self.flow_level >= MAX_DEPTH:
-            raise _Limited(None, None, f"nested deeper than {MAX_DEPTH} levels", self.get_mark())
+            raise _too_deep(self.get_mark())
         super().fetch_flow_collection_start(TokenClass)
 
     def add_indent(self, column: int) -> bool:
         if self.indent < column and len(self.indents) >= MAX_DEPTH:
-            raise _Limited(None, None, f"nested deeper than {MAX_DEPTH} levels", self.get_mark())
+            raise _too_deep(self.get_mark())
         return super().add_indent(column)
 
     def construct_yaml_int(self, node: yaml.ScalarNode) -> int:
