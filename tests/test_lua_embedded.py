@@ -59,3 +59,17 @@ def test_an_egg_without_the_lua_files_runs_the_same_scripts(tmp_path: Path) -> N
     assert result.returncode == 0, result.stdout + result.stderr
     scripts = "".join(v for k, v in sorted(vars(lua).items()) if k.isupper())
     assert result.stdout.strip() == hashlib.sha256(scripts.encode()).hexdigest()
+
+
+def test_every_constant_the_scripts_read_is_sent_from_the_tuning_table() -> None:
+    """The Lua port reads ``p.k_name``; each is a ``_NAME`` of tuning.py (one declaration), or
+    one of the two the Redis registry adds (the poll interval and the hash's TTL)."""
+    import re
+
+    from scrapy_openclaw.health.registry import tuning
+
+    lua_dir = Path(scrapy_openclaw.__file__).parent / "distributed" / "lua"
+    read = {name for path in lua_dir.glob("*.lua") for name in re.findall(r"\bp\.(k_[a-z_]+)", path.read_text())}
+    assert len(read) > 30
+    assert read - set(tuning.lua_constants()) == {"k_retry_poll", "k_key_ttl"}
+    assert tuning.lua_constants()["k_probe_growth"] == tuning._PROBE_GROWTH

@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 
-from scrapy_openclaw.health.registry import _SEED_MARGIN, OPEN, HealthRegistry
+from scrapy_openclaw.health.registry import OPEN, HealthRegistry
+from scrapy_openclaw.health.registry.tuning import _SEED_MARGIN
 from scrapy_openclaw.sites.entry import SiteEntry
 from scrapy_openclaw.sites.store import FileSiteStore, RedisSiteStore, SiteStoreError
 from scrapy_openclaw.testing.crawl import run_crawl

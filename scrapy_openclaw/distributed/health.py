@@ -47,14 +47,13 @@ from scrapy_openclaw.distributed import shards as sharding
 from scrapy_openclaw.distributed.connection import reply_text
 from scrapy_openclaw.distributed.fields import typed_fields
 from scrapy_openclaw.distributed.link import RedisLink
-from scrapy_openclaw.health import registry as local
 from scrapy_openclaw.health.registry import (
     HealthRegistry,
     _accounted,
     _penalty,
     _rate_signal,
-    limitfit,
     scrapy_limits,
+    tuning,
 )
 from scrapy_openclaw.health.registry.limitfit import NOTE_ANSWER, measures_limit, note_kind, sent_at
 from scrapy_openclaw.policy import PolicySet
@@ -158,45 +157,7 @@ class RedisHealthRegistry(HealthRegistry):
         if cached is None:
             data = dataclasses.asdict(policy)
             data.update(
-                k_latency_alpha=local._LATENCY_ALPHA,
-                k_baseline_drift=local._BASELINE_DRIFT,
-                k_latency_slack=local._LATENCY_SLACK,
-                k_latency_warmup=local._LATENCY_WARMUP,
-                k_min_decrease_gap=local._MIN_DECREASE_GAP,
-                k_slow_start_gain=local._SLOW_START_GAIN,
-                k_slow_start_doubling=local._SLOW_START_DOUBLING,
-                k_probe_growth=local._PROBE_GROWTH,
-                k_max_probe_seconds=local._MAX_PROBE_SECONDS,
-                k_beyond=local._BEYOND,
-                k_cut_floor=local._CUT_FLOOR,
-                k_max_rate=local._MAX_RATE,
-                k_burst_seconds=local._BURST_SECONDS,
-                k_fit_bin=local._FIT_BIN,
-                k_fit_horizon_bins=limitfit.HORIZON_BINS,
-                k_fit_burn_in_bins=limitfit.BURN_IN_BINS,
-                k_fit_episode_bins=limitfit.EPISODE_BINS,
-                k_fit_step=local._FIT_STEP,
-                k_fit_low=local._FIT_LOW,
-                k_fit_high=local._FIT_HIGH,
-                k_fit_refine=local._FIT_REFINE,
-                k_fit_margin=local._FIT_MARGIN,
-                k_window=local._WINDOW,
-                k_stale_window=local._STALE_WINDOW,
-                k_share_fast=local._SHARE_FAST,
-                k_share_slow=local._SHARE_SLOW,
-                k_probe_recheck=local._PROBE_RECHECK,
-                k_probe_lost_after=local._PROBE_LOST_AFTER,
-                k_max_doublings=local._MAX_DOUBLINGS,
-                k_pace_sample=local._PACE_SAMPLE,
-                k_pace_short=local._PACE_SHORT,
-                k_pace_span=local._PACE_SPAN,
-                k_flat_min_share=local._FLAT_MIN_SHARE,
-                k_flat_slower=local._FLAT_SLOWER,
-                k_flat_kept=local._FLAT_KEPT,
-                k_flat_delivered=local._FLAT_DELIVERED,
-                k_flat_min_ok=local._FLAT_MIN_OK,
-                k_flat_rise=local._FLAT_RISE,
-                k_rate_health_floor=local._RATE_HEALTH_FLOOR,
+                tuning.lua_constants(),
                 k_retry_poll=_retry_poll(),
                 k_key_ttl=self.idle_ttl,  # the hash's TTL, refreshed by every script that saves it
             )
@@ -483,7 +444,7 @@ class RedisHealthRegistry(HealthRegistry):
             return super().snapshot()  # this worker's last view
         for name, fields in domains.items():
             self.refresh(name, fields)
-        return {"version": local.SNAPSHOT_VERSION, "domains": {name: _typed(f) for name, f in domains.items()}}
+        return {"version": tuning.SNAPSHOT_VERSION, "domains": {name: _typed(f) for name, f in domains.items()}}
 
     def restore(self, data: Any) -> None:
         """Load a snapshot into Redis for domains that have no shared state yet (validated first)."""

@@ -44,9 +44,8 @@ The registry's parts: :mod:`.core` (the records, brought up to date when
 read), :mod:`.pacing` (the rate arithmetic), :mod:`.recording`,
 :mod:`.verdicts` (whose trouble a failure is), :mod:`.eviction`,
 :mod:`.snapshots`, :mod:`.record` (the record and its read-only view) and
-:mod:`.tuning` (the constants, shared with the Lua port). Every name is
-importable from here, as it was from the single module (the private
-constants too: the Redis registry sends them to the Lua port from here).
+:mod:`.tuning` (the constants, which the Lua port is sent as they are
+declared there).
 """
 
 from __future__ import annotations
@@ -71,46 +70,17 @@ from scrapy_openclaw.health.registry.record import DomainState
 from scrapy_openclaw.health.registry.record import _Domain as _Domain
 from scrapy_openclaw.health.registry.recording import _Recording
 from scrapy_openclaw.health.registry.snapshots import _Snapshots
-from scrapy_openclaw.health.registry.tuning import _BASELINE_DRIFT as _BASELINE_DRIFT
-from scrapy_openclaw.health.registry.tuning import _BEYOND as _BEYOND
-from scrapy_openclaw.health.registry.tuning import _BURST_SECONDS as _BURST_SECONDS
-from scrapy_openclaw.health.registry.tuning import _CUT_FLOOR as _CUT_FLOOR
-from scrapy_openclaw.health.registry.tuning import _FIT_BIN as _FIT_BIN
-from scrapy_openclaw.health.registry.tuning import _FIT_HIGH as _FIT_HIGH
-from scrapy_openclaw.health.registry.tuning import _FIT_LOW as _FIT_LOW
-from scrapy_openclaw.health.registry.tuning import _FIT_MARGIN as _FIT_MARGIN
-from scrapy_openclaw.health.registry.tuning import _FIT_REFINE as _FIT_REFINE
-from scrapy_openclaw.health.registry.tuning import _FIT_STEP as _FIT_STEP
-from scrapy_openclaw.health.registry.tuning import _FLAT_DELIVERED as _FLAT_DELIVERED
-from scrapy_openclaw.health.registry.tuning import _FLAT_KEPT as _FLAT_KEPT
-from scrapy_openclaw.health.registry.tuning import _FLAT_MIN_OK as _FLAT_MIN_OK
-from scrapy_openclaw.health.registry.tuning import _FLAT_MIN_SHARE as _FLAT_MIN_SHARE
-from scrapy_openclaw.health.registry.tuning import _FLAT_RISE as _FLAT_RISE
-from scrapy_openclaw.health.registry.tuning import _FLAT_SLOWER as _FLAT_SLOWER
-from scrapy_openclaw.health.registry.tuning import _LATENCY_ALPHA as _LATENCY_ALPHA
-from scrapy_openclaw.health.registry.tuning import _LATENCY_SLACK as _LATENCY_SLACK
-from scrapy_openclaw.health.registry.tuning import _LATENCY_WARMUP as _LATENCY_WARMUP
-from scrapy_openclaw.health.registry.tuning import _MAX_DOUBLINGS as _MAX_DOUBLINGS
-from scrapy_openclaw.health.registry.tuning import _MAX_PROBE_SECONDS as _MAX_PROBE_SECONDS
-from scrapy_openclaw.health.registry.tuning import _MAX_RATE as _MAX_RATE
-from scrapy_openclaw.health.registry.tuning import _MIN_DECREASE_GAP as _MIN_DECREASE_GAP
-from scrapy_openclaw.health.registry.tuning import _PACE_SAMPLE as _PACE_SAMPLE
-from scrapy_openclaw.health.registry.tuning import _PACE_SHORT as _PACE_SHORT
-from scrapy_openclaw.health.registry.tuning import _PACE_SPAN as _PACE_SPAN
-from scrapy_openclaw.health.registry.tuning import _PROBE_GROWTH as _PROBE_GROWTH
-from scrapy_openclaw.health.registry.tuning import _PROBE_LOST_AFTER as _PROBE_LOST_AFTER
-from scrapy_openclaw.health.registry.tuning import _PROBE_RECHECK as _PROBE_RECHECK
-from scrapy_openclaw.health.registry.tuning import _RATE_HEALTH_FLOOR as _RATE_HEALTH_FLOOR
-from scrapy_openclaw.health.registry.tuning import _SEED_MARGIN as _SEED_MARGIN
-from scrapy_openclaw.health.registry.tuning import _SHARE_FAST as _SHARE_FAST
-from scrapy_openclaw.health.registry.tuning import _SHARE_MARGIN as _SHARE_MARGIN
-from scrapy_openclaw.health.registry.tuning import _SHARE_SLOW as _SHARE_SLOW
-from scrapy_openclaw.health.registry.tuning import _SHARE_TRIGGER as _SHARE_TRIGGER
-from scrapy_openclaw.health.registry.tuning import _SLOW_START_DOUBLING as _SLOW_START_DOUBLING
-from scrapy_openclaw.health.registry.tuning import _SLOW_START_GAIN as _SLOW_START_GAIN
-from scrapy_openclaw.health.registry.tuning import _STALE_WINDOW as _STALE_WINDOW
-from scrapy_openclaw.health.registry.tuning import _WINDOW as _WINDOW
-from scrapy_openclaw.health.registry.tuning import CLOSED, DOMAIN, HALF_OPEN, OPEN, PAGE, SNAPSHOT_VERSION
+from scrapy_openclaw.health.registry.tuning import (
+    _MAX_RATE,
+    _PROBE_RECHECK,
+    _SEED_MARGIN,
+    CLOSED,
+    DOMAIN,
+    HALF_OPEN,
+    OPEN,
+    PAGE,
+    SNAPSHOT_VERSION,
+)
 from scrapy_openclaw.health.registry.verdicts import _accounted as _accounted
 from scrapy_openclaw.health.registry.verdicts import _asks_to_slow_down as _asks_to_slow_down
 from scrapy_openclaw.health.registry.verdicts import _clustering as _clustering

@@ -33,19 +33,16 @@ from array import array
 
 from scrapy_openclaw.health.registry.tuning import (
     _FIT_BIN,
-    _FIT_BURN_IN,
-    _FIT_EPISODE_GAP,
+    _FIT_BURN_IN_BINS,
+    _FIT_EPISODE_BINS,
     _FIT_HIGH,
-    _FIT_HORIZON,
+    _FIT_HORIZON_BINS,
     _FIT_LOW,
     _FIT_REFINE,
     _FIT_STEP,
 )
 
-# (in bins; the Lua port is sent these)
-HORIZON_BINS = round(_FIT_HORIZON / _FIT_BIN)
-BURN_IN_BINS = round(_FIT_BURN_IN / _FIT_BIN)
-EPISODE_BINS = round(_FIT_EPISODE_GAP / _FIT_BIN)
+HORIZON_BINS, BURN_IN_BINS, EPISODE_BINS = _FIT_HORIZON_BINS, _FIT_BURN_IN_BINS, _FIT_EPISODE_BINS
 #: What an answer adds to the history: a token taken, a 429, or nothing ("").
 NOTE_ANSWER = "a"
 NOTE_429 = "r"

@@ -1,8 +1,8 @@
 """The controller's constants: circuit states, verdicts, and the tuning of pace, latency and 5xx windows.
 
-One table, because the Lua port in :mod:`scrapy_openclaw.distributed.lua` is sent the
-same values (``RedisHealthRegistry.policy_json`` reads them here), so the two
-controllers cannot drift apart.
+One table for both controllers: the Lua port in :mod:`scrapy_openclaw.distributed.lua`
+is sent every ``_NAME`` here as ``k_name`` (:func:`lua_constants`), so a constant is
+declared once and the two cannot drift apart.
 """
 
 CLOSED = "closed"
@@ -33,6 +33,9 @@ _FIT_BIN = 0.01  # seconds
 _FIT_HORIZON = 20.0  # seconds kept (trimmed back to this once half as long again)
 _FIT_BURN_IN = 5.0  # seconds at the start of a trimmed history whose 429s are not judged
 _FIT_EPISODE_GAP = 1.0  # seconds between 429s of two episodes (a fit needs two)
+_FIT_HORIZON_BINS = round(_FIT_HORIZON / _FIT_BIN)  # (the same, in bins)
+_FIT_BURN_IN_BINS = round(_FIT_BURN_IN / _FIT_BIN)
+_FIT_EPISODE_BINS = round(_FIT_EPISODE_GAP / _FIT_BIN)
 # ... the search: rates guess x STEP**k for k in LOW..HIGH (the window reads 0-8% high on a
 # plateau, up to ~10% low at the end of the probe, when the rate was still rising), then
 # REFINE halvings of the last step ...
@@ -72,3 +75,12 @@ _PROBE_RECHECK = 1.0  # seconds; how soon to ask again while a half-open probe i
 # cool-down) was lost on the way (e.g. dropped by another middleware): allow another.
 _PROBE_LOST_AFTER = 30.0
 _MAX_DOUBLINGS = 32  # 2**32 x any cool-down is far past any cap
+
+
+def lua_constants() -> dict[str, float]:
+    """The numbers above as the Lua port reads them from its policy: ``_PROBE_GROWTH`` as ``k_probe_growth``."""
+    return {
+        f"k{name.lower()}": value
+        for name, value in globals().items()
+        if name[:1] == "_" and name[1:2].isalpha() and name.isupper() and isinstance(value, (int, float))
+    }
