@@ -20,6 +20,7 @@ from scrapy_openclaw.testing.chaos import (
     ChaosSite,
     FailWindows,
     HostConfig,
+    busiest_second_bounds,
     max_in_window,
     page_links,
     reachable_urls,
@@ -531,6 +532,13 @@ def test_max_in_window() -> None:
     assert max_in_window([0, 0.5, 0.99, 1.0, 1.5, 1.6]) == 4
     assert max_in_window([0, 1, 2, 3]) == 1
     assert max_in_window([5, 5, 5], window=0.1) == 3
+
+
+def test_busiest_second_bounds_allow_each_request_its_send_slack() -> None:
+    arrivals = [0.0, 0.6, 1.2, 1.3, 3.0]
+    # busiest 0.5 s holds 2 (1.2, 1.3); busiest 1.5 s holds 4 (0.0 .. 1.3)
+    assert busiest_second_bounds(arrivals) == (2, 4)
+    assert busiest_second_bounds(arrivals, slack=0.0) == (max_in_window(arrivals),) * 2
 
 
 def test_rate_and_concurrency_statistics(chaos_server: Any) -> None:

@@ -36,7 +36,14 @@ from scrapy_openclaw.testing.chaos.config import (
     HostConfig,
     RateLimit,
 )
-from scrapy_openclaw.testing.chaos.graph import Reachable, max_in_window, page_links, page_path, reachable_urls
+from scrapy_openclaw.testing.chaos.graph import (
+    Reachable,
+    busiest_second_bounds,
+    max_in_window,
+    page_links,
+    page_path,
+    reachable_urls,
+)
 from scrapy_openclaw.testing.chaos.graph import _page_fails_for_good as _page_fails_for_good
 from scrapy_openclaw.testing.chaos.hosts import _act as _act
 from scrapy_openclaw.testing.chaos.hosts import _error_body as _error_body
@@ -61,6 +68,7 @@ __all__ = [
     "RateLimit",
     "Reachable",
     "main",
+    "busiest_second_bounds",
     "max_in_window",
     "page_links",
     "page_path",

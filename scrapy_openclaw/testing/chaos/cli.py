@@ -29,6 +29,11 @@ def _install_asyncio_reactor() -> None:
     asyncioreactor.install(eventloop=loop)
 
 
+def _announce(text: str) -> None:
+    sys.stdout.write(text)
+    sys.stdout.flush()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m scrapy_openclaw.testing.chaos")
     parser.add_argument(
@@ -61,10 +66,11 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write(f"error: cannot listen on {exc.interface}:{exc.port} ({exc.socketError}); try --port 0\n")
         return 1
     if args.config is None:
-        sys.stdout.write(practice.banner(urls, os.getpid()))
+        announcement = practice.banner(urls, os.getpid())
     else:
-        sys.stdout.write(json.dumps({"urls": urls, "pid": os.getpid()}) + "\n")
-    sys.stdout.flush()
+        announcement = json.dumps({"urls": urls, "pid": os.getpid()}) + "\n"
+    # once running: Twisted's SIGINT/SIGTERM handlers are in place when the reader is told to use them
+    reactor.callWhenRunning(_announce, announcement)
     reactor.addSystemEventTrigger("before", "shutdown", site.stop)
     reactor.callLater(max_seconds, reactor.stop)
     reactor.run()  # Twisted's own SIGINT/SIGTERM handlers stop it cleanly

@@ -98,4 +98,17 @@ def max_in_window(times: Iterable[float], window: float = 1.0) -> int:
     return best
 
 
+#: How far apart a request's send (the crawl's clock) and its arrival (the site's) may be,
+#: on a loaded machine: 0.1 s flaked in CI.
+SEND_SLACK = 0.5
+
+
+def busiest_second_bounds(arrivals: Iterable[float], slack: float = SEND_SLACK) -> tuple[int, int]:
+    """The range the crawl's busiest second of *send* times must lie in, from the site's arrival
+    times: the same requests each up to *slack* earlier, so between the site's busiest
+    ``1 - slack`` and ``1 + slack`` seconds."""
+    times = list(arrivals)
+    return max_in_window(times, 1.0 - slack), max_in_window(times, 1.0 + slack)
+
+
 # --------------------------------------------------------------------------- server
