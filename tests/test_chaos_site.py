@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import http.client
+import itertools
 import json
 import re
 import threading
@@ -361,7 +362,11 @@ def test_a_host_with_capacity_serves_in_turn(chaos_server: Any) -> None:
     spans = sorted((r["t"] + r["wait"], r["end"]) for r in served)
     assert all(end - start >= 0.2 * 0.98 for start, end in spans), spans
     assert all(b[0] >= a[1] - 1e-3 for a, b in zip(spans, spans[1:])), spans
-    assert server.truth()["hosts"][A]["max_in_flight"] == 4  # (in flight: served or in line)
+    # in flight (served or in line) at most: as many as the record's spans overlap (four when
+    # all four arrived before the first answer; a late starter on a busy machine makes it fewer)
+    events = sorted([(r["t"], 1) for r in served] + [(r["end"], -1) for r in served], key=lambda e: (e[0], e[1]))
+    overlap = max(itertools.accumulate(step for _, step in events))
+    assert server.truth()["hosts"][A]["max_in_flight"] == overlap >= 1
     # a client that leaves the line is forgotten: the next one is served at once
     blocker = threading.Thread(target=fetch, args=(server.urls[A],), daemon=True)
     blocker.start()
