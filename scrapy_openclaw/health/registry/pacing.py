@@ -125,28 +125,16 @@ class _Pacing:
     ) -> bool:
         """Cut the rate for a congestion event; False (nothing done) within one of the last.
 
-        The limit learned is the rate the domain delivered lately (its 2xx
-        over the last second or two), when that is lower than the rate: past
-        a limit, only the answers say where it is. After the first cut that
-        holds for a 429 (*measured*: "too many requests", so what got through
-        is the limit), at no less than ``_CUT_FLOOR`` x the rate; other
-        signals (503, timeouts, latency) say the site struggles, not how
-        much it takes, and keep ``rate_decrease`` x the rate, so an outage's
-        empty windows cannot ratchet the pace down. Only a signal that grows
-        with the rate (a 429, or latency: *rate_bound*) moves the domain on
-        to the cubic plateau (see ``_increase``); a 503 or a timeout (an outage
-        says nothing of a limit) leaves it probing back up at half per second.
-        From the second 429 on, the limit is ``_FIT_MARGIN`` x the one the
-        domain's *history* proves (:mod:`.limitfit`), when it proves one: the
-        window misreads both ways. On a plateau it still holds the burst the
-        site's bucket had saved and reads a few per cent high; at the end of
-        the probe, while the rate was still rising, it reads up to ~10% low.
-        The fit also caps the domain's burst at the largest the site took. A 429
-        to a request of the burst a hold saved up (*sent* within the burst's and
-        one more token's time of the hold's end) only halves the burst, while
-        there is one to halve: the site refused what the hold saved up, not the
-        pace. One sent later, or a burst of one refused, was refused for the
-        pace, and cuts it.
+        The cut learns a limit (:meth:`_learned_limit`) and paces the domain
+        just under it. Only a signal that grows with the rate (a 429:
+        *measured*, or latency: *rate_bound*) moves the domain on to the
+        cubic plateau (see ``_increase``); a 503 or a timeout (an outage says
+        nothing of a limit) leaves it probing back up at half per second. A
+        429 to a request of the burst a hold saved up (*sent* within the
+        burst's and one more token's time of the hold's end) only halves the
+        burst, while there is one to halve: the site refused what the hold
+        saved up, not the pace. One sent later, or a burst of one refused,
+        was refused for the pace, and cuts it.
         """
         if now - d.last_decrease < max(_MIN_DECREASE_GAP, d.latency or 0.0):
             return False
@@ -156,31 +144,45 @@ class _Pacing:
             and self._burst(d, p) > 1
             and self._in_burst(d, p, now, now if sent is None else sent)
         ):
-            # refused while resuming from a hold: the burst the hold saved up was more than the
-            # site's bucket holds, not the pace more than its rate; send smaller bursts (a
-            # burst of one refused is the pace: cut it)
+            # refused while resuming from a hold: send smaller bursts (the rest of that burst
+            # is the same event)
             d.burst_cap = max(1, self._burst(d, p) // 2)
             d.tokens = min(d.tokens, float(d.burst_cap))
-            d.last_decrease = now  # (the rest of that burst is the same event)
+            d.last_decrease = now
             return True
-        rate = before = self._rate(d, p)
-        delivered = _delivered(d, now)
-        if delivered > 0:
-            floor = 0.0 if d.cuts == 0 else before * (_CUT_FLOOR if measured else p.rate_decrease)
-            before = min(before, max(delivered, floor))
-        if measured and d.cuts >= 1 and history is not None:
-            fitted = history.fit(before, rate)
-            if fitted is not None:
-                before = min(rate, fitted * _FIT_MARGIN)
-                d.burst_cap = history.burst(fitted)
+        limit = self._learned_limit(d, p, now, measured, history)
         if d.cuts == 0:
             restart_sample(d, now)
         d.cuts = min(d.cuts + 1, 2) if measured or rate_bound else max(d.cuts, 1)  # (see _increase)
-        d.threshold = before
-        d.rate = max(p.min_rate, before * p.rate_decrease)
+        d.threshold = limit
+        d.rate = max(p.min_rate, limit * p.rate_decrease)
         d.tokens = min(d.tokens, float(self._burst(d, p)))
         d.last_decrease = now
         return True
+
+    def _learned_limit(
+        self, d: _Domain, p: HealthPolicy, now: float, measured: bool, history: LimitHistory | None
+    ) -> float:
+        """The limit a cut learns: the rate the domain delivered lately (its 2xx over the last
+        second or two), when lower than the rate (past a limit only the answers say where it
+        is). After the first cut, at no less than ``_CUT_FLOOR`` x the rate for a 429 (what got
+        through is the limit) and ``rate_decrease`` x the rate for other signals (they say the
+        site struggles, not how much it takes: an outage's empty windows must not ratchet the
+        pace down). From the second 429 on, ``_FIT_MARGIN`` x the limit the domain's *history*
+        proves (:mod:`.limitfit`), when it proves one, since the window misreads both ways (a
+        few per cent high on a plateau, up to ~10% low at the end of a probe); the fit also
+        caps the domain's burst at the largest the site took."""
+        rate = limit = self._rate(d, p)
+        delivered = _delivered(d, now)
+        if delivered > 0:
+            floor = 0.0 if d.cuts == 0 else limit * (_CUT_FLOOR if measured else p.rate_decrease)
+            limit = min(limit, max(delivered, floor))
+        if measured and d.cuts >= 1 and history is not None:
+            fitted = history.fit(limit, rate)
+            if fitted is not None:
+                limit = min(rate, fitted * _FIT_MARGIN)
+                d.burst_cap = history.burst(fitted)
+        return limit
 
     def _in_burst(self, d: _Domain, p: HealthPolicy, now: float, sent: float) -> bool:
         """Whether a refusal answered at *now* was of the burst a hold saved up: answered after
