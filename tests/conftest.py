@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import tempfile
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -31,6 +32,13 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from scrapy_openclaw.testing.chaos import ChaosConfig
+
+
+@pytest.fixture(autouse=True)
+def _temporary_files_under_pytest(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The test process's temporary files (a crawl's default output directory, a server's
+    data) go under pytest's base directory, which pytest prunes: a run leaves nothing in /tmp."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path_factory.getbasetemp()))
 
 
 @pytest.fixture
