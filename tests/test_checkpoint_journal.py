@@ -232,7 +232,7 @@ def test_extension_restores_crawl_id_and_locks_dir(tmp_path: Path) -> None:
     assert ext.pending_by_domain() == {"a.example": 2}
     with pytest.raises(OpenClawConfigError, match="another running crawl"):
         build_from_crawler(CheckpointExtension, get_crawler(_Spider, {"OPENCLAW_CHECKPOINT_DIR": str(tmp_path)}))
-    ext.journal.close()
+    ext.writer.journal.close()
 
 
 def _extension_with_requests(tmp_path: Path, n: int) -> Any:
@@ -241,7 +241,7 @@ def _extension_with_requests(tmp_path: Path, n: int) -> Any:
     ext = build_from_crawler(CheckpointExtension, get_crawler(_Spider, {"OPENCLAW_CHECKPOINT_DIR": str(tmp_path)}))
     for i in range(n):
         ext._new_request(Request(f"http://a.example/{i}"))
-    assert ext.commit()
+    assert ext.writer.commit()
     return ext
 
 
@@ -262,21 +262,21 @@ def test_background_snapshot_writes_in_a_thread_while_the_journal_moves_on(
         return real(*args, **kwargs)
 
     monkeypatch.setattr(module, "write_snapshot", held_write)
-    gen_before = ext.gen
-    assert ext.snapshot(background=True)
-    assert ext._writing and ext.gen == gen_before + 1
+    gen_before = ext.writer.gen
+    assert ext.writer.snapshot(background=True)
+    assert ext.writer.writing and ext.writer.gen == gen_before + 1
     # the crawl goes on while the file is written: new records land in the new generation
     ext._new_request(Request("http://a.example/late"))
-    assert ext.commit()
+    assert ext.writer.commit()
     midway = load(tmp_path)  # a crash now: the previous state plus both journals
     assert len(midway.requests) == 501 and midway.snapshot_gen is None
     gate.set()
-    ext._join_writer()
+    ext.writer.join()
     assert writers and writers[0] is not threading.main_thread()
-    assert not ext._writing and ext.stats.get_value("openclaw/checkpoint/snapshots") == 1
+    assert not ext.writer.writing and ext.stats.get_value("openclaw/checkpoint/snapshots") == 1
     state = load(tmp_path)
-    assert state.snapshot_gen == ext.gen and len(state.requests) == 501
-    ext.journal.close()
+    assert state.snapshot_gen == ext.writer.gen and len(state.requests) == 501
+    ext.writer.journal.close()
 
 
 def test_background_snapshot_failure_keeps_every_request(
@@ -285,7 +285,7 @@ def test_background_snapshot_failure_keeps_every_request(
     from scrapy_openclaw.checkpoint import extension as module
 
     ext = _extension_with_requests(tmp_path, 50)
-    assert ext.snapshot()  # a good generation to fall back on
+    assert ext.writer.snapshot()  # a good generation to fall back on
     ext._new_request(Request("http://a.example/after-the-good-snapshot"))
 
     def disk_full(*args: Any, **kwargs: Any) -> int:
@@ -293,12 +293,12 @@ def test_background_snapshot_failure_keeps_every_request(
 
     monkeypatch.setattr(module, "write_snapshot", disk_full)
     with caplog.at_level(logging.ERROR):
-        assert ext.snapshot(background=True)
-        ext._join_writer()
+        assert ext.writer.snapshot(background=True)
+        ext.writer.join()
     assert "No space left on device" in caplog.text
     assert ext.stats.get_value("openclaw/checkpoint/snapshot_errors") == 1
     ext._new_request(Request("http://a.example/after-the-failure"))
-    assert ext.commit()
+    assert ext.writer.commit()
     state = load(tmp_path)
     assert len(state.requests) == 52 and not state.bad_snapshots
-    ext.journal.close()
+    ext.writer.journal.close()

@@ -243,7 +243,7 @@ class SlowMoment:
 
     def __init__(self, crawler: Any):
         from scrapy_openclaw.checkpoint import extension, journal
-        from scrapy_openclaw.checkpoint.extension.journaling import _Journaling
+        from scrapy_openclaw.checkpoint.extension.journaling import CheckpointWriter
 
         moment, marker = crawler.settings["SLOW_MOMENT"], Path(crawler.settings["SLOW_MOMENT_MARKER"])
         self.stats = crawler.stats
@@ -260,13 +260,13 @@ class SlowMoment:
         if moment == "snapshot":
             extension.write_snapshot = slowly(extension.write_snapshot)
         elif moment == "rotated":
-            journal_bases, done_record = _Journaling._journal_output_bases, _Journaling._done_record
+            journal_bases, done_record = CheckpointWriter._journal_output_bases, CheckpointWriter._done_record
             rotated: list[bool] = []
 
             def bases_then_note(ext: Any) -> Any:
-                before = {k: v.get("batch") for k, v in ext._outputs.items()}
+                before = {k: v.get("batch") for k, v in ext.outputs.items()}
                 ok = journal_bases(ext)
-                rotated[:] = [any(v.get("batch", 0) > (before.get(k) or 1) for k, v in ext._outputs.items())]
+                rotated[:] = [any(v.get("batch", 0) > (before.get(k) or 1) for k, v in ext.outputs.items())]
                 return ok
 
             def written_then_slow(ext: Any, fsync: bool) -> Any:
@@ -275,8 +275,8 @@ class SlowMoment:
                     slowly(lambda: None)()
                 return record
 
-            _Journaling._journal_output_bases = bases_then_note  # type: ignore[method-assign]
-            _Journaling._done_record = written_then_slow  # type: ignore[method-assign]
+            CheckpointWriter._journal_output_bases = bases_then_note  # type: ignore[method-assign]
+            CheckpointWriter._done_record = written_then_slow  # type: ignore[method-assign]
         else:
             journal.os = _OsWithSlowFsync(slowly)  # type: ignore[attr-defined]
 

@@ -206,7 +206,7 @@ def test_two_jobs_of_one_spider_get_their_own_checkpoint_directory(tmp_path: Pat
             ):
                 extension(str(tmp_path / "shared"), "b2")
         finally:
-            shared.journal.close()
+            shared.writer.journal.close()
     finally:
-        first.journal.close()
-        second.journal.close()
+        first.writer.journal.close()
+        second.writer.journal.close()

@@ -47,7 +47,7 @@ LOOPED = {
     ("health/lag.py", "_sample"): ["_sample"],
     ("sites/extension.py", "_save_in_background"): ["_save_in_background"],
     ("health/notices.py", "check"): ["check"],
-    ("checkpoint/extension/crawl_signals.py", "func"): ["commit", "_periodic_snapshot"],
+    ("checkpoint/extension/crawl_signals.py", "func"): ["commit", "periodic_snapshot"],
 }
 
 

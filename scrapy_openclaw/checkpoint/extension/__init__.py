@@ -18,7 +18,7 @@ The parts: ``tracker.py`` (live requests, no I/O), ``records.py`` (the record
 format), ``journal.py`` (appending), ``snapshot.py`` and ``snapshotter.py``
 (snapshot files and writing them), ``restore.py`` (opening the directory,
 putting a crawl back); this package wires them to the crawl:
-:mod:`.journaling` (group commit, snapshots), :mod:`.crawl_signals` (the crawl's
+:mod:`.journaling` (the writer: group commit, snapshots), :mod:`.crawl_signals` (the crawl's
 signals) and here the construction and the request events. The state is read
 in ``from_crawler`` (:meth:`CheckpointExtension.open`), so the crawl id is
 back before other components are built.
@@ -30,7 +30,6 @@ next to ours, and its duplicate filter would drop our restored requests.
 from __future__ import annotations
 
 import logging
-import time
 from typing import TYPE_CHECKING, Any
 
 from scrapy import signals
@@ -40,10 +39,10 @@ from scrapy.utils.misc import load_object
 
 from scrapy_openclaw import runtime
 from scrapy_openclaw.checkpoint.extension.crawl_signals import WRITE_INTERVAL, _CrawlSignals
+from scrapy_openclaw.checkpoint.extension.journaling import CheckpointWriter
 from scrapy_openclaw.checkpoint.feeds import DurableFeeds
 from scrapy_openclaw.checkpoint.restore import Restorer, open_directory
 from scrapy_openclaw.checkpoint.snapshot import write_snapshot
-from scrapy_openclaw.checkpoint.snapshotter import Snapshotter
 from scrapy_openclaw.checkpoint.tracker import RequestTracker
 from scrapy_openclaw.exceptions import OpenClawConfigError
 from scrapy_openclaw.lifecycle import RequestLifecycle
@@ -100,11 +99,8 @@ class CheckpointExtension(_CrawlSignals):
         self.recovered: RecoveredState | None = None
         self.resumed = False
         self._restorer: Restorer | None = None
-        self._records_since_snapshot = 0
-        self._last_fsync = time.monotonic()
-        self._closed = False
         self._loops: list[Any] = []
-        self._outputs: dict[str, dict[str, Any]] = {}
+        self.writer: CheckpointWriter  # (built in open, once the crawl id is back)
 
     @classmethod
     @reports_config_errors
@@ -125,15 +121,23 @@ class CheckpointExtension(_CrawlSignals):
         self.resumed = self.recovered is not None
         self.crawl_id = self._restore_crawl_id(recovered.crawl_id if self.resumed else None)
         self.feeds = DurableFeeds.for_crawler(crawler)
-        self._outputs = dict(recovered.outputs) if self.resumed else {}
-        self.feeds.activate(self._outputs, self.resumed)
+        outputs = dict(recovered.outputs) if self.resumed else {}
+        self.feeds.activate(outputs, self.resumed)
         self._warn_plain_feed_exporter()
         if self.recovered is not None:
             self._restorer = Restorer(crawler, self.tracker, self.recovered, self.crawl_id)
-        self.snapshotter = Snapshotter(self.dir, self.stats, _write_file, recovered.snapshot_gen)
-        self.snapshotter.on_refused = self._refused
-        self.gen = recovered.next_generation
-        self.journal = self._new_journal(self.gen)
+        self.writer = CheckpointWriter(
+            crawler,
+            self.dir,
+            self.crawl_id,
+            self.tracker,
+            self.feeds,
+            recovered,
+            outputs,
+            flush_interval=self.flush_interval,
+            snapshot_records=self.snapshot_records,
+            write_file=_write_file,
+        )
         self.lifecycle = RequestLifecycle.for_crawler(crawler)
         self.lifecycle.listen(
             "OPENCLAW_CHECKPOINT_DIR",

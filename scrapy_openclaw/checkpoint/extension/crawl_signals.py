@@ -1,6 +1,7 @@
 """The crawl's signals: notes and resume at spider_opened, the commit and snapshot loops, the final snapshot.
 
-A mixin of :class:`CheckpointExtension`. A crawl that finished with requests
+A mixin of :class:`CheckpointExtension` (its writer, :class:`.CheckpointWriter`, does the
+writing). A crawl that finished with requests
 it could not restore stays resumable, so a later run can still fetch them.
 """
 
@@ -13,14 +14,19 @@ from typing import TYPE_CHECKING, Any
 from scrapy.exceptions import DontCloseSpider
 from scrapy.utils.asyncio import create_looping_call
 
-from scrapy_openclaw.checkpoint.extension.journaling import _Journaling
 from scrapy_openclaw.checkpoint.refusal import DiskRefusal
 
 if TYPE_CHECKING:
-    from scrapy import Spider
+    from pathlib import Path
 
+    from scrapy import Spider
+    from scrapy.crawler import Crawler
+    from scrapy.statscollectors import StatsCollector
+
+    from scrapy_openclaw.checkpoint.extension.journaling import CheckpointWriter
     from scrapy_openclaw.checkpoint.restore import Note, Restorer
     from scrapy_openclaw.checkpoint.state import RecoveredState
+    from scrapy_openclaw.checkpoint.tracker import RequestTracker
     from scrapy_openclaw.lifecycle import RequestLifecycle
 
 logger = logging.getLogger(__name__)
@@ -29,9 +35,16 @@ logger = logging.getLogger(__name__)
 WRITE_INTERVAL = 0.1
 
 
-class _CrawlSignals(_Journaling):
+class _CrawlSignals:
     """``spider_opened``, ``spider_idle`` and ``spider_closed``."""
 
+    crawler: Crawler
+    stats: StatsCollector
+    dir: Path
+    crawl_id: str
+    tracker: RequestTracker
+    writer: CheckpointWriter
+    flush_interval: float
     _notes: list[Note]
     recovered: RecoveredState | None
     lifecycle: RequestLifecycle
@@ -64,8 +77,8 @@ class _CrawlSignals(_Journaling):
         # Batches reach the OS every WRITE_INTERVAL (enough to survive kill -9) but are
         # fsynced (power-loss safe) at most every OPENCLAW_CHECKPOINT_FLUSH seconds.
         for func, interval in (
-            (self.commit, min(self.flush_interval, WRITE_INTERVAL)),
-            (self._periodic_snapshot, self.snapshot_interval),
+            (self.writer.commit, min(self.flush_interval, WRITE_INTERVAL)),
+            (self.writer.periodic_snapshot, self.snapshot_interval),
         ):
             loop = create_looping_call(func)
             loop.start(interval, now=False)
@@ -76,16 +89,16 @@ class _CrawlSignals(_Journaling):
             raise DontCloseSpider
 
     def spider_closed(self, spider: Spider, reason: str) -> None:
-        if self._closed:
+        if self.writer.closed:
             return
-        self._closed = True
+        self.writer.closed = True
         if self._restorer is not None:
             self._restorer.closed = True
         for loop in self._loops:
             if loop.running:
                 loop.stop()
         finished = self._finished(spider, reason)
-        if self.snapshot(finished=finished, reason=reason, final=True):
+        if self.writer.snapshot(finished=finished, reason=reason, final=True):
             logger.info(
                 "Checkpoint %(dir)s: final snapshot written (%(state)s, %(n)d requests pending)",
                 {
@@ -96,7 +109,7 @@ class _CrawlSignals(_Journaling):
                 extra={"spider": spider},
             )
         elif DiskRefusal.for_crawler(self.crawler).stopped:  # (its error said what to do)
-            self.journal.close()
+            self.writer.journal.close()
         else:
             logger.error(
                 "Checkpoint %(dir)s: the final snapshot could not be written; the next run resumes "
@@ -104,7 +117,7 @@ class _CrawlSignals(_Journaling):
                 {"dir": self.dir},
                 extra={"spider": spider},
             )
-            self.journal.close()
+            self.writer.journal.close()
         os.close(self._lock_fd)
 
     def _finished(self, spider: Spider, reason: str) -> bool:

@@ -1,15 +1,14 @@
 """Group commit and snapshots: what the checkpoint writes, in the order that keeps any prefix consistent.
 
-A mixin of :class:`CheckpointExtension`: new requests, then the durable
-feeds' bytes, then one "done" record with their offsets; a snapshot compacts
-it all into a new generation (its file written by :mod:`..snapshotter`).
+New requests, then the durable feeds' bytes, then one "done" record with
+their offsets; a snapshot compacts it all into a new generation (its file
+written by :mod:`..snapshotter`).
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from scrapy_openclaw.checkpoint import records
@@ -20,33 +19,52 @@ from scrapy_openclaw.checkpoint.snapshotter import Snapshotter, json_copy, json_
 from scrapy_openclaw.checkpoint.state import journal_path
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+    from pathlib import Path
+
     from scrapy.crawler import Crawler
-    from scrapy.statscollectors import StatsCollector
 
     from scrapy_openclaw.checkpoint.feeds import DurableFeeds
+    from scrapy_openclaw.checkpoint.state import RecoveredState
     from scrapy_openclaw.checkpoint.tracker import RequestTracker
 
 logger = logging.getLogger(__name__)
 
 
-class _Journaling:
-    """``commit`` and ``snapshot`` (the attributes are set up by :class:`CheckpointExtension`)."""
+class CheckpointWriter:
+    """The checkpoint's writing side: it owns the journal, the snapshot writer, the generation
+    and the durable outputs' recorded offsets; it reads the tracker's changes and the feeds."""
 
-    crawler: Crawler
-    stats: StatsCollector
-    dir: Path
-    crawl_id: str
-    tracker: RequestTracker
-    feeds: DurableFeeds
-    journal: JournalWriter
-    snapshotter: Snapshotter
-    gen: int
-    flush_interval: float
-    snapshot_records: int
-    _outputs: dict[str, dict[str, Any]]
-    _records_since_snapshot: int
-    _last_fsync: float
-    _closed: bool
+    def __init__(
+        self,
+        crawler: Crawler,
+        directory: Path,
+        crawl_id: str,
+        tracker: RequestTracker,
+        feeds: DurableFeeds,
+        recovered: RecoveredState,
+        outputs: dict[str, dict[str, Any]],
+        *,
+        flush_interval: float,
+        snapshot_records: int,
+        write_file: Callable[..., int],
+    ):
+        self.crawler = crawler
+        self.stats = crawler.stats
+        self.dir = directory
+        self.crawl_id = crawl_id
+        self.tracker = tracker
+        self.feeds = feeds
+        self.outputs = outputs  # (the feeds were activated with them) as the journal recorded them
+        self.flush_interval = flush_interval
+        self.snapshot_records = snapshot_records
+        self.snapshotter = Snapshotter(directory, self.stats, write_file, recovered.snapshot_gen)
+        self.snapshotter.on_refused = self._refused
+        self.gen = recovered.next_generation
+        self.journal = self._new_journal(self.gen)
+        self.records_since_snapshot = 0
+        self.last_fsync = time.monotonic()
+        self.closed = False  # at spider_closed: no periodic snapshot from then on
 
     def _new_journal(self, gen: int) -> JournalWriter:
         return JournalWriter(
@@ -71,7 +89,7 @@ class _Journaling:
         "done" record with their offsets.
         """
         now = time.monotonic()
-        fsync = force_fsync or now - self._last_fsync >= self.flush_interval
+        fsync = force_fsync or now - self.last_fsync >= self.flush_interval
         if not self._journal_output_bases():
             return False  # nothing else is written while the journal cannot be (outputs stay in memory)
         payloads = self.tracker.take_changes()
@@ -80,14 +98,14 @@ class _Journaling:
             payloads.append(done)
         if payloads:
             self.journal.extend(payloads)
-            self._records_since_snapshot += len(payloads)
+            self.records_since_snapshot += len(payloads)
             self.stats.inc_value("openclaw/checkpoint/journal_records", len(payloads))
         ok = self.journal.flush(fsync=fsync) if self.journal.buffered or fsync else True
         if fsync and ok:
-            self._last_fsync = now
+            self.last_fsync = now
         self.stats.set_value("openclaw/checkpoint/live", len(self.tracker.live))
-        if may_snapshot and self.snapshot_records and self._records_since_snapshot >= self.snapshot_records:
-            self._periodic_snapshot()
+        if may_snapshot and self.snapshot_records and self.records_since_snapshot >= self.snapshot_records:
+            self.periodic_snapshot()
         return ok
 
     def _journal_output_bases(self) -> bool:
@@ -96,7 +114,7 @@ class _Journaling:
         bases = self.feeds.bases()
         if bases:
             self.journal.append(records.outputs_record(bases))
-            self._outputs.update(bases)
+            self.outputs.update(bases)
             self.feeds.recorded(bases)
         return not self.journal.buffered or self.journal.flush(fsync=True)
 
@@ -115,24 +133,26 @@ class _Journaling:
                 "Checkpoint: cannot write the durable feeds (%(error)s); retrying at the next commit", {"error": exc}
             )
             return None
-        changed = {k: v for k, v in outputs.items() if self._outputs.get(k) != v}
+        changed = {k: v for k, v in outputs.items() if self.outputs.get(k) != v}
         done, seen = self.tracker.take_done()
         if not (changed or done or seen):
             return None
         if changed:
-            self._outputs.update(changed)
+            self.outputs.update(changed)
             self.feeds.recorded(changed)
         return records.done_record(done, seen, changed)
 
-    def _periodic_snapshot(self) -> None:
-        if not self._closed and not self._writing:
+    def periodic_snapshot(self) -> None:
+        if not self.closed and not self.writing:
             self.snapshot(background=True)
 
     @property
-    def _writing(self) -> bool:
+    def writing(self) -> bool:
+        """A snapshot file is being written by its thread."""
         return self.snapshotter.writing
 
-    def _join_writer(self) -> None:
+    def join(self) -> None:
+        """Wait for the snapshot being written, if any."""
         self.snapshotter.join()
 
     def snapshot(
@@ -150,7 +170,7 @@ class _Journaling:
         *background* leaves the file to a thread (see :mod:`.snapshotter`);
         True is returned at once.
         """
-        self._join_writer()  # one at a time, in generation order
+        self.join()  # one at a time, in generation order
         self.commit(may_snapshot=False, force_fsync=True)  # outputs too: the snapshot names their offsets
         if not self.journal.flush():  # the disk refuses even the journal: keep its records, skip
             self.stats.inc_value("openclaw/checkpoint/snapshot_errors")
@@ -164,7 +184,7 @@ class _Journaling:
         requests, fingerprints = self.tracker.requests(), list(self.tracker.seen)
         self.journal.close()  # empty: everything in it is also in this snapshot
         self.gen = gen
-        self._records_since_snapshot = 0
+        self.records_since_snapshot = 0
         if not final:
             try:
                 self.journal = self._new_journal(gen)
@@ -186,7 +206,7 @@ class _Journaling:
             "stats": json_safe_stats(self.stats.get_stats()),
             "health": self._health_snapshot(),
             "start_fingerprints": sorted(fp.hex() for fp in self.tracker.start_seen),
-            "outputs": json_copy(self._outputs),  # as the journal recorded them
+            "outputs": json_copy(self.outputs),  # as the journal recorded them
         }
 
     def _health_snapshot(self) -> Any:
