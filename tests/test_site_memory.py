@@ -55,6 +55,35 @@ def test_file_store_is_bounded_and_entries_age_out(tmp_path: Path) -> None:
     assert store.forget(["new.test", "other.test"]) == ["new.test"]
 
 
+def _two_workers_save(store: Any) -> None:
+    """Two workers of one crawl, both from the entry known at open, save periodically and at close."""
+    known = {"a.test": entry(limit=10.0, signals={"429": 5, "retry_after": 5})}
+    store.save(known, now=NOW)
+    saved = [dict(known), dict(known)]  # what each worker last wrote (at first: what it read)
+    for worker, counts in ((0, 3), (1, 4), (0, 6), (1, 4)):  # cumulative 429s each has seen
+        mine = {
+            "a.test": SiteEntry(
+                seen_at=NOW, limit=9.0 + worker, crawls=2, signals={"429": 5 + counts, "retry_after": 5 + counts}
+            )
+        }
+        store.save(mine, now=NOW + 1, saved=saved[worker])
+        saved[worker] = mine
+    merged = store.load(now=NOW + 1)["a.test"]
+    # 5 known + 6 from one worker + 4 from the other: neither overwrote the other, nothing twice
+    assert merged.signals == {"429": 15, "retry_after": 15}
+    assert merged.crawls == 2 and merged.limit == 10.0  # one crawl; the newest reading of the limit
+
+
+def test_workers_saving_one_domain_add_their_counts_in_a_file(tmp_path: Path) -> None:
+    _two_workers_save(FileSiteStore(tmp_path / "sites.json"))
+
+
+def test_workers_saving_one_domain_add_their_counts_in_redis(redis_server: Any) -> None:
+    import redis
+
+    _two_workers_save(RedisSiteStore(redis.Redis.from_url(redis_server.url), "chaos"))
+
+
 @pytest.mark.parametrize(
     "damage",
     ["forged", "torn", "version", "bad-field", "symlink"],
@@ -329,6 +358,10 @@ def test_distributed_workers_share_the_memory_in_redis(chaos_server: Any, redis_
         assert sum(bench.scraped_urls(redis_server.url).values()) == len(site.reachable().ok)
         memory = RedisSiteStore(client, "chaos").load()
         assert set(memory) == set(truth) and all(e.limit is not None for e in memory.values()), memory
+        # the 429s both workers met, added up: what the site sent, over both runs so far
+        assert {h: e.signals.get("429", 0) for h, e in memory.items()} == {
+            h: sum(c[h] for c in counts) for h in truth
+        }, counts
         for key in client.scan_iter():
             if not key.startswith(b"chaos:sites:"):
                 client.delete(key)

@@ -69,6 +69,21 @@ class SiteEntry:
         )
 
 
+def rebased(entry: SiteEntry, saved: SiteEntry | None, stored: SiteEntry | None) -> SiteEntry:
+    """*entry* to write over *stored* (what the store holds now), when this process last wrote
+    *saved* (or read it at open): its counts add what it saw since then, so workers of one
+    crawl (or two crawls) saving the same domain add up instead of the last overwriting the
+    others'; the rest is this process's newest reading."""
+    if stored is None:
+        return entry
+    base = saved.signals if saved is not None else {}
+    signals = dict(stored.signals)
+    for name, n in entry.signals.items():
+        signals[name] = signals.get(name, 0) + max(0, n - base.get(name, 0))
+    crawls = max(stored.crawls, entry.crawls)  # (workers of one crawl are one crawl)
+    return SiteEntry(**{**entry.to_data(), "signals": signals, "crawls": crawls, "bans": entry.bans or stored.bans})
+
+
 def _is_count(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 10**12
 

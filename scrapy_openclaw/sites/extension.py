@@ -51,6 +51,8 @@ class SiteMemoryExtension:
         self.store: Any = None
         #: what the store held at open: this crawl's entries build on it (saves do not add up twice)
         self.known: dict[str, SiteEntry] = {}
+        #: what this crawl last wrote per domain (at first what it read): a save adds the counts since
+        self.saved: dict[str, SiteEntry] = {}
         self._loop: Any = None
         self._saving = False
         crawler.signals.connect(self.spider_opened, signal=signals.spider_opened)
@@ -66,6 +68,7 @@ class SiteMemoryExtension:
         try:
             self.store = open_store(OpenClawSettings.for_crawler(self.crawler), self.crawler.settings, spider.name)
             self.known = await maybe_deferred_to_future(deferToThread(self.store.load))
+            self.saved = dict(self.known)
         except Exception as exc:  # a damaged or hostile store, Redis down: the crawl goes on without it
             self._damaged(spider, exc)
         registry = health_registry(self.crawler)
@@ -117,7 +120,8 @@ class SiteMemoryExtension:
             return
         self._saving = True
         entries = self.entries()
-        d = deferToThread(self.store.save, entries)
+        d = deferToThread(self.store.save, entries, None, dict(self.saved))
+        d.addCallback(lambda _: self.saved.update(entries))
         d.addErrback(
             lambda failure: logger.warning("Could not save the site memory: %(error)s", {"error": failure.value})
         )
@@ -130,7 +134,8 @@ class SiteMemoryExtension:
             return
         entries = self.entries()
         try:
-            await maybe_deferred_to_future(deferToThread(self.store.save, entries))
+            await maybe_deferred_to_future(deferToThread(self.store.save, entries, None, dict(self.saved)))
+            self.saved.update(entries)
         except Exception as exc:  # a full disk, Redis down: the crawl itself is done
             logger.error(
                 "Could not save the site memory to %(store)s: %(error)s",

@@ -22,7 +22,7 @@ from scrapy_openclaw._files import atomic_write, open_existing, private_dir
 from scrapy_openclaw.distributed.connection import reply_text
 from scrapy_openclaw.paths import base_dir, resolve_path
 from scrapy_openclaw.serialization import signing
-from scrapy_openclaw.sites.entry import SiteEntry
+from scrapy_openclaw.sites.entry import SiteEntry, rebased
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -96,15 +96,20 @@ class FileSiteStore(_Bounded):
             raise SiteStoreError(f"{self.path}: larger than {MAX_FILE_BYTES} bytes: not a site memory file")
         return raw
 
-    def save(self, entries: dict[str, SiteEntry], now: float | None = None) -> dict[str, SiteEntry]:
+    def save(
+        self, entries: dict[str, SiteEntry], now: float | None = None, saved: dict[str, SiteEntry] | None = None
+    ) -> dict[str, SiteEntry]:
         """Merge *entries* into the file (what another crawl saved meanwhile is kept, unless
-        unreadable: then replaced) and return what it now holds."""
+        unreadable: then replaced; counts add up, see :func:`.rebased`, *saved* being what this
+        crawl wrote last) and return what it now holds."""
         now = time.time() if now is None else now
+        saved = saved or {}
         try:
             merged = self.load(now)
         except (SiteStoreError, ValueError):
             merged = {}
-        merged.update(entries)
+        for domain, entry in entries.items():
+            merged[domain] = rebased(entry, saved.get(domain), merged.get(domain))
         return self._write(self._keep(merged, now))
 
     def forget(self, domains: Iterable[str] | None = None) -> list[str]:
@@ -153,8 +158,18 @@ class RedisSiteStore(_Bounded):
         return self._keep(entries, now)
 
     def read(self, domain: str) -> SiteEntry:
+        return self._entry(domain, self.server.hgetall(self.prefix + domain))
+
+    def _entry_or_none(self, domain: str, raw: dict[Any, Any]) -> SiteEntry | None:
+        """The stored entry, None when there is none or it is not a sealed one (then replaced)."""
+        try:
+            return self._entry(domain, raw) if raw else None
+        except SiteStoreError:
+            return None
+
+    def _entry(self, domain: str, raw: dict[Any, Any]) -> SiteEntry:
         key = self.prefix + domain
-        fields = {reply_text(k): v for k, v in self.server.hgetall(key).items()}
+        fields = {reply_text(k): v for k, v in raw.items()}
         body, mac = fields.get("entry"), fields.get("mac")
         if not isinstance(body, bytes) or mac is None or not signing.current().check(PURPOSE, body, mac):
             raise SiteStoreError(f"Redis {key}: not a sealed site memory entry (written by someone else?)")
@@ -163,10 +178,21 @@ class RedisSiteStore(_Bounded):
         except ValueError as exc:
             raise SiteStoreError(str(exc)) from None
 
-    def save(self, entries: dict[str, SiteEntry], now: float | None = None) -> None:
+    def save(
+        self, entries: dict[str, SiteEntry], now: float | None = None, saved: dict[str, SiteEntry] | None = None
+    ) -> None:
+        """Write *entries* over what Redis holds (counts add up, see :func:`.rebased`; two
+        workers saving one domain in the same few milliseconds may still lose one's increment)."""
         now = time.time() if now is None else now
+        saved = saved or {}
+        domains = list(entries)
+        pipe = self.server.pipeline(transaction=False)
+        for domain in domains:
+            pipe.hgetall(self.prefix + domain)
+        stored = dict(zip(domains, pipe.execute()))
         pipe = self.server.pipeline(transaction=False)
         for domain, entry in entries.items():
+            entry = rebased(entry, saved.get(domain), self._entry_or_none(domain, stored[domain]))
             body = json.dumps(entry.to_data(), sort_keys=True).encode()
             key = self.prefix + domain
             pipe.hset(key, mapping={"entry": body, "mac": signing.current().mac(PURPOSE, body)})
