@@ -761,3 +761,26 @@ def test_time_held_or_open_is_counted() -> None:
     reg.try_acquire(D, T0 + 60)
     reg.record_failure(D, REFUSED, now=T0 + 60)  # the half-open probe fails: open again, twice as long
     assert reg.state(D, T0 + 90).blocked_seconds == pytest.approx(5 + 4 + 8)
+
+
+def test_circuit_time_and_retry_after_holds_are_counted_apart() -> None:
+    """The politeness report says how long a domain was held for Retry-After and how long its
+    circuit was open: the registry keeps the two apart (blocked_seconds is both)."""
+    reg, t = HealthRegistry(), 1000.0
+    reg.record_success(D, 0.01, now=t)
+    reg.record_failure(D, HTTP_429, now=t + 1, retry_after=2.0)
+    state = reg.state(D, t + 10)
+    assert (state.retry_after_holds, state.circuit_seconds) == (1, 0.0)
+    assert state.blocked_seconds == pytest.approx(2.0)
+    now = t + 10
+    for _ in range(20):  # refused connections until the circuit opens (bounded)
+        now += 0.01
+        reg.record_failure(D, REFUSED, now=now)
+        if reg.state(D, now).circuit == "open":
+            break
+    opened, reopens = now, reg.blocked_until(D, now)
+    assert reopens > opened
+    state = reg.state(D, reopens + 5)
+    assert state.circuit_seconds == pytest.approx(reopens - opened)
+    assert state.blocked_seconds == pytest.approx(2.0 + reopens - opened)
+    assert state.retry_after_holds == 1  # (a refused connection carries no Retry-After)

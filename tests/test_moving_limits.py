@@ -138,6 +138,8 @@ def test_refusals_that_do_not_fall_with_the_pace_are_retried_at_the_pace() -> No
     assert 0.25 <= state.refusals_flat <= 0.4
     first_page = run.verdicts.index(PAGE)
     assert all(v == PAGE for v in run.verdicts[first_page:])  # for good: they stay the page's
+    # received but not honoured from then on: the report's retry_after.honoured says so
+    assert state.retry_after_holds <= first_page < len(run.verdicts)
     assert state.hold_until <= run.sent[-1][0]  # no hold keeps the domain back
     assert state.limit is None and state.circuit == CLOSED
     # at the end only concurrency bounds it: 8 in flight for 0.5 s each, ~16 req/s

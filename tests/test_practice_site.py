@@ -13,6 +13,12 @@ from scrapy_openclaw.testing.servers import subprocess_env
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
+def _ctrl_c_as_in_a_terminal() -> None:
+    """A run started in the background (``cmd &``, nohup, some CI runners) inherits SIGINT
+    ignored, and then Ctrl+C (SIGINT) stops nothing: give the child a terminal's default."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_no_config_starts_the_practice_site_and_says_how_to_use_and_stop_it() -> None:
     proc = subprocess.Popen(
         [sys.executable, "-m", "scrapy_openclaw.testing.chaos", "--port", "0", "--max-seconds", "120"],
@@ -20,6 +26,7 @@ def test_no_config_starts_the_practice_site_and_says_how_to_use_and_stop_it() ->
         stderr=subprocess.STDOUT,
         env=subprocess_env(),
         text=True,
+        preexec_fn=_ctrl_c_as_in_a_terminal,
     )
     try:
         assert proc.stdout is not None

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_schedule_run import _once_soon, make_project, schedulers, site, successes, wait_for, write_tasks
+from test_schedule_run import _just_missed, _once_soon, make_project, schedulers, site, successes, wait_for, write_tasks
 
 from scrapy_openclaw.schedule.history import JsonlHistory, RedisHistory
 from scrapy_openclaw.schedule.locks import redis_client
@@ -136,19 +136,20 @@ def test_sigkilled_scheduler_takes_its_crawl_along(chaos_server: Any, tmp_path: 
 def test_lost_lock_stops_the_crawl(chaos_server: Any, redis_server: Any, tmp_path: Path, schedulers: Any) -> None:
     server = chaos_server(site(pages=80, latency=0.3))
     project = make_project(tmp_path / "proj")
+    client = redis_client(redis_server.url)
+    history = RedisHistory(client, "openclaw:schedule:history")
     tasks = write_tasks(
         project / "tasks.yaml",
         f"""
         tasks:
           locked:
             spider: chaos
-            cron: "{_once_soon(3)}"
+            cron: "{_just_missed(history, "locked")}"
+            run_missed: true
             args: {{start_urls: "{server.start_urls[0]}"}}
             settings: {{CONCURRENT_REQUESTS: 2}}
     """,
     )
-    client = redis_client(redis_server.url)
-    history = RedisHistory(client, "openclaw:schedule:history")
     sched = schedulers(project, tasks, f"REDIS_URL={redis_server.url}", "OPENCLAW_SCHEDULE_LOCK_TTL=3")
     run = wait_for(lambda: next((r for r in history.runs("locked") if r.pid), None), 60, "the crawl", lambda: sched.log)
     key = f"openclaw:schedule:lock:locked:{run.window}"

@@ -17,6 +17,7 @@ import pytest
 from scrapy_openclaw.schedule.cursor import FileCursors
 from scrapy_openclaw.schedule.history import JsonlHistory, RedisHistory, RunRecord
 from scrapy_openclaw.schedule.locks import redis_client
+from scrapy_openclaw.schedule.scheduler import MISSED_GRACE
 from scrapy_openclaw.testing.chaos import ChaosConfig, HostConfig, reachable_urls
 from scrapy_openclaw.testing.servers import stop_process, subprocess_env
 
@@ -195,24 +196,34 @@ def _once_soon(seconds: float) -> str:
     return f"{at.minute} {at.hour} {at.day} {at.month} * {at.second}"
 
 
+def _just_missed(history: Any, task: str) -> str:
+    """A cron rule that fired once, a little more than MISSED_GRACE ago, over a history that
+    knows the task (an earlier window, failed): with ``run_missed: true`` the scheduler runs
+    that window as it starts, however long starting took (a window still to come can pass
+    while a busy machine starts the scheduler, and then it never fires)."""
+    history.append(RunRecord(task, time.time() - 3600.0, outcome="failed", reason="an earlier window"))
+    return _once_soon(-(MISSED_GRACE + 5.0))
+
+
 def test_killed_run_is_retried_and_resumes_from_checkpoint(chaos_server: Any, tmp_path: Path, schedulers: Any) -> None:
     pages = 60
     server = chaos_server(site(pages=pages, latency=0.15))
     project = make_project(tmp_path / "proj")
+    history = JsonlHistory(project / "openclaw-schedule" / "history.jsonl")
     tasks = write_tasks(
         project / "tasks.yaml",
         f"""
         tasks:
           big:
             spider: chaos
-            cron: "{_once_soon(4)}"
+            cron: "{_just_missed(history, "big")}"
+            run_missed: true
             args: {{start_urls: "{server.start_urls[0]}"}}
             settings: {{CONCURRENT_REQUESTS: 4}}
             max_attempts: 3
             retry_backoff: 0.5
     """,
     )
-    history = JsonlHistory(project / "openclaw-schedule" / "history.jsonl")
     sched = schedulers(project, tasks)
     first = wait_for(
         lambda: next((r for r in history.runs() if r.pid and r.attempts == 1), None),

@@ -5,7 +5,8 @@ One domain's entry (``docs/politeness-report.md`` explains each field)::
 
     requests, retries, done, failures, errors, bytes, busiest_1s, busiest_5s,
     answers {"2xx": n, ...}, statuses {"429": n, ...}, throttled_429, unavailable_503,
-    retry_after {received, largest_seconds}, held_seconds, circuit_openings,
+    retry_after {received, honoured, largest_seconds, held_seconds}, held_seconds, circuit_openings,
+    circuit_seconds,
     robots_txt {status, crawl_delay}, limit, dead_letters {class: n}
 """
 
@@ -54,9 +55,15 @@ def domain_entry(f: DomainFigures, state: Any = None) -> dict[str, Any]:
         "statuses": {str(s): n for s, n in sorted(f.statuses.items())},
         "throttled_429": f.statuses.get(429, 0),
         "unavailable_503": f.statuses.get(503, 0),
-        "retry_after": {"received": f.retry_after_received, "largest_seconds": f.retry_after_max},
-        "held_seconds": round(float(state.blocked_seconds), 3) if state is not None else 0.0,
+        "retry_after": {
+            "received": f.retry_after_received,
+            "honoured": int(state.retry_after_holds) if state is not None else 0,
+            "largest_seconds": f.retry_after_max,
+            "held_seconds": _seconds(state.blocked_seconds - state.circuit_seconds) if state is not None else 0.0,
+        },
+        "held_seconds": _seconds(state.blocked_seconds) if state is not None else 0.0,
         "circuit_openings": f.circuit_openings,
+        "circuit_seconds": _seconds(state.circuit_seconds) if state is not None else 0.0,
         "robots_txt": {
             "status": f.robots_status,
             "crawl_delay": float(state.crawl_delay) if state is not None else 0.0,
@@ -64,6 +71,10 @@ def domain_entry(f: DomainFigures, state: Any = None) -> dict[str, Any]:
         "limit": state.limit if state is not None else None,
         "dead_letters": dict(sorted(f.dead_letters.items())),
     }
+
+
+def _seconds(value: float) -> float:
+    return round(max(0.0, float(value)), 3)
 
 
 def build_report(
@@ -135,8 +146,15 @@ def _add(into: dict[str, Any], entry: dict[str, Any]) -> dict[str, Any]:
     into["retry_after"]["received"] += entry["retry_after"]["received"]
     largest = max(into["retry_after"]["largest_seconds"], entry["retry_after"]["largest_seconds"])
     into["retry_after"]["largest_seconds"] = largest
-    for name in ("busiest_1s", "busiest_5s", "held_seconds"):  # (the shared registry's, or the largest)
-        into[name] = max(into[name], entry[name])
+    for name in (
+        "busiest_1s",
+        "busiest_5s",
+        "held_seconds",
+        "circuit_seconds",
+    ):  # (the shared registry's, or the largest)
+        into[name] = max(into.get(name, 0), entry.get(name, 0))
+    for name in ("honoured", "held_seconds"):  # (a part from before these existed has neither)
+        into["retry_after"][name] = max(into["retry_after"].get(name, 0), entry["retry_after"].get(name, 0))
     if into["robots_txt"]["status"] is None:
         into["robots_txt"] = dict(entry["robots_txt"])
     into["limit"] = into["limit"] if into["limit"] is not None else entry["limit"]

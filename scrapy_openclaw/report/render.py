@@ -82,7 +82,12 @@ def text(report: dict[str, Any], domain: str) -> str:
         lines.append(
             f"It received {e['throttled_429']} '429 Too Many Requests' and {e['unavailable_503']} '503' answers"
             + (f", {ra['received']} with Retry-After (largest {ra['largest_seconds']:g} s)" if ra["received"] else "")
-            + f"; it held back from {domain} for {e['held_seconds']:.0f} s in all and slowed down after each."
+            + "; it slowed down after each"
+            + (
+                f" and waited out {ra['honoured']} Retry-After(s), {ra['held_seconds']:.0f} s in all."
+                if ra.get("honoured")
+                else "."
+            )
         )
     robots = e["robots_txt"]
     if robots["status"] is not None:
@@ -93,7 +98,10 @@ def text(report: dict[str, Any], domain: str) -> str:
         )
         lines.append(f"It fetched robots.txt (HTTP {robots['status']}){delay}.")
     if e["circuit_openings"]:
-        lines.append(f"It paused the whole site {e['circuit_openings']} time(s) when it looked overloaded.")
+        lines.append(
+            f"It paused the whole site {e['circuit_openings']} time(s) when it looked overloaded"
+            + (f", {e['circuit_seconds']:.0f} s in all." if e.get("circuit_seconds") else ".")
+        )
     return "\n".join(lines)
 
 

@@ -36,7 +36,8 @@ local HF = {'health', 'rate', 'tokens', 'threshold', 'updated', 'last_decrease',
   'circuit', 'opened_at', 'probe_at', 'latency', 'best_latency', 'hold_until',
   'consecutive_failures', 'requests', 'successes', 'failures', 'cooldown', 'opens', 'down_since',
   'answered_at', 'last_success', 'share_fast', 'share_slow', 'win_start', 'win_ok', 'delivered',
-  'crawl_delay', 'troubled_at', 'cuts', 'born', 'blocked_seconds', 'burst_cap',
+  'crawl_delay', 'troubled_at', 'cuts', 'born', 'blocked_seconds', 'circuit_seconds', 'retry_after_holds',
+  'burst_cap',
   'iv_start', 'iv_ok', 'iv_refused', 'ref_share', 'ref_pace', 'ref_ok', 'refusals_flat',
   'ctl_hold', 'ctl_rate', 'ctl_concurrency', 'ctl_down'}
 local h_ttl = 0  -- seconds an idle domain's hash lives (policy k_key_ttl; 0: for ever), set by h_load
@@ -89,6 +90,7 @@ local function h_load(hkey, now, pjson)
     d.answered_at, d.last_success, d.share_fast, d.share_slow = 0, 0, 0, 0
     d.win_start, d.win_ok, d.delivered, d.crawl_delay, d.troubled_at, d.cuts = now, 0, nil, 0, 0, 0
     d.born, d.blocked_seconds, d.burst_cap = now, 0, 0
+    d.circuit_seconds, d.retry_after_holds = 0, 0
     d.iv_start, d.iv_ok, d.iv_refused, d.ref_share, d.ref_pace, d.ref_ok, d.refusals_flat = now, 0, 0, 0, 0, 0, 0
     d.ctl_hold, d.ctl_rate, d.ctl_concurrency, d.ctl_down = 0, 0, 0, 0
     return d, p
@@ -111,6 +113,7 @@ local function h_load(hkey, now, pjson)
   d.win_start, d.win_ok, d.last_decrease = d.win_start or now, d.win_ok or 0, d.last_decrease or 0
   d.troubled_at, d.cuts, d.born = d.troubled_at or 0, d.cuts or 0, d.born or d.updated
   d.blocked_seconds, d.burst_cap = d.blocked_seconds or 0, d.burst_cap or 0
+  d.circuit_seconds, d.retry_after_holds = d.circuit_seconds or 0, math.max(0, d.retry_after_holds or 0)
   d.iv_start, d.iv_ok, d.iv_refused = d.iv_start or now, d.iv_ok or 0, d.iv_refused or 0
   d.ref_share, d.ref_pace, d.ref_ok = d.ref_share or 0, d.ref_pace or 0, d.ref_ok or 0
   d.refusals_flat = d.refusals_flat or 0
@@ -120,7 +123,10 @@ local function h_load(hkey, now, pjson)
   local elapsed = now - d.updated
   if elapsed > 0 then
     local blocked_end = math.max(d.hold_until, d.ctl_hold)
-    if d.circuit == 'open' then blocked_end = math.max(blocked_end, d.opened_at + d.cooldown) end
+    if d.circuit == 'open' then
+      blocked_end = math.max(blocked_end, d.opened_at + d.cooldown)
+      d.circuit_seconds = d.circuit_seconds + math.max(0, math.min(now, d.opened_at + d.cooldown) - d.updated)
+    end
     d.blocked_seconds = d.blocked_seconds + math.max(0, math.min(now, blocked_end) - d.updated)
     d.health = math.min(100, d.health + p.recovery_per_minute * elapsed / 60)
     -- nothing saved up while the circuit is open (a hold saves at most the burst)
@@ -501,6 +507,7 @@ local function h_failure(d, p, now, answered, in_share, domain, penalty, congest
   end
   if retry_after ~= nil then
     d.hold_until = math.max(d.hold_until, now + math.min(math.max(retry_after, 0), p.retry_after_cap))
+    d.retry_after_holds = d.retry_after_holds + 1
   elseif throttle and closed then
     d.hold_until = math.max(d.hold_until, now + 1 / h_rate(d, p))
   end

@@ -153,6 +153,8 @@ class HealthRegistry(_Recording, _Eviction, _Snapshots):
             limit=d.threshold,
             crawl_delay=d.crawl_delay,
             blocked_seconds=d.blocked_seconds,
+            circuit_seconds=d.circuit_seconds,
+            retry_after_holds=d.retry_after_holds,
             refusals_flat=d.refusals_flat,
             limit_measured=d.cuts >= 2 and d.threshold is not None,
             burst_cap=d.burst_cap,

@@ -81,12 +81,13 @@ class _RegistryCore(_Pacing):
         if elapsed > 0:
             # a hold (the site's or the operator's) or an opening starts at an update, so
             # [updated, now] covers any part of it since
-            blocked_end = max(d.hold_until, d.opened_at + d.cooldown if d.circuit == OPEN else 0.0, d.ctl_hold)
+            open_end = d.opened_at + d.cooldown if d.circuit == OPEN else 0.0
+            blocked_end = max(d.hold_until, open_end, d.ctl_hold)
             d.blocked_seconds += max(0.0, min(now, blocked_end) - d.updated)
+            d.circuit_seconds += max(0.0, min(now, open_end) - d.updated)
             d.health = min(100.0, d.health + p.recovery_per_minute * elapsed / 60.0)
             # no tokens saved up while the circuit is open: its probe, then the pace (a hold
             # saves at most the burst: a quarter second's worth, no more than the site took)
-            open_end = d.opened_at + d.cooldown if d.circuit == OPEN else 0.0
             unblocked = now - max(d.updated, min(now, open_end))
             d.tokens = min(float(self._burst(d, p)), d.tokens + unblocked * self._rate(d, p))
             d.updated = now

@@ -47,6 +47,8 @@ class DomainState:
     limit: float | None = None  # the learned limit (req/s); None: no congestion seen
     crawl_delay: float = 0.0  # robots.txt Crawl-delay in force (seconds; 0: none)
     blocked_seconds: float = 0.0  # time spent held or with the circuit open, so far
+    circuit_seconds: float = 0.0  # of it, with the circuit open (its cool-downs)
+    retry_after_holds: int = 0  # Retry-After answers the domain was held for (not judged pace-independent)
     refusals_flat: float = 0.0  # share of refusals judged pace-independent (0: they are a rate signal)
     limit_measured: bool = False  # the limit was measured (a 429 or latency), not guessed from an outage
     burst_cap: int = 0  # the largest burst the site has proved it allows (0: not known)
@@ -87,6 +89,8 @@ class _Domain:
         "cuts",
         "born",
         "blocked_seconds",
+        "circuit_seconds",
+        "retry_after_holds",
         "burst_cap",
         # pace-independent refusals (refusals.py): the open pace interval, the reference one,
         # and the refused share judged pace-independent (0: refusals are a rate signal)
@@ -137,6 +141,8 @@ class _Domain:
         self.cuts = 0  # 0: slow start; 1: cut, limit guessed; 2: a 429 or latency measured it (cubic plateau)
         self.born = now  # when the domain was first seen: slow start doubles at most this fast from it
         self.blocked_seconds = 0.0  # time spent held (Retry-After) or with the circuit open
+        self.circuit_seconds = 0.0  # of it, with the circuit open
+        self.retry_after_holds = 0  # Retry-After answers that held the domain
         self.burst_cap = 0  # the largest burst the site has proved it allows (the limit fit); 0: not known
         self.iv_start = now
         self.iv_ok = 0
@@ -164,6 +170,7 @@ _COUNTERS = (
     "win_ok",
     "cuts",
     "burst_cap",
+    "retry_after_holds",
     "iv_ok",
     "iv_refused",
 )

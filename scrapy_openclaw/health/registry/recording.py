@@ -169,6 +169,7 @@ class _Recording(_RegistryCore):
         """The server's Retry-After holds the domain (capped); a throttle without one, one token's time."""
         if retry_after is not None:
             d.hold_until = max(d.hold_until, now + min(max(retry_after, 0.0), p.retry_after_cap))
+            d.retry_after_holds += 1
         elif classification.is_throttle and closed:
             d.hold_until = max(d.hold_until, now + 1.0 / self._rate(d, p))
 
