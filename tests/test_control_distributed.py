@@ -161,7 +161,7 @@ def test_a_hold_issued_to_one_worker_holds_both(chaos_server, redis_server, tmp_
         return len({json.loads(x)["worker"] for x in client.lrange("chaos:items", 0, -1)})
 
     try:
-        wait_for(lambda: workers_with_items() == 2 and count(a) >= 5, 40, "both workers to crawl")
+        wait_for(lambda: workers_with_items() == 2 and count(a) >= 5, 120, "both workers to crawl")  # (a hang guard)
         assert api(port, "hold", {"domain": a, "for": 600}, token="wrong-token-0123456789")[0] == 401
         status, out = api(port, "hold", {"domain": a, "for": 600})
         assert status == 200, out
