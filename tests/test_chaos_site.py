@@ -246,6 +246,21 @@ def test_fail_windows_follow_the_server_clock(chaos_server: Any) -> None:
     assert {503, 200} <= set(seen)
 
 
+def test_a_first_request_clock_starts_the_windows_at_the_first_request(chaos_server: Any) -> None:
+    """A crawl that starts late (a busy machine) still meets a window "from the start"."""
+    windows = FailWindows(period=1000.0, down=1.0, status=503)
+    config = ChaosConfig(hosts=(HostConfig(address=A, fail_windows=windows),), clock="first_request")
+    server = chaos_server(config)
+    assert server.truth(include_requests=False)["started_at"] is None  # nothing asked yet
+    time.sleep(1.5)  # (longer than the window: a "start" clock would answer 200 now)
+    first = fetch(server.urls[A] + "page/1")[0]
+    truth = server.truth()
+    served = truth["hosts"][A]["requests"]
+    assert first == 503 and truth["started_at"] == served[0]["t"]
+    with pytest.raises(ValueError, match="clock"):
+        ChaosConfig(hosts=(HostConfig(address=A),), clock="noon")
+
+
 @pytest.mark.parametrize("retry_after", ["soon", "-5", "99999999", "Wed, 21 Oct 2015 07:28:00 GMT", "2", None])
 def test_429_carries_the_exact_retry_after(chaos_server: Any, retry_after: str | None) -> None:
     server = chaos_server(one_host(rate_limit={"rate": 0.1, "burst": 2, "retry_after": retry_after}))

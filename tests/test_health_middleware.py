@@ -93,14 +93,15 @@ def test_no_request_reaches_a_host_during_its_retry_after_hold(chaos_server: Any
 
 
 def test_503_window_opens_the_circuit_others_flow_then_it_closes_and_completes(chaos_server: Any) -> None:
-    window = {"period": 1000, "down": 10, "status": 503}  # from the server's start
+    window = {"period": 1000, "down": 10, "status": 503}  # from the crawl's first request
     server = chaos_server(
         ChaosConfig(
             hosts=(
                 HostConfig(A, pages=12, fail_windows=window),
                 HostConfig(B, pages=120, latency=0.02),
                 HostConfig(C, pages=120, latency=0.02),
-            )
+            ),
+            clock="first_request",
         )
     )
     starts = server.start_urls + [f"{server.urls[A]}page/{n}" for n in range(1, 8)]

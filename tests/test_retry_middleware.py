@@ -184,8 +184,9 @@ def test_404_is_not_retried_and_recorded_once(chaos_server, tmp_path):
 
 
 def test_503_window_is_ridden_out(chaos_server, tmp_path):
-    # Down for the first 6 s after the site starts, then up: the crawl starts inside the window.
-    server = chaos_server(one_host(pages=5, links_per_page="all", fail_windows={"period": 1000, "down": 6}))
+    # Down for the first 6 s after the crawl's first request, then up.
+    host = HostConfig(address="127.0.0.2", pages=5, links_per_page="all", fail_windows={"period": 1000, "down": 6})
+    server = chaos_server(ChaosConfig(hosts=(host,), clock="first_request"))
     policy = {
         "defaults": {
             "retry": {

@@ -228,9 +228,10 @@ def moving_limit_site(
     seed: int = 1,
 ) -> ChaosConfig:
     """One host whose limit moves (``schedule`` rows: from second, rate, burst), with enough
-    pages that a compliant client needs ``seconds``; ``status`` (+ ``Retry-After``) past it."""
+    pages that a compliant client needs ``seconds``; ``status`` (+ ``Retry-After``) past it.
+    The schedule counts from the first request, so a crawler that starts late meets every phase."""
     limit = RateLimit(rate=rate, burst=burst, retry_after=retry_after, status=status, schedule=schedule)
-    return ChaosConfig(hosts=(limited_host(0, limit, seconds),), seed=seed)
+    return ChaosConfig(hosts=(limited_host(0, limit, seconds),), seed=seed, clock="first_request")
 
 
 def every_nth_site(

@@ -160,12 +160,22 @@ class HostConfig:
             raise ValueError(f"{where}: ban_after and ban_seconds must be >= 0")
 
 
+CLOCKS = ("start", "first_request")
+
+
 @dataclass(frozen=True)
 class ChaosConfig:
+    """The site. ``clock`` says when its clock (fail windows, limit schedules) starts: at
+    ``"start"`` or at its ``"first_request"``, so that a crawl which starts late on a busy
+    machine still meets every window."""
+
     hosts: tuple[HostConfig, ...]
     seed: int = 1
+    clock: str = "start"
 
     def __post_init__(self) -> None:
+        if self.clock not in CLOCKS:
+            raise ValueError(f"ChaosConfig: clock must be one of {CLOCKS}, got {self.clock!r}")
         hosts = tuple(h if isinstance(h, HostConfig) else HostConfig(**h) for h in self.hosts)
         object.__setattr__(self, "hosts", hosts)
         addresses = [h.address for h in hosts]
@@ -174,7 +184,7 @@ class ChaosConfig:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ChaosConfig:
-        return cls(hosts=tuple(data["hosts"]), seed=int(data.get("seed", 1)))
+        return cls(hosts=tuple(data["hosts"]), seed=int(data.get("seed", 1)), clock=str(data.get("clock", "start")))
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe (``json.dumps`` turns the int keys into strings; ``from_dict`` reads them back)."""

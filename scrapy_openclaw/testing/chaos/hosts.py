@@ -97,10 +97,11 @@ class _Host:
 
     def decide(self, path: str, now: float, authorization: bytes | None = None) -> tuple[_Outcome, float]:
         cfg = self.cfg
+        elapsed = self.site.elapsed(now)  # (the site's clock: started by the first request, if so configured)
         r_drop, r_hang, r_latency = self.rng.random(), self.rng.random(), self.rng.random()
         delay = cfg.latency + cfg.latency_jitter * r_latency
         limit = cfg.rate_limit
-        if limit is not None and not self._take_token(now - (self.site.started_at or now)):
+        if limit is not None and not self._take_token(elapsed):
             self.refusals += 1
             value = limit.retry_after.replace("{n}", str(self.refusals)) if limit.retry_after is not None else None
             headers = (("Retry-After", value),) if value is not None else ()
@@ -112,7 +113,7 @@ class _Host:
         if self._banned(path, now):
             return _Outcome(cfg.ban_status, BAN_PAGE), delay
         windows = cfg.fail_windows
-        if windows is not None and windows.is_down(now - (self.site.started_at or now)):
+        if windows is not None and windows.is_down(elapsed):
             return _Outcome(windows.status, _error_body(windows.status)), delay
         if path == ROBOTS_PATH and cfg.robots_txt is not None:
             headers = (("Content-Type", "text/plain; charset=utf-8"),)

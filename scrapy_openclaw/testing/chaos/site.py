@@ -94,10 +94,17 @@ class ChaosSite:
         """address -> base URL (``http://127.0.0.2:PORT/``), in host order."""
         return {h.cfg.address: h.base_url for h in self._hosts if h.base_url}
 
+    def elapsed(self, now: float) -> float:
+        """Seconds on the site's clock at ``now`` (wall time); a ``first_request`` clock starts here."""
+        if self.started_at is None:
+            self.started_at = now
+        return now - self.started_at
+
     def start(self) -> dict[str, str]:
         if self._ports:
             raise RuntimeError("ChaosSite already started")
-        self.started_at = time.time()
+        if self.config.clock == "start":
+            self.started_at = time.time()
         for host in self._hosts:
             factory = _ChaosFactory(_HostResource(host), self.reactor)
             port = self.reactor.listenTCP(host.cfg.port, factory, interface=host.cfg.address)
