@@ -308,6 +308,15 @@ def tunnel_error() -> type[BaseException]:
     return TunnelError
 
 
+#: The message of the ``IgnoreRequest`` by which ``RobotsTxtMiddleware`` refuses a request (2.14 .. 2.19).
+_ROBOTS_REFUSAL = "Forbidden by robots.txt"
+
+
+def is_robots_refusal(exception: BaseException) -> bool:
+    """Whether *exception* is ``RobotsTxtMiddleware`` refusing a request its robots.txt disallows."""
+    return isinstance(exception, scrapy.exceptions.IgnoreRequest) and str(exception) == _ROBOTS_REFUSAL
+
+
 def robots_parsed_signal() -> object | None:
     """``signals.robots_parsed`` (public since 2.18), None before."""
     return getattr(signals, "robots_parsed", None)

@@ -25,6 +25,7 @@ from scrapy_openclaw.testing.crawl import run_crawl
 from scrapy_openclaw.testing.servers import subprocess_env
 
 LIMITED, FLAKY, DELAYED = "127.0.0.2", "127.0.0.3", "127.0.0.4"
+DISALLOWED = ["/page/3", "/page/4"]  # (DELAYED's robots.txt; every page links to them)
 CRAWL_DELAY = 1.5  # well over 1 s: no 1 s window holds two pages, on either side's clock
 SITE = {
     "hosts": [
@@ -46,7 +47,7 @@ SITE = {
             "address": DELAYED,
             "pages": 5,
             "links_per_page": "all",
-            "robots_txt": f"User-agent: *\nCrawl-delay: {CRAWL_DELAY}\n",
+            "robots_txt": f"User-agent: *\nCrawl-delay: {CRAWL_DELAY}\nDisallow: /page/3\nDisallow: /page/4\n",
         },
     ],
     "seed": 7,
@@ -126,9 +127,25 @@ def test_retry_after_robots_and_dead_letters(crawled: dict[str, Any]) -> None:
     # robots.txt: fetched once per host, its Crawl-delay applied and reported
     # (the flaky host's robots.txt may fall in a 503 window: then it is asked again)
     assert truth[LIMITED]["counts"]["/robots.txt"] == truth[DELAYED]["counts"]["/robots.txt"] == 1
-    assert domains[DELAYED]["robots_txt"] == {"status": 200, "crawl_delay": CRAWL_DELAY}
+    delayed = domains[DELAYED]["robots_txt"]
+    assert delayed == {
+        "status": 200,
+        "crawl_delay": CRAWL_DELAY,
+        "disallowed": 2,
+        "disallowed_paths": delayed["disallowed_paths"],
+    }
+    # its rules applied: each disallowed URL refused once (the duplicates never left the scheduler),
+    # and the site never received one; Scrapy's own count agrees
+    assert sorted(delayed["disallowed_paths"]) == DISALLOWED
+    assert not set(DISALLOWED) & set(truth[DELAYED]["counts"])
+    assert crawled["result"].stats["robotstxt/forbidden"] == 2
     robots = [r["status"] for r in truth[FLAKY]["requests"] if r["path"] == "/robots.txt"]
-    assert domains[FLAKY]["robots_txt"] == {"status": robots[-1], "crawl_delay": 0.0}, robots
+    assert domains[FLAKY]["robots_txt"] == {
+        "status": robots[-1],
+        "crawl_delay": 0.0,
+        "disallowed": 0,
+        "disallowed_paths": [],
+    }, robots
     # one request per Crawl-delay, robots.txt included: the first page (let through before
     # robots.txt came back) waits a Crawl-delay after it too
     times = sorted(r["t"] for r in truth[DELAYED]["requests"])

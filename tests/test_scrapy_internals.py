@@ -139,6 +139,22 @@ def test_download_error_types_are_those_this_scrapy_has() -> None:
     assert issubclass(si.tunnel_error(), Exception)
 
 
+def test_is_robots_refusal_knows_the_robots_middlewares_refusal_and_nothing_else() -> None:
+    from scrapy.downloadermiddlewares.robotstxt import RobotsTxtMiddleware
+    from scrapy.exceptions import IgnoreRequest
+    from scrapy.robotstxt import ProtegoRobotParser
+
+    crawler = get_crawler(settings_dict={"ROBOTSTXT_OBEY": True})
+    middleware = RobotsTxtMiddleware.from_crawler(crawler)
+    parser = ProtegoRobotParser(b"User-agent: *\nDisallow: /private\n", None)
+    with pytest.raises(IgnoreRequest) as refused:
+        middleware.process_request_2(parser, scrapy.Request("http://127.0.0.2/private/1"))
+    assert si.is_robots_refusal(refused.value)
+    assert middleware.process_request_2(parser, scrapy.Request("http://127.0.0.2/public")) is None
+    assert not si.is_robots_refusal(IgnoreRequest("Offsite"))
+    assert not si.is_robots_refusal(ValueError("Forbidden by robots.txt"))
+
+
 def test_robots_parsed_signal_exists_from_2_18() -> None:
     sig = si.robots_parsed_signal()
     assert sig is (signals.robots_parsed if scrapy.version_info >= (2, 18) else None)

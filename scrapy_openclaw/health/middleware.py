@@ -35,12 +35,13 @@ from scrapy_openclaw.health.notices import HealthNotices
 from scrapy_openclaw.health.registry import CLOSED, OPEN, HealthRegistry, affects_health
 from scrapy_openclaw.health.registry.record import effective_rate
 from scrapy_openclaw.retry_after import parse_retry_after, summarise_warnings
-from scrapy_openclaw.runtime import shared
+from scrapy_openclaw.runtime import peek, shared
 from scrapy_openclaw.scrapy_internals import (
     download_slot,
     download_slots,
     drain_slot_queue,
     engine_of,
+    is_robots_refusal,
     new_slot_concurrency,
     new_slot_delay,
     pause_slot,
@@ -154,6 +155,11 @@ class DomainHealthMiddleware:
         return response
 
     def process_exception(self, request: Request, exception: Exception) -> None:
+        if is_robots_refusal(exception):  # (the site's own rule applied: no failure, a report line)
+            figures = peek(self.crawler, "figures")
+            if figures is not None:
+                figures.robots_refused(request)
+            return
         domain = self._domain(request)
         classification = self.taxonomy.classify_download_error(exception)
         if domain and classification is not None:

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from scrapy import signals
+from scrapy.utils.httpobj import urlparse_cached
 
 from scrapy_openclaw import meta as M
 from scrapy_openclaw import signals as openclaw_signals
@@ -52,6 +53,7 @@ OTHER = "other"
 THROTTLE_STATUSES = (429, 503)
 _PARSE_SEEN = "_openclaw_figures_parse"  # parse retries of this request already taken off "done"
 _RETRY_AFTER_CAP = 6 * 3600.0  # the largest Retry-After read as a number of seconds (urllib3's cap)
+ROBOTS_EXAMPLES = 5  # disallowed paths a domain's figures keep, to show which rules applied
 
 
 def status_class(status: int) -> str:
@@ -75,6 +77,8 @@ class DomainFigures:
     retry_after_received: int = 0
     retry_after_max: float = 0.0
     robots_status: int | None = None  # the robots.txt answer's status; None: not fetched
+    robots_refused: int = 0  # requests its robots.txt disallowed (never sent)
+    robots_refused_paths: list[str] = field(default_factory=list)  # the first ROBOTS_EXAMPLES of them
     peaks: Peaks = field(default_factory=Peaks)
 
     @property
@@ -138,6 +142,7 @@ class CrawlFigures:
             total.dead_letters.update(f.dead_letters)
             total.retry_after_received += f.retry_after_received
             total.retry_after_max = max(total.retry_after_max, f.retry_after_max)
+            total.robots_refused += f.robots_refused
         return total
 
     def settle(self, now: float | None = None) -> None:
@@ -182,6 +187,13 @@ class CrawlFigures:
             if seconds is not None:
                 f.retry_after_received += 1
                 f.retry_after_max = max(f.retry_after_max, seconds)
+
+    def robots_refused(self, request: Request) -> None:
+        """A request robots.txt disallowed: never sent, so none of the other figures counts it."""
+        f = self.of(self._domain(request))
+        f.robots_refused += 1
+        if len(f.robots_refused_paths) < ROBOTS_EXAMPLES:
+            f.robots_refused_paths.append(urlparse_cached(request).path or "/")
 
     def request_left_downloader(self, request: Request, spider: Any = None) -> None:
         key = id(request)

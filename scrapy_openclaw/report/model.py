@@ -7,7 +7,7 @@ One domain's entry (``docs/politeness-report.md`` explains each field)::
     answers {"2xx": n, ...}, statuses {"429": n, ...}, throttled_429, unavailable_503,
     retry_after {received, honoured, largest_seconds, held_seconds}, held_seconds, circuit_openings,
     circuit_seconds,
-    robots_txt {status, crawl_delay}, limit, dead_letters {class: n}
+    robots_txt {status, crawl_delay, disallowed, disallowed_paths}, limit, dead_letters {class: n}
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
+from scrapy_openclaw.metrics.figures import ROBOTS_EXAMPLES
 from scrapy_openclaw.metrics.peaks import WINDOWS
 
 if TYPE_CHECKING:
@@ -67,6 +68,8 @@ def domain_entry(f: DomainFigures, state: Any = None) -> dict[str, Any]:
         "robots_txt": {
             "status": f.robots_status,
             "crawl_delay": float(state.crawl_delay) if state is not None else 0.0,
+            "disallowed": f.robots_refused,
+            "disallowed_paths": list(f.robots_refused_paths),
         },
         "limit": state.limit if state is not None else None,
         "dead_letters": dict(sorted(f.dead_letters.items())),
@@ -155,8 +158,12 @@ def _add(into: dict[str, Any], entry: dict[str, Any]) -> dict[str, Any]:
         into[name] = max(into.get(name, 0), entry.get(name, 0))
     for name in ("honoured", "held_seconds"):  # (a part from before these existed has neither)
         into["retry_after"][name] = max(into["retry_after"].get(name, 0), entry["retry_after"].get(name, 0))
-    if into["robots_txt"]["status"] is None:
-        into["robots_txt"] = dict(entry["robots_txt"])
+    robots, theirs = into["robots_txt"], entry["robots_txt"]
+    if robots["status"] is None:
+        robots.update(status=theirs["status"], crawl_delay=theirs["crawl_delay"])
+    robots["disallowed"] = robots.get("disallowed", 0) + theirs.get("disallowed", 0)
+    paths = robots.get("disallowed_paths", []) + theirs.get("disallowed_paths", [])
+    robots["disallowed_paths"] = list(dict.fromkeys(paths))[:ROBOTS_EXAMPLES]
     into["limit"] = into["limit"] if into["limit"] is not None else entry["limit"]
     return into
 

@@ -20,6 +20,7 @@ COLUMNS = (
     ("held s", "held_seconds"),
     ("circuit", "circuit_openings"),
     ("crawl-delay", None),
+    ("disallowed", None),
     ("MB", None),
     ("dead", None),
 )
@@ -42,6 +43,8 @@ def _cells(domain: str, e: dict[str, Any]) -> tuple[str, ...]:
         elif title == "crawl-delay":
             delay = e["robots_txt"]["crawl_delay"]
             cells.append(f"{delay:g}s" if delay else "-")
+        elif title == "disallowed":
+            cells.append(str(e["robots_txt"].get("disallowed", 0)))
         elif title == "MB":
             cells.append(f"{e['bytes'] / 1e6:.2f}")
         else:
@@ -97,6 +100,11 @@ def text(report: dict[str, Any], domain: str) -> str:
             else ""
         )
         lines.append(f"It fetched robots.txt (HTTP {robots['status']}){delay}.")
+    if robots.get("disallowed"):
+        shown = ", ".join(robots.get("disallowed_paths", []))
+        lines.append(
+            f"Your robots.txt disallowed {robots['disallowed']} URL(s) it found (e.g. {shown}); it sent none of them."
+        )
     if e["circuit_openings"]:
         lines.append(
             f"It paused the whole site {e['circuit_openings']} time(s) when it looked overloaded"
