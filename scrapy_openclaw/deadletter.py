@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
+from scrapy import Request as ScrapyRequest
 from twisted.python.failure import Failure
 
 from scrapy_openclaw import meta as M
@@ -22,16 +23,30 @@ from scrapy_openclaw.serialization import SerializationError, encode_value, requ
 
 if TYPE_CHECKING:
     from scrapy import Request, Spider
+    from scrapy.crawler import Crawler
+    from scrapy.http import Response
 
     from scrapy_openclaw.errors import Classification
 
 FORMAT_VERSION = 1
 
 
+def domain_of(crawler: Crawler | None, url: str, request: Request | None = None) -> str:
+    """A dead letter's ``domain``: its request's download-slot key, what "domain" means across
+    this package (health rows, queue, metrics labels, the report). A record without a request
+    (an item, a refused or unrestorable entry) gets the key a request for its URL would get."""
+    if request is None:
+        try:
+            request = ScrapyRequest(url)
+        except ValueError:  # (not a URL a request can carry: no slot, its host name if any)
+            return urlparse(url).hostname or ""
+    return slot_key(crawler, request)
+
+
 @dataclass
 class DeadLetter:
     url: str
-    domain: str
+    domain: str  # see domain_of
     error_class: str  # an ErrorClass value, or "deadline" / "retry_budget"
     reason: str
     spider: str
@@ -140,7 +155,7 @@ def for_request(
         data["meta"] = {k: v for k, v in data["meta"].items() if k not in ENGINE_META}
     letter = DeadLetter(
         url=request.url,
-        domain=slot_key(getattr(spider, "crawler", None), request),
+        domain=domain_of(getattr(spider, "crawler", None), request.url, request),
         error_class=str(error_class),
         reason=reason,
         spider=spider.name,
@@ -184,20 +199,22 @@ def for_item(
     spider: Spider,
     crawl_id: str,
     exception: BaseException | Failure,
-    response_url: str | None = None,
+    response: Response | None = None,
 ) -> DeadLetter:
-    """A dead letter for an item that failed validation in a pipeline."""
+    """A dead letter for an item that failed validation in a pipeline (under the response's URL
+    and its request's domain, when Scrapy passes the response)."""
     from itemadapter import ItemAdapter
 
     try:
         item_data = encode_value(ItemAdapter(item).asdict(), "item")
     except (SerializationError, TypeError):
         item_data = repr(item)[:4000]
-    url = response_url or ""
+    url = response.url if response is not None else ""
+    request = getattr(response, "request", None)
     fields_ = _exception_fields(exception)
     return DeadLetter(
         url=url,
-        domain=urlparse(url).hostname or "",
+        domain=domain_of(getattr(spider, "crawler", None), url, request) if url else "",
         error_class="business",
         reason=fields_.get("exception_type") or "validation",
         spider=spider.name,

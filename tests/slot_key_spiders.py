@@ -11,6 +11,7 @@ from typing import Any
 from scrapy import Request, signals
 from scrapy.resolver import dnscache
 
+from scrapy_openclaw.errors import ItemValidationError
 from scrapy_openclaw.health import HealthRegistry
 from scrapy_openclaw.metrics.extension import MetricsExtension
 from scrapy_openclaw.pqueues import DeadlinePriorityQueue
@@ -18,6 +19,15 @@ from scrapy_openclaw.retry.budget import RetryBudgets
 from scrapy_openclaw.testing.spiders import ChaosSpider
 
 QUEUE_KEYS: set[str] = set()
+
+
+class RefuseRootPages:
+    """An item pipeline refusing the item of every root page: a dead letter for an item."""
+
+    def process_item(self, item: Any) -> Any:
+        if item["url"].endswith("/"):
+            raise ItemValidationError(f"root page {item['url']}")
+        return item
 
 
 class RecordingQueue(DeadlinePriorityQueue):

@@ -1,6 +1,7 @@
 """One domain key: health, queue, retry budgets, metrics and dead letters agree in a real crawl.
 
-"Domain" is the download-slot key (``scrapy_internals.slot_key``); these crawls
+"Domain" is the download-slot key (``scrapy_internals.slot_key``), for a dead letter's
+items as for its requests (``deadletter.domain_of``); these crawls
 set ``meta["download_slot"]`` or ``CONCURRENT_REQUESTS_PER_IP``, where the slot
 key is not the host name, and check every component filed the requests under it.
 """
@@ -27,6 +28,7 @@ SETTINGS = {
     "ADDONS": {"scrapy_openclaw.Addon": 100},
     "SCHEDULER_PRIORITY_QUEUE": "tests.slot_key_spiders.RecordingQueue",
     "OPENCLAW_LOG_DOMAINS": 10,  # keeps the metrics extension on
+    "ITEM_PIPELINES": {"tests.slot_key_spiders.RefuseRootPages": 300},  # + dead letters for items
     "LOG_LEVEL": "INFO",
 }
 
@@ -50,6 +52,8 @@ def _crawl(
     dead = tmp_path / "dead.jsonl"
     letters = [json.loads(line) for line in dead.read_text(encoding="utf-8").splitlines() if line.strip()]
     assert letters, "the broken pages should end as dead letters"
+    # the root pages' items too: one per start URL, under the same domain key as the requests
+    assert sum(r["error_class"] == "business" for r in letters) == len(starts), letters
     return json.loads(records.read_text(encoding="utf-8")), {r["domain"] for r in letters}
 
 
@@ -89,3 +93,11 @@ def test_slot_key_without_an_engine() -> None:
     """Before the crawl (no downloader): the meta slot, else the host name."""
     assert slot_key(None, Request("http://Example.COM:8080/x")) == "example.com"
     assert slot_key(None, Request("http://example.com/", meta={Downloader.DOWNLOAD_SLOT: "s"})) == "s"
+
+
+def test_a_dead_letter_without_a_request_gets_the_key_a_request_for_its_url_would() -> None:
+    from scrapy_openclaw.deadletter import domain_of
+
+    assert domain_of(None, "http://Example.COM:8080/x") == "example.com"
+    assert domain_of(None, "http://a.test/", Request("http://a.test/", meta={Downloader.DOWNLOAD_SLOT: "s"})) == "s"
+    assert domain_of(None, "no scheme here") == ""

@@ -16,7 +16,6 @@ import logging
 import os
 import time
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlparse
 
 from scrapy.utils.asyncio import call_later
 
@@ -193,7 +192,7 @@ class Restorer:
         later resume, with the callback back, restores it) and becomes a dead
         letter now (replayable); the dead letter's id is stable across resumes.
         """
-        from scrapy_openclaw.deadletter import DeadLetter
+        from scrapy_openclaw.deadletter import DeadLetter, domain_of
 
         spider = self.crawler.spider
         self.unrestorable.add(rid)
@@ -207,7 +206,7 @@ class Restorer:
         )
         letter = DeadLetter(
             url=url,
-            domain=urlparse(url).hostname or "",
+            domain=domain_of(self.crawler, url),
             error_class="parse",
             reason="checkpoint_unrestorable",
             spider=getattr(spider, "name", ""),

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import logging
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlparse
 
 from scrapy_openclaw import meta as M
 from scrapy_openclaw.distributed.serializer import UnsealedPayload
@@ -102,11 +101,11 @@ class QueueEntries:
     def _refused_dead_letter(self, exc: RefusedRequest) -> None:
         """A record of the refused request for the operator; it holds no request, so it is never replayed."""
         from scrapy_openclaw import signals as openclaw_signals
-        from scrapy_openclaw.deadletter import DeadLetter
+        from scrapy_openclaw.deadletter import DeadLetter, domain_of
 
         letter = DeadLetter(
             url=exc.url,
-            domain=urlparse(exc.url).hostname or "",
+            domain=domain_of(self.crawler, exc.url),
             error_class="refused",
             reason=f"stored_{exc.kind}",
             spider=self.spider.name,

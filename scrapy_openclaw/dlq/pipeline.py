@@ -156,7 +156,7 @@ class DeadLetterPipeline:
             spider=self._spider,
             crawl_id=crawl_id(self.crawler),
             exception=exception,
-            response_url=response.url if response is not None else None,
+            response=response,
         )
         self.on_dead_letter(record)
 

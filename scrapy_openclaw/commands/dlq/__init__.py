@@ -65,7 +65,10 @@ class Command(InspectSubcommands, ReplaySubcommand, BaseRunSpiderCommand):
         group = parser.add_argument_group(title="Dead letters")
         group.add_argument("--uri", help="dead-letter store (default: the project's OPENCLAW_DLQ_URI)")
         group.add_argument("--spider", help="only dead letters of this spider (fills %%(name)s)")
-        group.add_argument("--domain", help="only dead letters of this domain (host name)")
+        group.add_argument(
+            "--domain",
+            help="only dead letters of this domain (its download-slot key: the host name unless download_slot says otherwise)",
+        )
         group.add_argument(
             "--class", dest="error_class", help="only this error class (network, protocol_permanent, business, ...)"
         )
