@@ -193,3 +193,44 @@ def test_a_checkpoint_directory_that_turns_read_only_stops_the_crawl_once_and_re
     finally:
         if mounted:
             subprocess.run(["umount", "-l", str(ckpt)], check=False)
+
+
+def test_a_directory_turning_read_only_between_a_snapshot_and_its_cleanup_is_one_refusal(tmp_path: Path) -> None:
+    """Found by the suite loop beside two CPU hogs: a background snapshot written just before the
+    directory turned read-only, collected just after, could not delete the older generation, and
+    the unlink's error escaped into the reactor. It is a refused write like the others now."""
+    from scrapy.statscollectors import MemoryStatsCollector
+    from scrapy.utils.test import get_crawler
+
+    from scrapy_openclaw.checkpoint.snapshot import write_snapshot
+    from scrapy_openclaw.checkpoint.snapshotter import Snapshotter
+    from scrapy_openclaw.checkpoint.state import snapshot_path
+
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    mounted: list[bool] = []
+
+    def write_then_turn_read_only(path: Path, *args: Any) -> int:
+        size = write_snapshot(path, *args)
+        if path.name == snapshot_path(ckpt, 3).name:
+            if ROOT:
+                subprocess.run(["mount", "--bind", str(ckpt), str(ckpt)], check=True)
+                mounted.append(True)
+                subprocess.run(["mount", "-o", "remount,bind,ro", str(ckpt)], check=True)
+            else:
+                ckpt.chmod(0o500)
+        return size
+
+    refused: list[tuple[Path, OSError]] = []
+    snapshotter = Snapshotter(ckpt, MemoryStatsCollector(get_crawler()), write_then_turn_read_only, None)
+    snapshotter.on_refused = lambda path, exc: refused.append((Path(path), exc))
+    try:
+        for gen in (1, 2, 3):  # the third one's cleanup (gen 1) meets the read-only directory
+            assert snapshotter.write(gen, {"gen": gen}, [], [], background=False)
+        [(path, exc)] = refused
+        assert path == snapshot_path(ckpt, 1) and exc.errno in (errno.EROFS, errno.EACCES), (path, exc)
+        assert snapshot_path(ckpt, 1).exists() and snapshot_path(ckpt, 3).exists()  # left behind, not lost
+    finally:
+        if mounted:
+            subprocess.run(["umount", "-l", str(ckpt)], check=False)
+        ckpt.chmod(0o700)

@@ -84,6 +84,49 @@ def test_workers_saving_one_domain_add_their_counts_in_redis(redis_server: Any) 
     _two_workers_save(RedisSiteStore(redis.Redis.from_url(redis_server.url), "chaos"))
 
 
+class _SavesBetween:
+    """A real Redis client whose next pipeline, once executed (a save's read), runs *between*
+    first: another worker's save landing between this one's read and its write."""
+
+    def __init__(self, client: Any, between: Any) -> None:
+        self.client, self.between = client, between
+
+    def pipeline(self, **kwargs: Any) -> Any:
+        pipe = self.client.pipeline(**kwargs)
+        run, self.between = self.between, None
+        if run is not None:
+            execute = pipe.execute
+
+            def read_then_run() -> Any:
+                out = execute()
+                run()
+                return out
+
+            pipe.execute = read_then_run
+        return pipe
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.client, name)
+
+
+def test_a_save_landing_between_another_saves_read_and_write_is_not_lost(redis_server: Any) -> None:
+    import redis
+
+    client = redis.Redis.from_url(redis_server.url)
+    known = {"a.test": entry(limit=10.0, signals={"429": 5})}
+    RedisSiteStore(client, "chaos").save(known, now=NOW)
+
+    def other_worker_saves() -> None:
+        mine = {"a.test": entry(limit=9.0, signals={"429": 5 + 4})}
+        assert RedisSiteStore(client, "chaos").save(mine, now=NOW + 1, saved=known) == mine
+
+    mine = {"a.test": entry(limit=11.0, signals={"429": 5 + 3})}
+    racing = RedisSiteStore(_SavesBetween(client, other_worker_saves), "chaos")
+    assert racing.save(mine, now=NOW + 1, saved=known) == mine
+    # 5 known + 3 + 4: the later write read the other's save again instead of overwriting it
+    assert RedisSiteStore(client, "chaos").load(now=NOW + 1)["a.test"].signals == {"429": 12}
+
+
 @pytest.mark.parametrize(
     "damage",
     ["forged", "torn", "version", "bad-field", "symlink"],

@@ -120,14 +120,22 @@ class Snapshotter:
         return True
 
     def _delete_old(self, keep_from: int) -> None:
-        """Keep the previous snapshot and its journals (the fallback), drop anything older."""
+        """Keep the previous snapshot and its journals (the fallback), drop anything older.
+
+        A file the disk will not let go (the directory turned read-only after the snapshot
+        was written) stops the crawl like any refused write; it is only left behind, so
+        nothing is lost, and the next crawl's snapshot deletes it."""
         snaps, journals = generations(self.dir)
-        for g in snaps:
-            if g < keep_from:
-                snapshot_path(self.dir, g).unlink(missing_ok=True)
-        for g in journals:
-            if g < keep_from:
-                journal_path(self.dir, g).unlink(missing_ok=True)
+        old = [snapshot_path(self.dir, g) for g in snaps if g < keep_from]
+        old += [journal_path(self.dir, g) for g in journals if g < keep_from]
+        for path in old:
+            try:
+                path.unlink(missing_ok=True)
+            except OSError as exc:
+                if self.on_refused is not None and refuses(exc):
+                    self.on_refused(path, exc)
+                    return
+                logger.warning("Checkpoint: cannot delete the old %(path)s (%(error)s)", {"path": path, "error": exc})
 
 
 def json_copy(value: Any) -> Any:

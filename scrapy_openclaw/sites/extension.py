@@ -121,7 +121,7 @@ class SiteMemoryExtension:
         self._saving = True
         entries = self.entries()
         d = deferToThread(self.store.save, entries, None, dict(self.saved))
-        d.addCallback(lambda _: self.saved.update(entries))
+        d.addCallback(self.saved.update)  # (what was written: the next save counts from there)
         d.addErrback(
             lambda failure: logger.warning("Could not save the site memory: %(error)s", {"error": failure.value})
         )
@@ -134,8 +134,8 @@ class SiteMemoryExtension:
             return
         entries = self.entries()
         try:
-            await maybe_deferred_to_future(deferToThread(self.store.save, entries, None, dict(self.saved)))
-            self.saved.update(entries)
+            written = await maybe_deferred_to_future(deferToThread(self.store.save, entries, None, dict(self.saved)))
+            self.saved.update(written)
         except Exception as exc:  # a full disk, Redis down: the crawl itself is done
             logger.error(
                 "Could not save the site memory to %(store)s: %(error)s",

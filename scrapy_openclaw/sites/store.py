@@ -13,12 +13,14 @@ Reading validates every entry; the calls block (run them off the reactor in a cr
 from __future__ import annotations
 
 import json
+import logging
 import os
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from scrapy_openclaw._files import atomic_write, open_existing, private_dir
+from scrapy_openclaw.distributed import lua
 from scrapy_openclaw.distributed.connection import reply_text
 from scrapy_openclaw.paths import base_dir, resolve_path
 from scrapy_openclaw.serialization import signing
@@ -33,6 +35,8 @@ VERSION = 1
 PURPOSE = "sites"
 FILE_NAME = "sites.json"
 MAX_FILE_BYTES = 64 * 1024 * 1024  # a store larger than this is not ours
+
+logger = logging.getLogger(__name__)
 
 
 class SiteStoreError(ValueError):
@@ -101,7 +105,7 @@ class FileSiteStore(_Bounded):
     ) -> dict[str, SiteEntry]:
         """Merge *entries* into the file (what another crawl saved meanwhile is kept, unless
         unreadable: then replaced; counts add up, see :func:`.rebased`, *saved* being what this
-        crawl wrote last) and return what it now holds."""
+        crawl wrote last); return *entries* (all written, at once)."""
         now = time.time() if now is None else now
         saved = saved or {}
         try:
@@ -110,7 +114,8 @@ class FileSiteStore(_Bounded):
             merged = {}
         for domain, entry in entries.items():
             merged[domain] = rebased(entry, saved.get(domain), merged.get(domain))
-        return self._write(self._keep(merged, now))
+        self._write(self._keep(merged, now))
+        return entries
 
     def forget(self, domains: Iterable[str] | None = None) -> list[str]:
         """Drop *domains* (None: every one); the domains dropped."""
@@ -127,6 +132,10 @@ class FileSiteStore(_Bounded):
         private_dir(self.path.parent)
         atomic_write(self.path, json.dumps(doc, indent=1).encode())
         return entries
+
+
+#: Read-rebase-replace rounds a save tries before it leaves the rest to the next save.
+_SAVE_ROUNDS = 5
 
 
 class RedisSiteStore(_Bounded):
@@ -180,28 +189,45 @@ class RedisSiteStore(_Bounded):
 
     def save(
         self, entries: dict[str, SiteEntry], now: float | None = None, saved: dict[str, SiteEntry] | None = None
-    ) -> None:
-        """Write *entries* over what Redis holds (counts add up, see :func:`.rebased`; two
-        workers saving one domain in the same few milliseconds may still lose one's increment)."""
+    ) -> dict[str, SiteEntry]:
+        """Write *entries* over what Redis holds, their counts added to the stored ones (see
+        :func:`.rebased`); return those written. Each domain's entry is replaced only if it is
+        still the one read (``SITES_REPLACE``, one key: Cluster too); one another worker changed
+        in between is read and rebased again, so two workers saving at once both count."""
         now = time.time() if now is None else now
         saved = saved or {}
-        domains = list(entries)
-        pipe = self.server.pipeline(transaction=False)
-        for domain in domains:
-            pipe.hgetall(self.prefix + domain)
-        stored = dict(zip(domains, pipe.execute()))
-        pipe = self.server.pipeline(transaction=False)
-        for domain, entry in entries.items():
-            entry = rebased(entry, saved.get(domain), self._entry_or_none(domain, stored[domain]))
-            body = json.dumps(entry.to_data(), sort_keys=True).encode()
-            key = self.prefix + domain
-            pipe.hset(key, mapping={"entry": body, "mac": signing.current().mac(PURPOSE, body)})
-            pipe.expire(key, max(1, int(self.max_age - (now - entry.seen_at))))
-        pipe.execute()
+        pending = dict(entries)
+        for _ in range(_SAVE_ROUNDS):
+            domains = list(pending)
+            pipe = self.server.pipeline(transaction=False)
+            for domain in domains:
+                pipe.hgetall(self.prefix + domain)
+            stored = dict(zip(domains, pipe.execute()))
+            pipe = self.server.pipeline(transaction=False)
+            for domain in domains:
+                raw = stored[domain]
+                entry = rebased(pending[domain], saved.get(domain), self._entry_or_none(domain, raw))
+                body = json.dumps(entry.to_data(), sort_keys=True).encode()
+                seal = raw.get(b"mac", raw.get("mac", b""))
+                ttl = max(1, int(self.max_age - (now - entry.seen_at)))
+                pipe.eval(
+                    lua.SITES_REPLACE, 1, self.prefix + domain, seal, body, signing.current().mac(PURPOSE, body), ttl
+                )
+            written = pipe.execute()
+            pending = {d: pending[d] for d, ok in zip(domains, written) if not ok}
+            if not pending:
+                break
+        else:
+            logger.warning(
+                "Site memory: %(n)d entries kept changing under this save (%(rounds)d rounds), e.g. %(some)s; "
+                "they are saved next time",
+                {"n": len(pending), "rounds": _SAVE_ROUNDS, "some": sorted(pending)[:3]},
+            )
         known = self._domains()
         if len(known) > self.max_entries:  # the least recently seen go
             kept = self._keep(self.load(now), now)
             self.forget([d for d in known if d not in kept])
+        return {d: e for d, e in entries.items() if d not in pending}
 
     def forget(self, domains: Iterable[str] | None = None) -> list[str]:
         known = set(self._domains())

@@ -1,4 +1,4 @@
-"""The Lua scripts behind the Redis queue, the shared health registry, the dead-letter stream and the scheduler's locks.
+"""The Lua scripts behind the Redis queue, the shared health registry, the dead-letter stream, site memory and the scheduler's locks.
 
 Why Lua: every multi-key change (pop = pick + token + lease, ack, lease
 expiry, health update) must be atomic across workers, and one ``EVALSHA`` is
@@ -105,6 +105,8 @@ H_CONTROL = _script("health", "h_control")
 #: the dead-letter stream (``dlq/stores/redis_stream.py``): exactly-once add, in-place update
 DLQ_ADD = _script("dlq_add")
 DLQ_UPDATE = _script("dlq_update")
+#: site memory (``sites/store.py``): replace an entry only if unchanged since it was read
+SITES_REPLACE = _script("sites_replace")
 #: the scheduler's window locks (``schedule/locks.py``)
 LOCK_ACQUIRE = _script("lock_acquire")
 LOCK_EXTEND = _script("lock_extend")
