@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import time
 from typing import Any
 
 import redis
@@ -185,9 +184,15 @@ def test_a_hold_issued_to_one_worker_holds_both(chaos_server, redis_server, tmp_
             wait_for(lambda proc=proc: "Control command pause" in logged(proc), 60, "each worker to pause")
         wait_for(lambda: not in_flight(a) and not in_flight(b), 30, "the wire to drain")
         paused = count(a) + count(b)
-        for _ in range(10):  # both workers alive (heartbeats), for a while, and still silent
-            assert len(client.zrange(live_key, 0, -1)) == 2
-            time.sleep(0.2)
+
+        def liveness() -> dict[bytes, float]:
+            return dict(client.zrange(live_key, 0, -1, withscores=True))
+
+        # both workers alive and running their loops while paused: each refreshed its liveness
+        # deadline by a second's worth (events, not a sleep), and the site heard nothing meanwhile
+        beats = liveness()
+        assert len(beats) == 2, beats
+        wait_for(lambda: all(liveness().get(w, 0) >= t + 1.0 for w, t in beats.items()), 60, "two liveness beats")
         assert count(a) + count(b) == paused, "a worker sent requests while paused"
 
         assert api(port, "close", {"reason": "ops_stop"})[0] == 200
