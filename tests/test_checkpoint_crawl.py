@@ -285,8 +285,13 @@ def test_kill9_while_retries_wait_loses_none(chaos_server: Any, tmp_path: Path, 
     def statuses() -> dict[str, int]:
         return server.truth(include_requests=False)["hosts"]["127.0.0.2"]["statuses"]
 
+    def retries_on_disk() -> int:
+        """Live requests the checkpoint on disk holds as retries (their meta carries retry state)."""
+        return sum('"openclaw_retry"' in data for _st, data, _fp in load(ckpt).requests.values())
+
     assert wait_for(lambda: statuses().get("503", 0) >= pages - 1 or proc.poll() is not None, 30)
-    time.sleep(0.6)  # a few journal batches: the waiting retries are on disk
+    # the waiting retries are on disk (an event: the journal read back, not a wait for a batch)
+    assert wait_for(lambda: retries_on_disk() >= pages - 1 or proc.poll() is not None, 30)
     assert proc.poll() is None and statuses().get("200", 0) == 1, "killed while every retry waits"
     proc.send_signal(signal.SIGKILL)
     proc.wait(10)
@@ -342,7 +347,11 @@ def test_resume_without_a_callback_dead_letters_and_stays_resumable(chaos_server
         out_dir=tmp_path / "r1",
     )
     assert wait_for(lambda: len(items_of(items)) >= 4, 60)
-    time.sleep(0.5)  # a journal batch or two
+
+    def on_disk() -> bool:  # (the journal read back: a request with its callback is on disk)
+        return any(json.loads(data).get("callback") == "parse_page" for _st, data, _fp in load(ckpt).requests.values())
+
+    assert wait_for(on_disk, 30)
     proc.send_signal(signal.SIGKILL)
     proc.wait(10)
     assert any(json.loads(data).get("callback") == "parse_page" for _st, data, _fp in load(ckpt).requests.values())
