@@ -21,7 +21,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from scrapy_openclaw.testing.servers import ChaosServer, RedisServer, subprocess_env
+from scrapy_openclaw.testing.servers import ChaosServer, RedisServer, started, subprocess_env
 
 ROOT = Path(__file__).resolve().parents[1]
 #: ours: a plain scrapy.Spider (no keep-alive); stock scrapy-redis needs one (see the spider)
@@ -164,8 +164,10 @@ class Workers:
             if i == 0 and start_urls:
                 args += ["-a", "start_urls=" + ",".join(start_urls)]
             self.procs.append(
-                subprocess.Popen(
-                    args, cwd=ROOT, env=subprocess_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+                started(
+                    subprocess.Popen(
+                        args, cwd=ROOT, env=subprocess_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+                    )
                 )
             )
             self.outs.append(wout)

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import redis
 
-from scrapy_openclaw.testing.servers import ChaosServer, RedisServer
+from scrapy_openclaw.testing.servers import ChaosServer, RedisServer, stop_left_running
 
 # One store key for the session (in-process crawls and the scrapy subprocesses the tests start):
 # no test writes a key file into the checkout, and distributed workers share it as they must.
@@ -39,6 +39,15 @@ def _temporary_files_under_pytest(tmp_path_factory: pytest.TempPathFactory, monk
     """The test process's temporary files (a crawl's default output directory, a server's
     data) go under pytest's base directory, which pytest prunes: a run leaves nothing in /tmp."""
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path_factory.getbasetemp()))
+
+
+@pytest.fixture(autouse=True)
+def _no_crawl_left_running() -> Iterator[None]:
+    """A test that fails before it stops its crawl subprocesses (a failed assert between start
+    and wait) leaves none behind: a live one would fail the next test on this worker with a
+    ResourceWarning, and hold the servers it used."""
+    yield
+    stop_left_running()
 
 
 @pytest.fixture

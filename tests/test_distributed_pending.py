@@ -116,7 +116,9 @@ def test_a_killed_workers_leases_come_back_before_they_expire(
     """3 workers with the default 60 s lease; worker 1 is killed -9 while it holds leases (slow
     pages keep them held): the survivors see it dead, hand its leases back, and lose nothing."""
     redis_url = redis_any.url
-    site = chaos_server(bench._site(40, hosts=2, latency=0.5))
+    # enough pages that worker 0 alone needs ~40 s: a late start of worker 1 (a busy machine)
+    # still finds leases to take
+    site = chaos_server(bench._site(150, hosts=2, latency=0.5))
     settings = dict(bench.ours_defaults(redis_url), CONCURRENT_REQUESTS=4)
     workers = bench.Workers(3, settings, site.start_urls, tmp_path, spider=PLAIN, first_alone=True)
     pid = workers.procs[1].pid

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from scrapy_openclaw.testing.runcrawl import ITEMS_FILE, LOG_FILE, STATS_FILE
-from scrapy_openclaw.testing.servers import stop_process, subprocess_env
+from scrapy_openclaw.testing.servers import started, stop_process, subprocess_env
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -68,8 +68,10 @@ def start_crawl(
             value = ",".join(map(str, value))
         cmd += ["-a", f"{key}={value}"]
     with open(out / STDERR_FILE, "wb") as stderr:
-        proc = subprocess.Popen(
-            cmd, stdin=subprocess.DEVNULL, stdout=stderr, stderr=subprocess.STDOUT, env=subprocess_env()
+        proc = started(
+            subprocess.Popen(
+                cmd, stdin=subprocess.DEVNULL, stdout=stderr, stderr=subprocess.STDOUT, env=subprocess_env()
+            )
         )
     proc.out_dir = out  # type: ignore[attr-defined]
     return proc

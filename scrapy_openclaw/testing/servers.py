@@ -36,6 +36,28 @@ def subprocess_env() -> dict[str, str]:
     return env
 
 
+#: Crawl processes started for the running test (``left_running``: what it did not stop).
+_started: list[subprocess.Popen[Any]] = []
+
+
+def started(proc: subprocess.Popen[Any]) -> subprocess.Popen[Any]:
+    """Note *proc* as started by the running test; the suite stops it if the test does not."""
+    _started.append(proc)
+    return proc
+
+
+def stop_left_running() -> int:
+    """Stop every process :func:`started` noted that still runs (a test that failed before it
+    stopped its crawls); how many there were. Forgets them all."""
+    left = [p for p in _started if p.poll() is None]
+    for proc in left:
+        stop_process(proc, timeout=5.0)
+    for proc in _started:
+        proc.poll()
+    _started.clear()
+    return len(left)
+
+
 def stop_process(proc: subprocess.Popen[Any], timeout: float = 10.0) -> int:
     """SIGTERM, wait up to ``timeout``, then SIGKILL; returns the exit code."""
     if proc.poll() is None:
