@@ -186,6 +186,14 @@ def missed_windows(task: Task, runs: list[RunRecord], now: float, limit: int = M
     return everything[-limit:], len(everything)
 
 
+def late_window(task: Task, runs: list[RunRecord], now: float, grace: float) -> float | None:
+    """The window of *task* in the *grace* seconds before *now* that nobody recorded, if any: a
+    scheduler starting now runs it late, as a timer that fired late would (too recent to call missed)."""
+    recorded = {r.scheduled for r in runs if r.task == task.id}
+    recent = [w for w in task.windows(now - grace, now, 1) if w not in recorded]
+    return recent[-1] if recent else None
+
+
 def summary(tasks: list[Task], runs: list[RunRecord], now: float) -> list[dict[str, Any]]:
     """Per task: last run, last success, counts by outcome, windows missed since the last record."""
     out = []

@@ -44,7 +44,7 @@ from twisted.internet.defer import Deferred, DeferredList
 from twisted.internet.threads import deferToThread
 
 from scrapy_openclaw.paths import resolve_path
-from scrapy_openclaw.schedule.history import UNFINISHED, RunRecord, missed_windows
+from scrapy_openclaw.schedule.history import UNFINISHED, RunRecord, late_window, missed_windows
 from scrapy_openclaw.schedule.metrics import ScheduleMetrics
 from scrapy_openclaw.schedule.scheduler.backends import open_stores
 from scrapy_openclaw.schedule.scheduler.command import RUN_STATS_EXTENSION, crawl_command, setting_text
@@ -231,7 +231,14 @@ class Scheduler(WindowRunner):
                     {"task": task.id, "window": r.window, "outcome": r.outcome, "node": r.node},
                 )
             candidates = [*missed, *(r.scheduled for r in unfinished)]
-            if task.run_missed and candidates:
+            late = late_window(task, runs, now, MISSED_GRACE)
+            if late is not None:  # (the newest window; one task runs one window at a time)
+                logger.info(
+                    "Task %(task)s: window %(window)s passed %(ago).1fs before the scheduler started; running it now",
+                    {"task": task.id, "window": window_id(late), "ago": now - late},
+                )
+                self._launch(task, late)
+            elif task.run_missed and candidates:
                 latest = max(candidates)
                 logger.info(
                     "Task %(task)s: running the missed window %(window)s once (run_missed)",
