@@ -341,7 +341,7 @@ def test_limit_fit_histories_match(redis_server: Any) -> None:
     key = shared._keys("a")[2]
 
     def same() -> None:
-        history = local._histories.get("a")
+        history = local.histories.by_domain.get("a")
         stored = [int(v) for v in client.lrange(key, 0, -1)]
         assert stored == ([history.start, *history.events] if history is not None else [])
 
@@ -350,14 +350,14 @@ def test_limit_fit_histories_match(redis_server: Any) -> None:
     events += [("ok", "a", t + 0.1 * i, 0.01) for i in range(1, 320)]
     _drive(local, shared, events)
     same()
-    assert "a" not in local._histories  # 32 s, no 429: dropped on both sides
+    assert "a" not in local.histories.by_domain  # 32 s, no 429: dropped on both sides
     events = [("fail", "a", t + 33.0, C429, 1.0, None, 0.01)]
     events += [("ok", "a", t + 34 + 0.1 * i, 0.02) for i in range(140)]
     events += [("fail", "a", t + 48.5, C429, 1.0, None, 0.01)]
     events += [("ok", "a", t + 50 + 0.1 * i, 0.02) for i in range(100)]
     _drive(local, shared, events)
     same()
-    history = local._histories["a"]
+    history = local.histories.by_domain["a"]
     assert history.start > 0 and any(e < 0 for e in history.events)
 
 

@@ -9,8 +9,9 @@ import pytest
 from scrapy.settings import Settings
 
 from scrapy_openclaw.errors import ErrorTaxonomy
-from scrapy_openclaw.health.registry import HealthRegistry, _delivered
+from scrapy_openclaw.health.registry import HealthRegistry
 from scrapy_openclaw.health.registry.limitfit import LimitHistory, fit_bin
+from scrapy_openclaw.health.registry.pacing import delivered_rate
 
 HTTP_429 = ErrorTaxonomy.from_settings(Settings()).classify_status(429)
 
@@ -116,9 +117,9 @@ def test_a_healthy_domain_drops_its_history_and_a_later_429_starts_one_as_if_tri
     reg = HealthRegistry()
     for i in range(400):  # 40 s of answers, no 429
         reg.record_success("a", 0.01, now=1000.0 + 0.1 * i)
-    assert "a" not in reg._histories  # (trimmed at 30 s with nothing to fit: dropped)
+    assert "a" not in reg.histories.by_domain  # (trimmed at 30 s with nothing to fit: dropped)
     reg.record_failure("a", HTTP_429, now=1041.0, retry_after=1.0, latency=0.01)
-    history = reg._histories["a"]
+    history = reg.histories.by_domain["a"]
     assert history.start == fit_bin(1041.0 - 0.01, 1000.0) and len(history.events) == 1
 
 
@@ -140,7 +141,7 @@ def test_a_window_that_reads_low_at_the_end_of_the_probe_gives_way_to_the_fit(ra
             tokens -= 1
             reg.record_success("a", latency, now=sent + latency)
             continue
-        readings.append(_delivered(reg._domains["a"], sent + latency))
+        readings.append(delivered_rate(reg._domains["a"], sent + latency))
         reg.record_failure("a", HTTP_429, now=sent + latency, retry_after=1.0, latency=latency)
         if len(readings) == 2:
             break

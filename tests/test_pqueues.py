@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Any
 
@@ -170,7 +171,7 @@ def test_delayed_request_waits_counts_in_len_and_arms_the_timer():
     q.push(Request("http://a.example/later", priority=100, meta={M.NOT_BEFORE: now + 30}))
     q.push(Request("http://a.example/now"))
     assert len(q) == 2 and q.queue_state()["delayed"] == 1
-    assert q._timer_due == now + 30
+    assert q.delays.timer_due == now + 30
     assert urls(q) == ["http://a.example/now"]
     assert len(q) == 1  # the spider must not close while the retry waits
     q._clock.now = now + 29.9
@@ -178,7 +179,7 @@ def test_delayed_request_waits_counts_in_len_and_arms_the_timer():
     q._clock.now = now + 30
     assert urls(q) == ["http://a.example/later"]
     q.close()
-    assert q._timer is None
+    assert q.delays.timer_due == math.inf  # the timer is cancelled
 
 
 @pytest_twisted.ensureDeferred
@@ -211,7 +212,7 @@ def test_a_held_domain_is_skipped_while_others_are_served():
         q.push(Request(f"http://ok.example/{i}", priority=0))
     assert [u.split("/")[2] for u in urls(q)] == ["ok.example"] * 3
     assert len(q) == 3 and q.pop() is None  # nothing is handed out for the held domain
-    assert q._timer_due == pytest.approx(now + 60, abs=1.0)  # woken when the hold ends
+    assert q.delays.timer_due == pytest.approx(now + 60, abs=1.0)  # woken when the hold ends
     q._clock.now = now + 61
     assert [u.split("/")[2] for u in urls(q)] == ["held.example"] * 3
     q.close()
@@ -224,7 +225,7 @@ def test_a_domain_without_tokens_waits_and_pop_takes_tokens():
     for i in range(4):
         q.push(Request(f"http://a.example/{i}"))
     assert len(urls(q)) == 2  # the burst (two tokens: a quarter second's worth at 8 req/s)
-    assert q.pop() is None and now < q._timer_due <= now + 0.126
+    assert q.pop() is None and now < q.delays.timer_due <= now + 0.126
     q._clock.now = now + 0.125
     assert len(urls(q)) == 1
     q.close()

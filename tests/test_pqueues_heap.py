@@ -24,11 +24,11 @@ def _engine_crawler(settings: dict[str, Any] | None = None) -> Any:
 
 def _scan_choice(q: Any, now: float) -> Request | None:
     """What the former O(domains) scan picks: max (score, -busy, -rank) over domains whose slot has room."""
-    q._release_due(now)
-    q._sweep_expired(now)
-    slots = q._downloader().slots
+    q.delays.release_due(now)
+    q._expire(now)
+    slots = q.downloads.downloader().slots
     scored = []
-    for name, dq in q._domains.items():
+    for name, dq in q.store.queues.items():
         slot = slots.get(name)
         busy = len(slot.active) if slot is not None else 0
         if slot is not None and busy >= slot.concurrency:
@@ -95,7 +95,7 @@ def test_the_heap_picks_what_a_scan_over_every_domain_picks(seed: int) -> None:
         assert got is expected
         if got is None:
             break
-    assert len(q) == 0 and q._index.size == 0
+    assert len(q) == 0 and q.store.index.size == 0
     downloader.close()
 
 
@@ -108,11 +108,11 @@ def test_a_held_domain_is_parked_and_indexed_again_when_its_hold_ends() -> None:
         q.push(Request(f"http://ok.example/{i}"))
     registry.hold("held.example", now + 30)
     assert q.pop().url.startswith("http://ok.example/")
-    held = q._domains["held.example"]
+    held = q.store.queues["held.example"]
     assert held.parked is not None and held.entries is None  # out of the index, in the waiting heap
     q.push(Request("http://held.example/late", priority=99))  # a push does not wake it
     assert [u.split("/")[2] for u in urls(q)] == ["ok.example"] * 2
-    assert q.pop() is None and q._timer_due == pytest.approx(now + 30)
+    assert q.pop() is None and q.delays.timer_due == pytest.approx(now + 30)
     q._clock.now = now + 30.5
     assert urls(q, 2) == ["http://held.example/late", "http://held.example/2"]
     q.close()
@@ -126,7 +126,7 @@ def test_an_operator_release_wakes_a_parked_domain_at_once() -> None:
     now = q._clock.now
     q.push(Request("http://a.example/1"))
     registry.control("a.example", now=now, ctl_hold=now + 3600)
-    assert q.pop() is None and q._domains["a.example"].parked is not None
+    assert q.pop() is None and q.store.queues["a.example"].parked is not None
     registry.control("a.example", now=now, ctl_hold=0)
     assert q.pop().url == "http://a.example/1"
     q.close()
@@ -142,7 +142,7 @@ def test_a_paced_domain_waits_for_its_token_while_others_go() -> None:
     for i in range(3):
         q.push(Request(f"http://other{i}.example/"))
     assert sorted(u.split("/")[2] for u in urls(q)) == ["other0.example", "other1.example", "other2.example"]
-    assert now < q._timer_due <= now + 0.26
+    assert now < q.delays.timer_due <= now + 0.26
     q._clock.now = now + 0.25
     assert q.pop().url.startswith("http://slow.example/")
     q.close()
@@ -157,10 +157,10 @@ def test_a_full_slot_is_parked_until_a_download_leaves_it() -> None:
     q.push(Request("http://busy.example/1", priority=10))
     q.push(Request("http://idle.example/1"))
     assert q.pop().url == "http://idle.example/1"
-    assert "busy.example" in q._full and q.pop() is None
+    assert "busy.example" in q.readiness.full and q.pop() is None
     slot.active.clear()
     assert q.pop().url == "http://busy.example/1"
-    assert not q._full and len(q) == 0
+    assert not q.readiness.full and len(q) == 0
     downloader.close()
 
 
@@ -175,7 +175,7 @@ def test_many_domains_a_pop_looks_at_a_few_domains_not_all() -> None:
         for i in range(n):
             q.push(Request(f"http://d{i}.example/{page}"))
     calls = {"ready": 0, "busy": 0}
-    ready, busy = q._ready, q._busy
+    ready, busy = q.readiness.check, q.downloads.busy
 
     def counted_ready(*args: Any, **kwargs: Any) -> Any:
         calls["ready"] += 1
@@ -185,10 +185,10 @@ def test_many_domains_a_pop_looks_at_a_few_domains_not_all() -> None:
         calls["busy"] += 1
         return busy(domain)
 
-    q._ready, q._busy = counted_ready, counted_busy
+    q.readiness.check, q.downloads.busy = counted_ready, counted_busy
     first = [r.url.split("/")[2] for r in (q.pop() for _ in range(n))]
     assert len(set(first)) == n  # every domain once before any twice
     assert calls["ready"] == n and calls["busy"] <= 2 * n
-    assert q._index.entries_total() <= 2 * q._index.size + 64
-    assert len(urls(q)) == 2 * n and q._index.size == 0
+    assert q.store.index.entries_total() <= 2 * q.store.index.size + 64
+    assert len(urls(q)) == 2 * n and q.store.index.size == 0
     crawler.engine.downloader.close()

@@ -282,7 +282,7 @@ def test_local_queue_survives_a_list_request_class_and_clamps_not_before() -> No
     q.push(Request("http://a.test/far", meta={M.NOT_BEFORE: 1e308}))
     assert q.stats.get_value("openclaw/queue/request_class/invalid") == 1
     assert q.stats.get_value("openclaw/delay/clamped") == 1
-    assert q._delayed[0][0] <= q._clock() + MAX_WAIT
+    assert q.delayed_requests()[0][0] <= q._clock() + MAX_WAIT
 
 
 # --------------------------------------------------------------------------- dead-letter records

@@ -47,15 +47,10 @@ from scrapy_openclaw.distributed import shards as sharding
 from scrapy_openclaw.distributed.connection import reply_text
 from scrapy_openclaw.distributed.fields import typed_fields
 from scrapy_openclaw.distributed.link import RedisLink
-from scrapy_openclaw.health.registry import (
-    HealthRegistry,
-    _accounted,
-    _penalty,
-    _rate_signal,
-    scrapy_limits,
-    tuning,
-)
-from scrapy_openclaw.health.registry.limitfit import NOTE_ANSWER, measures_limit, note_kind, sent_at
+from scrapy_openclaw.health.registry import HealthRegistry, scrapy_limits, tuning
+from scrapy_openclaw.health.registry.limitfit import NOTE_ANSWER, NoHistories, measures_limit, note_kind, sent_at
+from scrapy_openclaw.health.registry.snapshots import domain_from
+from scrapy_openclaw.health.registry.verdicts import _accounted, _penalty, _rate_signal
 from scrapy_openclaw.policy import PolicySet
 from scrapy_openclaw.runtime import shared
 
@@ -115,6 +110,10 @@ class RedisHealthRegistry(HealthRegistry):
         self.redis_prefix = f"{name}:health:"
         self._ensuring: set[str] = set()
         self._known: set[str] = set()
+        # The limit fit's history lives in Redis (``h_note``, beside the hash): this worker's cache
+        # keeps none, so a 429's fit runs once, in the script (while Redis is away the local
+        # pacing cuts by the 2xx window alone).
+        self.histories = NoHistories()
         self._invalid = CondensedWarnings(logger, every=0)  # one warning per domain and field, for the crawl
         # By policy, not by domain: every domain without a policy rule shares one entry
         # (a domain's JSON is ~1 KB, and a broad crawl meets millions of domains).
@@ -183,7 +182,7 @@ class RedisHealthRegistry(HealthRegistry):
             if cached is not None and hasattr(cached, name):
                 typed[name] = getattr(cached, name)
         try:
-            self._domains[domain] = self._restore_domain(domain, typed)
+            self._domains[domain] = domain_from(domain, typed, self.policy)
         except (ValueError, OverflowError) as exc:
             logger.warning(
                 "Ignoring unreadable health state of %(domain)s in Redis: %(error)s", {"domain": domain, "error": exc}
@@ -365,11 +364,6 @@ class RedisHealthRegistry(HealthRegistry):
             on_reply=lambda res: self.refresh(domain, res[0]),
             applied=lambda res: self._recorded(domain, res),
         )
-
-    def _note(self, domain: str, d: Any, at: float, note: str) -> None:
-        """The limit fit's history lives in Redis (``h_note``, beside the hash): this worker's
-        cache keeps none, so a 429's fit runs once, in the script (while Redis is away the
-        local pacing cuts by the 2xx window alone)."""
 
     def _recorded(self, domain: str, res: list[Any]) -> str | None:
         """Cache the new state; the circuit transition this worker's record caused, if any."""

@@ -42,39 +42,43 @@ for disk. What it adds:
   ``close`` writes the pending requests as JSON (atomically) under ``key``
   and returns the state the scheduler keeps in ``active.json``.
 
-The queue is one class built from parts, one job each: :mod:`.domains` (the
-per-domain store and the state all parts share), :mod:`.readiness`,
-:mod:`.deadlines`, :mod:`.delays` (not-before and the timer), :mod:`.upkeep`
-(idle domains, memory figures) and :mod:`.jobdir`.
+The queue composes parts that each own their state: a
+:class:`~.domains.DomainStore` (the requests, by domain, and the index),
+:class:`~.downloads.Downloads` (what is under way per domain),
+:class:`~.readiness.Readiness` (who may send, who is parked),
+:class:`~.deadlines.Deadlines`, :class:`~.delays.Delays` (not-before and the
+timer) and :class:`~.upkeep.IdleSweep`; :mod:`.jobdir` reads and writes the
+JOBDIR file. The queue itself decides what to do with each part's answer.
 """
 
 from __future__ import annotations
 
-import heapq
-import itertools
 import math
 import time
 from typing import TYPE_CHECKING, Any
 
 from scrapy import signals
 
-from scrapy_openclaw._heaps import DomainIndex, DomainQueue
 from scrapy_openclaw.delay import not_before
 from scrapy_openclaw.health.reader import health_registry
 from scrapy_openclaw.policy import PolicySet
+from scrapy_openclaw.pqueues import jobdir
 from scrapy_openclaw.pqueues.deadlines import Deadlines
-from scrapy_openclaw.pqueues.delays import _MIN_TIMER, NotBefore
-from scrapy_openclaw.pqueues.domains import HandedOut
-from scrapy_openclaw.pqueues.jobdir import JobdirPersistence
-from scrapy_openclaw.pqueues.readiness import _FULL, _RETRY_POLL, DomainReadiness
-from scrapy_openclaw.pqueues.upkeep import EVICT_EVERY, Upkeep
+from scrapy_openclaw.pqueues.delays import _MIN_TIMER, Delays
+from scrapy_openclaw.pqueues.domains import DomainStore
+from scrapy_openclaw.pqueues.downloads import Downloads
+from scrapy_openclaw.pqueues.readiness import _FULL, _RETRY_POLL, Readiness
+from scrapy_openclaw.pqueues.upkeep import EVICT_EVERY, IdleSweep
 from scrapy_openclaw.runtime import shared
+from scrapy_openclaw.scrapy_internals import slot_key
 from scrapy_openclaw.settings import OpenClawSettings
 
 if TYPE_CHECKING:
     from scrapy import Request
     from scrapy.crawler import Crawler
     from typing_extensions import Self
+
+    from scrapy_openclaw._heaps import DomainQueue
 
 __all__ = ["EVICT_EVERY", "_FULL", "_MIN_TIMER", "_RETRY_POLL", "DeadlinePriorityQueue", "queue_state"]
 
@@ -92,7 +96,7 @@ def _is_lifo(queue_cls: type | None, default: bool) -> bool:
     return default
 
 
-class DeadlinePriorityQueue(DomainReadiness, Deadlines, NotBefore, Upkeep, JobdirPersistence):
+class DeadlinePriorityQueue:
     """Deadline-, delay- and health-aware ``SCHEDULER_PRIORITY_QUEUE`` (see the module docstring)."""
 
     #: delay.py checks this: we keep not-before requests ourselves.
@@ -121,76 +125,65 @@ class DeadlinePriorityQueue(DomainReadiness, Deadlines, NotBefore, Upkeep, Jobdi
     ):
         self.crawler = crawler
         self.stats = crawler.stats
-        self.key = key
+        self.key = key  # non-empty: the JOBDIR disk queue
         self.downstream_queue_cls = downstream_queue_cls
-        self._start_queue_cls = start_queue_cls
-        self._lifo = _is_lifo(downstream_queue_cls, default=True)
-        self._start_lifo = _is_lifo(start_queue_cls, default=self._lifo) if start_queue_cls else self._lifo
-        self._boost = OpenClawSettings.for_crawler(crawler).queue_aging_boost
+        self._separate_start = start_queue_cls is not None  # Scrapy >= 2.13 orders start requests apart
+        lifo = _is_lifo(downstream_queue_cls, default=True)
+        self._clock = time.time  # replaceable in tests
         self.policies = PolicySet.for_crawler(crawler)
         self.registry = health_registry(crawler)
-        self._clock = time.time  # replaceable in tests
-        self._downloader_obj = None
-        self._seq = itertools.count()
-        self._rr = itertools.count(1)
-        self._domains = {}
-        self._index = DomainIndex()  # domains that may send, by urgency
-        self._waiting = []  # parked until ready_at
-        self._full = {}  # parked while their slot is full
-        self._epoch = self._readiness_epoch()
-        self._next_sweep = 0.0
-        self._expiry = []  # every deadline entry, by deadline
-        self._delayed = []  # not-before heap
-        self._count = 0  # requests in self._domains (delayed ones not included)
-        self._expired_total = 0
-        self._timer = None
-        self._timer_due = math.inf
-        self._closed = False
-        # By domain: popped, not yet in their download slot (see _in_flight). Crawl-wide: with
-        # JOBDIR, Scrapy's scheduler has two of these queues (memory and disk) feeding one slot.
-        self._handed = shared(crawler, "queue_handed_out", HandedOut)
+        self.store = DomainStore(
+            self.policies,
+            boost=OpenClawSettings.for_crawler(crawler).queue_aging_boost,
+            lifo=lifo,
+            start_lifo=_is_lifo(start_queue_cls, default=lifo) if start_queue_cls else lifo,
+        )
+        self.downloads = Downloads(crawler)
+        self.readiness = Readiness(self.registry, self.downloads, self.store)
+        self.deadlines = Deadlines(crawler, self.policies)
+        self.delays = Delays(crawler, clock=self._now, release=self._enqueue)
+        self.idle_sweep = IdleSweep(crawler, self.registry, self.downloads)
         queues: list[DeadlinePriorityQueue] = shared(crawler, "queues", list)
         queues.append(self)
         # (Scrapy's scheduler closes only the disk queue: the figures at close come from here)
         crawler.signals.connect(self._report_memory, signal=signals.spider_closed)
         if startprios:
-            self._restore(startprios)
+            jobdir.restore(
+                key, startprios, crawler, push=self.push, reader=f"{type(self).__module__}.{type(self).__name__}"
+            )
 
     # --- the Scrapy queue interface ------------------------------------------
 
     def __len__(self) -> int:
-        return self._count + len(self._delayed)
+        return len(self.store) + len(self.delays)
 
     def push(self, request: Request) -> None:
-        domain = self._domain_of(request)
-        now = self._clock()
-        self._apply_default_deadline(request, domain, now)
+        now = self._now()
+        domain = slot_key(self.crawler, request)
+        self.deadlines.apply_default(request, domain, now)
         if self.key:  # disk queue: only what can be stored as data (ValueError -> memory)
-            self._check_storable(request)
+            jobdir.check_storable(request, self.crawler)
         due = not_before(request, self.stats, now=now)
         if due > now:
-            heapq.heappush(self._delayed, (due, next(self._seq), request))
-            self.stats.inc_value("openclaw/queue/delayed")
-            self._arm(due)
+            self.delays.hold(request, due)
         else:
             self._enqueue(request, domain)
         self.stats.inc_value("openclaw/queue/pushed")
 
     def pop(self) -> Request | None:
-        choice = self._choose(self._clock(), acquire=True)
+        choice = self._choose(self._now(), acquire=True)
         if choice is None:
             return None
         dq, where = choice
-        request = dq.take(where)
-        dq.rank = next(self._rr)
-        self._note_handed(dq.domain, request)
-        self._after_take(dq)
+        request = self.store.take(dq, where)
+        self.downloads.handed_out(dq.domain, request)
+        self._taken(dq)
         self.stats.inc_value("openclaw/queue/popped")
         return request
 
     def peek(self) -> Request | None:
         """The request :meth:`pop` would return now (no token is taken)."""
-        choice = self._choose(self._clock(), acquire=False)
+        choice = self._choose(self._now(), acquire=False)
         if choice is None:
             return None
         dq, where = choice
@@ -198,31 +191,69 @@ class DeadlinePriorityQueue(DomainReadiness, Deadlines, NotBefore, Upkeep, Jobdi
 
     def close(self) -> dict[str, Any]:
         """Stop the timer; in disk mode persist everything pending and return its state."""
-        self._closed = True
-        self._cancel_timer()
-
+        self.delays.close()
         queues: list[DeadlinePriorityQueue] = shared(self.crawler, "queues", list)
         if self in queues:
             queues.remove(self)
         self._report_memory()
         if not self.key:
             return {}
-        return self._persist()
+        pending = [*self.store.requests(), *(request for _due, request in self.delays.held(in_order=True))]
+        return jobdir.persist(self.key, pending, self.crawler)
 
     # --- readable state -------------------------------------------------------
 
     def queue_state(self) -> dict[str, Any]:
         """Counts for metrics: ready (in domain queues), delayed, expired so far, per domain."""
         return {
-            "ready": self._count,
-            "delayed": len(self._delayed),
-            "expired": self._expired_total,
-            "domains": {name: dq.count for name, dq in self._domains.items()},
+            "ready": len(self.store),
+            "delayed": len(self.delays),
+            "expired": self.deadlines.expired_total,
+            "domains": {name: dq.count for name, dq in self.store.queues.items()},
         }
 
     def delayed_requests(self) -> list[tuple[float, Request]]:
         """The requests waiting for their not-before time, with it (a copy, unordered)."""
-        return [(due, request) for due, _seq, request in self._delayed]
+        return self.delays.held()
+
+    def pending_domains(self) -> set[str]:
+        """The domains with a request here, ready or delayed."""
+        domains = set(self.store.queues)
+        domains.update(slot_key(self.crawler, request) for _due, request in self.delays.held())
+        return domains
+
+    def overhead_bytes(self, sample: int = 50) -> float:
+        """An estimate (``sys.getsizeof``) of the queue's own structures, not of the requests."""
+        if not self.store.queues:
+            return 0.0
+        return self.store.overhead_bytes(sample) + self.deadlines.overhead_bytes()
+
+    # --- the parts at work ----------------------------------------------------
+
+    def _now(self) -> float:
+        return self._clock()
+
+    def _enqueue(self, request: Request, domain: str | None = None) -> None:
+        dq = self.store.queue_for(slot_key(self.crawler, request) if domain is None else domain)
+        start = self._separate_start and bool(request.meta.get("is_start_request"))
+        self.store.add(dq, request, start=start, timed=self.deadlines.track(request, dq))
+
+    def _taken(self, dq: DomainQueue) -> None:
+        if self.store.taken(dq):
+            self.readiness.forget(dq)
+
+    def _expire(self, now: float) -> None:
+        """Apply the expired policy to every deadline that has passed, in deadline order."""
+        for entry in self.deadlines.passed(now):
+            dq = entry.owner
+            if dq.expired_mode == "drop":
+                dq.discard(entry)
+                self._taken(dq)
+                self.deadlines.dead_letter(entry.request)
+            else:
+                dq.boost_expired(entry)
+                self.store.rekey(dq)
+                self.stats.inc_value("openclaw/queue/expired/boosted")
 
     def _choose(self, now: float, *, acquire: bool) -> tuple[DomainQueue, str] | None:
         """The domain and index to take from: best effective priority among ready domains.
@@ -230,33 +261,42 @@ class DeadlinePriorityQueue(DomainReadiness, Deadlines, NotBefore, Upkeep, Jobdi
         Ties go to the domain with the fewest active downloads (as Scrapy's
         default ``DownloaderAwarePriorityQueue`` orders slots), then round-robin.
         """
-        self._release_due(now)
-        self._sweep_expired(now)
-        if not self._domains:
+        self.delays.release_due(now)
+        self._expire(now)
+        if not self.store.queues:
             return None
-        self._wake(now)
-        if now >= self._next_sweep:
-            self._sweep_idle(now)
+        self.readiness.wake(now)
+        if self.idle_sweep.due(now):
+            self.idle_sweep.run(now)
+            self._report_memory()
         skipped = False
         while True:
-            picked = self._index.pick(now, self._busy)
+            picked = self.store.index.pick(now, self.downloads.busy)
             if picked is None:
                 break
             dq, where = picked
-            ok, at = self._ready(dq.domain, now, acquire)
+            ok, at = self.readiness.check(dq.domain, now, acquire)
             if ok:
                 if skipped and acquire:
                     self.stats.inc_value("openclaw/queue/skipped_not_ready")
                 return dq, where
             skipped = True
-            self._park(dq, at)
+            self.readiness.park(dq, at)
         if acquire:
             self.stats.inc_value("openclaw/queue/none_ready")
-            while self._waiting and self._waiting[0][2].parked is not self._waiting[0]:
-                heapq.heappop(self._waiting)
-            if self._waiting:
-                self._arm(max(self._waiting[0][0], now + _MIN_TIMER))
+            wake_at = self.readiness.next_wake()
+            if wake_at < math.inf:
+                self.delays.arm(max(wake_at, now + _MIN_TIMER))
         return None
+
+    def _report_memory(self, *args: Any, **kwargs: Any) -> None:
+        """Known domains and the estimated bytes per pending request of the queue's own structures,
+        and the registry's figures, as stats."""
+        self.stats.set_value("openclaw/queue/domains", len(self.store.queues))
+        if self.store.count:  # (the last figure with requests pending stays)
+            per_request = self.overhead_bytes() / self.store.count
+            self.stats.set_value("openclaw/queue/bytes_per_request", round(per_request, 1))
+        self.idle_sweep.report()
 
 
 def queue_state(crawler: Crawler) -> dict[str, Any]:

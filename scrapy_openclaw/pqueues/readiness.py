@@ -1,21 +1,23 @@
 """Which domains may send now: parking the ones that cannot, and waking them when they can.
 
-A domain found not ready leaves the index until its ``ready_at`` (a heap) or,
-with a full download slot, until the slot has room; an operator override or a
-health restore (``HealthRegistry.readiness_epoch``) wakes every parked domain.
+A domain found not ready leaves the store's index until its ``ready_at`` (a
+heap) or, with a full download slot, until the slot has room; an operator
+override or a health restore (``HealthRegistry.readiness_epoch``) wakes every
+parked domain.
 """
 
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
-from typing import TYPE_CHECKING, Any
-
-from scrapy_openclaw.pqueues.domains import DomainQueues
-from scrapy_openclaw.scrapy_internals import new_slot_concurrency
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from scrapy_openclaw._heaps import DomainQueue
+    from scrapy_openclaw.health.reader import HealthReader
+    from scrapy_openclaw.pqueues.domains import DomainStore
+    from scrapy_openclaw.pqueues.downloads import Downloads
 
 #: When a domain's ``ready_at`` has passed but ``try_acquire`` still says no
 #: (e.g. another worker took the half-open probe), look again this much later.
@@ -24,16 +26,24 @@ _RETRY_POLL = 0.05
 _FULL = "full"
 
 
-class DomainReadiness(DomainQueues):
-    """Part of DeadlinePriorityQueue: whether a domain may send now, and parking those that may not."""
+class Readiness:
+    """Whether a domain may send now (health, pacing token, slot room), and the domains parked until they may."""
 
-    def _ready(self, domain: str, now: float, acquire: bool) -> tuple[bool, float]:
+    def __init__(self, registry: HealthReader | None, downloads: Downloads, store: DomainStore):
+        self.registry = registry
+        self.downloads = downloads
+        self.store = store
+        self.full: dict[str, DomainQueue] = {}  # parked while their slot is full
+        self._waiting: list[tuple[float, int, DomainQueue]] = []  # parked until ready_at
+        self._seq = itertools.count()
+        self._epoch = self._readiness_epoch()
+
+    def check(self, domain: str, now: float, acquire: bool) -> tuple[bool, float]:
         """Whether *domain* may send now; if not, when to look again (inf: a finished download will wake us)."""
         registry = self.registry
         if registry is not None and registry.given_up(domain, now):
             return True, math.inf  # out it goes, to become a dead letter in the health middleware
-        downloader = self._downloader()
-        if downloader is not None and not self._has_room(downloader, domain):
+        if not self.downloads.has_room(domain):
             return False, math.inf
         if registry is None:
             return True, math.inf
@@ -44,29 +54,22 @@ class DomainReadiness(DomainQueues):
             return False, now + _RETRY_POLL
         return True, math.inf
 
-    def _has_room(self, downloader: Any, domain: str) -> bool:
-        """Fewer downloads of *domain* under way than its slot's concurrency (which the health
-        middleware keeps scaled by the domain's health; before the slot exists, the one Scrapy
-        will give it: several requests may be handed out before the first reaches the slot)."""
-        slot = downloader.slots.get(domain)
-        concurrency = slot.concurrency if slot is not None else new_slot_concurrency(downloader, domain)
-        return self._in_flight(domain, slot) < concurrency
-
-    def _park(self, dq: DomainQueue, at: float) -> None:
+    def park(self, dq: DomainQueue, at: float) -> None:
         """Keep a domain that cannot send out of the index until *at* (inf: until its slot frees)."""
-        self._index.unkey(dq)
+        self.store.index.unkey(dq)
         if at == math.inf:
             dq.parked = _FULL
-            self._full[dq.domain] = dq
+            self.full[dq.domain] = dq
         else:
             dq.parked = (at, next(self._seq), dq)
             heapq.heappush(self._waiting, dq.parked)
 
-    def _unpark(self, dq: DomainQueue) -> None:
-        dq.parked = None
-        self._rekey(dq)
+    def forget(self, dq: DomainQueue) -> None:
+        """*dq* left the store (no requests left)."""
+        if self.full.get(dq.domain) is dq:
+            del self.full[dq.domain]
 
-    def _wake(self, now: float) -> None:
+    def wake(self, now: float) -> None:
         """Index again the parked domains that may be ready now (see the module docstring)."""
         epoch = self._readiness_epoch()
         if epoch != self._epoch:  # readiness may have come sooner than any domain said: wake them all
@@ -79,12 +82,20 @@ class DomainReadiness(DomainQueues):
             entry = heapq.heappop(self._waiting)
             if entry[2].parked is entry:
                 self._unpark(entry[2])
-        if self._full:  # (at most one per active download) a download left, or the slot grew
-            downloader = self._downloader()
-            for name, dq in list(self._full.items()):
-                if downloader is None or self._has_room(downloader, name):
-                    del self._full[name]
-                    self._unpark(dq)
+        for name, dq in list(self.full.items()):  # (at most one per active download) a download left, or the slot grew
+            if self.downloads.has_room(name):
+                del self.full[name]
+                self._unpark(dq)
+
+    def next_wake(self) -> float:
+        """The earliest ``ready_at`` of a parked domain (inf: none is waiting for a time)."""
+        while self._waiting and self._waiting[0][2].parked is not self._waiting[0]:
+            heapq.heappop(self._waiting)
+        return self._waiting[0][0] if self._waiting else math.inf
+
+    def _unpark(self, dq: DomainQueue) -> None:
+        dq.parked = None
+        self.store.rekey(dq)
 
     def _readiness_epoch(self) -> int:
         return getattr(self.registry, "readiness_epoch", 0) if self.registry is not None else 0

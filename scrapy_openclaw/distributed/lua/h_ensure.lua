@@ -1,5 +1,5 @@
 -- Create the state if missing and store the policy. ARGV: now, policy_json, domain,
--- then optionally what site memory knows of a new domain (HealthRegistry._seed):
+-- then optionally what site memory knows of a new domain (pacing.seed):
 -- limit (already x the seed margin; '' for none), burst cap, Crawl-delay
 -- (runs after the shared health.lua, see __init__.py)
 local now = tonumber(ARGV[1])

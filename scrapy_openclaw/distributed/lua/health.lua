@@ -8,7 +8,7 @@
 --   h_load          HealthRegistry._get (new domain = _Domain.__init__; health
 --                   recovery, token refill at the current rate, open -> half-open
 --                   after the cooldown, a lost half-open probe is forgotten)
---   h_ceiling/h_rate/h_burst  HealthRegistry._ceiling / _rate / _burst
+--   h_ceiling/h_rate/h_burst  pacing.ceiling_of / rate_of / burst_of
 --   h_blocked_until HealthRegistry.blocked_until
 --   h_ready_at      HealthRegistry.ready_at
 --   h_given_up      HealthRegistry.given_up + _give_up_limit (the pop hands such a
@@ -16,16 +16,16 @@
 --                   dead-letters them)
 --   h_acquire       HealthRegistry.try_acquire (token=false: hold/circuit only,
 --                   still takes the probe)
---   h_success       HealthRegistry.record_success (+ _count_delivered, the 5xx
---                   share's decay, _observe_latency; latency congestion ->
---                   _decrease, else _increase: slow start, then the cubic)
+--   h_success       HealthRegistry.record_success (+ count_delivered, the 5xx
+--                   share's decay, pacing.observe_latency; latency congestion ->
+--                   pacing.decrease, else pacing.increase: slow start, then the cubic)
 --   h_failure       HealthRegistry.record_failure. The verdict (registry._verdict:
 --                   domain or page, and whether it counts in the 5xx share) and
 --                   penalty/congestion (registry._penalty) come from Python, judged
 --                   on the worker's cached state
 --   h_open          HealthRegistry._open (cool-down doubling per unforgiven
 --                   opening, capped, with jitter drawn in Python)
---   h_decrease      HealthRegistry._decrease (at most once per max(1 s, latency);
+--   h_decrease      pacing.decrease (at most once per max(1 s, latency);
 --                   the learned limit is min(allowed, delivered), or the fit's;
 --                   a 429 just after a hold only halves the burst)
 --   h_fit           LimitHistory.fit and .burst (limitfit.py)
@@ -335,12 +335,12 @@ end
 -- sent: when the refused request was sent (nil: now).
 local function h_decrease(d, p, now, measured, rate_bound, fkey, sent)
   if now - d.last_decrease < math.max(p.k_min_decrease_gap, d.latency or 0) then return false end
-  local in_burst = false  -- (_Pacing._in_burst)
+  local in_burst = false  -- (pacing.in_burst)
   if measured and d.cuts >= 1 and now >= d.hold_until and h_burst(d, p) > 1 then
     in_burst = (sent or now) - d.hold_until <= math.min(p.k_burst_seconds, (h_burst(d, p) + 1) / h_rate(d, p))
   end
   if in_burst then
-    -- refused while resuming from a hold: a smaller burst, the pace stands (_Pacing._decrease)
+    -- refused while resuming from a hold: a smaller burst, the pace stands (pacing.decrease)
     d.burst_cap = math.max(1, math.floor(h_burst(d, p) / 2))
     d.tokens = math.min(d.tokens, d.burst_cap)
     d.last_decrease = now

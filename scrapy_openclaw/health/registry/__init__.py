@@ -1,4 +1,4 @@
-"""The HealthRegistry: the one owner of per-domain state.
+"""The HealthRegistry: the one owner of per-domain state (docs/health.md is the manual).
 
 Each domain (a Scrapy download-slot key, normally the hostname) has a health
 score, a request rate with a token bucket, a circuit breaker, a latency
@@ -6,74 +6,51 @@ average and a Retry-After hold. The DomainHealthMiddleware writes it
 (``record_success`` / ``record_failure``), the queue asks it whether a domain
 may send (``ready_at`` / ``try_acquire``), metrics read ``state()`` and the
 checkpoint saves ``snapshot()``. Nobody else keeps a copy of domain state.
-
-A domain is judged by domain signals only (:meth:`HealthRegistry.judge`):
-429, Retry-After, connection failures and timeouts, and 5xx answers whose
-share of the domain's recent answers rises clearly above its own baseline
-(a 503 window). A URL that fails again while its siblings succeeded since
-is the page's trouble: it is retried briefly and dead-lettered, and the
-domain keeps its pace. docs/health.md is the manual; here:
-
-- **Pace.** No fixed ceiling by default: slow start grows the rate by half
-  per success, so a healthy domain is soon bounded only by concurrency, as in
-  plain Scrapy. The first congestion signal (429/503, a timeout, latency
-  rising above its baseline) sets the learned limit from the rate the site
-  actually delivered; later ones cut by ``rate_decrease``. Between them the
-  rate follows a cubic (TCP CUBIC): back to the limit quickly, flat near it,
-  then probing past it ever faster, which finds limits from 2 to 200 req/s
-  without the burst a doubling causes. ``base_rate``, robots.txt Crawl-delay
-  and ``min_rate`` bound it.
-- **Circuit** (outlier ejection, as Envoy does it): opens below
-  ``circuit_floor`` health or after ``circuit_failures`` domain failures in
-  a row; a half-open probe closes it. Cool-downs double per opening in a row
-  (with jitter), up to ``circuit_cooldown_max``; time spent healthy forgives.
-  Holds and cool-downs keep the learned limit, so the domain resumes at it.
-- **Give up**: a domain whose circuit has not closed for ``give_up_after``
-  seconds (``unreachable_give_up`` if it never answered at all) is given up
-  for the crawl: its requests become dead letters.
-- **Forget** (:meth:`HealthRegistry.evict_idle`): a domain with nothing
-  pending or in flight and nothing heard for ``OPENCLAW_HEALTH_IDLE_TTL`` is
-  dropped (and so left out of checkpoints), unless it is held, its circuit is
-  not closed, it is given up, under an operator override or has a Crawl-delay.
-  A learned limit is not kept past that: after that long quiet it is stale,
-  and a returning domain re-learns it from slow start.
-
 All times are UNIX seconds, so a snapshot stays meaningful in another process.
 
-The registry's parts: :mod:`.core` (the records, brought up to date when
-read), :mod:`.pacing` (the rate arithmetic), :mod:`.recording`,
-:mod:`.verdicts` (whose trouble a failure is), :mod:`.eviction`,
-:mod:`.snapshots`, :mod:`.record` (the record and its read-only view) and
-:mod:`.tuning` (the constants, which the Lua port is sent as they are
-declared there).
+The class holds the records and answers for them; the arithmetic lives in
+functions beside it: :mod:`.core` (a record brought up to date, the circuit
+opened), :mod:`.pacing` (the rate), :mod:`.verdicts` (whose trouble a failure
+is), :mod:`.recording`, :mod:`.limitfit`, :mod:`.eviction`, :mod:`.snapshots`;
+:mod:`.record` is the record and its read-only view, :mod:`.tuning` the
+constants (the Lua port is sent them as they are declared there).
 """
 
 from __future__ import annotations
 
 import math
+import random
 import time
+from collections import Counter
+from collections.abc import Callable, Container
 from typing import TYPE_CHECKING, Any
 
 from scrapy.utils.misc import build_from_crawler, load_object
 
 from scrapy_openclaw.exceptions import OpenClawConfigError
-from scrapy_openclaw.health.registry.eviction import _DICT_SLOT as _DICT_SLOT
-from scrapy_openclaw.health.registry.eviction import _Eviction
-from scrapy_openclaw.health.registry.eviction import _sampled_bytes as _sampled_bytes
-from scrapy_openclaw.health.registry.pacing import _count_delivered as _count_delivered
-from scrapy_openclaw.health.registry.pacing import _delivered as _delivered
-from scrapy_openclaw.health.registry.record import _COUNTERS as _COUNTERS
-from scrapy_openclaw.health.registry.record import _FIELD_TYPES as _FIELD_TYPES
-from scrapy_openclaw.health.registry.record import _OBSOLETE as _OBSOLETE
-from scrapy_openclaw.health.registry.record import _OPTIONAL as _OPTIONAL
-from scrapy_openclaw.health.registry.record import DomainState
-from scrapy_openclaw.health.registry.record import _Domain as _Domain
-from scrapy_openclaw.health.registry.recording import _Recording
-from scrapy_openclaw.health.registry.snapshots import _Snapshots
+from scrapy_openclaw.health.registry import eviction, snapshots
+from scrapy_openclaw.health.registry.core import catch_up, open_circuit
+from scrapy_openclaw.health.registry.limitfit import NOTE_ANSWER, LimitHistories, measures_limit, sent_at
+from scrapy_openclaw.health.registry.pacing import (
+    burst_of,
+    concurrency_of,
+    count_delivered,
+    decrease,
+    increase,
+    observe_latency,
+    rate_of,
+    seed,
+)
+from scrapy_openclaw.health.registry.record import DomainState, _Domain
+from scrapy_openclaw.health.registry.recording import count_failure, hold_after_failure
+from scrapy_openclaw.health.registry.refusals import keep_pace, pace_sample
 from scrapy_openclaw.health.registry.tuning import (
     _MAX_RATE,
     _PROBE_RECHECK,
+    _RATE_HEALTH_FLOOR,
     _SEED_MARGIN,
+    _SHARE_FAST,
+    _SHARE_SLOW,
     CLOSED,
     DOMAIN,
     HALF_OPEN,
@@ -81,13 +58,15 @@ from scrapy_openclaw.health.registry.tuning import (
     PAGE,
     SNAPSHOT_VERSION,
 )
-from scrapy_openclaw.health.registry.verdicts import _accounted as _accounted
-from scrapy_openclaw.health.registry.verdicts import _asks_to_slow_down as _asks_to_slow_down
-from scrapy_openclaw.health.registry.verdicts import _clustering as _clustering
-from scrapy_openclaw.health.registry.verdicts import _give_up_limit, _verdict, affects_health
-from scrapy_openclaw.health.registry.verdicts import _penalty as _penalty
-from scrapy_openclaw.health.registry.verdicts import _rate_signal as _rate_signal
-from scrapy_openclaw.policy import PolicySet
+from scrapy_openclaw.health.registry.verdicts import (
+    _accounted,
+    _give_up_limit,
+    _penalty,
+    _rate_signal,
+    _verdict,
+    affects_health,
+)
+from scrapy_openclaw.policy import HealthPolicy, PolicySet
 from scrapy_openclaw.runtime import shared
 from scrapy_openclaw.settings import OpenClawSettings
 
@@ -95,6 +74,7 @@ if TYPE_CHECKING:
     from scrapy.crawler import Crawler
 
     from scrapy_openclaw.errors import Classification
+    from scrapy_openclaw.health.lag import CrawlerLag
 
 __all__ = [
     "CLOSED",
@@ -111,8 +91,39 @@ __all__ = [
 ]
 
 
-class HealthRegistry(_Recording, _Eviction, _Snapshots):
+class HealthRegistry:
     """Per-domain health, rate, circuit and holds for one crawl (see the module doc)."""
+
+    def __init__(
+        self,
+        policies: PolicySet | None = None,
+        *,
+        uniform: Callable[[float, float], float] | None = None,
+        default_concurrency: int = 8,
+        reported_rate_cap: float = math.inf,
+        idle_ttl: float = 0.0,
+    ):
+        self._policies = policies or PolicySet({}, [])
+        self._domains: dict[str, _Domain] = {}
+        self.histories = LimitHistories()  # answers and 429s per domain, for the limit fit
+        self._uniform = uniform or random.uniform  # the cool-down jitter's random source (tests pin it)
+        self._given_up: set[str] = set()  # domains past give_up_after: given up for good
+        #: domain -> (limit, burst, crawl delay) an earlier crawl learned (site memory), used when first seen
+        self._seeds: dict[str, tuple[float | None, int, float]] = {}
+        #: bumped when a domain may be ready sooner than ``ready_at`` said (an operator override,
+        #: a restore): the queue then looks again at the domains it parked
+        self.readiness_epoch = 0
+        #: seconds an unused domain's state is kept (OPENCLAW_HEALTH_IDLE_TTL; 0: for ever)
+        self.idle_ttl = max(0.0, float(idle_ttl))
+        self.evicted = 0  # domains forgotten so far
+        #: a domain's concurrency when neither its policy nor its slot says otherwise
+        self.default_concurrency = max(1, int(default_concurrency))
+        #: the rate DOWNLOAD_DELAY allows: what state() reports at most (Scrapy's slot paces it)
+        self.reported_rate_cap = reported_rate_cap
+        #: the crawler's own event-loop stalls (set by the health middleware; None: not watched)
+        self.crawler_lag: CrawlerLag | None = None
+        #: rate cuts by what caused them ("latency", "429", "503", ...), for the stats
+        self.cuts_by_cause: Counter[str] = Counter()
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> HealthRegistry:
@@ -128,6 +139,28 @@ class HealthRegistry(_Recording, _Eviction, _Snapshots):
 
         return shared(crawler, "health", build)
 
+    def policy(self, domain: str) -> HealthPolicy:
+        return self._policies.for_domain(domain).health
+
+    def own_stall(self, since: float, until: float) -> float:
+        """Seconds between *since* and *until* the crawler itself stalled (its readings of
+        the sites in that span are late by up to this much)."""
+        return 0.0 if self.crawler_lag is None else self.crawler_lag.stalled(since, until)
+
+    def _get(self, domain: str, now: float | None = None) -> tuple[_Domain, HealthPolicy]:
+        """The domain's record brought up to *now* (made on first sight, from site memory if it has one)."""
+        now = time.time() if now is None else now
+        p = self.policy(domain)
+        d = self._domains.get(domain)
+        if d is None:
+            d = self._domains[domain] = _Domain(p, now)
+            remembered = self._seeds.get(domain)
+            if remembered is not None:
+                seed(d, p, now, *remembered)
+            return d, p
+        catch_up(d, p, now)
+        return d, p
+
     # --- reading --------------------------------------------------------------
 
     def domains(self) -> list[str]:
@@ -135,14 +168,14 @@ class HealthRegistry(_Recording, _Eviction, _Snapshots):
 
     def state(self, domain: str, now: float | None = None) -> DomainState:
         d, p = self._get(domain, now)
-        rate = min(self._rate(d, p), self.reported_rate_cap)
+        rate = min(rate_of(d, p), self.reported_rate_cap)
         return DomainState(
             domain=domain,
             health=d.health,
             rate=math.inf if rate >= _MAX_RATE else rate,
             tokens=d.tokens,
-            burst=self._burst(d, p),
-            concurrency=self._concurrency(d, p, None),
+            burst=burst_of(d, p),
+            concurrency=concurrency_of(d, p, None, self.default_concurrency),
             circuit=d.circuit,
             latency=d.latency,
             hold_until=d.hold_until,
@@ -164,13 +197,13 @@ class HealthRegistry(_Recording, _Eviction, _Snapshots):
         """Concurrent downloads the domain may have: its cap (the policy's
         ``base_concurrency``, the slot's own concurrency) scaled by health."""
         d, p = self._get(domain)
-        return self._concurrency(d, p, slot_concurrency)
+        return concurrency_of(d, p, slot_concurrency, self.default_concurrency)
 
     def slot_limits(self, domain: str, slot_concurrency: int) -> tuple[int, float]:
         """:meth:`concurrency` and :meth:`blocked_until` in one read: what the health middleware
         sets on the domain's download slot after each response."""
         d, p = self._get(domain)
-        return self._concurrency(d, p, slot_concurrency), self._blocked_until(d)
+        return concurrency_of(d, p, slot_concurrency, self.default_concurrency), self._blocked_until(d)
 
     def blocked_until(self, domain: str, now: float | None = None) -> float:
         """When the domain's hold or open circuit ends (``<= now``: not blocked).
@@ -217,7 +250,7 @@ class HealthRegistry(_Recording, _Eviction, _Snapshots):
         if d.circuit == HALF_OPEN and d.probe_at:
             ready = max(ready, now + _PROBE_RECHECK)
         if d.tokens < 1.0:
-            ready = max(ready, now + (1.0 - d.tokens) / self._rate(d, p))
+            ready = max(ready, now + (1.0 - d.tokens) / rate_of(d, p))
         return ready
 
     def judge(
@@ -237,6 +270,104 @@ class HealthRegistry(_Recording, _Eviction, _Snapshots):
         """
         d, _ = self._get(domain, now)
         return _verdict(d, classification, retry_after, failed_before)[0]
+
+    # --- recording (the health middleware's writes) --------------------------
+
+    def record_success(self, domain: str, latency: float | None, now: float | None = None) -> str | None:
+        """Count a successful request; ``"closed"`` if it closed the circuit (a probe came back).
+
+        Recording returns the circuit transition it caused itself, so that a
+        component sharing the state with others (several workers on one Redis)
+        reports each opening and closing once, where it happened.
+        """
+        now = time.time() if now is None else now
+        d, p = self._get(domain, now)
+        d.requests += 1
+        d.successes += 1
+        d.consecutive_failures = 0
+        count_delivered(d, now)
+        if pace_sample(d, now, False, rate_of(d, p)):
+            keep_pace(d, now, p.initial_rate)
+        self.histories.note(domain, d.born, sent_at(now, latency), NOTE_ANSWER)
+        d.answered_at = d.last_success = now
+        d.health = min(100.0, d.health + p.success_reward)
+        d.share_fast -= _SHARE_FAST * d.share_fast
+        d.share_slow -= _SHARE_SLOW * d.share_slow
+        congested = observe_latency(d, p, self.site_latency(latency, now))
+        closed = d.circuit == HALF_OPEN
+        if closed:  # the learned limit stays: the domain resumes at it
+            d.circuit, d.probe_at, d.down_since = CLOSED, 0.0, 0.0
+        if congested:
+            if decrease(d, p, now, rate_bound=True):  # latency above its baseline
+                self.cuts_by_cause["latency"] += 1
+        else:
+            increase(d, p, now)
+        return CLOSED if closed else None
+
+    def site_latency(self, latency: float | None, now: float) -> float | None:
+        """*latency* less the time the crawler itself stalled while it ran: the site's part."""
+        if latency is None or not math.isfinite(latency) or latency <= 0:
+            return latency
+        return max(0.0, latency - self.own_stall(now - latency, now))
+
+    def record_failure(
+        self,
+        domain: str,
+        classification: Classification,
+        now: float | None = None,
+        retry_after: float | None = None,
+        failed_before: float | None = None,
+        latency: float | None = None,
+    ) -> str | None:
+        """Count a failed request; *retry_after* is the server's wait in seconds, if it sent one,
+        *latency* the answer's download latency (when the request was sent, for the limit fit).
+
+        Only a domain signal (see :meth:`judge`) costs health, pace or the
+        circuit, and only one the failure itself shows (see ``verdicts._accounted``).
+        Returns ``"open"`` if this failure opened the circuit (or reopened it
+        after a failed probe).
+        """
+        now = time.time() if now is None else now
+        d, p = self._get(domain, now)
+        note = count_failure(d, classification, retry_after, now)
+        if note:  # (an answer also feeds the limit fit)
+            self.histories.note(domain, d.born, sent_at(now, latency), note)
+        rate_signal = _rate_signal(classification, retry_after)
+        domain_signal, in_share = _accounted(d, classification, retry_after, failed_before)
+        if rate_signal and pace_sample(d, now, True, rate_of(d, p)):
+            keep_pace(d, now, p.initial_rate)  # (judged pace-independent by this very refusal)
+            domain_signal = False
+        if in_share:
+            d.share_fast += _SHARE_FAST * (1.0 - d.share_fast)
+            d.share_slow += _SHARE_SLOW * (1.0 - d.share_slow)
+        if not domain_signal:
+            if d.circuit == HALF_OPEN:
+                d.probe_at = 0.0  # a page's own failure proves nothing: let another request probe
+            return None
+        d.troubled_at = now
+        if not rate_signal:  # (failures in a row that open the circuit are sickness, not "slower")
+            d.consecutive_failures += 1
+        penalty, congestion = _penalty(classification, p)
+        # A congestion signal costs its penalty once per event (when it also cuts the rate); a
+        # failed probe or a late answer costs nothing while down: the growing cool-down is the penalty.
+        measured = measures_limit(classification.status, retry_after)
+        history = self.histories.get(domain) if measured else None
+        fresh = congestion and decrease(d, p, now, measured=measured, history=history, sent=sent_at(now, latency))
+        if fresh:
+            self.cuts_by_cause[str(classification.status or classification.reason)] += 1
+        closed = d.circuit == CLOSED
+        if closed and (fresh or not congestion):
+            floor = min(d.health, max(_RATE_HEALTH_FLOOR, p.circuit_floor)) if rate_signal else 0.0
+            d.health = max(floor, d.health - penalty)
+        hold_after_failure(d, p, classification, retry_after, now, closed=closed)
+        if d.circuit == HALF_OPEN or (
+            d.circuit == CLOSED
+            and not rate_signal  # the site answered: slower, not sick
+            and (d.health < p.circuit_floor or d.consecutive_failures >= p.circuit_failures)
+        ):
+            open_circuit(d, p, now, self._uniform)
+            return OPEN
+        return None
 
     # --- admitting ------------------------------------------------------------
 
@@ -264,7 +395,7 @@ class HealthRegistry(_Recording, _Eviction, _Snapshots):
         ready again is woken (``readiness_epoch``)."""
         d, p = self._get(domain, now)
         was_ready = d.tokens >= 1.0
-        d.tokens = min(float(self._burst(d, p)), d.tokens + 1.0)
+        d.tokens = min(float(burst_of(d, p)), d.tokens + 1.0)
         if not was_ready and d.tokens >= 1.0:
             self.readiness_epoch += 1
 
@@ -329,6 +460,43 @@ class HealthRegistry(_Recording, _Eviction, _Snapshots):
         d.crawl_delay = max(0.0, float(seconds))
         if d.crawl_delay > 0:
             d.tokens = min(d.tokens, 0.0) - max(0, int(owed))
+
+    # --- memory and checkpoints ------------------------------------------------
+
+    def evict_idle(self, now: float | None = None, keep: Container[str] = ()) -> list[str]:
+        """Forget the idle domains whose state need not outlive idleness; their names.
+
+        Idle: not in *keep* (the caller's domains with requests pending or in
+        flight) and nothing heard from it for ``idle_ttl`` seconds (see
+        :func:`.eviction.idle_domains` for what is never forgotten). A
+        forgotten domain that comes back starts fresh.
+        """
+        if self.idle_ttl <= 0:
+            return []
+        now = time.time() if now is None else now
+        gone = eviction.idle_domains(self._domains, now, self.idle_ttl, keep, self._given_up)
+        for name in gone:
+            del self._domains[name]
+        compact = len(gone) > len(self._domains)
+        if compact:  # a dict never shrinks by itself
+            self._domains = dict(self._domains)
+        self.histories.forget(gone, compact=compact)
+        self.evicted += len(gone)
+        return gone
+
+    def bytes_per_domain(self, sample: int = 50) -> float:
+        """An estimate of the memory one known domain costs here (its record and fit history)."""
+        return eviction.bytes_per_domain(self._domains, self.histories.by_domain, sample)
+
+    def snapshot(self) -> dict[str, Any]:
+        """Every domain's state as JSON-safe data (for checkpoints)."""
+        return snapshots.snapshot_of(self._domains)
+
+    def restore(self, data: Any) -> None:
+        """Replace the state with a :meth:`snapshot`; bad data raises ValueError naming the spot."""
+        self._domains = snapshots.domains_from(data, self.policy)
+        self.histories.clear()  # (not in snapshots: a fit starts again from the next answers)
+        self.readiness_epoch += 1
 
 
 def scrapy_limits(crawler: Crawler) -> dict[str, Any]:

@@ -1,76 +1,57 @@
-"""Forgetting idle domains, and what one known domain costs in memory.
+"""Which idle domains the registry may forget, and what one known domain costs in memory.
 
-A mixin of :class:`HealthRegistry`: a broad crawl meets domains once, and
-their state need not outlive ``OPENCLAW_HEALTH_IDLE_TTL`` of quiet.
+A broad crawl meets domains once, and their state need not outlive
+``OPENCLAW_HEALTH_IDLE_TTL`` of quiet.
 """
 
 from __future__ import annotations
 
 import sys
-import time
 from collections.abc import Container
 from typing import TYPE_CHECKING, Any
 
-from scrapy_openclaw.health.registry.core import _RegistryCore
 from scrapy_openclaw.health.registry.tuning import CLOSED
 
 if TYPE_CHECKING:
     from scrapy_openclaw.health.registry.record import _Domain
 
 
-class _Eviction(_RegistryCore):
-    """``evict_idle`` and ``bytes_per_domain``."""
+def idle_domains(
+    domains: dict[str, _Domain], now: float, idle_ttl: float, keep: Container[str], given_up: Container[str]
+) -> list[str]:
+    """The domains not in *keep* with nothing heard (an answer, a failure, first sight) for
+    *idle_ttl* seconds, whose state need not outlive idleness (see :func:`outlives_idleness`)."""
+    cutoff = now - idle_ttl
+    return [
+        name
+        for name, d in domains.items()
+        if max(d.born, d.answered_at, d.troubled_at) < cutoff
+        and name not in keep
+        and not outlives_idleness(d, now, given_up=name in given_up)
+    ]
 
-    def evict_idle(self, now: float | None = None, keep: Container[str] = ()) -> list[str]:
-        """Forget the idle domains whose state need not outlive idleness; their names.
 
-        Idle: not in *keep* (the caller's domains with requests pending or in
-        flight) and nothing heard from it (an answer, a failure, first sight)
-        for ``idle_ttl`` seconds. Never forgotten: a hold or an open or
-        half-open circuit (until it ends), a give-up, an operator override, a
-        Crawl-delay (robots.txt is read once per crawl). A forgotten domain
-        that comes back starts fresh.
-        """
-        if self.idle_ttl <= 0:
-            return []
-        now = time.time() if now is None else now
-        cutoff = now - self.idle_ttl
-        gone = [
-            name
-            for name, d in self._domains.items()
-            if max(d.born, d.answered_at, d.troubled_at) < cutoff
-            and name not in keep
-            and not self._outlives_idleness(name, d, now)
-        ]
-        for name in gone:
-            del self._domains[name]
-            self._histories.pop(name, None)
-        if len(gone) > len(self._domains):  # a dict never shrinks by itself
-            self._domains = dict(self._domains)
-            self._histories = dict(self._histories)
-        self.evicted += len(gone)
-        return gone
+def outlives_idleness(d: _Domain, now: float, *, given_up: bool) -> bool:
+    """A hold or an open or half-open circuit (until it ends), a give-up, an operator override,
+    a Crawl-delay (robots.txt is read once per crawl): state that must not be forgotten."""
+    return bool(
+        d.circuit != CLOSED
+        or d.hold_until > now
+        or d.ctl_hold > now
+        or d.ctl_down
+        or d.ctl_rate > 0
+        or d.ctl_concurrency > 0
+        or d.crawl_delay > 0
+        or given_up
+    )
 
-    def _outlives_idleness(self, name: str, d: _Domain, now: float) -> bool:
-        return bool(
-            d.circuit != CLOSED
-            or d.hold_until > now
-            or d.ctl_hold > now
-            or d.ctl_down
-            or d.ctl_rate > 0
-            or d.ctl_concurrency > 0
-            or d.crawl_delay > 0
-            or name in self._given_up
-        )
 
-    def bytes_per_domain(self, sample: int = 50) -> float:
-        """An estimate (``sys.getsizeof`` of a few records, their fields and dict entries) of the
-        memory one known domain costs here (its record and its history for the limit fit); 0.0
-        with none known."""
-        if not self._domains:
-            return 0.0
-        histories = _sampled_bytes(self._histories, sample) * len(self._histories) / len(self._domains)
-        return _sampled_bytes(self._domains, sample) + histories
+def bytes_per_domain(domains: dict[str, _Domain], histories: dict[str, Any], sample: int = 50) -> float:
+    """An estimate (``sys.getsizeof`` of a few records, their fields and dict entries) of the
+    memory one known domain costs (its record and its history for the limit fit); 0.0 with none."""
+    if not domains:
+        return 0.0
+    return _sampled_bytes(domains, sample) + _sampled_bytes(histories, sample) * len(histories) / len(domains)
 
 
 def _sampled_bytes(mapping: dict[str, Any], sample: int) -> float:

@@ -183,3 +183,41 @@ class LimitHistory:
             elif w < least and self._judged(index):
                 least = w
         return most, least
+
+
+class LimitHistories:
+    """Each domain's :class:`LimitHistory`, kept only while it may prove a limit."""
+
+    def __init__(self) -> None:
+        self.by_domain: dict[str, LimitHistory] = {}
+
+    def get(self, domain: str) -> LimitHistory | None:
+        return self.by_domain.get(domain)
+
+    def note(self, domain: str, born: float, at: float, note: str) -> None:
+        """Add an answer that took a token or a 429 (*note*), sent at *at*, to the history of
+        *domain* (first seen at *born*)."""
+        index = fit_bin(at, born)
+        history = self.by_domain.get(domain)
+        if history is None:
+            if index >= HORIZON_BINS and note == NOTE_ANSWER:
+                return  # (a domain past its first seconds keeps no history until a 429)
+            history = self.by_domain[domain] = LimitHistory(index)
+        if not history.note(index, note == NOTE_ANSWER):
+            del self.by_domain[domain]
+
+    def forget(self, domains: list[str], *, compact: bool) -> None:
+        for domain in domains:
+            self.by_domain.pop(domain, None)
+        if compact:  # a dict never shrinks by itself
+            self.by_domain = dict(self.by_domain)
+
+    def clear(self) -> None:
+        self.by_domain = {}
+
+
+class NoHistories(LimitHistories):
+    """For a registry whose fits run elsewhere (in Redis, beside the shared state): keeps none."""
+
+    def note(self, domain: str, born: float, at: float, note: str) -> None:
+        return None

@@ -1,7 +1,7 @@
 """The pace a domain may send at: slow start, cuts on congestion, the cubic back up, the token bucket.
 
-A mixin of :class:`HealthRegistry` (its rate arithmetic, kept apart from the
-bookkeeping), with the delivered-rate windows a cut learns the limit from.
+The registry's rate arithmetic over one domain's record and policy, kept apart
+from the bookkeeping, with the delivered-rate windows a cut learns the limit from.
 """
 
 from __future__ import annotations
@@ -37,175 +37,168 @@ if TYPE_CHECKING:
     from scrapy_openclaw.policy import HealthPolicy
 
 
-class _Pacing:
-    """Rate, burst and concurrency of a domain record, and how they grow and shrink."""
+def ceiling_of(d: _Domain, p: HealthPolicy) -> float:
+    """The opt-in ceilings: ``base_rate`` (scaled by health) and Crawl-delay."""
+    ceiling = _MAX_RATE if p.base_rate is None else max(p.min_rate, p.base_rate * d.health / 100.0)
+    if d.ctl_rate > 0:  # the operator's ceiling
+        ceiling = min(ceiling, d.ctl_rate)
+    return min(ceiling, 1.0 / d.crawl_delay) if d.crawl_delay > 0 else ceiling
 
-    default_concurrency: int
 
-    @staticmethod
-    def _ceiling(d: _Domain, p: HealthPolicy) -> float:
-        """The opt-in ceilings: ``base_rate`` (scaled by health) and Crawl-delay."""
-        ceiling = _MAX_RATE if p.base_rate is None else max(p.min_rate, p.base_rate * d.health / 100.0)
-        if d.ctl_rate > 0:  # the operator's ceiling
-            ceiling = min(ceiling, d.ctl_rate)
-        return min(ceiling, 1.0 / d.crawl_delay) if d.crawl_delay > 0 else ceiling
+def rate_of(d: _Domain, p: HealthPolicy) -> float:
+    return min(max(d.rate, p.min_rate), ceiling_of(d, p))
 
-    def _rate(self, d: _Domain, p: HealthPolicy) -> float:
-        return min(max(d.rate, p.min_rate), self._ceiling(d, p))
 
-    def _burst(self, d: _Domain, p: HealthPolicy) -> int:
-        """Tokens the bucket holds: ``burst``, but no more than a quarter second's
-        worth (a paused domain resumes at its pace, not with a burst), no more than
-        the site has shown it takes (``burst_cap``), and one under a Crawl-delay."""
-        if d.crawl_delay > 0:
-            return 1
-        burst = min(p.burst, int(self._rate(d, p) * _BURST_SECONDS))
-        return max(1, min(burst, d.burst_cap) if d.burst_cap else burst)
+def burst_of(d: _Domain, p: HealthPolicy) -> int:
+    """Tokens the bucket holds: ``burst``, but no more than a quarter second's
+    worth (a paused domain resumes at its pace, not with a burst), no more than
+    the site has shown it takes (``burst_cap``), and one under a Crawl-delay."""
+    if d.crawl_delay > 0:
+        return 1
+    burst = min(p.burst, int(rate_of(d, p) * _BURST_SECONDS))
+    return max(1, min(burst, d.burst_cap) if d.burst_cap else burst)
 
-    def _concurrency(self, d: _Domain, p: HealthPolicy, slot_concurrency: int | None) -> int:
-        if d.circuit != CLOSED:
-            return 1
-        cap = slot_concurrency if slot_concurrency is not None else self.default_concurrency
-        if p.base_concurrency is not None:
-            cap = min(cap, p.base_concurrency)
-        if d.ctl_concurrency > 0:  # the operator's concurrency replaces the cap
-            cap = int(d.ctl_concurrency)
-        return max(1, round(cap * d.health / 100.0))
 
-    def _seed(
-        self, d: _Domain, p: HealthPolicy, now: float, limit: float | None, burst: int, crawl_delay: float
-    ) -> None:
-        """A new record for a domain an earlier crawl measured: at ``_SEED_MARGIN`` of its limit, as if a 429 had
-        just measured it (the cubic holds the pace there, then probes upward; a limit that
-        fell is cut, and re-fitted, at its first 429 like any other)."""
-        if limit is not None and limit > 0:
-            d.threshold = min(float(limit) * _SEED_MARGIN, _MAX_RATE)
-            d.cuts = 2
-            d.rate = d.threshold
-            # as if cut just now (the cubic holds the rate at the limit, then probes past it),
-            # but long enough ago that the first 429 cuts at once
-            d.last_decrease = now - _MIN_DECREASE_GAP
-            d.burst_cap = max(0, burst)
-            # the site delivered that pace last time: a 429 before this crawl's first full
-            # window reads the remembered pace in the window, not a half-empty second
-            d.delivered, d.win_start, d.win_ok = d.threshold, now, 0
-            restart_sample(d, now)
-        if crawl_delay > 0:
-            d.crawl_delay = crawl_delay
-        d.tokens = min(d.tokens, float(self._burst(d, p)))
+def concurrency_of(d: _Domain, p: HealthPolicy, slot_concurrency: int | None, default: int) -> int:
+    """Downloads at once: the slot's (else *default*) or the policy's, scaled by health; one while not closed."""
+    if d.circuit != CLOSED:
+        return 1
+    cap = slot_concurrency if slot_concurrency is not None else default
+    if p.base_concurrency is not None:
+        cap = min(cap, p.base_concurrency)
+    if d.ctl_concurrency > 0:  # the operator's concurrency replaces the cap
+        cap = int(d.ctl_concurrency)
+    return max(1, round(cap * d.health / 100.0))
 
-    def _increase(self, d: _Domain, p: HealthPolicy, now: float) -> None:
-        """Slow start (by half per success) until the first congestion; after it, growth by
-        half per second (its limit was a guess: what the first second delivered) until a
-        second signal that grows with the rate (a 429, or latency) measures the limit; then
-        the cubic, whose plateau near the limit (``rate_probe`` small) keeps a hard limit's
-        429s to one per ten seconds or fewer; past it with answers still clean, the limit has
-        moved (see :func:`_plateau`). 503s and timeouts never start the plateau:
-        they say the site struggled then, not where a limit is, so the pace probes back up
-        at half per second."""
-        since = max(0.0, now - max(d.last_decrease, min(d.hold_until, now)))  # (held time is no probing)
-        if d.cuts == 0:
-            doublings = min(max(0.0, now - d.born) / _SLOW_START_DOUBLING, 60.0)
-            grown = min(d.rate * (1.0 + _SLOW_START_GAIN), p.initial_rate * 2.0**doublings)
-        elif d.cuts == 1 and d.threshold is not None:
-            grown = max(d.rate, d.threshold * p.rate_decrease * _PROBE_GROWTH ** min(since, _MAX_PROBE_SECONDS))
-        else:  # (a cut always sets the threshold)
-            grown = max(d.rate, (d.threshold or d.rate) * _plateau(p, since))
-        d.rate = min(grown, self._ceiling(d, p), _MAX_RATE)
 
-    def _decrease(
-        self,
-        d: _Domain,
-        p: HealthPolicy,
-        now: float,
-        measured: bool = False,
-        rate_bound: bool = False,
-        history: LimitHistory | None = None,
-        sent: float | None = None,
-    ) -> bool:
-        """Cut the rate for a congestion event; False (nothing done) within one of the last.
+def seed(d: _Domain, p: HealthPolicy, now: float, limit: float | None, burst: int, crawl_delay: float) -> None:
+    """A new record for a domain an earlier crawl measured: at ``_SEED_MARGIN`` of its limit, as if a 429 had
+    just measured it (the cubic holds the pace there, then probes upward; a limit that
+    fell is cut, and re-fitted, at its first 429 like any other)."""
+    if limit is not None and limit > 0:
+        d.threshold = min(float(limit) * _SEED_MARGIN, _MAX_RATE)
+        d.cuts = 2
+        d.rate = d.threshold
+        # as if cut just now (the cubic holds the rate at the limit, then probes past it),
+        # but long enough ago that the first 429 cuts at once
+        d.last_decrease = now - _MIN_DECREASE_GAP
+        d.burst_cap = max(0, burst)
+        # the site delivered that pace last time: a 429 before this crawl's first full
+        # window reads the remembered pace in the window, not a half-empty second
+        d.delivered, d.win_start, d.win_ok = d.threshold, now, 0
+        restart_sample(d, now)
+    if crawl_delay > 0:
+        d.crawl_delay = crawl_delay
+    d.tokens = min(d.tokens, float(burst_of(d, p)))
 
-        The cut learns a limit (:meth:`_learned_limit`) and paces the domain
-        just under it. Only a signal that grows with the rate (a 429:
-        *measured*, or latency: *rate_bound*) moves the domain on to the
-        cubic plateau (see ``_increase``); a 503 or a timeout (an outage says
-        nothing of a limit) leaves it probing back up at half per second. A
-        429 to a request of the burst a hold saved up (*sent* within the
-        burst's and one more token's time of the hold's end) only halves the
-        burst, while there is one to halve: the site refused what the hold
-        saved up, not the pace. One sent later, or a burst of one refused,
-        was refused for the pace, and cuts it.
-        """
-        if now - d.last_decrease < max(_MIN_DECREASE_GAP, d.latency or 0.0):
-            return False
-        if (
-            measured
-            and d.cuts >= 1
-            and self._burst(d, p) > 1
-            and self._in_burst(d, p, now, now if sent is None else sent)
-        ):
-            # refused while resuming from a hold: send smaller bursts (the rest of that burst
-            # is the same event)
-            d.burst_cap = max(1, self._burst(d, p) // 2)
-            d.tokens = min(d.tokens, float(d.burst_cap))
-            d.last_decrease = now
-            return True
-        limit = self._learned_limit(d, p, now, measured, history)
-        if d.cuts == 0:
-            restart_sample(d, now)
-        d.cuts = min(d.cuts + 1, 2) if measured or rate_bound else max(d.cuts, 1)  # (see _increase)
-        d.threshold = limit
-        d.rate = max(p.min_rate, limit * p.rate_decrease)
-        d.tokens = min(d.tokens, float(self._burst(d, p)))
+
+def increase(d: _Domain, p: HealthPolicy, now: float) -> None:
+    """Slow start (by half per success) until the first congestion; after it, growth by
+    half per second (its limit was a guess: what the first second delivered) until a
+    second signal that grows with the rate (a 429, or latency) measures the limit; then
+    the cubic, whose plateau near the limit (``rate_probe`` small) keeps a hard limit's
+    429s to one per ten seconds or fewer; past it with answers still clean, the limit has
+    moved (see :func:`_plateau`). 503s and timeouts never start the plateau:
+    they say the site struggled then, not where a limit is, so the pace probes back up
+    at half per second."""
+    since = max(0.0, now - max(d.last_decrease, min(d.hold_until, now)))  # (held time is no probing)
+    if d.cuts == 0:
+        doublings = min(max(0.0, now - d.born) / _SLOW_START_DOUBLING, 60.0)
+        grown = min(d.rate * (1.0 + _SLOW_START_GAIN), p.initial_rate * 2.0**doublings)
+    elif d.cuts == 1 and d.threshold is not None:
+        grown = max(d.rate, d.threshold * p.rate_decrease * _PROBE_GROWTH ** min(since, _MAX_PROBE_SECONDS))
+    else:  # (a cut always sets the threshold)
+        grown = max(d.rate, (d.threshold or d.rate) * _plateau(p, since))
+    d.rate = min(grown, ceiling_of(d, p), _MAX_RATE)
+
+
+def decrease(
+    d: _Domain,
+    p: HealthPolicy,
+    now: float,
+    measured: bool = False,
+    rate_bound: bool = False,
+    history: LimitHistory | None = None,
+    sent: float | None = None,
+) -> bool:
+    """Cut the rate for a congestion event; False (nothing done) within one of the last.
+
+    The cut learns a limit (:func:`learned_limit`) and paces the domain
+    just under it. Only a signal that grows with the rate (a 429:
+    *measured*, or latency: *rate_bound*) moves the domain on to the
+    cubic plateau (see :func:`increase`); a 503 or a timeout (an outage says
+    nothing of a limit) leaves it probing back up at half per second. A
+    429 to a request of the burst a hold saved up (*sent* within the
+    burst's and one more token's time of the hold's end) only halves the
+    burst, while there is one to halve: the site refused what the hold
+    saved up, not the pace. One sent later, or a burst of one refused,
+    was refused for the pace, and cuts it.
+    """
+    if now - d.last_decrease < max(_MIN_DECREASE_GAP, d.latency or 0.0):
+        return False
+    if measured and d.cuts >= 1 and burst_of(d, p) > 1 and in_burst(d, p, now, now if sent is None else sent):
+        # refused while resuming from a hold: send smaller bursts (the rest of that burst
+        # is the same event)
+        d.burst_cap = max(1, burst_of(d, p) // 2)
+        d.tokens = min(d.tokens, float(d.burst_cap))
         d.last_decrease = now
         return True
-
-    def _learned_limit(
-        self, d: _Domain, p: HealthPolicy, now: float, measured: bool, history: LimitHistory | None
-    ) -> float:
-        """The limit a cut learns: the rate the domain delivered lately (its 2xx over the last
-        second or two), when lower than the rate (past a limit only the answers say where it
-        is). After the first cut, at no less than ``_CUT_FLOOR`` x the rate for a 429 (what got
-        through is the limit) and ``rate_decrease`` x the rate for other signals (they say the
-        site struggles, not how much it takes: an outage's empty windows must not ratchet the
-        pace down). From the second 429 on, ``_FIT_MARGIN`` x the limit the domain's *history*
-        proves (:mod:`.limitfit`), when it proves one, since the window misreads both ways (a
-        few per cent high on a plateau, up to ~10% low at the end of a probe); the fit also
-        caps the domain's burst at the largest the site took."""
-        rate = limit = self._rate(d, p)
-        delivered = _delivered(d, now)
-        if delivered > 0:
-            floor = 0.0 if d.cuts == 0 else limit * (_CUT_FLOOR if measured else p.rate_decrease)
-            limit = min(limit, max(delivered, floor))
-        if measured and d.cuts >= 1 and history is not None:
-            fitted = history.fit(limit, rate)
-            if fitted is not None:
-                limit = min(rate, fitted * _FIT_MARGIN)
-                d.burst_cap = history.burst(fitted)
-        return limit
-
-    def _in_burst(self, d: _Domain, p: HealthPolicy, now: float, sent: float) -> bool:
-        """Whether a refusal answered at *now* was of the burst a hold saved up: answered after
-        the hold's end, and *sent* no later than the burst (and one token more) took at the pace."""
-        if now < d.hold_until:
-            return False
-        return sent - d.hold_until <= min(_BURST_SECONDS, (self._burst(d, p) + 1) / self._rate(d, p))
-
-    @staticmethod
-    def _observe_latency(d: _Domain, p: HealthPolicy, latency: float | None) -> bool:
-        """Fold a sample into the EWMA; True when it says the domain is congested (never
-        within the first ``_LATENCY_WARMUP`` successes: the baseline is still forming)."""
-        if latency is None or not math.isfinite(latency) or latency < 0:
-            return False
-        d.latency = latency if d.latency is None else d.latency + _LATENCY_ALPHA * (latency - d.latency)
-        if d.best_latency is None or d.latency < d.best_latency:
-            d.best_latency = d.latency
-            return False
-        d.best_latency += _BASELINE_DRIFT * (d.latency - d.best_latency)
-        return d.successes > _LATENCY_WARMUP and d.latency > p.latency_factor * d.best_latency + _LATENCY_SLACK
+    limit = learned_limit(d, p, now, measured, history)
+    if d.cuts == 0:
+        restart_sample(d, now)
+    d.cuts = min(d.cuts + 1, 2) if measured or rate_bound else max(d.cuts, 1)  # (see increase)
+    d.threshold = limit
+    d.rate = max(p.min_rate, limit * p.rate_decrease)
+    d.tokens = min(d.tokens, float(burst_of(d, p)))
+    d.last_decrease = now
+    return True
 
 
-def _count_delivered(d: _Domain, now: float) -> None:
+def learned_limit(d: _Domain, p: HealthPolicy, now: float, measured: bool, history: LimitHistory | None) -> float:
+    """The limit a cut learns: the rate the domain delivered lately (its 2xx over the last
+    second or two), when lower than the rate (past a limit only the answers say where it
+    is). After the first cut, at no less than ``_CUT_FLOOR`` x the rate for a 429 (what got
+    through is the limit) and ``rate_decrease`` x the rate for other signals (they say the
+    site struggles, not how much it takes: an outage's empty windows must not ratchet the
+    pace down). From the second 429 on, ``_FIT_MARGIN`` x the limit the domain's *history*
+    proves (:mod:`.limitfit`), when it proves one, since the window misreads both ways (a
+    few per cent high on a plateau, up to ~10% low at the end of a probe); the fit also
+    caps the domain's burst at the largest the site took."""
+    pace = limit = rate_of(d, p)
+    delivered = delivered_rate(d, now)
+    if delivered > 0:
+        floor = 0.0 if d.cuts == 0 else limit * (_CUT_FLOOR if measured else p.rate_decrease)
+        limit = min(limit, max(delivered, floor))
+    if measured and d.cuts >= 1 and history is not None:
+        fitted = history.fit(limit, pace)
+        if fitted is not None:
+            limit = min(pace, fitted * _FIT_MARGIN)
+            d.burst_cap = history.burst(fitted)
+    return limit
+
+
+def in_burst(d: _Domain, p: HealthPolicy, now: float, sent: float) -> bool:
+    """Whether a refusal answered at *now* was of the burst a hold saved up: answered after
+    the hold's end, and *sent* no later than the burst (and one token more) took at the pace."""
+    if now < d.hold_until:
+        return False
+    return sent - d.hold_until <= min(_BURST_SECONDS, (burst_of(d, p) + 1) / rate_of(d, p))
+
+
+def observe_latency(d: _Domain, p: HealthPolicy, latency: float | None) -> bool:
+    """Fold a sample into the EWMA; True when it says the domain is congested (never
+    within the first ``_LATENCY_WARMUP`` successes: the baseline is still forming)."""
+    if latency is None or not math.isfinite(latency) or latency < 0:
+        return False
+    d.latency = latency if d.latency is None else d.latency + _LATENCY_ALPHA * (latency - d.latency)
+    if d.best_latency is None or d.latency < d.best_latency:
+        d.best_latency = d.latency
+        return False
+    d.best_latency += _BASELINE_DRIFT * (d.latency - d.best_latency)
+    return d.successes > _LATENCY_WARMUP and d.latency > p.latency_factor * d.best_latency + _LATENCY_SLACK
+
+
+def count_delivered(d: _Domain, now: float) -> None:
     """Count a success in the delivered-rate window; close the window once it is long enough.
 
     Holds stay in the windows: what a site delivers over time, its pauses
@@ -221,7 +214,7 @@ def _count_delivered(d: _Domain, now: float) -> None:
     d.win_start, d.win_ok = now, 0
 
 
-def _delivered(d: _Domain, now: float) -> float:
+def delivered_rate(d: _Domain, now: float) -> float:
     """Successes per second the domain delivered lately: the last closed window
     (about ``_WINDOW`` long) and the open one (0.0: nothing to go by)."""
     span = now - d.win_start
