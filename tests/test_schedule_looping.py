@@ -34,7 +34,7 @@ def _looping_functions() -> list[tuple[str, str]]:
     return found
 
 
-#: Every function the package loops, by module; ``func`` in crawl_signals loops two.
+#: Every function the package loops, by module; ``func`` in the checkpoint extension loops two.
 LOOPED = {
     ("metrics/logtable.py", "log"): ["log"],
     ("dlq/pipeline.py", "_sync"): ["_sync"],
@@ -47,7 +47,7 @@ LOOPED = {
     ("health/lag.py", "_sample"): ["_sample"],
     ("sites/extension.py", "_save_in_background"): ["_save_in_background"],
     ("health/notices.py", "check"): ["check"],
-    ("checkpoint/extension/crawl_signals.py", "func"): ["commit", "periodic_snapshot"],
+    ("checkpoint/extension/__init__.py", "func"): ["commit", "periodic_snapshot"],
 }
 
 

@@ -18,8 +18,9 @@ The parts: ``tracker.py`` (live requests, no I/O), ``records.py`` (the record
 format), ``journal.py`` (appending), ``snapshot.py`` and ``snapshotter.py``
 (snapshot files and writing them), ``restore.py`` (opening the directory,
 putting a crawl back); this package wires them to the crawl:
-:mod:`.journaling` (the writer: group commit, snapshots), :mod:`.crawl_signals` (the crawl's
-signals) and here the construction and the request events. The state is read
+:mod:`.journaling` (the writer: group commit, snapshots), and here the construction,
+the crawl's signals and the request events. A crawl that finished with requests it
+could not restore stays resumable, so a later run can still fetch them. The state is read
 in ``from_crawler`` (:meth:`CheckpointExtension.open`), so the crawl id is
 back before other components are built.
 
@@ -30,17 +31,19 @@ next to ours, and its duplicate filter would drop our restored requests.
 from __future__ import annotations
 
 import logging
+import os
 from typing import TYPE_CHECKING, Any
 
 from scrapy import signals
 from scrapy.dupefilters import BaseDupeFilter
-from scrapy.exceptions import NotConfigured
+from scrapy.exceptions import DontCloseSpider, NotConfigured
+from scrapy.utils.asyncio import create_looping_call
 from scrapy.utils.misc import load_object
 
 from scrapy_openclaw import runtime
-from scrapy_openclaw.checkpoint.extension.crawl_signals import WRITE_INTERVAL, _CrawlSignals
 from scrapy_openclaw.checkpoint.extension.journaling import CheckpointWriter
 from scrapy_openclaw.checkpoint.feeds import DurableFeeds
+from scrapy_openclaw.checkpoint.refusal import DiskRefusal
 from scrapy_openclaw.checkpoint.restore import Restorer, open_directory
 from scrapy_openclaw.checkpoint.snapshot import write_snapshot
 from scrapy_openclaw.checkpoint.tracker import RequestTracker
@@ -52,7 +55,7 @@ from scrapy_openclaw.settings import OpenClawSettings, crawl_id
 from scrapy_openclaw.startup import reports_config_errors
 
 if TYPE_CHECKING:
-    from scrapy import Request
+    from scrapy import Request, Spider
     from scrapy.crawler import Crawler
 
     from scrapy_openclaw.checkpoint.restore import Note
@@ -62,12 +65,15 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["WRITE_INTERVAL", "CheckpointExtension"]
 
+#: Seconds between journal writes to the OS (fsync follows OPENCLAW_CHECKPOINT_FLUSH).
+WRITE_INTERVAL = 0.1
+
 
 def _write_file(*args: Any) -> int:
     return write_snapshot(*args)  # looked up at each call (tests slow it down or fail it)
 
 
-class CheckpointExtension(_CrawlSignals):
+class CheckpointExtension:
     """Journals the crawl's live requests and snapshots them; resumes a crawl from them."""
 
     def __init__(self, crawler: Crawler):
@@ -100,7 +106,12 @@ class CheckpointExtension(_CrawlSignals):
         self.resumed = False
         self._restorer: Restorer | None = None
         self._loops: list[Any] = []
-        self.writer: CheckpointWriter  # (built in open, once the crawl id is back)
+        # (set in open, once the directory is locked and the crawl id is back)
+        self._lock_fd: int
+        self.crawl_id: str
+        self.feeds: DurableFeeds
+        self.writer: CheckpointWriter
+        self.lifecycle: RequestLifecycle
 
     @classmethod
     @reports_config_errors
@@ -187,6 +198,98 @@ class CheckpointExtension(_CrawlSignals):
                     )
                 )
                 return
+
+    # ------------------------------------------------------- crawl signals
+
+    def spider_opened(self, spider: Spider) -> None:
+        for level, message, args in self._notes:
+            logger.log(level, message, args, extra={"spider": spider})
+        self._notes.clear()
+        if self.recovered is not None and self.recovered.dropped:
+            self.stats.set_value("openclaw/checkpoint/dropped_records", self.recovered.dropped)
+        self.lifecycle.install()  # refuses (OpenClawConfigError) when the engine has no slot hook
+        if self._restorer is not None:
+            self.stats.inc_value("openclaw/checkpoint/resumes")
+            logger.info(
+                "Resuming crawl %(crawl_id)s from checkpoint %(dir)s: %(n)d requests to restore, "
+                "%(fps)d fingerprints seen",
+                {
+                    "crawl_id": self.crawl_id,
+                    "dir": self.dir,
+                    "n": len(self._restorer.queue),
+                    "fps": len(self.tracker.seen),
+                },
+                extra={"spider": spider},
+            )
+            self._restorer.start()
+        # Batches reach the OS every WRITE_INTERVAL (enough to survive kill -9) but are
+        # fsynced (power-loss safe) at most every OPENCLAW_CHECKPOINT_FLUSH seconds.
+        for func, interval in (
+            (self.writer.commit, min(self.flush_interval, WRITE_INTERVAL)),
+            (self.writer.periodic_snapshot, self.snapshot_interval),
+        ):
+            loop = create_looping_call(func)
+            loop.start(interval, now=False)
+            self._loops.append(loop)
+
+    def spider_idle(self, spider: Spider) -> None:
+        if self._restorer is not None and self._restorer.queue:
+            raise DontCloseSpider
+
+    def spider_closed(self, spider: Spider, reason: str) -> None:
+        if self.writer.closed:
+            return
+        self.writer.closed = True
+        if self._restorer is not None:
+            self._restorer.closed = True
+        for loop in self._loops:
+            if loop.running:
+                loop.stop()
+        finished = self._finished(spider, reason)
+        if self.writer.snapshot(finished=finished, reason=reason, final=True):
+            logger.info(
+                "Checkpoint %(dir)s: final snapshot written (%(state)s, %(n)d requests pending)",
+                {
+                    "dir": self.dir,
+                    "state": "finished" if finished else f"resumable, {reason}",
+                    "n": len(self.tracker.live),
+                },
+                extra={"spider": spider},
+            )
+        elif DiskRefusal.for_crawler(self.crawler).stopped:  # (its error said what to do)
+            self.writer.journal.close()
+        else:
+            logger.error(
+                "Checkpoint %(dir)s: the final snapshot could not be written; the next run resumes "
+                "from the previous snapshot and the journals (it may re-fetch some pages)",
+                {"dir": self.dir},
+                extra={"spider": spider},
+            )
+            self.writer.journal.close()
+        os.close(self._lock_fd)
+
+    def _finished(self, spider: Spider, reason: str) -> bool:
+        """Whether the final snapshot marks the crawl finished (not resumable)."""
+        if reason != "finished":
+            return False
+        live = self.tracker.live
+        unrestorable = len(self._restorer.unrestorable.intersection(live)) if self._restorer else 0
+        if unrestorable:
+            logger.error(
+                "Crawl finished but %(n)d request(s) from the checkpoint could not be restored (dead letters); "
+                "the checkpoint stays resumable so that a later run with their callbacks restores them",
+                {"n": unrestorable},
+                extra={"spider": spider},
+            )
+            return False
+        if live:
+            logger.warning(
+                "Crawl finished with %(n)d requests still recorded as live (held back by another "
+                "component); the checkpoint is marked finished anyway",
+                {"n": len(live)},
+                extra={"spider": spider},
+            )
+        return True
 
     # ------------------------------------------------------- request events
 
