@@ -3,7 +3,7 @@
 Scrapy has no public API for these; each helper was checked on Scrapy 2.14 .. 2.19
 by ``tests/test_scrapy_internals.py``. "Domain" means :func:`slot_key`, the
 download-slot key, so every component agrees when ``meta["download_slot"]`` or
-``CONCURRENT_REQUESTS_PER_IP`` is set. (``_queuefile.py`` mirrors ``scrapy.pqueues._path_safe``.)
+``CONCURRENT_REQUESTS_PER_IP`` is set. (``pqueues/queuefile.py`` mirrors ``scrapy.pqueues._path_safe``.)
 """
 
 from __future__ import annotations

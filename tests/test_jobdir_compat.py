@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from scrapy_openclaw._queuefile import FOREIGN_READER_STOP
+from scrapy_openclaw.pqueues.queuefile import FOREIGN_READER_STOP
 from scrapy_openclaw.testing.crawl import run_crawl
 from scrapy_openclaw.testing.presets import fault_free_site
 

@@ -24,12 +24,12 @@ from scrapy_redis.dupefilter import RFPDupeFilter  # type: ignore[import-untyped
 from scrapy_redis.scheduler import Scheduler  # type: ignore[import-untyped]
 
 from scrapy_openclaw.distributed.queue import LeasedDeadlineQueue
+from scrapy_openclaw.distributed.unstorable import refuse_unstorable
 from scrapy_openclaw.exceptions import LegacyQueueError as LegacyQueueError  # (re-exported)
 from scrapy_openclaw.exceptions import RedisUnavailableError as RedisUnavailableError
 from scrapy_openclaw.redact import mask_uri
 from scrapy_openclaw.serialization import SerializationError
 from scrapy_openclaw.settings import OpenClawSettings
-from scrapy_openclaw.unstorable import refuse_unstorable
 
 if TYPE_CHECKING:
     from scrapy import Request, Spider

@@ -12,7 +12,7 @@ for disk. What it adds:
   points over the policy's ``aging_window`` before it, so old low-priority
   work overtakes newer high-priority work by its deadline. Past the deadline
   the policy's ``expired`` applies: ``"boost"`` (to the front) or ``"drop"``
-  (dead letter, reason ``deadline_expired``). See :mod:`scrapy_openclaw._heaps`
+  (dead letter, reason ``deadline_expired``). See :mod:`scrapy_openclaw.pqueues.heaps`
   for why this stays O(log n).
 * **Not-before.** A request with a future ``meta["openclaw_not_before"]``
   (retry backoff, Retry-After) waits in a timer heap and still counts in
@@ -26,7 +26,7 @@ for disk. What it adds:
   first queued longest ago). A held or throttled domain never blocks the
   others; when no domain can send, pop returns None and the timer is armed
   for the earliest ``ready_at``. The pick is O(log domains): domains sit in
-  a :class:`~scrapy_openclaw._heaps.DomainIndex`; one found not ready is
+  a :class:`~scrapy_openclaw.pqueues.heaps.DomainIndex`; one found not ready is
   parked, until its ``ready_at`` (a heap) or, with a full slot, until the
   slot has room (looked at on each pop: at most one such domain per active
   download); an operator override or a health restore
@@ -46,7 +46,7 @@ The queue composes parts that each own their state: a
 :class:`~.domains.DomainStore` (the requests, by domain, and the index),
 :class:`~.downloads.Downloads` (what is under way per domain),
 :class:`~.readiness.Readiness` (who may send, who is parked),
-:class:`~.deadlines.Deadlines`, :class:`~.delays.Delays` (not-before and the
+:class:`~.deadlines.Deadlines`, :class:`~.notbefore.Delays` (not-before and the
 timer) and :class:`~.upkeep.IdleSweep`; :mod:`.jobdir` reads and writes the
 JOBDIR file. The queue itself decides what to do with each part's answer.
 """
@@ -64,9 +64,9 @@ from scrapy_openclaw.health.reader import health_registry
 from scrapy_openclaw.policy import PolicySet
 from scrapy_openclaw.pqueues import jobdir
 from scrapy_openclaw.pqueues.deadlines import Deadlines
-from scrapy_openclaw.pqueues.delays import _MIN_TIMER, Delays
 from scrapy_openclaw.pqueues.domains import DomainStore
 from scrapy_openclaw.pqueues.downloads import Downloads
+from scrapy_openclaw.pqueues.notbefore import _MIN_TIMER, Delays
 from scrapy_openclaw.pqueues.readiness import _FULL, _RETRY_POLL, Readiness
 from scrapy_openclaw.pqueues.upkeep import EVICT_EVERY, IdleSweep
 from scrapy_openclaw.runtime import shared
@@ -78,7 +78,7 @@ if TYPE_CHECKING:
     from scrapy.crawler import Crawler
     from typing_extensions import Self
 
-    from scrapy_openclaw._heaps import DomainQueue
+    from scrapy_openclaw.pqueues.heaps import DomainQueue
 
 __all__ = ["EVICT_EVERY", "_FULL", "_MIN_TIMER", "_RETRY_POLL", "DeadlinePriorityQueue", "queue_state"]
 

@@ -2,7 +2,7 @@
 
 Past its deadline a request is boosted to the front or dropped as a dead letter
 (reason ``deadline_expired``), by the policy's ``expired``; see
-:mod:`scrapy_openclaw._heaps` for how aging towards the deadline stays O(log n).
+:mod:`scrapy_openclaw.pqueues.heaps` for how aging towards the deadline stays O(log n).
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING, Any, cast
 
 from scrapy_openclaw import meta as M
 from scrapy_openclaw import signals as openclaw_signals
-from scrapy_openclaw._heaps import Timed
 from scrapy_openclaw.deadletter import for_request
 from scrapy_openclaw.delay import request_class
+from scrapy_openclaw.pqueues.heaps import Timed
 from scrapy_openclaw.settings import crawl_id
 
 if TYPE_CHECKING:
@@ -27,8 +27,8 @@ if TYPE_CHECKING:
     from scrapy import Request, Spider
     from scrapy.crawler import Crawler
 
-    from scrapy_openclaw._heaps import DomainQueue
     from scrapy_openclaw.policy import PolicySet
+    from scrapy_openclaw.pqueues.heaps import DomainQueue
 
 logger = logging.getLogger(__name__)
 

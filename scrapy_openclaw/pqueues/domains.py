@@ -1,4 +1,4 @@
-"""The queue's request store: one :class:`~scrapy_openclaw._heaps.DomainQueue` per download slot, indexed by urgency."""
+"""The queue's request store: one :class:`~scrapy_openclaw.pqueues.heaps.DomainQueue` per download slot, indexed by urgency."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import itertools
 import sys
 from typing import TYPE_CHECKING
 
-from scrapy_openclaw._heaps import DomainIndex, DomainQueue, Timed
+from scrapy_openclaw.pqueues.heaps import DomainIndex, DomainQueue, Timed
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

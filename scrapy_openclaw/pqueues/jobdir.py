@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from scrapy_openclaw import _queuefile
+from scrapy_openclaw.pqueues import queuefile
 from scrapy_openclaw.serialization import SerializationError, request_from_data, request_to_data
 
 if TYPE_CHECKING:
@@ -57,7 +57,7 @@ def persist(key: str, pending: Iterable[Request], crawler: Crawler) -> dict[str,
                 {"request": request, "error": exc},
                 extra={"spider": spider},
             )
-    state = _queuefile.write(key, records)
+    state = queuefile.write(key, records)
     stats.set_value("openclaw/queue/persisted", len(records))
     if lost:
         stats.set_value("openclaw/queue/persist_failed", lost)
@@ -67,7 +67,7 @@ def persist(key: str, pending: Iterable[Request], crawler: Crawler) -> dict[str,
 def restore(key: str, state: Any, crawler: Crawler, *, push: Callable[[Request], None], reader: str) -> None:
     """Hand every request stored under *key* to *push*; *reader* names the queue class, for the
     message that refuses a JOBDIR written by another one."""
-    if not _queuefile.is_state(state):
+    if not queuefile.is_state(state):
         raise ValueError(
             f"JOBDIR queue {key} was written by {_writer_of(state)}, which {reader} "
             "cannot resume (Scrapy's disk queues are pickle, which this add-on never loads). "
@@ -76,7 +76,7 @@ def restore(key: str, state: Any, crawler: Crawler, *, push: Callable[[Request],
         )
     stats = crawler.stats
     try:
-        records = _queuefile.read(key, state)
+        records = queuefile.read(key, state)
     except (OSError, ValueError) as exc:
         logger.error(
             "Cannot resume the %(count)s queued requests: %(error)s",

@@ -14,10 +14,10 @@ import math
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from scrapy_openclaw._heaps import DomainQueue
     from scrapy_openclaw.health.reader import HealthReader
     from scrapy_openclaw.pqueues.domains import DomainStore
     from scrapy_openclaw.pqueues.downloads import Downloads
+    from scrapy_openclaw.pqueues.heaps import DomainQueue
 
 #: When a domain's ``ready_at`` has passed but ``try_acquire`` still says no
 #: (e.g. another worker took the half-open probe), look again this much later.
