@@ -1,47 +1,14 @@
 """A leased deadline queue in Redis: scrapy-redis's queue interface, no lost requests.
 
-scrapy-redis pops destructively, so a worker killed mid-crawl loses every
-request it had popped. Here a pop *leases* the entry: an atomic Lua script
-moves it to an in-flight set scored by the lease expiry, with this worker's
-id. The worker extends its leases on a heartbeat and acknowledges a request
-when the engine has finished it (its callback or errback output pushed and
-its items through the pipelines; see ``middleware.py``), or atomically with
-the push of its retry / redirect copy. Any live worker
-re-queues leases that expired (dead worker). A late acknowledgement after a
-re-queue removes the entry if nobody leased it again, and is a no-op if
-someone did, so nothing is fetched twice by our own doing.
-
-Ordering is the local :class:`~scrapy_openclaw.pqueues.DeadlinePriorityQueue`'s
-within a shard (``tests/test_queue_parity.py``): requests are kept per domain; a pop takes the best effective priority among
-the domains that may send now (priority, deadline aging
-``e(t) = max(p, p + B + (t - D)·B/W)``, expired deadlines first or dropped as
-dead letters; ties round-robin), and not-before times wait in a separate
-sorted set until due. When the health registry lives in Redis, the pop also
-takes the domain's token in the same script, so the combined rate of all
-workers to a domain stays within its limit (one round trip per request); a
-held or throttled domain steps aside in the domain index until it is ready,
-so it never stalls the others (see ``lua/__init__.py`` for the keys).
-
-An item that fails in a pipeline (its store was down) hands its request back
-for another fetch, at most ``OPENCLAW_DISTRIBUTED_MAX_RELEASES`` times; after
-that the request becomes a dead letter (reason ``item_failed``) instead of
-looping forever.
-
-Resume: the Redis keys *are* the checkpoint. When every worker stops (or is
-killed), pending entries stay in the ready/delayed sets and leased ones in the
-in-flight set; the next workers to start with the same ``REDIS_URL`` and spider
-name re-queue expired leases and continue (``SCHEDULER_PERSIST`` is on).
-
-Sharding and I/O: entries live in ``OPENCLAW_DISTRIBUTED_SHARDS`` shards by
-domain (``shards.py``), each script runs on one shard (one cluster slot), and
-pops go round the shards. During a crawl every Redis call runs on the link's
-Redis thread in rounds (``batching.py``, ``rounds.py``), so ``pop`` and
-``__len__`` answer from memory and never wait on Redis. Refused and dead
-entries: ``entries.py``; the scripts: ``lua/``.
-
-Time: every reading (leases, not-before, default deadlines, timers) comes from
-``clock`` (UNIX seconds, default ``time.time``), handed to the scripts in ARGV;
-tests expire a lease with a fake clock (``lua/__init__.py``: why not ``TIME``).
+scrapy-redis pops destructively, so a worker killed mid-crawl loses what it
+had popped. Here a pop *leases* the entry (one Lua script: pick, the domain's
+token, the lease); the worker acknowledges it once the engine has finished the
+request (``middleware.py``), and any live worker re-queues the leases of a dead
+one. Within a shard the order is the local DeadlinePriorityQueue's
+(``tests/test_queue_parity.py``). During a crawl every Redis call runs on the
+link's Redis thread in rounds (``batching.py``, ``rounds.py``), so ``pop`` and
+``__len__`` answer from memory. The keys, the leases, resume and the clock:
+docs/distributed.md.
 """
 
 from __future__ import annotations

@@ -1,54 +1,14 @@
-"""DeadlinePriorityQueue: Scrapy's priority queue, plus deadlines, delays and domain health.
+"""DeadlinePriorityQueue: Scrapy's priority queue, plus deadlines, not-before times and domain health.
 
-Set ``SCHEDULER_PRIORITY_QUEUE = "scrapy_openclaw.pqueues.DeadlinePriorityQueue"``
-(the add-on does). Scrapy's own scheduler builds it like
-``DownloaderAwarePriorityQueue``, once for memory and, with ``JOBDIR``, once
-for disk. What it adds:
-
-* **Deadlines.** ``meta["openclaw_deadline"]`` (UNIX time; a default from the
-  domain's policy, ``deadline.default`` or ``deadline.classes`` by
-  ``meta["openclaw_request_class"]``, is written into meta on first
-  scheduling) makes a request gain ``OPENCLAW_QUEUE_AGING_BOOST`` priority
-  points over the policy's ``aging_window`` before it, so old low-priority
-  work overtakes newer high-priority work by its deadline. Past the deadline
-  the policy's ``expired`` applies: ``"boost"`` (to the front) or ``"drop"``
-  (dead letter, reason ``deadline_expired``). See :mod:`scrapy_openclaw.pqueues.heaps`
-  for why this stays O(log n).
-* **Not-before.** A request with a future ``meta["openclaw_not_before"]``
-  (retry backoff, Retry-After) waits in a timer heap and still counts in
-  ``len()``, so the spider stays open. One reactor timer for the earliest due
-  time wakes the engine then, instead of at its 5 s heartbeat.
-* **Domain-aware pop.** Requests are kept per download slot. A pop considers
-  only domains that can send now (fewer active downloads than the domain's
-  concurrency; with the HealthRegistry, also ``ready_at <= now`` and a token
-  from ``try_acquire``) and takes the best effective priority among them
-  (ties: the fewest active downloads, then round-robin: the domain served or
-  first queued longest ago). A held or throttled domain never blocks the
-  others; when no domain can send, pop returns None and the timer is armed
-  for the earliest ``ready_at``. The pick is O(log domains): domains sit in
-  a :class:`~scrapy_openclaw.pqueues.heaps.DomainIndex`; one found not ready is
-  parked, until its ``ready_at`` (a heap) or, with a full slot, until the
-  slot has room (looked at on each pop: at most one such domain per active
-  download); an operator override or a health restore
-  (``HealthRegistry.readiness_epoch``) wakes every parked domain.
-* **Idle domains.** Every minute (or a quarter of
-  ``OPENCLAW_HEALTH_IDLE_TTL``) the queue lets the HealthRegistry forget
-  idle domains, keeping those with requests here or downloads in flight, and
-  sets ``openclaw/health/{domains,evicted,bytes_per_domain}`` and
-  ``openclaw/queue/{domains,bytes_per_request}`` (estimates).
-* **JOBDIR.** With a non-empty ``key`` the queue is the disk queue: ``push``
-  raises ``ValueError`` for a request that cannot be stored as data (as
-  Scrapy's disk queues do, so the scheduler keeps it in memory), and
-  ``close`` writes the pending requests as JSON (atomically) under ``key``
-  and returns the state the scheduler keeps in ``active.json``.
-
-The queue composes parts that each own their state: a
-:class:`~.domains.DomainStore` (the requests, by domain, and the index),
-:class:`~.downloads.Downloads` (what is under way per domain),
-:class:`~.readiness.Readiness` (who may send, who is parked),
-:class:`~.deadlines.Deadlines`, :class:`~.notbefore.Delays` (not-before and the
-timer) and :class:`~.upkeep.IdleSweep`; :mod:`.jobdir` reads and writes the
-JOBDIR file. The queue itself decides what to do with each part's answer.
+Scrapy's scheduler builds it like ``DownloaderAwarePriorityQueue`` (the add-on
+sets ``SCHEDULER_PRIORITY_QUEUE``), once for memory and, with ``JOBDIR``, once
+for disk. A pop takes the most urgent request among the domains that may send
+now, in O(log domains), so a held or throttled domain never blocks the others
+(docs/deadline-queue.md). The queue composes parts that each own their state:
+:class:`~.domains.DomainStore` (the requests and the index),
+:class:`~.downloads.Downloads`, :class:`~.readiness.Readiness`,
+:class:`~.deadlines.Deadlines`, :class:`~.notbefore.Delays` (and the one timer),
+:class:`~.upkeep.IdleSweep`; :mod:`.jobdir` reads and writes the JOBDIR file.
 """
 
 from __future__ import annotations
@@ -262,7 +222,8 @@ class DeadlinePriorityQueue:
         default ``DownloaderAwarePriorityQueue`` orders slots), then round-robin.
         """
         self.delays.release_due(now)
-        self._expire(now)
+        if self.deadlines.any_passed(now):
+            self._expire(now)
         if not self.store.queues:
             return None
         self.readiness.wake(now)

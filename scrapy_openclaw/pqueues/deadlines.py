@@ -64,6 +64,10 @@ class Deadlines:
         heapq.heappush(self._expiry, (deadline, seq, entry))
         return entry
 
+    def any_passed(self, now: float) -> bool:
+        """Whether a deadline has passed by *now* (cheap: checked on every pop)."""
+        return bool(self._expiry) and self._expiry[0][0] <= now
+
     def passed(self, now: float) -> Iterator[Timed]:
         """The queued requests whose deadline has passed by *now*, in deadline order (each once)."""
         while self._expiry and self._expiry[0][0] <= now:
