@@ -33,10 +33,9 @@ class RefuseRootPages:
 class RecordingQueue(DeadlinePriorityQueue):
     """The add-on's queue, noting every domain key it files a request under."""
 
-    def _domain_of(self, request: Request) -> str:
-        key = super()._domain_of(request)
-        QUEUE_KEYS.add(key)
-        return key
+    def push(self, request: Request) -> None:
+        super().push(request)
+        QUEUE_KEYS.update(self.pending_domains())
 
 
 class SlotKeySpider(ChaosSpider):
