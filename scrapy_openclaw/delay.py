@@ -2,13 +2,8 @@
 
 A request that must wait (retry backoff, Retry-After hold) carries
 ``meta["openclaw_not_before"]`` and goes back to the scheduler. The
-DeadlinePriorityQueue keeps it in a timer heap itself. With any other queue,
-:class:`DelayedRequests` keeps it out of the scheduler until it is due (by
-vetoing ``request_scheduled``, and telling the
-:class:`~scrapy_openclaw.lifecycle.RequestLifecycle` so the checkpoint keeps
-it) and then hands it to ``engine.crawl``; while it holds requests the spider
-is kept open. Either way the wait costs no
-download slot and no ``time.sleep``.
+DeadlinePriorityQueue keeps it in a timer heap itself; with any other queue,
+:class:`DelayedRequests` does. Either way no download slot is held, nothing sleeps.
 """
 
 from __future__ import annotations
@@ -105,7 +100,13 @@ def queue_handles_not_before(settings: BaseSettings) -> bool:
 
 
 class DelayedRequests:
-    """Holds delayed requests for schedulers whose queue cannot (any queue but ours)."""
+    """Holds delayed requests for schedulers whose queue cannot (any queue but ours).
+
+    It keeps a request out of the scheduler until it is due by vetoing
+    ``request_scheduled``, telling the :class:`~scrapy_openclaw.lifecycle.RequestLifecycle`
+    (so the checkpoint keeps it), then hands it to ``engine.crawl``; while it holds
+    requests the spider is kept open.
+    """
 
     def __init__(self, crawler: Crawler):
         self.crawler = crawler

@@ -1,19 +1,9 @@
 """HeapFreeze: keep the start-up heap out of the cyclic garbage collector's full collections.
 
-By the time the engine starts, the process holds hundreds of thousands of
-objects that live as long as the crawl: Scrapy's, Twisted's and the
-project's modules, settings, components. CPython's full (generation 2)
-collections scan all of them again each time, and a crawl whose queue grows
-triggers dozens of those (24 in a 3,000-page crawl of a fast site, ~15% of
-the process's CPU, plain Scrapy or not). ``gc.freeze()`` at engine start
-moves them to the permanent generation, which collections skip; reference
-counting still frees them as usual, and objects made later are collected as
-before. The heap is unfrozen when the last crawl of the process stops, so a
-process that runs crawls one after another (or a test session) loses
-nothing to the freeze; a process that had frozen its heap itself before the
-first crawl (a pre-forking server) is left frozen as it was.
-
-Process-wide by nature: ``OPENCLAW_GC_FREEZE = False`` leaves the collector alone.
+The objects alive when the engine starts (modules, settings, components) live as
+long as the crawl, yet every full collection scans them again: ~15% of a fast
+crawl's CPU. ``gc.freeze()`` moves them to the permanent generation, until the
+last crawl of the process stops (docs/heap-freeze.md).
 """
 
 from __future__ import annotations

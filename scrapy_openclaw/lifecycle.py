@@ -1,34 +1,9 @@
 """RequestLifecycle: when a request is queued, in flight, and truly finished.
 
-Scrapy signals say when a request is scheduled, dropped or downloaded, but
-none says "finished", and ``request_scheduled`` fires *before* the handlers
-that may still veto the request (the offsite filter, a not-before hold) and
-before the duplicate filter. Two places know better:
-
-* the scheduler's ``enqueue_request`` (a public scheduler method, wrapped on
-  the instance the engine uses) returns whether the request really entered
-  the queue: ``on_enqueued(request, accepted)``. ``admit`` listeners may
-  refuse a request before the scheduler sees it (the engine then sends
-  ``request_dropped``, as for a duplicate). :meth:`held` is called by
-  :class:`~scrapy_openclaw.delay.DelayedRequests` for a request it keeps out
-  of the queue until its not-before time: ``on_held(request)``.
-* the engine's slot calls ``add_request`` when
-a request leaves the scheduler and ``remove_request`` only after the
-download, the callback or errback, every request the callback yielded has
-been scheduled, and every item has been through the pipelines. A spider
-middleware sees the end of the callback's generator instead, which under the
-asyncio reactor comes *before* the requests it yielded are scheduled (and it
-never sees errbacks), so components that must not lose work (the checkpoint,
-the distributed lease acknowledgements) listen here.
-
-Hooking the queue instead of connecting to ``request_scheduled`` also makes
-the checkpoint cheaper: a duplicate costs nothing beyond the filter's own
-work, where a signal handler ran for every link a page yields.
-
-``add_request`` / ``remove_request`` are engine internals (see
-:func:`~scrapy_openclaw.scrapy_internals.track_engine_requests`). Without them the lifecycle refuses (:class:`OpenClawConfigError`
-naming the components that need it) rather than silently lose requests.
-One per crawler: every listener sees the same hook, installed once.
+Scrapy has no "finished" signal, and ``request_scheduled`` fires before the
+offsite filter, a not-before hold and the duplicate filter may still veto the
+request. Components that must not lose work (the checkpoint, the distributed
+lease acknowledgements) listen here instead.
 """
 
 from __future__ import annotations
@@ -55,7 +30,20 @@ Admit = Callable[["Request"], bool]
 
 
 class RequestLifecycle:
-    """Calls ``on_started(request)`` / ``on_finished(request)`` listeners from the engine slot."""
+    """Calls ``on_started(request)`` / ``on_finished(request)`` listeners from the engine slot.
+
+    The slot's ``remove_request`` (an engine internal, see
+    :func:`~scrapy_openclaw.scrapy_internals.track_engine_requests`) comes only after the
+    download, the callback or errback, the scheduling of every request it yielded and the
+    pipelines of every item. A spider middleware sees the end of the callback's generator
+    instead, which under the asyncio reactor precedes that scheduling (and it never sees
+    errbacks). The scheduler's ``enqueue_request``, wrapped on the engine's instance, says
+    whether a request really entered the queue (``on_enqueued``) after ``admit`` listeners
+    may refuse it (the engine then sends ``request_dropped``), so a duplicate costs a
+    listener nothing; :meth:`held` reports a request kept out of the queue until its
+    not-before time. Without those hooks :meth:`install` refuses rather than lose requests.
+    One per crawler (:meth:`for_crawler`): every listener sees the same hook.
+    """
 
     def __init__(self, crawler: Crawler):
         self.crawler = crawler

@@ -1,12 +1,8 @@
 """Optional Spidermon monitors for the dead-letter thresholds (``pip install spidermon``).
 
-The same thresholds as the DeadLetterPipeline's own alert (``OPENCLAW_DLQ_ALERT_COUNT``,
-``OPENCLAW_DLQ_ALERT_RATIO`` after ``OPENCLAW_DLQ_ALERT_MIN_REQUESTS``), checked at
-close by Spidermon so its actions (Slack, e-mail, a failed job) apply::
-
-    SPIDERMON_ENABLED = True
-    EXTENSIONS = {"spidermon.contrib.scrapy.extensions.Spidermon": 500}
-    SPIDERMON_SPIDER_CLOSE_MONITORS = ["scrapy_openclaw.monitors.DeadLetterMonitorSuite"]
+The same thresholds as the DeadLetterPipeline's own alert, checked at close by
+Spidermon so that its actions (Slack, e-mail, a failed job) apply; the settings
+are in docs/monitoring.md, "Spidermon".
 """
 
 from __future__ import annotations

@@ -1,23 +1,9 @@
 """Where the files the add-on reads and writes are: one rule for every path setting.
 
-A path setting (``OPENCLAW_CHECKPOINT_DIR``, a file ``OPENCLAW_DLQ_URI``, ...)
-means the same file whatever the working directory:
-
-- an absolute path (``~`` expanded) is used as it is;
-- a relative path is relative to the *project root*: the directory of the
-  project's ``scrapy.cfg``, found as Scrapy finds it (from the working
-  directory up), else the one above the module ``SCRAPY_SETTINGS_MODULE``
-  names (a cron job: another directory, the project on ``PYTHONPATH``), else
-  the working directory (``scrapy runspider`` outside a project; scrapyd,
-  whose project is an egg);
-- ``pkg://package/file`` names a file inside an importable package (package
-  data, read with :mod:`importlib.resources`, so from an egg or a zip too);
-  read-only, so only for files the add-on reads (``OPENCLAW_POLICY_FILE``).
-
-``OPENCLAW_CHECKPOINT_DIR`` may also name the crawl: ``%(name)s`` is the
-spider, ``%(job)s`` the scheduler's job id (scrapyd's), so that two jobs of
-one spider running at once each get their own directory, and a job scheduled
-again under the same ``jobid`` resumes its own.
+A path setting means the same file whatever the working directory (a cron job,
+scrapyd, a test): absolute as it is, relative to the project root, or
+``pkg://package/file`` for package data. The rule and the ``%(name)s`` /
+``%(job)s`` names: docs/operating.md, "Where the files go".
 """
 
 from __future__ import annotations
@@ -44,7 +30,11 @@ _JOB = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 
 def project_root() -> Path | None:
-    """The directory of the project's ``scrapy.cfg`` (see the module docstring), or None outside a project."""
+    """The directory of the project's ``scrapy.cfg``, or None outside a project.
+
+    Found as Scrapy finds it (from the working directory up), else from the module
+    ``SCRAPY_SETTINGS_MODULE`` names up, when that is a real file (not in an egg).
+    """
     from scrapy.utils.conf import closest_scrapy_cfg
 
     cfg = closest_scrapy_cfg()

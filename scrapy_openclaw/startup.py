@@ -1,13 +1,9 @@
 """A crawl whose configuration is wrong stops at start with one line and exit status 1.
 
-Scrapy reports an exception that ends a crawl's start as a traceback: asyncio's
-"Task exception was never retrieved" under ``AsyncCrawlerProcess`` (what
-``scrapy crawl`` and ``runspider`` use with the default reactor), Twisted's
-"Unhandled error in Deferred" under ``CrawlerProcess``. An
-:class:`~scrapy_openclaw.exceptions.OpenClawConfigError` is a message for a
-person, not a bug: :func:`refuse_start` logs it once, on one line, and marks
-the crawl task's exception as seen so asyncio does not print it again. The
-exception still propagates, so a script that awaits the crawl gets it.
+An :class:`~scrapy_openclaw.exceptions.OpenClawConfigError` is a message for a
+person, not a bug, yet Scrapy reports an exception that ends a crawl's start as a
+traceback (asyncio's "Task exception was never retrieved", Twisted's "Unhandled
+error in Deferred"). :func:`refuse_start` logs it once, on one line, instead.
 """
 
 from __future__ import annotations
@@ -31,7 +27,11 @@ F = TypeVar("F", bound="Callable[..., Any]")
 
 
 def refuse_start(crawler: Crawler | None, exc: OpenClawConfigError) -> None:
-    """Report *exc*, which stops *crawler* before it crawls, once and on one line."""
+    """Report *exc*, which stops *crawler* before it crawls, once and on one line.
+
+    The crawl task's exception is marked as seen so that asyncio does not print it
+    again; the exception still propagates, so a script that awaits the crawl gets it.
+    """
     if getattr(exc, "reported", False):
         return
     exc.reported = True  # type: ignore[attr-defined]

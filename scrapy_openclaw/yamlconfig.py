@@ -1,14 +1,9 @@
 """YAML configuration files that remember where each key was written.
 
 Policy files and scheduler task files are validated against a schema after
-loading; when a value is wrong, :class:`Where` turns its key path into an
-error that names the file, the line and the key.
-
-Loading is bounded: the file's size, its nesting depth, the number of nodes
-once aliases are expanded (an "alias bomb" of a few hundred bytes could
-otherwise expand to gigabytes) and the time spent. Recursive aliases,
-duplicate keys, complex keys, huge integers and bytes that are not UTF-8 are
-all refused with the file and line, never a traceback.
+loading; :class:`Where` turns a bad value's key path into an error naming the
+file, the line and the key. Loading is bounded (size, depth, nodes after alias
+expansion, time), so a hostile file is refused, never a traceback (docs/security.md).
 """
 
 from __future__ import annotations

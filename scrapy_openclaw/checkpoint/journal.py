@@ -1,22 +1,9 @@
-"""The append-only journal: one checksummed record per line, written with group commit.
+"""The append-only journal: one sealed record per line, written with group commit.
 
-Why lines with a MAC in front (``<MAC hex> <payload>\\n``): a process
-killed mid-write leaves at most one torn line at the end, a flipped bit
-anywhere breaks only its own line, and nobody without the store key can add
-one. The reader checks every line, skips the bad ones and says how many it
-dropped (complete lines that fail the check are *refused*), instead of
-crashing or silently resuming from damaged or forged state.
-
-Why group commit: an ``fsync`` per scheduled request would cap a crawl at
-the disk's sync rate. Records are buffered in memory and written together by a
-reactor looping call (every 0.1 s: data in the OS page cache survives a
-``kill -9``), and fsynced at most every ``OPENCLAW_CHECKPOINT_FLUSH``
-seconds (what survives a power cut). The extension orders each batch so that any prefix of it is a
-consistent state (new requests before "done" marks), so losing the unflushed
-tail after a kill only costs re-fetching, never a lost request.
-
-The record format (lines, header, payloads) is in
-:mod:`scrapy_openclaw.checkpoint.records`.
+An ``fsync`` per scheduled request would cap a crawl at the disk's sync rate, so
+records are buffered and written together; a torn or damaged line costs only
+itself, and the reader counts what it skipped instead of failing. The record
+format is in :mod:`scrapy_openclaw.checkpoint.records`.
 """
 
 from __future__ import annotations
@@ -112,7 +99,9 @@ class JournalWriter:
     ``append`` only buffers (cheap, on the reactor thread). ``flush`` is
     called by the checkpoint's commit, before a snapshot, and at close. A failed write (disk full) keeps the
     records buffered and is retried at the next flush; a partly written line
-    is terminated so it costs only itself.
+    is terminated so it costs only itself. Callers order each batch so that any prefix
+    of it is a consistent state (new requests before "done" marks): losing the unwritten
+    tail after a kill costs re-fetching, never a request.
     """
 
     def __init__(self, path: Path, header: dict[str, Any], on_refused: Callable[[Path, OSError], None] | None = None):

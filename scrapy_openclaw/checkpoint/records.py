@@ -1,31 +1,9 @@
 """The checkpoint's record format, written and read in one place.
 
-Every line of a journal or snapshot file is ``<MAC of payload, 32 hex>
-<payload>\\n``, the MAC an HMAC-SHA-256 with the store key (see
-:mod:`scrapy_openclaw.serialization.signing`): a process killed mid-write
-leaves at most one torn line at the end, a flipped bit breaks only its own
-line, and a line written by anyone without the key is refused. The first line
-is a JSON header with ``kind`` and the format version.
-
-Journal payloads::
-
-    a <id> <state p|f> <fingerprint hex|-> <request JSON>   a live request (new or changed)
-    f <id>                                                  popped: in flight
-    d <id>                                                  finished (or dropped)
-    s <fingerprint hex>                                     seen, finished before it was journaled
-    S <fingerprint hex>                                     a start request's fingerprint
-    D <JSON>                                                pages done, with the durable outputs
-
-A ``D`` record is one line, so it is atomic: ``{"d": [ids finished], "s":
-[fingerprints seen, finished before they were journaled], "o": {output:
-state}}``, where an output is a feed (``feed:<FEEDS key>``: URI, batch id,
-byte offset to resume from, items) or an opted-in pipeline
-(``writer:<name>``: marker, items); see :mod:`scrapy_openclaw.checkpoint.feeds`.
-The pages it marks done have their items in the outputs below those offsets,
-and the outputs were written before the record.
-
-Snapshot payloads: ``<id> <state> <request JSON>`` per live request, then
-fingerprint lines and an end line (see :mod:`scrapy_openclaw.checkpoint.snapshot`).
+Every line of a journal or snapshot file is ``<MAC of payload, 32 hex> <payload>\\n``,
+sealed with the store key (:mod:`scrapy_openclaw.serialization.signing`): a torn
+tail, a flipped bit or a line written without the key is found line by line. The
+first line is a JSON header with ``kind`` and the format version.
 """
 
 from __future__ import annotations
@@ -170,6 +148,14 @@ def start_seen_record(fp: str) -> str:
 
 
 def done_record(done: list[int], seen: list[str], outputs: dict[str, Any] | None = None) -> str:
+    """``D {"d": [ids finished], "s": [fingerprints seen], "o": {output: state}}``: one line, so atomic.
+
+    ``s`` holds the fingerprints of requests that finished before they were journaled. An
+    output is a feed (``feed:<FEEDS key>``: URI, batch id, byte offset to resume from,
+    items) or an opted-in pipeline (``writer:<name>``: marker, items); see
+    :mod:`scrapy_openclaw.checkpoint.feeds`. The outputs were written before the record,
+    so the pages it marks done have their items in them, below those offsets.
+    """
     record: dict[str, Any] = {"d": done, "s": seen}
     if outputs:
         record["o"] = outputs
@@ -182,7 +168,14 @@ def outputs_record(outputs: dict[str, Any]) -> str:
 
 
 def apply_payloads(state: RecoveredState, payloads: list[str]) -> None:
-    """Replay journal records onto *state* (idempotent, order-sensitive)."""
+    """Replay journal records onto *state* (idempotent, order-sensitive).
+
+    The payloads: ``a <id> <state p|f> <fingerprint hex|-> <request JSON>`` a live request
+    (new or changed), ``f <id>`` popped (in flight), ``S <fingerprint hex>`` a start
+    request's fingerprint, ``D <JSON>`` pages done with the durable outputs
+    (:func:`done_record`). ``d <id>`` (finished) and ``s <fingerprint hex>`` (seen) are
+    what format 1 wrote instead of ``D``.
+    """
     requests, fps = state.requests, state.fingerprints
     next_id = state.next_id
     for payload in payloads:
@@ -233,6 +226,7 @@ def _apply_done(state: RecoveredState, record: Any) -> None:
 
 
 def request_line(request_id: int, state: str, data: str) -> str:
+    """A snapshot's ``<id> <state> <request JSON>`` line; fingerprint and end lines follow them."""
     return f"{request_id} {state} {data}"
 
 

@@ -1,12 +1,9 @@
 """A disk that refuses the checkpoint's writes (full, past a file size limit, read-only): stop once.
 
 Retrying would only keep fetching pages that cannot be recorded, buffer their
-records in memory and log an error per commit. So the first refused write
-(the journal, a durable feed, a snapshot) logs one error naming the path and
-the space left, and closes the spider (reason ``checkpoint_unwritable``);
-later refusals while it closes are counted (``openclaw/checkpoint/refused_writes``)
-and logged at DEBUG. What is on disk stays a consistent prefix: a resume once
-space is freed (or the directory writable again) loses and duplicates nothing.
+records and log an error per commit. So the first refused write (the journal, a
+durable feed, a snapshot) stops the crawl and later ones are only counted; what
+is on disk stays a consistent prefix, so a resume loses and repeats nothing.
 """
 
 from __future__ import annotations

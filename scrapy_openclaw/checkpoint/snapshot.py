@@ -1,17 +1,9 @@
-"""Atomic, checksummed, versioned snapshots of the whole crawl state.
+"""Atomic, sealed, versioned snapshots of the whole crawl state.
 
-A snapshot compacts the journal: it holds every live request (pending or in
-flight), the seen fingerprints, the health and stats, so the journals before
-it can be deleted. It is written to a temp file, fsynced, renamed over the
-final name and the directory fsynced, so a reader sees either the previous
-snapshot or the new one, never half of one. Each line carries a CRC32 like
-the journal, and an end line with the counts proves the file is complete: a
-truncated or damaged snapshot is rejected as a whole (a snapshot is all or
-nothing) and the caller falls back to the previous one plus its journals.
-
-Disk full (or any OSError) while writing leaves the previous snapshot in
-place; :func:`write_snapshot` removes its temp file and raises, and the
-extension logs the error and keeps crawling on the journal.
+A snapshot compacts the journal (every live request, the seen fingerprints, the
+health and the stats), so the journals before it can be deleted. It is all or
+nothing: written through a temp file and a rename, with an end line whose counts
+prove it complete, so a damaged one is rejected whole for the previous one.
 """
 
 from __future__ import annotations
@@ -70,9 +62,11 @@ def write_snapshot(
 ) -> int:
     """Write a snapshot atomically; return its size in bytes.
 
-    *opener* opens the temp file (default: an exclusive new file next to *path*); tests
+    Temp file, fsync, rename over *path*, directory fsync: a reader sees the previous
+    snapshot or the new one, never half of one. *opener* opens the temp file (default: an exclusive new file next to *path*); tests
     pass one whose writes fail, to prove a failed snapshot keeps the old one.
-    Raises OSError (after removing the temp file) when the write fails.
+    Raises OSError (after removing the temp file) when the write fails, leaving the
+    previous snapshot in place.
     """
     fps = list(fingerprints)
     fp_len = len(fps[0]) if fps else 0

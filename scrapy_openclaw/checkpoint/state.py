@@ -1,25 +1,9 @@
 """The checkpoint directory: file layout and recovery.
 
-Layout of ``OPENCLAW_CHECKPOINT_DIR``::
-
-    snapshot-00000007.ckpt   state before journal generation 7 (atomic, checksummed)
-    journal-00000007.log     events since that snapshot
-    journal-00000008.log     ... a later run or a failed snapshot adds generations
-    lock                     flock held by the crawl using the directory
-
-Names are written and parsed by one pair of functions (:func:`file_name`,
-:func:`parse_name`): a name the writer makes is always one the reader
-accepts, and look-alikes (``journal-1.log``) are reported as strays, never
-read, deleted or counted towards the next generation.
-
-Recovery = the newest snapshot that verifies + every journal of that
-generation or later, replayed in order. A snapshot that fails verification
-is skipped with a warning and the previous one is used (its journals are
-kept until a newer snapshot is written), so one damaged file never costs
-more than re-fetching.
-
-The record format (journal and snapshot lines) is in
-:mod:`scrapy_openclaw.checkpoint.records`.
+One pair of functions makes and parses the file names (:func:`file_name`,
+:func:`parse_name`), so a name the writer makes is always one the reader accepts,
+and look-alikes are reported as strays, never read or deleted. Recovery is the
+newest snapshot that verifies plus the journals of its generation or later.
 """
 
 from __future__ import annotations

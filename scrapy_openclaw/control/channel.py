@@ -1,15 +1,9 @@
 """Distributed mode: control commands reach every worker through one Redis stream.
 
-The worker (or ``scrapy openclaw-ctl --redis``) that takes a command appends
-it to ``<spider>:control``; every worker reads the stream on a reactor timer
-(``OPENCLAW_CONTROL_POLL``) and applies what others sent. Per-domain overrides
-also live in the shared health state, so a pop on any worker obeys a hold the
-moment it is stored; the stream brings the crawl-wide commands (pause, resume,
-close), each worker's log line and stats, and commands from the CLI.
-
-Every entry is sealed with the store key (a ``mac`` field over its other
-fields): anyone else who can write to Redis is refused, counted
-(``openclaw/control/refused``) and reported in one condensed warning.
+Per-domain overrides live in the shared health state, so every worker's pop obeys
+them at once; the stream ``<spider>:control`` brings what state cannot (pause,
+resume, close, commands from the CLI), read on a reactor timer. Every entry is
+sealed with the store key, so anyone else who can write to Redis is refused.
 """
 
 from __future__ import annotations

@@ -1,15 +1,9 @@
 """Distributed crawls on scrapy-redis: leased queue, shared politeness, safe serialisation.
 
-``OPENCLAW_DISTRIBUTED = True`` plus scrapy-redis's ``REDIS_URL``: the add-on
-calls :func:`configure`, which selects scrapy-redis's scheduler and dupefilter
-with our leased deadline queue, JSON serializer and Redis health registry.
-Every write is at ``"addon"`` priority, so a project's own settings win.
-
-Resume after every worker stopped: the Redis keys are the checkpoint
-(``SCHEDULER_PERSIST`` is on). Start workers again with the same
-``REDIS_URL`` and spider name; expired leases of the dead workers are
-re-queued and the crawl continues where it was. ``SCHEDULER_FLUSH_ON_START``
-(scrapy-redis) starts from scratch instead.
+``OPENCLAW_DISTRIBUTED = True`` plus scrapy-redis's ``REDIS_URL``: the add-on calls
+:func:`configure`, which selects scrapy-redis's scheduler (our subclass) and
+dupefilter with our leased deadline queue, JSON serializer and Redis health registry,
+at ``"addon"`` priority so a project's own settings win (docs/distributed.md).
 """
 
 from __future__ import annotations

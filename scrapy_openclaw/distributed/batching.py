@@ -1,13 +1,9 @@
 """The leased queue's Redis I/O in rounds, so the reactor never waits on Redis.
 
-During a crawl every Redis call runs on the :class:`~scrapy_openclaw.distributed.link.RedisLink`
-thread in rounds: pushes and acknowledgements are buffered and sent in order
-(a page's links before its acknowledgement), and ``OPENCLAW_DISTRIBUTED_PREFETCH``
-requests are leased ahead, so ``pop`` and ``__len__`` answer from memory.
-One round at a time: what is asked while a round runs goes in the next one.
-Redis errors never lose a request: buffered writes stay until a round
-confirms them and are retried with the link's backoff; pops return nothing
-until Redis is back. Outside a crawl (tests, the CLI) a round runs inline.
+Pushes and acknowledgements are buffered and sent in order (a page's links
+before its acknowledgement), and ``OPENCLAW_DISTRIBUTED_PREFETCH`` requests are
+leased ahead, so ``pop`` and ``__len__`` answer from memory. Redis errors never
+lose a request: buffered writes stay until a round confirms them.
 """
 
 from __future__ import annotations
@@ -60,7 +56,13 @@ COUNT_EVERY = 2.0
 
 
 class Batching:
-    """Buffered writes, prefetched pops and the rounds that carry them (a mixin of ``LeasedDeadlineQueue``)."""
+    """Buffered writes, prefetched pops and the rounds that carry them (a mixin of ``LeasedDeadlineQueue``).
+
+    During a crawl the rounds run on the :class:`~scrapy_openclaw.distributed.link.RedisLink`
+    thread, one at a time: what is asked while a round runs goes in the next one. Unconfirmed
+    writes are retried with the link's backoff; pops return nothing until Redis is back.
+    Outside a crawl (tests, the CLI) a round runs inline.
+    """
 
     # (set by LeasedDeadlineQueue.__init__)
     crawler: Crawler

@@ -1,12 +1,9 @@
 """Queue entries that leave the leased queue other than by being crawled.
 
-Redis entries are untrusted (anyone who can write to Redis): an entry that
-is not sealed with the store key (counted in ``openclaw/distributed/refused``)
-or does not decode is moved aside to its shard's ``:rejected`` hash, never
-executed, and never left leased until its lease expires. A refused request
-(scheme, callback, meta), a request whose deadline passed under the "drop"
-policy and one whose items kept failing become dead letters, through the
-same ``dead_letter`` signal the local queue uses.
+Redis entries are untrusted: one that is not sealed or does not decode is moved
+aside to its shard's ``:rejected`` hash, never executed and never left leased. A
+refused request, a deadline dropped under ``expired: drop`` and a request whose
+items kept failing become dead letters, by the ``dead_letter`` signal as locally.
 """
 
 from __future__ import annotations

@@ -1,30 +1,9 @@
 """The HealthRegistry in Redis: one token bucket and health score per domain for all workers.
 
-With a per-process registry, N workers send N times a domain's rate and a 429
-seen by one worker slows only that worker. Here each domain's state is one
-Redis hash, changed only by Lua scripts (atomic, one round trip each), so the
-*combined* send rate stays within the domain's current limit and every
-penalty, Retry-After hold or open circuit applies to all workers at once.
-
-The policy is the local :class:`~scrapy_openclaw.health.HealthRegistry`'s,
-rule for rule: slow start and its threshold, latency-based slowdown, the
-brief hold after a 429 without Retry-After, the circuit with its half-open
-probe. The Lua port lives in :data:`scrapy_openclaw.distributed.lua.HEALTH`
-(which names, for each rule, the Python method it mirrors); the module
-constants and the domain's ``HealthPolicy`` are handed to it as data, and
-``tests/test_distributed_parity.py`` runs both on the same events.
-
-Round trips: the queue's pop script takes the token in the same round trip as
-the pop; recording an outcome is one more. During a crawl (the link's Redis
-thread runs) every change is applied to the cache at once and sent to Redis
-in the background, whose reply refreshes the cache; the reactor never waits.
-Each domain's hash lives in the domain's queue shard (same hash tag). Everything else (``state``,
-``ready_at``, ``blocked_until``, ``concurrency``, ``domains``, read by the
-middleware, the metrics and the log table) is served by the inherited local
-registry, used here as a cache that every script reply refreshes. It shows
-this worker's latest view of a domain (at most one pop or response old).
-While Redis is unreachable the cache also takes the writes, so the worker
-keeps pacing on its own until Redis is back.
+With a registry per process, N workers send N times a domain's rate and a 429
+slows only the worker that saw it. Here each domain's state is one Redis hash
+changed only by Lua scripts, so the combined rate stays within the domain's
+limit and every penalty, hold or open circuit applies to all workers at once.
 """
 
 from __future__ import annotations
@@ -81,6 +60,17 @@ class RedisHealthRegistry(HealthRegistry):
     that change state run in Redis. *clock* (seconds, default ``time.time``)
     is the "now" handed to the scripts when a caller gives none; the inherited
     cache methods without a ``now`` argument still read the wall clock.
+
+    The rules are the local registry's, rule for rule, ported to Lua in
+    :data:`scrapy_openclaw.distributed.lua.HEALTH` (which names, for each rule, the Python
+    method it mirrors); the module constants and the domain's ``HealthPolicy`` are handed
+    to it as data, and ``tests/test_distributed_parity.py`` runs both on the same events.
+    The queue's pop takes the token in its own round trip; recording an outcome is one
+    more. During a crawl every change is applied to the cache at once and sent in the
+    background, and the reply refreshes the cache, so readers (``state``, ``ready_at``,
+    the metrics, the log table) see this worker's latest view, at most one pop or response
+    old. While Redis is unreachable the cache takes the writes too, and the worker keeps
+    pacing on its own. Each domain's hash lives in the domain's queue shard.
     """
 
     def __init__(

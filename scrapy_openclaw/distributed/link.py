@@ -1,15 +1,9 @@
 """One Redis thread and one shared view of "is Redis reachable" for a crawl's distributed components.
 
-During a crawl (:meth:`RedisLink.start_background`) every Redis call of the
-queue, the health registry and the control channel runs on one thread of its
-own (:meth:`RedisLink.submit`, FIFO, so a page's acknowledgement never
-overtakes the pushes of its links); results come back to the reactor thread.
-A slow, paused or unreachable Redis thus never stalls the reactor: downloads,
-``/metrics`` and timers go on while the components serve from memory
-(buffered writes, prefetched requests, the cached health state). Outside a
-crawl (tests, the CLI) calls run inline. The first failure opens a backoff
-window (0.1 s doubling to 5 s) during which no component calls Redis; the
-first successful call after it closes the outage once for everyone.
+During a crawl every Redis call of the queue, the health registry and the control
+channel runs on one thread of its own, in order, so a slow, paused or unreachable
+Redis never stalls the reactor; outside a crawl (tests, the CLI) calls run inline.
+One outage is seen, backed off from and ended once for every component.
 """
 
 from __future__ import annotations
@@ -38,7 +32,10 @@ _MAX_BACKOFF = 5.0
 class RedisLink:
     """Outage state shared by the queue and the health registry of one crawler.
 
-    *clock*: a zero-argument callable returning seconds (the backoff windows'
+    :meth:`submit` is FIFO, so a page's acknowledgement never overtakes the pushes of its
+    links; results come back to the reactor thread. The first failure opens a backoff
+    window (0.1 s doubling to 5 s) during which no component calls Redis; the first
+    successful call after it closes the outage once for everyone. *clock*: a zero-argument callable returning seconds (the backoff windows'
     and the outage's time; tests pass a fake one).
     """
 

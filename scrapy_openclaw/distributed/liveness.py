@@ -1,13 +1,9 @@
 """A worker's sign of life in Redis, sent by a thread of its own.
 
-A lease lasts ``OPENCLAW_DISTRIBUTED_LEASE`` (60 s by default) so that a busy
-worker never loses it; waiting that long to notice a killed worker would stall
-the crawl. Instead every worker pushes its entry in the crawl's ``live`` set
-(``lua/workers.lua``) ``OPENCLAW_DISTRIBUTED_LIVENESS`` seconds ahead, five
-times per period, from this thread: a reactor busy parsing, or a long Redis
-round, does not stop it, so only a dead (or frozen) process misses it. Any
-live worker that finds an entry past its time hands that worker's leases back
-(``lua/reclaim.lua``, in the queue's counting round).
+A lease lasts long enough that a busy worker never loses it, and waiting that
+long to notice a killed worker would stall the crawl. So each worker keeps its
+entry in the crawl's ``live`` set pushed ahead from a thread that a busy reactor
+cannot stop (docs/distributed-workers.md, "Liveness and lease hand-back").
 """
 
 from __future__ import annotations

@@ -1,26 +1,9 @@
 """Acknowledging leases when a request is really finished.
 
 A leased request is acknowledged at :class:`~scrapy_openclaw.lifecycle.RequestLifecycle`'s
-``on_finished``: the engine reports it only after the callback or errback
-ran, every request it yielded was pushed to Redis and every item left the
-item pipelines. (The end of the callback's generator is too early: under the
-asyncio reactor Scrapy drains the generator before it schedules what it
-yielded, so a worker killed in between would lose those links.) That covers
-errbacks, requests that became dead letters and callbacks that raised, too.
-
-Special cases:
-
-* A retry or redirect copy of a leased request carries its lease in meta;
-  the queue's push script acknowledges the original atomically with the
-  copy's push. A request the callback or errback yields with the page's meta
-  but another URL is new work, not the page again: its copy of the lease is
-  removed when it is scheduled, so it cannot acknowledge the page early.
-* An item that failed in a pipeline (its store was down), or a download that
-  failed because our own Redis did, hands the lease back instead (fetched
-  again, at most ``OPENCLAW_DISTRIBUTED_MAX_RELEASES`` times).
-
-Anything not acknowledged (the worker died) is re-queued when its lease
-expires, so the only cost of a crash is fetching those requests again.
+``on_finished``, which the engine reports only after every request the callback or
+errback yielded was pushed and every item left the pipelines: the end of the
+callback's generator is too early, and a worker killed there would lose those links.
 """
 
 from __future__ import annotations
@@ -46,6 +29,15 @@ class LeaseAckDownloaderMiddleware:
     A downloader middleware (closest to the engine) because it must see where
     the download ends: before that, a request carrying the lease is a retry
     or redirect copy; after it, the callback or errback is producing new work.
+
+    A retry or redirect copy carries the lease in meta, and the queue's push script
+    acknowledges the original atomically with the copy's push. A request the callback
+    or errback yields with the page's meta but another URL is new work: its copy of the
+    lease is removed when it is scheduled, so it cannot acknowledge the page early. An
+    item that failed in a pipeline, or a download that failed because our own Redis did,
+    hands the lease back instead (fetched again, at most
+    ``OPENCLAW_DISTRIBUTED_MAX_RELEASES`` times). Anything not acknowledged (the worker
+    died) is re-queued when its lease expires.
     """
 
     def __init__(self, crawler: Crawler):

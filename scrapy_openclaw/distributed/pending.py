@@ -1,16 +1,9 @@
 """What a distributed crawl has left to do, as one worker last counted it in Redis.
 
-Scrapy closes a spider when its scheduler has no pending request. In a
-distributed crawl a worker's own queue is the whole crawl's: a request that
-waits in Redis (a retry's not-before time, a held or throttled domain, a lease
-of another worker, dead or alive) is pending for every worker, and so is a live
-worker that still has work of its own not in Redis yet (start requests being
-read, writes buffered). A worker closes only when all of that is zero.
-
-The count comes from the queue's background rounds (``rounds.py``), never from
-a Redis call on the reactor. A zero is believed only when it is sure: counted
-after this worker's own last writes reached Redis, fresh, and *stable* (no
-worker turned busy while the shards were counted one after the other).
+Scrapy closes a spider when its scheduler has no pending request; in a distributed
+crawl that is everything the whole crawl still has to do, in Redis and in live
+workers (docs/distributed-workers.md). The count comes from the queue's background
+rounds, and a zero is believed only when it is sure.
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
 """The Redis side of the leased queue: one round of calls, run on the link's Redis thread.
 
-The queue (reactor thread) gathers what it owes Redis (pushes, acknowledgements,
-releases, refusals, a heartbeat) and what it wants (pops ahead, counts) into a
-:class:`Round`; :class:`RoundRunner` runs the round's Lua scripts in order on
-the Redis thread (a page's links before its acknowledgement) and writes the
-results into the round, which goes back to the reactor thread. A Redis error
-stops the round where it is: what was not confirmed stays buffered and goes
-in the next round, so nothing is lost.
+The queue gathers what it owes Redis and what it wants into a :class:`Round`;
+:class:`RoundRunner` runs the round's scripts in order (a page's links before its
+acknowledgement). A Redis error stops the round where it is: what was not
+confirmed stays buffered for the next round, so nothing is lost.
 """
 
 from __future__ import annotations

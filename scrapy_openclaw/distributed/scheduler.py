@@ -1,15 +1,9 @@
 """scrapy-redis's Scheduler with a clear start-up error and no loss during Redis outages.
 
-Three gaps of the stock scheduler: an unreachable Redis fails deep inside
-``from_settings`` with a bare connection error; a Redis error in
-``enqueue_request`` (the dupefilter's SADD) loses the request; and the SADD and
-the push are two round trips, so a worker killed between them leaves a
-fingerprint marked "seen" whose request was never queued -- the page is lost
-for good (the parent's lease is re-queued, but its re-fetch finds the child
-"seen"). Here the first names the URL; with scrapy-redis's own
-``RFPDupeFilter`` and our queue the mark and the push are one Lua step (and
-wait in memory together while Redis is down); any other dupefilter is asked
-first, as before, and queues unchecked when Redis is down.
+The stock scheduler fails deep inside ``from_settings`` when Redis is unreachable,
+loses a request when the dupefilter's SADD fails, and marks a fingerprint "seen"
+and pushes its request in two round trips, so a worker killed in between loses the
+page for good. Here the error names the URL, and the mark and the push are one step.
 """
 
 from __future__ import annotations
@@ -58,7 +52,14 @@ def _where(client: Any) -> tuple[Any, ...]:
 
 
 class OpenClawRedisScheduler(Scheduler):
-    """``SCHEDULER`` in distributed mode; behaves as scrapy-redis's otherwise."""
+    """``SCHEDULER`` in distributed mode; behaves as scrapy-redis's otherwise.
+
+    With scrapy-redis's own ``RFPDupeFilter`` and our queue, the fingerprint's mark and
+    the push are one Lua step (and wait in memory together while Redis is down). Any
+    other dupefilter is asked first, as before, and a request is queued unchecked while
+    it is unreachable: at worst a duplicate fetch, never a lost request. (A parent's
+    lease is re-queued after a crash, but its re-fetch would find a lost child "seen".)
+    """
 
     df: Any  # (scrapy-redis's, set in its __init__ or in open())
 

@@ -1,13 +1,9 @@
 """JSON for scrapy-redis's ``SCHEDULER_SERIALIZER`` hook: requests as data, never pickle.
 
-scrapy-redis's default serializer is pickle, so anyone who can write to the
-queue key can run code on every worker. This module has the ``loads`` /
-``dumps`` pair scrapy-redis expects: ``dumps`` seals the JSON with the store
-key (``{"_mac":"<hex>",...}``, see :mod:`scrapy_openclaw.serialization.signing`),
-and ``loads`` checks the size and the seal before any byte of the entry is
-parsed, refusing a pickle, a forged or oversized entry with
-:class:`RefusedPayload`. The queue moves refused entries aside; they are
-never executed. A sealed entry is the crawl's own, trusted whole.
+scrapy-redis's default serializer is pickle, so anyone who can write to the queue
+key can run code on every worker. ``dumps`` seals the JSON with the store key
+(``{"_mac":"<hex>",...}``); ``loads`` checks the size and the seal before parsing
+a byte, and raises :class:`RefusedPayload`, which the queue moves aside unrun.
 """
 
 from __future__ import annotations

@@ -1,22 +1,9 @@
 """Waking idle workers when work arrives, without polling Redis.
 
-A worker that found its shards empty would otherwise look at each of them
-again several times a second, one script call each: about 80 calls per second
-per idle worker. Instead it looks at an empty shard again only rarely
-(``EMPTY_WAIT``), and waits on the crawl's wake stream (``K:{spider#0}:wake``,
-a Redis stream) on a thread of its own with ``XREAD BLOCK``: one call per
-``BLOCK`` seconds while nothing happens. A worker whose push gives a domain
-its first ready entry in a shard adds the shard to the stream (at most once
-per ``NOTIFY_EVERY`` seconds per worker, the shards of that time in one
-entry), and so does a worker that turns idle (the others count the crawl's
-work again, to close when it is done). A stream, not a list: every waiting
-worker reads each entry (``BLPOP`` would wake only one).
-
-The thread blocks only while its worker is *hungry* (its last pop round
-leased fewer requests than it wanted); a busy worker reads nothing. What it
-reads goes to the reactor thread (``callFromThread``); the reactor itself never
-waits on Redis. The stream is capped (``MAXLEN ~``); a lost entry costs a few seconds: the
-crawl's counts (every two seconds) name the shards with ready entries.
+A worker that found its shards empty would otherwise look at each of them again
+several times a second, one script call each. Instead it waits on the crawl's
+wake stream with ``XREAD BLOCK`` on a thread of its own, and a worker whose push
+gives a shard work (or that turns idle) adds an entry (docs/distributed-workers.md).
 """
 
 from __future__ import annotations
@@ -89,7 +76,13 @@ def _parse(entries: list[Any]) -> tuple[set[int], bool]:
 
 class Wakeup:
     """Reads the wake stream *key* while wanted; ``deliver(on_wake, shards, idle)`` hands each
-    read to the reactor thread (*deliver*: ``reactor.callFromThread``)."""
+    read to the reactor thread (*deliver*: ``reactor.callFromThread``).
+
+    The thread blocks only while its worker is *hungry* (its last pop round leased fewer
+    requests than it wanted); a busy worker reads nothing, and the reactor never waits on
+    Redis. A stream, not a list: every waiting worker reads each entry (``BLPOP`` would wake
+    only one).
+    """
 
     def __init__(
         self,

@@ -1,10 +1,9 @@
 """DeadLetterPipeline: every request or item given up on lands in a store.
 
-Dead letters arrive two ways: the retry middleware and the deadline queue
-send :data:`scrapy_openclaw.signals.dead_letter` with a ready record, and
-items dropped by any pipeline with a validation error (Scrapy's
-``item_dropped`` signal, classified by the error taxonomy as ``business``)
-become records here. The pipeline only writes; it never changes items.
+Dead letters arrive two ways: whatever gives up on a request (retry, ban
+detection, a given-up domain, the local or Redis queue, a checkpoint restore)
+sends :data:`scrapy_openclaw.signals.dead_letter` with a ready record, and items
+dropped with a validation error (Scrapy's ``item_dropped``) become records here.
 """
 
 from __future__ import annotations

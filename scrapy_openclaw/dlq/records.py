@@ -1,12 +1,9 @@
 """Reading dead letters back: the one validating reader every store and command uses.
 
-A store is untrusted input (a hand-edited file, a Redis stream other tools
-write to), so a record is checked before anything uses it: its seal (an
-HMAC with the store key, checked before the JSON is even parsed), known
-format version and the type of every field. A bad record raises
-:class:`InvalidRecord` naming the field (:class:`UnsealedRecord` when the
-seal fails); the stores skip it with a counted warning, so one bad record
-never breaks the tooling for everybody.
+A store is untrusted input (a hand-edited file, a Redis stream other tools write
+to), so a record's seal, format version and field types are checked before
+anything uses it. A bad record raises :class:`InvalidRecord`; the stores skip it
+with a counted warning, so one bad record never breaks the tooling for everybody.
 """
 
 from __future__ import annotations

@@ -2,19 +2,8 @@
 
 ``scrapy openclaw-dlq replay SPIDER`` registers a :class:`ReplayPlan` for the
 crawler (through :mod:`scrapy_openclaw.runtime`) and enables
-:class:`ReplayStartMiddleware`, which replaces the spider's own start
-requests with the dead letters' requests: one per URL fingerprint (the newest
-record; see :func:`select`), ``protocol_permanent`` and ``domain_down`` letters
-only when asked. Records are marked in place: ``replayed_at``,
-``replay_outcome`` (``sent``, then ``recovered`` or ``failed``; older copies of
-the same URL ``duplicate``); a page that fails again updates its own record
-(:meth:`ReplayPlan.failed_again`, called by the dead-letter pipeline) instead of
-adding a new one. Links the callbacks follow are
-crawled as usual, so a recovered page's subtree is scraped too. A record
-whose request cannot be rebuilt, is refused as stored data (scheme,
-callback: see :func:`~scrapy_openclaw.serialization.request_from_data`) or is
-offsite (:func:`replay_request`), is skipped, logged and counted (``openclaw/dlq/replay_skipped``); the others
-are still replayed.
+:class:`ReplayStartMiddleware`, which replaces the spider's start requests with
+the dead letters' requests (:func:`select`). docs/dead-letters.md, "Replay".
 """
 
 from __future__ import annotations

@@ -1,13 +1,9 @@
 """Error snapshots: the first few responses of each kind of failure, kept beside the dead letters.
 
-A dead letter says what failed; a snapshot shows what the server actually
-sent. For each error signature (class, status, exception type, domain) the
-first ``OPENCLAW_SNAPSHOT_COUNT`` distinct answers (status, body, error message) are
-kept: headers and the
-first ``OPENCLAW_SNAPSHOT_MAX_BYTES`` of the body, secrets masked. Bodies are
-content-addressed (``bodies/<sha256>``), so the same data is never stored
-twice; files are written from a thread (atomic, 0600) so the reactor never
-waits on the disk. ``scrapy openclaw-dlq show`` and ``stats`` point to them.
+A dead letter says what failed; a snapshot shows what the server actually sent.
+Bodies are content-addressed, so the same data is never stored twice, and files
+are written from a thread, so the reactor never waits on the disk
+(docs/dead-letters.md, "Error snapshots").
 """
 
 from __future__ import annotations

@@ -1,18 +1,9 @@
 """BanDetectionMiddleware: a ban or challenge page never reaches a callback as data.
 
-It sits on the downloader's side of the health middleware (order 580), so it
-sees each response first. An answer the error taxonomy classifies as
-``blocked`` (a built-in challenge marker on a 403/429/503, or a marker the
-domain's policy lists, on any status) is a domain signal: the health
-middleware records it (``blocked_penalty``, a hold of ``blocked_hold`` seconds
-or the response's Retry-After), ``openclaw_signals.blocked`` is sent, and the
-request is retried after the hold on the ``retry.blocked`` schedule or, out of
-attempts, becomes a dead letter (IgnoreRequest: the callback never runs).
-
-The retry bypasses Scrapy's HTTP cache (``meta["dont_cache"]``): with
-``HTTPCACHE_ENABLED`` the ban page was stored, and each retry would get it back
-from the cache until the attempts ran out. A ban page that comes from the cache
-is an old answer: it is retried the same way but costs the domain nothing.
+It sits on the downloader's side of the health middleware (order 580), so it sees
+each response first. An answer the error taxonomy classifies as ``blocked`` is a
+domain signal: the domain is held, and the request retried after the hold (past
+the HTTP cache) or, out of attempts, a dead letter (docs/health.md, "Ban detection").
 """
 
 from __future__ import annotations

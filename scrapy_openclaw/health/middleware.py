@@ -1,19 +1,9 @@
 """DomainHealthMiddleware: feeds the HealthRegistry and applies it to Scrapy's download slots.
 
 It sits next to the downloader (order 560, inside the retry middleware), so it
-sees every raw response and download failure, asks the registry whose trouble
-a failure is (``meta["openclaw_failure_scope"]``: page or domain, read by the
-retry middleware) and records it. From the registry it sets each download
-slot's ``concurrency`` (its own concurrency scaled by health) and, when the
-scheduler queue does not gate domains itself, the slot's ``delay``. With
-``ROBOTSTXT_OBEY`` it passes robots.txt ``Crawl-delay`` to the registry.
-
-A request for a domain that is held (Retry-After) or whose circuit is open is
-not sent and not waited for here (waiting in a middleware would hold one of
-the ``CONCURRENT_REQUESTS`` places): it goes back to the scheduler with a
-not-before time, and the queue (or :class:`~scrapy_openclaw.delay.DelayedRequests`)
-keeps it until then. Requests already queued inside the download slot when a
-hold starts are paused in the slot itself (see :func:`~scrapy_openclaw.scrapy_internals.pause_slot`).
+sees every raw response and download failure, judges whose trouble a failure is
+and records it; from the registry it sets each slot's concurrency (and, without
+our queue, its delay). A held domain's requests wait in the scheduler, not here.
 """
 
 from __future__ import annotations
@@ -67,7 +57,14 @@ _MIN_PRUNE = 1024  # tuned-slot records kept before the first prune
 
 
 class DomainHealthMiddleware:
-    """Downloader middleware: per-domain health, pacing, circuit breaking and Retry-After holds."""
+    """Downloader middleware: per-domain health, pacing, circuit breaking and Retry-After holds.
+
+    A request for a domain that is held or whose circuit is open is not sent and not
+    waited for here (waiting in a middleware would hold one of the
+    ``CONCURRENT_REQUESTS`` places): it goes back to the scheduler with a not-before time.
+    Requests already queued inside the download slot when a hold starts are paused in
+    the slot itself (:func:`~scrapy_openclaw.scrapy_internals.pause_slot`).
+    """
 
     def __init__(self, crawler: Crawler):
         self.crawler = crawler

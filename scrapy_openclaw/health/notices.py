@@ -1,13 +1,8 @@
-"""What the health middleware tells a person about a domain: each circuit opening with its real
-trigger, repeats condensed, and one hint when a domain stays slow.
+"""What the health middleware tells a person: circuit openings, repeats condensed, one slow-domain hint.
 
-A flapping site would otherwise write an "opened" and a "closed" line per
-cool-down for hours. The first opening and closing of a domain are logged in
-full; later ones are counted and summed up in one line per domain every
-``OPENCLAW_LOG_REPEAT_INTERVAL`` seconds (and at close). A domain paced at or
-near its ``min_rate``, or kept down by its circuit, for
-``OPENCLAW_SLOW_HINT_AFTER`` seconds without getting faster gets one warning
-naming the policy key that keeps it there.
+Each opening is logged with its real trigger. A flapping site would otherwise
+write an "opened" and a "closed" line per cool-down for hours, and a domain kept
+slow by its policy gets one hint naming the key to change (docs/health.md).
 """
 
 from __future__ import annotations

@@ -1,29 +1,9 @@
 """A Prometheus collector that reads the crawl's owners at scrape time.
 
-Per-domain health, queue depth and in-flight downloads belong to other
-components (the HealthRegistry, the scheduler's queue, Scrapy's downloader);
-this collector asks them when Prometheus scrapes instead of keeping a second
-copy that could drift. Only event counts that nobody else keeps per domain
-(responses, latency, dead letters) are counted by the extension itself.
-
-What it relies on, all public or public-ish:
-
-- ``crawler.stats.get_stats()`` — ``item_scraped_count``, ``item_dropped_count``,
-  ``openclaw/retry/<class>/count`` and ``.../max_reached`` (retry middleware),
-  ``openclaw/checkpoint/...`` (see :data:`CHECKPOINT_KEYS`);
-- ``health_registry(crawler)`` (:mod:`scrapy_openclaw.health.reader`) with ``domains()`` and ``state(domain)``,
-  when the health middleware runs;
-- the engine's scheduler (:func:`~scrapy_openclaw.scrapy_internals.scheduler_of`)
-  and its ``len()``; with the
-  DeadlinePriorityQueue, :func:`scrapy_openclaw.pqueues.queue_state` (ready,
-  delayed, expired so far, per domain); otherwise the
-  :class:`~scrapy_openclaw.delay.DelayedRequests` fallback's ``len()``;
-- the downloader's active requests, overall and per slot
-  (:func:`~scrapy_openclaw.scrapy_internals.downloader_activity`).
-
-Prometheus' Twisted resource renders in a reactor thread-pool thread, so
-:meth:`OpenClawCollector.collect` hands the reading to the reactor thread
-(bounded wait): the crawl's dicts are only ever read where they are written.
+Per-domain health, queue depth and in-flight downloads belong to other components
+(the HealthRegistry, the scheduler's queue, Scrapy's downloader); this collector
+asks them when Prometheus scrapes instead of keeping a copy that could drift. The
+request figures are served by :class:`~scrapy_openclaw.metrics.families.FiguresCollector`.
 """
 
 from __future__ import annotations
@@ -149,7 +129,20 @@ def on_reactor_thread(func: Callable[[], Any], timeout: float = _SCRAPE_TIMEOUT)
 
 
 class OpenClawCollector:
-    """Gauges and counters whose values another component owns, read per scrape."""
+    """Gauges and counters whose values another component owns, read per scrape.
+
+    What it reads: ``crawler.stats`` (``item_scraped_count``, ``item_dropped_count``,
+    ``openclaw/retry/<class>/count`` and ``.../max_reached``, the :data:`CHECKPOINT_KEYS`);
+    :func:`~scrapy_openclaw.health.reader.health_registry` (``domains()``, ``state(domain)``),
+    when the health middleware runs; the engine's scheduler
+    (:func:`~scrapy_openclaw.scrapy_internals.scheduler_of`) and its ``len()``, with the
+    DeadlinePriorityQueue's :func:`~scrapy_openclaw.pqueues.queue_state` (ready, delayed,
+    expired, per domain) or else the :class:`~scrapy_openclaw.delay.DelayedRequests`
+    fallback's ``len()``; the downloader's active requests, overall and per slot
+    (:func:`~scrapy_openclaw.scrapy_internals.downloader_activity`). Prometheus' Twisted
+    resource renders in a thread-pool thread, so :meth:`collect` hands the reading to the
+    reactor thread (bounded wait): the crawl's dicts are only read where they are written.
+    """
 
     def __init__(self, crawler: Crawler, labels: DomainLabels, spider_name: Callable[[], str]):
         self.crawler = crawler

@@ -1,19 +1,9 @@
 """MetricsExtension: Prometheus metrics and a live per-domain log table.
 
-Enable with ``EXTENSIONS = {"scrapy_openclaw.metrics.MetricsExtension": 500}``
-(the add-on does). Each crawler gets its own ``CollectorRegistry`` — several
-crawls in one process never share or clash. ``/metrics`` is served from
-Scrapy's own reactor (prometheus_client's Twisted resource) on
-``OPENCLAW_METRICS_HOST:OPENCLAW_METRICS_PORT``; a port in use is logged and
-the crawl goes on without the endpoint. ``OPENCLAW_METRICS_PUSHGATEWAY``
-pushes one final snapshot at close, for runs too short to be scraped.
-
-The request figures (requests, answers by status class, failures, retries,
-dead letters, bytes, circuit openings) are counted once, by
-:class:`~scrapy_openclaw.metrics.figures.CrawlFigures`, and served from there
-(:class:`~scrapy_openclaw.metrics.families.FiguresCollector`); the extension
-observes only latency itself; every value another component owns is read at
-scrape time by :class:`~scrapy_openclaw.metrics.collector.OpenClawCollector`.
+Each crawler gets its own ``CollectorRegistry``, so crawls in one process never
+clash, served on ``/metrics`` from Scrapy's own reactor (docs/monitoring.md). The
+extension observes only latency itself: the request figures come from
+:class:`~scrapy_openclaw.metrics.figures.CrawlFigures`, the rest from their owners.
 """
 
 from __future__ import annotations

@@ -1,24 +1,8 @@
-"""The crawl's per-domain figures, each counted once: the log table, ``/metrics`` and the
-politeness report read them here (``docs/figures.md`` defines each one).
+"""The crawl's per-domain figures, each counted once: the log table, ``/metrics`` and the report read them.
 
-- **request**: an attempt handed to the downloader (``request_reached_downloader``),
-  robots.txt and retries included: what the site receives.
-- **answer**: an attempt that came back with an HTTP response, by status; the
-  others are **errors** (no answer: refused, dropped, timed out).
-- **failure**: an attempt of the spider's own requests (robots.txt and other
-  Scrapy-internal downloads never count) that the error taxonomy calls failed:
-  an error status or no answer.
-- **retry**: an attempt that repeats a failed one (``retry_times`` > 0), counted
-  when it is sent, so requests = first attempts + retries.
-- **done**: a spider request finished for good: its response went on to the
-  spider, or it became a dead letter (once: a callback that gives up on its
-  answer leaves a dead letter for a request already done); an answer whose
-  callback failed to parse it and was retried is not done.
-- **dead letter**: a record the dead-letter store keeps (internal ones never).
-
-A domain is a download-slot key, as everywhere in this package. Domains past
-``OPENCLAW_REPORT_MAX_DOMAINS`` share one ``other`` row, so a broad crawl stays
-bounded.
+Each figure is defined in docs/politeness-report.md, "The figures". A domain is a
+download-slot key, as everywhere in this package; domains past
+``OPENCLAW_REPORT_MAX_DOMAINS`` share one ``other`` row, so a broad crawl stays bounded.
 """
 
 from __future__ import annotations
@@ -63,7 +47,15 @@ def status_class(status: int) -> str:
 
 @dataclass
 class DomainFigures:
-    """One domain's counts since the crawl started (the definitions are the module's)."""
+    """One domain's counts since the crawl started.
+
+    A *request* is an attempt handed to the downloader (robots.txt and retries included);
+    a *retry* counts when it is sent, so requests = first attempts + retries. An *error*
+    is an attempt without an answer; a *failure* an attempt of the spider's own requests
+    that the error taxonomy calls failed (an error status, or no answer). *Done* is a
+    spider request finished for good, once: its answer went on to the spider or it
+    became a dead letter; a parse retry takes back the done of the answer before it.
+    """
 
     requests: int = 0
     retries: int = 0

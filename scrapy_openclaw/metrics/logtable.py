@@ -1,17 +1,8 @@
 """Progress and a compact per-domain table in the crawl log, every ``LOGSTATS_INTERVAL`` and at close.
 
-Every interval one progress line says how far the crawl is: requests done,
-pending (queued + waiting for a retry or not-before time + in flight) of those
-discovered, the rate over the last interval and the ETA at that rate; when
-nothing was sent in an interval although requests are pending, what they wait
-for (an open circuit, a hold). The table comes with it, and once more at close
-with the whole crawl's figures.
-
-Scrapy's LogStats line says how the crawl does as a whole; this table says
-which domains carry it and which are in trouble, for operators who read logs
-rather than dashboards. Domains with a circuit that is not closed come first,
-then the busiest ones. Health, rate and circuit are read from the
-HealthRegistry when the table is written (shown as ``-`` without one).
+Scrapy's LogStats line says how the crawl does as a whole; this says how far it
+is, which domains carry it and which are in trouble, and what pending requests
+wait for, for operators who read logs rather than dashboards (docs/monitoring.md).
 """
 
 from __future__ import annotations

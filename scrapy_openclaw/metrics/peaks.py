@@ -1,12 +1,9 @@
 """The busiest 1 s and 5 s of requests sent to a domain, from send times that arrive out of order.
 
 A request's send time is known only when it comes back (its answer's
-``download_latency`` says how long ago it left), so send times reach us out
-of order, by up to a download timeout. They are counted in 10 ms bins; a bin
-range older than the *horizon* can no longer change, so the sliding maxima
-over it are final and its bins can go, which keeps the memory to the bins
-of the last horizon. The maxima are those of half-open windows ``[t, t+w)``,
-as the chaos site counts them.
+``download_latency`` says how long ago it left), so send times arrive out of
+order, by up to a download timeout; :class:`Peaks` keeps them in bins until
+they are final.
 """
 
 from __future__ import annotations
@@ -36,7 +33,13 @@ def sliding_max(bins: Mapping[int, int], width: int) -> int:
 
 
 class Peaks:
-    """Per-domain send-time bins and the busiest window of each length seen so far."""
+    """Per-domain send-time bins and the busiest window of each length seen so far.
+
+    Send times are counted in 10 ms bins. A bin range older than the *horizon* can no
+    longer change, so the sliding maxima over it are final and its bins can go, which
+    keeps the memory to the bins of the last horizon. The maxima are those of half-open
+    windows ``[t, t+w)``, as the chaos site counts them.
+    """
 
     __slots__ = ("bins", "best", "fresh")
 

@@ -1,12 +1,8 @@
 """Every counter of ``/metrics`` from the first scrape, at 0 until it counts.
 
-Prometheus shows a counter that was never exported as "No data", and a
-``rate()`` over it as nothing at all; a crawl that has not failed yet should
-read 0 failures. So each counter family gets a 0 for every label combination
-it can have that it does not report yet: the domains the metrics know (or
-``other`` before the first), the four status classes, the error classes. A
-family with a label whose values cannot be listed in advance (``reason``) is
-left as it is.
+Prometheus shows a counter that was never exported as "No data", and a ``rate()``
+over it as nothing at all; a crawl that has not failed yet should read 0 failures.
+A label whose values cannot be listed in advance (``reason``) is left as it is.
 """
 
 from __future__ import annotations

@@ -1,26 +1,9 @@
 """Per-domain policies: defaults plus overrides by host pattern, validated once.
 
-A policy has three parts, one per component: ``health``, ``retry`` and
-``deadline``. The built-in defaults are the dataclass defaults (:mod:`.policies`);
-``OPENCLAW_POLICY`` (a dict in ``settings.py``) and then the YAML file named by
-``OPENCLAW_POLICY_FILE`` are layered on top. Both have the same schema::
-
-    defaults:
-      health: {base_concurrency: 8}
-      retry: {network: {max_attempts: 5}}
-    domains:
-      "*.example.com":      # every subdomain of example.com (not example.com)
-        health: {base_rate: 2}
-      api.example.com:      # exact host: more specific, applied last
-        retry: {budget_ratio: 0.1}
-
-Matching rules apply from least to most specific (wildcards with fewer labels
-first, exact hosts last), each overriding only the keys it names. Any error
-stops the crawl at start with the file, line and key.
-
-The parts: :mod:`.policies` (the dataclasses: knobs, defaults, ranges),
-:mod:`.loading` (the layers read and merged), :mod:`.validation` (checking
-and building), :mod:`.matching` (host-pattern rules). Every name is importable from here.
+A policy has one part per component (``health``, ``retry``, ``deadline``): the
+dataclass defaults, then ``OPENCLAW_POLICY``, then ``OPENCLAW_POLICY_FILE``, each
+with rules by host pattern (docs/reference/policy.md). The parts: :mod:`.policies`,
+:mod:`.loading`, :mod:`.validation`, :mod:`.matching`; every name is importable here.
 """
 
 from __future__ import annotations

@@ -1,13 +1,9 @@
 """PolitenessReportExtension: at the end of every crawl, what it did to each site.
 
-Enable with ``EXTENSIONS = {"scrapy_openclaw.report.PolitenessReportExtension": 505}``
-(the add-on does). At close it builds the report from the crawl's figures
-(:class:`~scrapy_openclaw.metrics.figures.CrawlFigures`) and the health
-registry, logs its table (the busiest ``OPENCLAW_REPORT_ROWS`` domains) and
-writes it as JSON to ``OPENCLAW_REPORT_PATH`` (``scrapy openclaw-report``
-reads it back). In distributed mode every worker's part and send times meet
-in Redis (:mod:`.shared`), and the report a worker writes covers every worker
-that has finished by then: the last one to close writes the whole crawl's.
+At close it builds the report from the crawl's figures and the health registry,
+logs its table and writes it as JSON for ``scrapy openclaw-report``. In
+distributed mode the workers' parts meet in Redis (:mod:`.shared`): the last
+worker to close writes the whole crawl's (docs/politeness-report.md).
 """
 
 from __future__ import annotations

@@ -1,13 +1,7 @@
-"""The politeness report as data: what a crawl did to each site, built from the figures' and the
-health registry's own values, merged across workers, validated when read back.
+"""The politeness report as data: what a crawl did to each site, merged across workers, validated when read back.
 
-One domain's entry (``docs/politeness-report.md`` explains each field)::
-
-    requests, retries, done, failures, errors, bytes, busiest_1s, busiest_5s,
-    answers {"2xx": n, ...}, statuses {"429": n, ...}, throttled_429, unavailable_503,
-    retry_after {received, honoured, largest_seconds, held_seconds}, held_seconds, circuit_openings,
-    circuit_seconds,
-    robots_txt {status, crawl_delay, disallowed, disallowed_paths}, limit, dead_letters {class: n}
+Built from the figures' and the health registry's own values, never counted again
+here. One domain's fields are explained in docs/politeness-report.md ("The figures").
 """
 
 from __future__ import annotations

@@ -1,14 +1,9 @@
 """Distributed mode: every worker's figures in one report, through Redis.
 
-Counts add up, so each worker stores its own part at close (one hash field)
-and a report merges the parts. The busiest second does not add up: each
-worker hands its new send-time bins to ``peaks.lua`` every few seconds, which
-adds them to the domain's shared bins and keeps the busiest windows across
-all workers (one script call per domain with new sends; bins older than the
-horizon are final and dropped). Every key of a crawl's report carries one
-hash tag, ``{<scope>#report}``; the scope is ``OPENCLAW_CRAWL_ID`` when set
-(the same on every worker), else the spider's name. Keys expire after
-:data:`TTL`.
+Counts add up, so each worker stores its own part at close and a report merges the
+parts. The busiest second does not: each worker hands its new send-time bins to a
+Lua script (:data:`_SCRIPT`) every few seconds, which keeps the busiest windows
+across all workers. Keys and lifetime: docs/politeness-report.md.
 """
 
 from __future__ import annotations
@@ -27,7 +22,8 @@ if TYPE_CHECKING:
 TTL = 7 * 86400  # seconds the shared report keys live after the last write
 PUSH_INTERVAL = 5.0  # seconds between two hand-overs of a worker's send times
 _WIDTHS = [int(round(w / RESOLUTION)) for w in WINDOWS]
-#: Merge one worker's new send-time bins of a domain, keep the busiest windows across workers.
+#: Merge one worker's new send-time bins of a domain, keep the busiest windows across workers
+#: (one call per domain with new sends; bins older than the horizon are final and dropped).
 _SCRIPT = """
 -- Merge one worker's new send-time bins of a domain and keep the busiest windows across workers.
 -- KEYS[1]: the domain's bins hash (bin -> requests), KEYS[2]: the peaks hash ("<domain>\\t<width>" -> best)

@@ -1,21 +1,9 @@
 """Exponential backoff with jitter, as small callables.
 
-Why jitter: when many requests fail together (a 503 window), retrying them
-all after the same delay brings them back together, and the site falls over
-again. The AWS analysis "Exponential Backoff and Jitter" compares the
-strategies implemented here:
-
-- ``full``: ``U(0, min(cap, base·2ⁿ))`` — least total work, the default;
-- ``equal``: half fixed, half random — never retries "too soon";
-- ``decorrelated``: ``min(cap, U(base, 3·previous))`` — grows from the last
-  delay actually used rather than from the attempt number;
-- ``none``: ``min(cap, base·2ⁿ)`` — deterministic, for tests and for sites
-  you are the only client of.
-
-Every strategy is a frozen dataclass called as ``strategy(attempt, previous)``
-(``attempt`` 0 for the first retry; ``previous`` the delay used last time, or
-None) and takes its random source as ``uniform(a, b)``, so tests can pin it
-and no time has to pass.
+Retried after the same delay, requests that failed together (a 503 window) come
+back together; the strategies of the AWS analysis "Exponential Backoff and Jitter"
+spread them (docs/retry.md, "Backoff"). Each is a frozen dataclass that takes its
+random source as ``uniform(a, b)``, so tests can pin it and no time has to pass.
 """
 
 from __future__ import annotations
@@ -35,7 +23,10 @@ _MAX_EXPONENT = 62
 
 
 class Backoff(Protocol):
-    """A wait strategy: seconds to wait before retry number ``attempt`` (0-based)."""
+    """A wait strategy: seconds to wait before retry number ``attempt`` (0-based).
+
+    ``previous`` is the delay used last time, or None (only ``decorrelated`` uses it).
+    """
 
     def __call__(self, attempt: int, previous: float | None = None) -> float: ...
 

@@ -1,17 +1,9 @@
 """Per-domain retry budgets, so a dying site does not get a retry storm.
 
-Per-request attempt limits do not stop amplification: if every request to a
-site fails, each one is still retried several times, multiplying the load
-exactly when the site can least take it. A retry budget (Finagle's
-``RetryBudget``, Envoy's ``retry_budget``, gRPC retry throttling) caps retries
-at a share of the domain's recent traffic instead:
-
-    retries in the last ``window`` s  <  max(min_retries, ratio × requests in the last ``window`` s)
-
-Requests are counted as they reach the downloader (retries included, as in
-Finagle). Counts are kept in time buckets (1/20 of the window each), so
-memory stays bounded however busy the domain is. Time is passed in, so tests
-need no clock.
+Per-request attempt limits do not stop amplification: if every request to a site
+fails, each is still retried. A retry budget (Finagle's ``RetryBudget``, Envoy's
+``retry_budget``, gRPC retry throttling) caps retries at a share of the domain's
+recent requests: ``retries < max(min_retries, ratio × requests)`` over ``window``.
 """
 
 from __future__ import annotations
@@ -36,7 +28,11 @@ _BUCKETS = 20
 
 
 class SlidingCount:
-    """Events in the last ``window`` seconds, in ``_BUCKETS`` time buckets."""
+    """Events in the last ``window`` seconds, in ``_BUCKETS`` time buckets.
+
+    Buckets of 1/20 of the window keep the memory bounded however busy the domain is;
+    time is passed in, so tests need no clock.
+    """
 
     def __init__(self, window: float):
         if window <= 0:

@@ -1,27 +1,9 @@
 """ClassifiedRetryMiddleware: retry by error class, later, never by waiting.
 
 Scrapy's RetryMiddleware retries at once, the same way for every failure, and
-ignores Retry-After. This one classifies each failure with the crawl's
-:class:`~scrapy_openclaw.errors.ErrorTaxonomy`, picks the domain's policy for
-that class, and returns a *copy* of the request carrying a not-before time
-(``meta["openclaw_not_before"]``). The copy goes back to the scheduler, where
-the deadline queue (or :class:`~scrapy_openclaw.delay.DelayedRequests` with
-any other queue) keeps it until it is due: the wait costs no download slot
-and nothing sleeps.
-
-When a request runs out of attempts, or its domain out of retry budget, it
-becomes exactly one dead letter (``signals.dead_letter``) and the failure
-continues as in plain Scrapy: the response reaches the spider (and
-HttpErrorMiddleware), the exception reaches the errback.
-
-Scrapy's retry settings keep their meaning (``retry/compat.py``, docs/retry.md):
-a project's ``RETRY_TIMES`` caps retries per request, ``RETRY_HTTP_CODES`` and
-``RETRY_EXCEPTIONS`` feed the taxonomy, give-ups log at
-``RETRY_GIVE_UP_LOG_LEVEL`` and Scrapy's ``retry/*`` stats are kept.
-
-The work is done by :func:`get_classified_retry_request` (in
-:mod:`scrapy_openclaw.retry.attempts`, re-exported here), a public helper a
-callback can use too, like Scrapy's ``get_retry_request``.
+ignores Retry-After. This one returns a copy of the request with a not-before time
+from the domain's policy for the failure's class, which waits in the scheduler. The
+work is :func:`get_classified_retry_request`'s (re-exported from :mod:`.attempts`).
 """
 
 from __future__ import annotations

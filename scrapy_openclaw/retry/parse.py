@@ -1,27 +1,9 @@
 """ParseRetryMiddleware: refetch a page whose callback failed to parse it.
 
-A callback that raises one of ``OPENCLAW_PARSE_EXCEPTIONS`` (a selector found
-nothing, bad JSON, :class:`~scrapy_openclaw.errors.ParseError`, ...) often
-met a truncated, soft-blocked or half-rendered page; fetching it again
-later usually works. This spider middleware classifies the exception and
-re-schedules the request (``dont_filter``, delayed by the parse class's
-backoff) within the domain's parse policy and retry budget. When the
-attempts are spent, the page becomes a dead letter and the exception goes on
-as in plain Scrapy (logged as a spider error).
-
-No duplicates, nothing lost. A callback may yield items before it fails.
-While a failure would still be retried, this middleware holds the
-callback's outputs until the callback finishes: on success they are passed
-on, in order; on a retried failure they are discarded, because the retry
-yields them again. The last allowed attempt (and a request with
-``dont_retry``) is not held, so a callback that fails for good still
-delivers what it yielded before the error, exactly as plain Scrapy does; so
-does an attempt whose retry the budget refuses or whose exception is not a
-parse error. The cost: on attempts that may still be retried, outputs reach
-the engine when the callback ends instead of one by one (memory for one
-page's outputs). This is preferred over remembering "which outputs were
-already passed": that needs items that compare equal across fetches, and a
-refetched page often differs (timestamps, ads, ordering).
+A callback that raises one of ``OPENCLAW_PARSE_EXCEPTIONS`` often met a truncated,
+soft-blocked or half-rendered page; fetching it again later usually works. This
+spider middleware re-schedules the request within the domain's parse policy and
+retry budget, and holds the callback's outputs so that a retry never doubles them.
 """
 
 from __future__ import annotations
@@ -66,7 +48,14 @@ class _Attempt:
 
 
 class ParseRetryMiddleware:
-    """Spider middleware: classified retry of callbacks that raise parse errors."""
+    """Spider middleware: classified retry of callbacks that raise parse errors.
+
+    While a failure would still be retried, the callback's outputs are held until it
+    ends: passed on in order on success, discarded on a retried failure (the retry
+    yields them again). Holding is preferred over remembering which outputs were already
+    passed: that needs items that compare equal across fetches, and a refetched page
+    often differs (timestamps, ads, ordering).
+    """
 
     def __init__(self, crawler: Crawler):
         self.crawler = crawler

@@ -1,18 +1,8 @@
 """The incremental cursor of a task: one JSON value kept between runs (file or Redis).
 
-Contract with the spider (tasks with ``incremental: true``):
-
-* the scheduler passes the stored value (or the task's ``initial_cursor``) as
-  ``-a openclaw_cursor=<JSON>``; :class:`~scrapy_openclaw.schedule.RunStatsExtension`
-  decodes it at ``spider_opened``, so ``self.openclaw_cursor`` is the value
-  itself in ``start()`` and callbacks (in ``__init__`` it is still the JSON text);
-* the spider moves it on by assigning ``self.openclaw_cursor = new_value``
-  (anything JSON can hold);
-* the extension writes the final value next to the run's stats at close, and
-  the scheduler stores it only when the run succeeded (exit 0, the crawl
-  finished normally). A failed or interrupted run leaves the cursor as it
-  was, so the retry (which resumes from the checkpoint) starts from the same
-  cursor.
+The contract with the spider (``-a openclaw_cursor=<JSON>`` in, the final
+``spider.openclaw_cursor`` out, stored only after a successful run) is in
+docs/scheduled.md, "Incremental crawls".
 """
 
 from __future__ import annotations

@@ -1,16 +1,8 @@
 """RunStatsExtension: what a scheduled crawl tells its scheduler, written at close.
 
-The scheduler enables it on the ``scrapy crawl`` command line together with
-``OPENCLAW_SCHEDULE_RUN_FILE``; at ``spider_closed`` it writes that file
-(atomically) with the crawl's stats, its finish reason and, for incremental
-tasks, the spider's final ``openclaw_cursor``. It also decodes the cursor the
-scheduler passed as JSON (see ``cursor.py`` for the contract).
-
-A crawl must not outlive its scheduler (killed with SIGKILL, it cannot stop
-it): on Linux the kernel sends the crawl SIGTERM when the scheduler dies
-(``PR_SET_PDEATHSIG``, Scrapy's graceful stop); everywhere, a timer notices
-that the parent process changed, stops the crawl and, if it has not ended
-``OPENCLAW_SCHEDULE_STOP_TIMEOUT`` seconds later, kills it.
+The scheduler enables it with ``OPENCLAW_SCHEDULE_RUN_FILE``; at ``spider_closed``
+it writes that file with the crawl's stats, finish reason and, for incremental
+tasks, the final cursor. It also makes sure a crawl never outlives its scheduler.
 """
 
 from __future__ import annotations
@@ -70,6 +62,15 @@ def _die_with_parent() -> bool:
 
 
 class RunStatsExtension:
+    """Writes the run file at close and decodes the cursor the scheduler passed as JSON.
+
+    A crawl must not outlive its scheduler (killed with SIGKILL, the scheduler cannot
+    stop it): on Linux the kernel sends the crawl SIGTERM when the scheduler dies
+    (``PR_SET_PDEATHSIG``); everywhere, a timer notices that the parent process changed,
+    stops the crawl and, if it has not ended ``OPENCLAW_SCHEDULE_STOP_TIMEOUT`` seconds
+    later, kills it.
+    """
+
     def __init__(self, crawler: Crawler, path: Path):
         self.crawler, self.path = crawler, path
         crawler.signals.connect(self.spider_opened, signal=signals.spider_opened)

@@ -1,15 +1,8 @@
 """Run history of the scheduler: one record per window, in a jsonl file or a Redis list.
 
-A run's record is appended when it starts (outcome ``running``) and again
-when it ends; readers keep the last record per ``run_id`` (``<task>@<window>``).
-Windows nobody fired (the scheduler was down) are found by comparing the
-task's schedule with the history and recorded as ``missed`` at the next
-start. With ``REDIS_URL`` every node shares one history, so a window run by
-any node counts as run.
-
-Outcomes: ``running``, ``success``, ``failed`` (attempts exhausted; ``reason``
-says why), ``interrupted`` (the scheduler stopped during the run; resumable),
-``missed``, ``skipped`` (the task's previous run was still going).
+A run's record is appended when it starts (``running``) and again when it ends;
+readers keep the last record per ``run_id`` (``<task>@<window>``). Windows nobody
+fired are found by comparing the task's schedule with the history.
 """
 
 from __future__ import annotations

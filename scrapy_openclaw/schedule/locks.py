@@ -1,19 +1,9 @@
 """One run per window: a lock per (task id, scheduled time), across nodes or on one machine.
 
-With ``REDIS_URL`` several scheduler nodes can run the same tasks file: each
-firing takes ``<prefix>:lock:<task>:<window>`` with ``SET NX PX`` and a random
-token, extends it while the run lasts and releases it only if it still holds
-the token (compare-and-delete in Lua, so a lock that expired and was taken by
-another node is never deleted by the old owner). A window that ran to an end
-(success or failure) also leaves a *done* marker, so a node that fires late
-(clock skew, a long pause) does not run it again; a window interrupted by a
-stopping scheduler does not, so it can be resumed.
-
-Without Redis, :class:`FileLocks` does the same on one machine with
-``fcntl.flock`` (released by the kernel if the holder dies) and a done file.
-
-All calls block (Redis round trips, file I/O): the scheduler runs them in a
-thread, never on the reactor.
+With ``REDIS_URL`` several scheduler nodes run the same tasks file, so each
+firing takes a Redis lock (compare-and-delete in Lua on release); without Redis,
+:class:`FileLocks` does the same on one machine. A window that ran to an end
+also leaves a *done* mark, so a node that fires late does not run it again.
 """
 
 from __future__ import annotations
@@ -42,7 +32,12 @@ def redis_client(url: str) -> redis.Redis:
 
 
 class WindowLock(Protocol):
-    """The lock of one window. ``acquire`` once; ``extend`` while running; ``release`` once."""
+    """The lock of one window. ``acquire`` once; ``extend`` while running; ``release`` once.
+
+    Every call blocks (a Redis round trip, file I/O): the scheduler runs them in a
+    thread, never on the reactor. ``release(finished=True)`` leaves the window's done
+    mark; an interrupted window leaves none, so it can be resumed.
+    """
 
     key: str
     token: str
@@ -71,6 +66,13 @@ class RedisLocks:
 
 
 class RedisWindowLock:
+    """``<prefix>:lock:<task>:<window>``, taken with ``SET NX PX`` and a random token.
+
+    Extended while the run lasts and released only if it still holds the token
+    (compare-and-delete in Lua), so a lock that expired and was taken by another
+    node is never deleted by its old owner.
+    """
+
     def __init__(self, owner: RedisLocks, task_id: str, window: str):
         self.owner = owner
         self.key = f"{owner.prefix}:lock:{task_id}:{window}"
@@ -106,6 +108,8 @@ class FileLocks:
 
 
 class FileWindowLock:
+    """A lock file held with ``fcntl.flock``: the kernel releases it if its holder dies."""
+
     def __init__(self, directory: Path, task_id: str, window: str):
         self.path = directory / f"{task_id}.{window}.lock"
         self.done_path = directory / f"{task_id}.{window}.done"

@@ -1,28 +1,8 @@
 """The tasks file of ``scrapy openclaw-schedule``: YAML, validated once, into frozen ``Task``s.
 
-Schema (every key but ``spider`` and one of ``cron``/``interval`` optional)::
-
-    defaults:                 # applied to every task; a task's own keys win
-      max_attempts: 3
-    tasks:
-      nightly:                # the task id (letters, digits, '_', '-', '.')
-        spider: products      # a spider name of the project (``scrapy crawl NAME``)
-        cron: "0 3 * * *"     # croniter syntax (a 6th field = seconds), or ...
-        # interval: 1800      # ... every N seconds, windows aligned to the UNIX epoch
-        timezone: UTC         # of the cron expression (IANA name)
-        settings: {CLOSESPIDER_TIMEOUT: 3000}   # passed as -s KEY=VALUE
-        args: {category: books}                 # passed as -a KEY=VALUE
-        max_attempts: 3       # attempts per window, the first included
-        retry_backoff: 30     # seconds before attempt 2, doubling after ...
-        retry_backoff_max: 600   # ... up to this
-        timeout: 3600         # seconds per attempt, then SIGTERM (and SIGKILL after the grace)
-        incremental: false    # pass/persist the task's cursor (-a openclaw_cursor=JSON)
-        initial_cursor: null  # the cursor of the first incremental run
-        run_missed: false     # at start, run the latest window missed while down, once
-        checkpoint_dir: null  # base of the per-window checkpoint dirs (default <state dir>/<id>)
-
-Errors name the file, the line and the key path (``tasks.nightly.cron``), like
-the policy file; the YAML reading and line tracking are the policy module's.
+The schema is docs/examples/tasks.yaml, explained in docs/scheduled.md. Errors
+name the file, the line and the key path (``tasks.nightly.cron``), like the
+policy file; the YAML reading and line tracking are :mod:`scrapy_openclaw.yamlconfig`'s.
 """
 
 from __future__ import annotations

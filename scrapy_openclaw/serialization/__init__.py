@@ -1,18 +1,9 @@
 """Requests as plain JSON data, never pickle.
 
-Everything we store or send between processes (checkpoint journal, dead
-letters, the Redis queue) goes through :func:`request_to_data` and
-:func:`request_from_data`. Values JSON lacks (bytes, tuples, sets, dates,
-Decimals, Items, dataclasses, non-str keys) become tagged objects (see
-:func:`encode_value`); callbacks are stored by name and resolve only to methods of the spider.
-Loading never imports a module, and builds no class but Item subclasses and dataclasses
-already imported. What is read back is untrusted
-(Redis, DLQ and checkpoint files): :func:`request_from_data` refuses schemes,
-callbacks and meta keys a stored request must not have (see :func:`check_stored`).
-
-The parts: :mod:`.request_data` (a request as data and back), :mod:`.encoding`
-and :mod:`.decoding` (values), :mod:`.tags` (the tagged-object format) and
-:mod:`.rules` (what a stored request may be). Every name is importable from here.
+Everything stored or sent between processes (checkpoint, dead letters, the Redis
+queue) goes through :func:`request_to_data` and :func:`request_from_data`, which
+refuses what a stored request must not hold (docs/stored-requests.md). The parts:
+:mod:`.request_data`, :mod:`.encoding`, :mod:`.decoding`, :mod:`.tags`, :mod:`.rules`.
 """
 
 from __future__ import annotations

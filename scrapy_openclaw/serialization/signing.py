@@ -1,16 +1,9 @@
 """The store key: an HMAC-SHA-256 seal on everything the crawl stores and reads back.
 
-Checkpoint lines, dead letters, Redis queue entries and control messages
-carry a MAC made with a key nobody who can only write the store knows, so a
-forged entry is refused before any byte of it is interpreted, and the crawl's
-own entries are trusted whole (``meta["proxy"]`` included). Each store seals
-under its own *purpose*, so a line of one store never passes in another.
-
-The key comes from ``OPENCLAW_STORE_KEY``, else from the environment variable
-``OPENCLAW_STORE_KEY_ENV`` names, else (not in distributed mode, where all
-workers must share it) from a key file generated once per project
-(:func:`key_file_path`). One key per process: the serializer scrapy-redis
-calls is a module, so the key a crawl configures is the process's.
+A forged entry is refused before any byte of it is interpreted, so the crawl's
+own entries can be trusted whole (``meta["proxy"]`` included); each store seals
+under its own *purpose*. One key per process: the serializer scrapy-redis calls
+is a module. Where the key comes from: docs/security.md, "The store key".
 """
 
 from __future__ import annotations

@@ -1,15 +1,9 @@
-"""SiteMemoryExtension: a crawl starts each known domain at the pace an earlier crawl learned,
-and leaves what it learned for the next one.
+"""SiteMemoryExtension: a crawl starts each known domain at the pace an earlier crawl learned.
 
-Enable with ``EXTENSIONS = {"scrapy_openclaw.sites.SiteMemoryExtension": 506}`` (the
-add-on does). At open it reads the store (:mod:`.store`) and hands the health
-registry each remembered domain's limit, burst and Crawl-delay
-(:meth:`~scrapy_openclaw.health.registry.HealthRegistry.remember`); at close, and
-every ``OPENCLAW_SITES_SAVE_INTERVAL`` seconds, it saves what the registry and
-the crawl's figures now know. A store it cannot read is named in one warning and
-ignored: the crawl goes on with slow start. In distributed mode the store is Redis
-(shared by every worker and later crawl), and the first worker to meet a domain
-creates its shared health state from the memory (``h_ensure.lua``).
+At open it hands the health registry each remembered domain's limit, burst and
+Crawl-delay (:meth:`~scrapy_openclaw.health.registry.HealthRegistry.remember`); at
+close, and every ``OPENCLAW_SITES_SAVE_INTERVAL`` seconds, it saves what the crawl
+learned for the next one. A store it cannot read costs one warning, never the crawl.
 """
 
 from __future__ import annotations

@@ -1,13 +1,8 @@
 """Where site memory is kept: one signed JSON file under the project, or Redis in distributed mode.
 
-The file (``OPENCLAW_SITES_PATH``, default ``<project>/openclaw-data/sites.json``)
-is ``{"version": 1, "mac": ..., "entries": {domain: entry}}``, sealed with the
-store key (a file anyone else wrote is refused whole), replaced atomically,
-private, never read through a symlink. In Redis each domain is a hash
-``<spider>:sites:<domain>`` (fields ``entry`` and ``mac``) that expires after
-``OPENCLAW_SITES_MAX_AGE``. Both keep at most ``OPENCLAW_SITES_MAX_ENTRIES``
-domains (the least recently seen go first) and drop entries past their age.
-Reading validates every entry; the calls block (run them off the reactor in a crawl).
+Both are sealed with the store key, keep at most ``OPENCLAW_SITES_MAX_ENTRIES``
+domains and drop entries past ``OPENCLAW_SITES_MAX_AGE`` (docs/site-memory.md).
+Reading validates every entry; the calls block, so a crawl runs them off the reactor.
 """
 
 from __future__ import annotations
@@ -55,7 +50,11 @@ class _Bounded:
 
 
 class FileSiteStore(_Bounded):
-    """Site memory in one local file (see the module docstring)."""
+    """Site memory in one local file, ``{"version": 1, "mac": ..., "entries": {domain: entry}}``.
+
+    Sealed with the store key as a whole (a file anyone else wrote is refused whole),
+    replaced atomically, private, never read through a symlink.
+    """
 
     def __init__(self, path: Path, *, max_entries: int = 10000, max_age: float = 30 * 86400.0):
         self.path = path
@@ -139,7 +138,11 @@ _SAVE_ROUNDS = 5
 
 
 class RedisSiteStore(_Bounded):
-    """Site memory in Redis: one hash per domain under the spider's key prefix."""
+    """Site memory in Redis: one hash per domain, ``<spider>:sites:<domain>``.
+
+    Fields ``entry`` and ``mac``; the hash expires ``OPENCLAW_SITES_MAX_AGE`` after its
+    domain was last crawled.
+    """
 
     def __init__(self, server: Any, spider: str, *, max_entries: int = 10000, max_age: float = 30 * 86400.0):
         self.server = server

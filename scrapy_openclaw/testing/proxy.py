@@ -1,12 +1,8 @@
 """A tiny forward HTTP proxy on loopback that records what it forwarded, and a spider that uses it.
 
-Tests prove that proxied requests go through the proxy after a checkpoint
-resume, in distributed mode and in a replay by asserting on
-:attr:`ForwardProxy.record`. With ``credentials`` the proxy wants
-``Proxy-Authorization: Basic ...`` and answers 407 without it (or with wrong
-ones); with ``always_407`` it refuses everybody. Plain HTTP only (no
-CONNECT): the chaos site is plain HTTP. It runs in a thread of the test
-process; :meth:`stop` joins it.
+Tests prove that proxied requests still go through the proxy after a checkpoint
+resume, in distributed mode and in a replay, by asserting on
+:attr:`ForwardProxy.record`. Plain HTTP only (no CONNECT): the chaos site is plain HTTP.
 """
 
 from __future__ import annotations
@@ -34,7 +30,12 @@ _HOP_BY_HOP = frozenset(
 
 
 class ForwardProxy:
-    """``start()`` -> ``.url`` (``http://127.0.0.1:PORT``); ``.record``: one dict per request it got."""
+    """``start()`` -> ``.url`` (``http://127.0.0.1:PORT``); ``.record``: one dict per request it got.
+
+    With *credentials* it wants ``Proxy-Authorization: Basic ...`` and answers 407 without
+    it (or with wrong ones); with *always_407* it refuses everybody. It runs in a thread of
+    the test process; :meth:`stop` joins it.
+    """
 
     def __init__(
         self, credentials: tuple[str, str] | None = None, *, always_407: bool = False, host: str = "127.0.0.1"

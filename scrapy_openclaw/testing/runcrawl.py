@@ -1,12 +1,8 @@
-"""Run one crawl and leave its results on disk.
+"""Run one crawl in a process of its own and leave its results on disk.
 
-    python -m scrapy_openclaw.testing.runcrawl --spider PATH.TO.Spider \\
-        --settings-json FILE --out DIR [-a key=value ...]
-
-Writes ``DIR/items.jsonl`` (feed export), ``DIR/stats.json`` (final stats) and
-``DIR/crawl.log``; with ``--profile FILE`` the crawl runs under cProfile, its
-stats dumped to FILE. Exit code 0 when the crawl closed normally (any finish
-reason), 1 when it never finished.
+Tests and benchmarks that kill or compare crawls start it as
+``python -m scrapy_openclaw.testing.runcrawl`` (see :func:`main`) and read
+``DIR/items.jsonl``, ``DIR/stats.json`` and ``DIR/crawl.log`` afterwards.
 """
 
 from __future__ import annotations
@@ -55,6 +51,15 @@ def _spider_args(pairs: list[str]) -> dict[str, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the crawl the command line describes; 0 when it closed normally, 1 when it never finished.
+
+        python -m scrapy_openclaw.testing.runcrawl --spider PATH.TO.Spider \\
+            --settings-json FILE --out DIR [-a key=value ...]
+
+    Writes ``DIR/items.jsonl`` (feed export), ``DIR/stats.json`` (final stats) and
+    ``DIR/crawl.log``; with ``--profile FILE`` the crawl runs under cProfile, its stats
+    dumped to FILE. Any finish reason counts as closing normally.
+    """
     parser = argparse.ArgumentParser(prog="python -m scrapy_openclaw.testing.runcrawl")
     parser.add_argument("--spider", required=True, help="import path of the spider class")
     parser.add_argument("--settings-json", help="JSON file with a settings dict")

@@ -1,31 +1,11 @@
-"""CheckpointExtension: crash-safe checkpoint and resume (``OPENCLAW_CHECKPOINT_DIR``).
+"""CheckpointExtension: crash-safe checkpoint and resume (``OPENCLAW_CHECKPOINT_DIR``; docs/checkpoint.md).
 
-A request is *live* from the moment the scheduler accepts it (or
-:class:`~scrapy_openclaw.delay.DelayedRequests` holds it) until the engine
-slot forgets it, which happens only after its download, callback or errback,
-the scheduling of every request it yielded and the pipelines of every item
-(:class:`~scrapy_openclaw.lifecycle.RequestLifecycle`; without that engine
-hook the extension refuses to run rather than silently lose requests).
-
-Live requests are journaled with group commit: each batch writes new
-requests before "done" marks, so any prefix of it that survives a ``kill -9``
-is consistent, and the "done" record is written after the durable feeds
-(``feeds.py``) were written and fsynced, carrying their offsets: a page is
-done exactly when its items are in the feeds. Snapshots (periodic and at
-close) compact everything into one atomic file.
-
-The parts: ``tracker.py`` (live requests, no I/O), ``records.py`` (the record
-format), ``journal.py`` (appending), ``snapshot.py`` and ``snapshotter.py``
-(snapshot files and writing them), ``restore.py`` (opening the directory,
-putting a crawl back); this package wires them to the crawl:
-:mod:`.journaling` (the writer: group commit, snapshots), and here the construction,
-the crawl's signals and the request events. A crawl that finished with requests it
-could not restore stays resumable, so a later run can still fetch them. The state is read
-in ``from_crawler`` (:meth:`CheckpointExtension.open`), so the crawl id is
-back before other components are built.
-
-JOBDIR is refused: Scrapy would restore its own queue and ``requests.seen``
-next to ours, and its duplicate filter would drop our restored requests.
+A request is live from the moment the scheduler accepts it until the engine
+slot forgets it (:class:`~scrapy_openclaw.lifecycle.RequestLifecycle`); live
+requests are journaled with group commit and compacted into snapshots by
+:class:`~.journaling.CheckpointWriter`. The state is read in ``from_crawler``
+so the crawl id is back before other components are built. JOBDIR is refused:
+Scrapy's duplicate filter would drop the requests this extension restores.
 """
 
 from __future__ import annotations

@@ -1,22 +1,9 @@
 """Durable feeds: with the checkpoint on, an item is in each local feed exactly once after ``kill -9``.
 
-How: items are held per request until the checkpoint sees the request finish,
-then exported; the checkpoint's group commit writes and fsyncs the feed files
-*before* the journal record that marks those pages done, and that record
-carries each feed's byte offset. A resume truncates each feed to the offset
-of the last durable record and appends (``-O`` overwrites only when a new
-crawl starts). Item pipelines that write themselves opt in with
-:func:`durable_writer`.
-
-Scrapy's feed export internals are touched here only, by subclassing
-(``FeedExporter._start_new_batch``, ``FeedSlot`` attributes; checked against
-Scrapy 2.14 .. 2.19, notes at each use) and through
-:func:`scrapy_openclaw.scrapy_internals.continue_json_array`.
-
-The exporter is here; the buffered file and its storage are in :mod:`.files`,
-the item holding and group-commit sync in :mod:`.outputs`, and the pipeline
-opt-in and recorded-state checks in :mod:`.writers`. Every name stays
-importable from here.
+Items wait for their page to be done; the group commit fsyncs the feeds before
+the journal record that marks those pages done and holds each feed's offset, to
+which a resume cuts the feed back (docs/checkpoint.md). The exporter is here;
+:mod:`.files` has the file, :mod:`.outputs` the holding, :mod:`.writers` the opt-in.
 """
 
 from __future__ import annotations
@@ -72,8 +59,11 @@ def _local_path(uri: str) -> str | None:
 class DurableFeedExporter(FeedExporter):
     """Scrapy's ``FeedExporter`` whose local file feeds are durable with the checkpoint on.
 
-    Without ``OPENCLAW_CHECKPOINT_DIR`` it is Scrapy's exporter, unchanged. The
-    add-on puts it in place of Scrapy's; to configure by hand::
+    Without ``OPENCLAW_CHECKPOINT_DIR`` it is Scrapy's exporter, unchanged. Scrapy's feed
+    export internals are touched here only, by subclassing (``FeedExporter._start_new_batch``,
+    ``FeedSlot`` attributes; checked against Scrapy 2.14 .. 2.19, notes at each use), and
+    through :func:`scrapy_openclaw.scrapy_internals.continue_json_array`. The add-on puts
+    it in place of Scrapy's; to configure by hand::
 
         EXTENSIONS = {"scrapy.extensions.feedexport.FeedExporter": None,
                       "scrapy_openclaw.checkpoint.feeds.DurableFeedExporter": 0}

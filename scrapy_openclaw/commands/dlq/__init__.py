@@ -1,10 +1,5 @@
 """``scrapy openclaw-dlq``: inspect, replay and purge dead letters.
 
-Works on every store (jsonl file or Redis stream). The store defaults to the
-project's ``OPENCLAW_DLQ_URI`` (or the default location); ``--uri`` overrides
-it. A URI with ``%(name)s`` is filled from ``--spider``, or, without it, from
-every spider of the project that has dead letters.
-
 The command (options, dispatch) is here; its parts are :mod:`.reading` (the
 store(s) and filters), :mod:`.inspecting` (list, show, stats, purge),
 :mod:`.snapshots`, :mod:`.replay` and :mod:`.text` (terminal output).

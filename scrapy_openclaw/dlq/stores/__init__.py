@@ -1,15 +1,9 @@
 """Where dead letters live: an append-only JSON-lines file or a Redis stream.
 
-Both stores share one small interface (:class:`DeadLetterStore`) so that the
-pipeline and the ``scrapy openclaw-dlq`` command work on either. Records are
-:meth:`DeadLetter.to_dict` data, never pickle. A replay marks its
-records in place (``replayed_at``, ``replay_outcome``: :meth:`~DeadLetterStore.update`,
-for a file an atomic rewrite: temp file, fsync, rename); older stores' separate
-"replayed" mark lines are still read. Only ``purge`` removes records.
-
-The interface and filters are in :mod:`.base`, the backends in :mod:`.jsonl`
-and :mod:`.redis_stream`, and :func:`open_store` (URI -> store) in
-:mod:`.factory`; every name stays importable from here.
+Both share one small interface (:class:`DeadLetterStore`, in :mod:`.base`), so the
+pipeline and ``scrapy openclaw-dlq`` work on either; records are data, never
+pickle, and only ``purge`` removes them. The backends are :mod:`.jsonl` and
+:mod:`.redis_stream`, :func:`open_store` (URI -> store) is in :mod:`.factory`.
 """
 
 from scrapy_openclaw.dlq.stores.base import ANY, DeadLetterStore, Filters

@@ -1,32 +1,9 @@
 """The foreground scheduler: fires each task's windows as ``scrapy crawl`` subprocesses.
 
-Everything runs on the Twisted reactor: window timers and backoffs are
-``call_later`` timers, crawls are ``reactor.spawnProcess`` children, and the
-blocking calls (Redis, lock files, history) go to the reactor's thread pool.
-
-A window's life: take the window lock (one run per window across nodes) ->
-record ``running`` -> attempt 1 .. ``max_attempts``: ``scrapy crawl SPIDER``
-with ``OPENCLAW_CHECKPOINT_DIR=<base>/<window>`` (the same directory for every
-attempt, so a retry resumes from the checkpoint rather than starting over)
-and ``RunStatsExtension`` reporting stats and the cursor -> success, or
-failed with the reason (logged as an error) -> release the lock, record.
-
-Stopping (SIGTERM/SIGINT): no new windows or attempts; running crawls get
-SIGTERM (Scrapy's graceful stop, a final checkpoint) and
-``OPENCLAW_SCHEDULE_STOP_TIMEOUT`` seconds before SIGKILL; their windows are
-recorded ``interrupted`` and their locks released so they can be resumed.
-
-Failure modes: history/locks unreachable at start (Redis down) is retried
-with a bounded backoff; a scheduler killed outright takes its crawls with it
-(see ``RunStatsExtension``) and the window it left ``running`` is marked
-``interrupted`` once its lock is free again; a window whose lock is lost
-(taken over, or not extended within its TTL) has its crawl stopped, so no
-window runs twice.
-
-The lifecycle (start, catch-up, stale windows, timers, stop) is here; one
-window's run is in :mod:`.window`, its crawl process and lock in
-:mod:`.crawls`, the command line in :mod:`.command`, the stores in
-:mod:`.backends` and the shared state in :mod:`.state`.
+Everything runs on the Twisted reactor; the blocking calls (Redis, lock files,
+history) go to its thread pool. The lifecycle (start, catch-up, stale windows,
+timers, stop) is here; :mod:`.window` runs one window and :mod:`.crawls` its
+crawl process. What a window, a stop or an outage does: docs/scheduled.md.
 """
 
 from __future__ import annotations

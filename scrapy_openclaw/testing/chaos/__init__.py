@@ -1,22 +1,9 @@
 """A deterministic, misbehaving HTTP site for proving crawl behaviour.
 
-Every host is its own loopback address (127.0.0.2, 127.0.0.3, ...) so Scrapy
-sees distinct domains and download slots. Faults (latency, 503 windows, 429
-with Retry-After (a fixed or scheduled bucket, another status, or every Nth request), dropped and hanging connections, 404s, parse failures,
-scripted statuses; a status script's last status repeats, so ``{5: [503]}``
-is a page broken for good) come from configuration and a seeded RNG, and the
-site records what it really served (the *ground truth*, ``/robots.txt``
-fetches included under their own path), so tests assert on facts rather than
-on wall-clock guesses.
-
-In-process: ``ChaosSite(config).start()`` on the running reactor.
-Subprocess: ``python -m scrapy_openclaw.testing.chaos CONFIG.json``.
-Presets live in :mod:`scrapy_openclaw.testing.presets`.
-
-The parts: :mod:`.config` (paths, ban page, fault configuration),
-:mod:`.graph` (links and reachable URLs), :mod:`.hosts` (the request
-handler), :mod:`.site` (the server) and :mod:`.cli` (the subprocess entry
-point, run by ``__main__``). Every name is importable from here.
+Every host is its own loopback address (127.0.0.2, 127.0.0.3, ...), so Scrapy sees
+distinct domains and download slots. Faults come from configuration and a seeded
+RNG, and the site records what it really served (the *ground truth*), so tests
+assert on facts rather than on wall-clock guesses. Every name is importable here.
 """
 
 from scrapy_openclaw.testing.chaos.cli import _install_asyncio_reactor as _install_asyncio_reactor

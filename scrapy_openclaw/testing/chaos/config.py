@@ -89,6 +89,11 @@ class RateLimit:
 
 @dataclass(frozen=True)
 class HostConfig:
+    """One host and its faults: latency, 503 windows, 429 with Retry-After (a fixed or
+    scheduled bucket, another status, or every Nth request), dropped and hanging
+    connections, 404s, parse failures, scripted statuses (a script's last status repeats,
+    so ``{5: [503]}`` is a page broken for good)."""
+
     address: str
     port: int = 0
     pages: int = 50

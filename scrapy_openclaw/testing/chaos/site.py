@@ -70,7 +70,13 @@ class _ChaosFactory(server.Site):
 
 
 class ChaosSite:
-    """The chaos site on the running reactor (the default one or ``AsyncioSelectorReactor``)."""
+    """The chaos site on the running reactor (the default one or ``AsyncioSelectorReactor``).
+
+    In-process: ``ChaosSite(config).start()``; in a subprocess:
+    ``python -m scrapy_openclaw.testing.chaos CONFIG.json`` (:mod:`.cli`). Presets live in
+    :mod:`scrapy_openclaw.testing.presets`. The ground truth records ``/robots.txt``
+    fetches too, under their own path.
+    """
 
     def __init__(self, config: ChaosConfig | Mapping[str, Any], reactor: Any = None):
         self.config = config if isinstance(config, ChaosConfig) else ChaosConfig.from_dict(config)
