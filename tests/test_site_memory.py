@@ -182,7 +182,7 @@ def test_redis_store_validates_what_it_reads(redis_server: Any) -> None:
 
 def test_a_remembered_domain_starts_at_its_limit_not_slow_start() -> None:
     reg = HealthRegistry()
-    reg.remember("known.test", limit=39.2, burst=4, crawl_delay=0.0)
+    reg.remembered.remember("known.test", limit=39.2, burst=4, crawl_delay=0.0)
     known, stranger = reg.state("known.test", T0), reg.state("new.test", T0)
     resumed = 39.2 * _SEED_MARGIN  # (the limit was measured on another day)
     assert known.rate == pytest.approx(resumed) and known.limit == pytest.approx(resumed) and known.limit_measured
@@ -193,13 +193,13 @@ def test_a_remembered_domain_starts_at_its_limit_not_slow_start() -> None:
         reg.record_success("known.test", 0.01, now=T0 + i * 0.025)
     assert reg.state("known.test", T0 + 5).rate == pytest.approx(resumed, rel=0.01)
     delayed = HealthRegistry()
-    delayed.remember("slow.test", limit=None, crawl_delay=2.0)
+    delayed.remembered.remember("slow.test", limit=None, crawl_delay=2.0)
     assert delayed.state("slow.test", T0).crawl_delay == 2.0
 
 
 def test_a_limit_that_fell_is_refitted_without_health_collapse() -> None:
     reg = HealthRegistry()
-    reg.remember("a", limit=20.0, burst=5)  # the site now takes 8/s
+    reg.remembered.remember("a", limit=20.0, burst=5)  # the site now takes 8/s
     reg, run = crawl(Limiter([(0.0, 8.0, 3)]), 40.0, registry=reg)
     _, refused_late = answered_between(run, 20.0, 40.0)
     answered_late, _ = answered_between(run, 20.0, 40.0)
@@ -214,7 +214,7 @@ def test_a_remembered_limit_a_little_high_costs_one_429_not_half_the_pace() -> N
     burst spent in a second): the cut reads the remembered pace in the delivered-rate window,
     not a half-empty first second, so the pace stays near the limit."""
     reg = HealthRegistry()
-    reg.remember("a", limit=13.3, burst=1)  # resumed above the 12/s the site takes
+    reg.remembered.remember("a", limit=13.3, burst=1)  # resumed above the 12/s the site takes
     reg, run = crawl(Limiter([(0.0, 12.0, 1)]), 10.0, registry=reg)
     answered, refused = answered_between(run, 0.0, 10.0)
     assert run.sent[0][1] and refused <= 2
@@ -224,7 +224,7 @@ def test_a_remembered_limit_a_little_high_costs_one_429_not_half_the_pace() -> N
 
 def test_a_limit_that_rose_is_probed_upward() -> None:
     reg = HealthRegistry()
-    reg.remember("a", limit=5.0, burst=2)  # the site now takes 20/s
+    reg.remembered.remember("a", limit=5.0, burst=2)  # the site now takes 20/s
     reg, run = crawl(Limiter([(0.0, 20.0, 5)]), 60.0, registry=reg)
     answered_late, _ = answered_between(run, 45.0, 60.0)
     assert answered_late >= 2 * 5.0 * 15.0  # well past the remembered pace

@@ -206,10 +206,10 @@ class RedisHealthRegistry(HealthRegistry):
             return
         keys = [self._key(domain), self._domains_key(domain)]
         args: list[Any] = [self.clock(), self.policy_json(domain), domain]
-        seed = self._seeds.get(domain)
+        seed = self.remembered.get(domain)
         if seed is not None:  # (site memory: applied only if this worker is the first to meet it)
-            resumed = self.resumed_limit(domain)
-            args += ["" if resumed is None else resumed, seed[1], seed[2]]
+            resumed = self.remembered.resumed_limit(domain)
+            args += ["" if resumed is None else resumed, seed.burst, seed.crawl_delay]
         if self.link.background:
             self._ensuring.add(domain)
 

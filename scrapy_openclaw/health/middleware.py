@@ -308,7 +308,7 @@ class DomainHealthMiddleware:
             return
         domain = self._domain(request)
         if not domain or not isinstance(delay, (int, float)) or not delay > 0:
-            if domain and self.registry.remembered_crawl_delay(domain) > 0:
+            if domain and self.registry.remembered.crawl_delay(domain) > 0:
                 self.registry.set_crawl_delay(domain, 0.0)  # (the site dropped it since: memory was wrong)
             return
         seconds = min(float(delay), self.crawl_delay_max)

@@ -70,7 +70,9 @@ class SiteMemoryExtension:
         if isinstance(registry, HealthRegistry):
             for domain, entry in self.known.items():
                 if entry.limit is not None or entry.crawl_delay > 0:
-                    registry.remember(domain, limit=entry.limit, burst=entry.burst, crawl_delay=entry.crawl_delay)
+                    registry.remembered.remember(
+                        domain, limit=entry.limit, burst=entry.burst, crawl_delay=entry.crawl_delay
+                    )
                     seeded += 1
         self.crawler.stats.set_value(f"{STATS_PREFIX}/known", len(self.known))
         if self.known:
@@ -105,7 +107,7 @@ class SiteMemoryExtension:
                 continue
             state = registry.state(domain) if registry is not None and domain in known else None
             banned = bool(stats.get_value(f"openclaw/ban/domain/{domain}", 0))
-            resumed = registry.resumed_limit(domain) if isinstance(registry, HealthRegistry) else None
+            resumed = registry.remembered.resumed_limit(domain) if isinstance(registry, HealthRegistry) else None
             out[domain] = learned(state, f, banned=banned, before=self.known.get(domain), now=now, resumed=resumed)
         return out
 

@@ -1,19 +1,8 @@
 """The HealthRegistry: the one owner of per-domain state (docs/health.md is the manual).
 
-Each domain (a Scrapy download-slot key, normally the hostname) has a health
-score, a request rate with a token bucket, a circuit breaker, a latency
-average and a Retry-After hold. The DomainHealthMiddleware writes it
-(``record_success`` / ``record_failure``), the queue asks it whether a domain
-may send (``ready_at`` / ``try_acquire``), metrics read ``state()`` and the
-checkpoint saves ``snapshot()``. Nobody else keeps a copy of domain state.
-All times are UNIX seconds, so a snapshot stays meaningful in another process.
-
-The class holds the records and answers for them; the arithmetic lives in
-functions beside it: :mod:`.core` (a record brought up to date, the circuit
-opened), :mod:`.pacing` (the rate), :mod:`.verdicts` (whose trouble a failure
-is), :mod:`.recording`, :mod:`.limitfit`, :mod:`.eviction`, :mod:`.snapshots`;
-:mod:`.record` is the record and its read-only view, :mod:`.tuning` the
-constants (the Lua port is sent them as they are declared there).
+The health middleware writes it, the queue asks it whether a domain may send,
+metrics read ``state()`` and the checkpoint saves ``snapshot()``; nobody else
+keeps a copy. The arithmetic lives in the functions beside it (see the class).
 """
 
 from __future__ import annotations
@@ -29,7 +18,8 @@ from scrapy.utils.misc import build_from_crawler, load_object
 
 from scrapy_openclaw.exceptions import OpenClawConfigError
 from scrapy_openclaw.health.registry import eviction, snapshots
-from scrapy_openclaw.health.registry.core import catch_up, open_circuit
+from scrapy_openclaw.health.registry.core import blocked_until, catch_up, open_circuit
+from scrapy_openclaw.health.registry.defaults import scrapy_limits
 from scrapy_openclaw.health.registry.limitfit import NOTE_ANSWER, LimitHistories, measures_limit, sent_at
 from scrapy_openclaw.health.registry.pacing import (
     burst_of,
@@ -44,11 +34,10 @@ from scrapy_openclaw.health.registry.pacing import (
 from scrapy_openclaw.health.registry.record import DomainState, _Domain
 from scrapy_openclaw.health.registry.recording import count_failure, hold_after_failure
 from scrapy_openclaw.health.registry.refusals import keep_pace, pace_sample
+from scrapy_openclaw.health.registry.remembered import Remembered
 from scrapy_openclaw.health.registry.tuning import (
-    _MAX_RATE,
     _PROBE_RECHECK,
     _RATE_HEALTH_FLOOR,
-    _SEED_MARGIN,
     _SHARE_FAST,
     _SHARE_SLOW,
     CLOSED,
@@ -92,7 +81,17 @@ __all__ = [
 
 
 class HealthRegistry:
-    """Per-domain health, rate, circuit and holds for one crawl (see the module doc)."""
+    """Per-domain health, rate, circuit and holds for one crawl.
+
+    Each domain (a download-slot key, normally the hostname) has a health score,
+    a rate with a token bucket, a circuit breaker, a latency average and a
+    Retry-After hold. All times are UNIX seconds, so a snapshot keeps its meaning
+    in another process. The class holds the records and answers for them; the
+    arithmetic is in :mod:`.core` (a record brought up to date, the circuit
+    opened), :mod:`.pacing` (the rate), :mod:`.verdicts` (whose trouble a failure
+    is), :mod:`.recording`, :mod:`.limitfit`, :mod:`.eviction`, :mod:`.snapshots`;
+    :mod:`.tuning` holds the constants the Lua port is sent as declared there.
+    """
 
     def __init__(
         self,
@@ -108,8 +107,7 @@ class HealthRegistry:
         self.histories = LimitHistories()  # answers and 429s per domain, for the limit fit
         self._uniform = uniform or random.uniform  # the cool-down jitter's random source (tests pin it)
         self._given_up: set[str] = set()  # domains past give_up_after: given up for good
-        #: domain -> (limit, burst, crawl delay) an earlier crawl learned (site memory), used when first seen
-        self._seeds: dict[str, tuple[float | None, int, float]] = {}
+        self.remembered = Remembered()  # what an earlier crawl learned (site memory), used when first seen
         #: bumped when a domain may be ready sooner than ``ready_at`` said (an operator override,
         #: a restore): the queue then looks again at the domains it parked
         self.readiness_epoch = 0
@@ -154,7 +152,7 @@ class HealthRegistry:
         d = self._domains.get(domain)
         if d is None:
             d = self._domains[domain] = _Domain(p, now)
-            remembered = self._seeds.get(domain)
+            remembered = self.remembered.get(domain)
             if remembered is not None:
                 seed(d, p, now, *remembered)
             return d, p
@@ -168,30 +166,7 @@ class HealthRegistry:
 
     def state(self, domain: str, now: float | None = None) -> DomainState:
         d, p = self._get(domain, now)
-        rate = min(rate_of(d, p), self.reported_rate_cap)
-        return DomainState(
-            domain=domain,
-            health=d.health,
-            rate=math.inf if rate >= _MAX_RATE else rate,
-            tokens=d.tokens,
-            burst=burst_of(d, p),
-            concurrency=concurrency_of(d, p, None, self.default_concurrency),
-            circuit=d.circuit,
-            latency=d.latency,
-            hold_until=d.hold_until,
-            consecutive_failures=d.consecutive_failures,
-            requests=d.requests,
-            successes=d.successes,
-            failures=d.failures,
-            limit=d.threshold,
-            crawl_delay=d.crawl_delay,
-            blocked_seconds=d.blocked_seconds,
-            circuit_seconds=d.circuit_seconds,
-            retry_after_holds=d.retry_after_holds,
-            refusals_flat=d.refusals_flat,
-            limit_measured=d.cuts >= 2 and d.threshold is not None,
-            burst_cap=d.burst_cap,
-        )
+        return snapshots.state_of(domain, d, p, self.reported_rate_cap, self.default_concurrency)
 
     def concurrency(self, domain: str, slot_concurrency: int | None = None) -> int:
         """Concurrent downloads the domain may have: its cap (the policy's
@@ -203,7 +178,7 @@ class HealthRegistry:
         """:meth:`concurrency` and :meth:`blocked_until` in one read: what the health middleware
         sets on the domain's download slot after each response."""
         d, p = self._get(domain)
-        return concurrency_of(d, p, slot_concurrency, self.default_concurrency), self._blocked_until(d)
+        return concurrency_of(d, p, slot_concurrency, self.default_concurrency), blocked_until(d)
 
     def blocked_until(self, domain: str, now: float | None = None) -> float:
         """When the domain's hold or open circuit ends (``<= now``: not blocked).
@@ -212,11 +187,7 @@ class HealthRegistry:
         it is the time before which *nothing* may reach the domain.
         """
         d, _ = self._get(domain, now)
-        return self._blocked_until(d)
-
-    @staticmethod
-    def _blocked_until(d: _Domain) -> float:
-        return max(d.hold_until, d.opened_at + d.cooldown if d.circuit == OPEN else 0.0, d.ctl_hold)
+        return blocked_until(d)
 
     def down_for(self, domain: str, now: float | None = None) -> float:
         """Seconds since the circuit opened without closing since (0.0 while it is closed)."""
@@ -246,7 +217,7 @@ class HealthRegistry:
         """The earliest UNIX time a request to *domain* may be sent (*now* if it may go now)."""
         now = time.time() if now is None else now
         d, p = self._get(domain, now)
-        ready = max(now, self._blocked_until(d))
+        ready = max(now, blocked_until(d))
         if d.circuit == HALF_OPEN and d.probe_at:
             ready = max(ready, now + _PROBE_RECHECK)
         if d.tokens < 1.0:
@@ -381,7 +352,7 @@ class HealthRegistry:
         now = time.time() if now is None else now
         d, _ = self._get(domain, now)
         probe_out = d.circuit == HALF_OPEN and d.probe_at
-        if self._blocked_until(d) > now or probe_out or (token and d.tokens < 1.0):
+        if blocked_until(d) > now or probe_out or (token and d.tokens < 1.0):
             return False
         if token:
             d.tokens -= 1.0
@@ -422,32 +393,7 @@ class HealthRegistry:
 
     def overrides(self, domain: str) -> dict[str, Any]:
         """The operator overrides in force for *domain* (None: not set)."""
-        d = self._domains.get(domain)
-        if d is None:
-            return {"hold_until": None, "rate": None, "concurrency": None, "given_up": False}
-        return {
-            "hold_until": d.ctl_hold or None,
-            "rate": d.ctl_rate or None,
-            "concurrency": int(d.ctl_concurrency) or None,
-            "given_up": bool(d.ctl_down),
-        }
-
-    def remember(self, domain: str, *, limit: float | None, burst: int = 0, crawl_delay: float = 0.0) -> None:
-        """Start *domain*, when first seen, at what an earlier crawl learned (site memory): at its
-        *limit* on the cubic's plateau instead of slow start, bursts no bigger than *burst*,
-        spaced by *crawl_delay* before its robots.txt is back. A domain already seen keeps its state."""
-        self._seeds[domain] = (limit, int(burst), float(crawl_delay))
-
-    def resumed_limit(self, domain: str) -> float | None:
-        """The limit site memory started *domain* at (its remembered one x ``_SEED_MARGIN``),
-        None without one: a domain whose limit still equals it was not measured again."""
-        seed = self._seeds.get(domain)
-        return None if seed is None or seed[0] is None else min(float(seed[0]) * _SEED_MARGIN, _MAX_RATE)
-
-    def remembered_crawl_delay(self, domain: str) -> float:
-        """The Crawl-delay site memory started *domain* with (0.0: none)."""
-        seed = self._seeds.get(domain)
-        return seed[2] if seed is not None else 0.0
+        return snapshots.overrides_of(self._domains.get(domain))
 
     def set_crawl_delay(self, domain: str, seconds: float, *, owed: int = 0) -> None:
         """Space requests to *domain* at least *seconds* apart (robots.txt Crawl-delay; 0: none).
@@ -497,19 +443,6 @@ class HealthRegistry:
         self._domains = snapshots.domains_from(data, self.policy)
         self.histories.clear()  # (not in snapshots: a fit starts again from the next answers)
         self.readiness_epoch += 1
-
-
-def scrapy_limits(crawler: Crawler) -> dict[str, Any]:
-    """The registry's defaults from the project's Scrapy settings: the per-domain
-    (or per-IP) concurrency, and the rate ``DOWNLOAD_DELAY`` allows."""
-    settings = crawler.settings
-    per_ip = int(settings["CONCURRENT_REQUESTS_PER_IP"] or 0)  # ([]: getint warns that it is deprecated)
-    delay = settings.getfloat("DOWNLOAD_DELAY")
-    return {
-        "default_concurrency": per_ip or settings.getint("CONCURRENT_REQUESTS_PER_DOMAIN"),
-        "reported_rate_cap": 1.0 / delay if delay > 0 else math.inf,
-        "idle_ttl": OpenClawSettings.for_crawler(crawler).health_idle_ttl,
-    }
 
 
 def health_registry_class(path: Any) -> type[HealthRegistry]:

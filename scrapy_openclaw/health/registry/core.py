@@ -18,6 +18,11 @@ if TYPE_CHECKING:
     from scrapy_openclaw.policy import HealthPolicy
 
 
+def blocked_until(d: _Domain) -> float:
+    """When *d*'s hold, open circuit or operator hold ends: nothing may reach it before."""
+    return max(d.hold_until, d.opened_at + d.cooldown if d.circuit == OPEN else 0.0, d.ctl_hold)
+
+
 def catch_up(d: _Domain, p: HealthPolicy, now: float) -> None:
     """Bring *d* up to *now*: blocked time, health recovery, refilled tokens, open -> half-open."""
     elapsed = now - d.updated

@@ -1,4 +1,5 @@
-"""The registry's state as JSON-safe data and back, for checkpoints; restoring validates every field.
+"""A domain's record as data: the read-only view the registry hands out, and the JSON-safe
+snapshot for checkpoints and back (restoring validates every field).
 
 A bad or foreign snapshot raises ValueError naming the spot rather than
 crawling on made-up state.
@@ -11,11 +12,52 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from scrapy_openclaw.health.registry.record import _COUNTERS, _FIELD_TYPES, _OBSOLETE, _Domain
+from scrapy_openclaw.health.registry.pacing import burst_of, concurrency_of, rate_of
+from scrapy_openclaw.health.registry.record import _COUNTERS, _FIELD_TYPES, _OBSOLETE, DomainState, _Domain
 from scrapy_openclaw.health.registry.tuning import _MAX_DOUBLINGS, _MAX_RATE, CLOSED, HALF_OPEN, OPEN, SNAPSHOT_VERSION
 
 if TYPE_CHECKING:
     from scrapy_openclaw.policy import HealthPolicy
+
+
+def state_of(domain: str, d: _Domain, p: HealthPolicy, rate_cap: float, default_concurrency: int) -> DomainState:
+    """*d*'s read-only view; its rate is at most *rate_cap* (what DOWNLOAD_DELAY allows)."""
+    rate = min(rate_of(d, p), rate_cap)
+    return DomainState(
+        domain=domain,
+        health=d.health,
+        rate=math.inf if rate >= _MAX_RATE else rate,
+        tokens=d.tokens,
+        burst=burst_of(d, p),
+        concurrency=concurrency_of(d, p, None, default_concurrency),
+        circuit=d.circuit,
+        latency=d.latency,
+        hold_until=d.hold_until,
+        consecutive_failures=d.consecutive_failures,
+        requests=d.requests,
+        successes=d.successes,
+        failures=d.failures,
+        limit=d.threshold,
+        crawl_delay=d.crawl_delay,
+        blocked_seconds=d.blocked_seconds,
+        circuit_seconds=d.circuit_seconds,
+        retry_after_holds=d.retry_after_holds,
+        refusals_flat=d.refusals_flat,
+        limit_measured=d.cuts >= 2 and d.threshold is not None,
+        burst_cap=d.burst_cap,
+    )
+
+
+def overrides_of(d: _Domain | None) -> dict[str, Any]:
+    """The operator overrides in force on *d* (None: not set; *d* None: an unknown domain)."""
+    if d is None:
+        return {"hold_until": None, "rate": None, "concurrency": None, "given_up": False}
+    return {
+        "hold_until": d.ctl_hold or None,
+        "rate": d.ctl_rate or None,
+        "concurrency": int(d.ctl_concurrency) or None,
+        "given_up": bool(d.ctl_down),
+    }
 
 
 def snapshot_of(domains: dict[str, _Domain]) -> dict[str, Any]:
