@@ -475,6 +475,18 @@ SPECS: dict[str, list[Spec]] = {
             key="cost",
         )
     ],
+    "redisbytes": [
+        Spec(
+            "redisbytes: Redis memory per pending request (request, its ordering, its dupefilter mark)",
+            [
+                M("bytes_per_pending", "bytes per pending request", "lower"),
+                M("used_mb", "Redis used_memory (MB)", "lower"),
+                M("pending", "pending requests", ratio=False),
+                M("push_seconds", "seconds to queue them", ratio=False),
+            ],
+            [Headline("bytes_per_pending", "openclaw", "<= 1.0 x scrapy-redis", at_most(1.0, on="ratio"))],
+        )
+    ],
     "workermemory": [
         Spec(
             "workermemory: a distributed worker's RSS after 1,000 and 100,000 domains (registry level)",

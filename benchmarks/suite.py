@@ -222,6 +222,13 @@ SCENARIOS: dict[str, Scenario] = {
             quick_limit=400,
         ),
         Scenario(
+            "redisbytes",
+            "benchmarks.redisbytes",
+            "Redis memory per pending request at 1,000,000 pending (10,000 hosts), vs scrapy-redis",
+            limit=1500,
+            quick_limit=300,
+        ),
+        Scenario(
             "workermemory",
             "benchmarks.workermemory",
             "a distributed worker's RSS after 1,000 vs 100,000 domains, with and without the idle sweep",

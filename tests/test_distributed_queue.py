@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import pickle
 import time
@@ -374,3 +375,40 @@ def test_a_released_domain_is_popped_again_at_once(queues: Any) -> None:
     controller.execute({"command": "release", "domain": held}, who="test")
     got = q.pop()
     assert got is not None and got.url.startswith(f"http://{held}/")
+
+
+def test_an_entry_holds_its_info_and_payload_in_one_value(queues: Any) -> None:
+    q = queues()
+    q.push(Request("http://a.test/deadline", priority=2, meta={M.DEADLINE: time.time() + 600}))
+    q.push(Request("http://a.test/plain"))
+    assert q.server.hlen(_key(q, "data")) == 2
+    assert not q.server.exists(_key(q, "info"))  # (one hash entry per request, not two)
+    infos = [json.loads(v.split(b"\n", 1)[0]) for v in q.server.hvals(_key(q, "data"))]
+    assert sorted(infos, key=len) == [
+        {"dom": "a.test"},  # priority 0 and no deadline are left out
+        {"dom": "a.test", "p": 2, "d": pytest.approx(time.time() + 600, abs=60), "w": 300.0, "x": "boost"},
+    ]
+    assert [q.pop().url, q.pop().url] == ["http://a.test/deadline", "http://a.test/plain"]
+
+
+def test_an_entry_queued_by_an_earlier_version_is_still_served_and_cleaned_up(queues: Any) -> None:
+    """Entries of the layout before info and payload shared a value (info in the info hash)."""
+    q = queues()
+    request = Request("http://a.test/old")
+    payload = q.encode(request)
+    q._encoded = None
+    entry = "1796409139.440116-1493ca-000000000011"  # (the id format of that version)
+    server = q.server
+    server.hset(_key(q, "data"), entry, payload)
+    server.hset(_key(q, "info"), entry, json.dumps({"p": 0, "d": 0.0, "w": 300.0, "x": "boost", "dom": "a.test"}))
+    server.zadd(_key(q, "q"), {f"a.test\x01{1e10:022.6f}\x01{entry}": 0})
+    server.zadd(_key(q, "domains"), {"a.test": 0})
+    server.incr(_key(q, "count"))
+    q.push(Request("http://a.test/new"))
+    got = [q.pop(), q.pop()]
+    assert [r.url for r in got] == ["http://a.test/old", "http://a.test/new"]  # (FIFO across both id formats)
+    for r in got:
+        q.ack(r.meta[LEASE])
+    assert server.hlen(_key(q, "data")) == 0
+    assert not server.exists(_key(q, "info"))
+    assert _ready(q) == 0

@@ -13,6 +13,7 @@ docs/distributed.md.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import socket
@@ -51,6 +52,16 @@ logger = logging.getLogger(__name__)
 LEASE = M.LEASE  # the meta key holding the id of the queue entry a request was leased as
 STATS = "openclaw/distributed"
 _RUNTIME_KEY = "distributed_queue"
+_DIGITS = "0123456789abcdefghijklmnopqrstuvwxyz"  # (ASCII order: a fixed-width number sorts as it counts)
+_SEQ_WRAP = 36**4
+
+
+def _base36(n: int, width: int) -> str:
+    digits = []
+    while n:
+        n, d = divmod(n, 36)
+        digits.append(_DIGITS[d])
+    return "".join(reversed(digits)).rjust(width, "0")
 
 
 def active_queue(crawler: Any) -> LeasedDeadlineQueue | None:
@@ -161,10 +172,11 @@ class LeasedDeadlineQueue(Batching, QueueEntries):
     # --- scrapy-redis queue interface ----------------------------------------
 
     def _next_id(self) -> str:
-        # time-ordered ids: equal priorities pop FIFO (Redis orders equal scores by member); the
-        # sequence is fixed-width, so two pushes within one microsecond keep their order too
+        # time-ordered ids: equal priorities pop FIFO (Redis orders equal scores by member). Base 36,
+        # fixed width: the microsecond, the worker's tag, a sequence that keeps two pushes of one
+        # microsecond in order; 20 characters, stored three times per pending request
         self._seq += 1
-        return f"{self.clock():017.6f}-{self.worker[-6:]}-{self._seq:012x}"
+        return f"{_base36(int(self.clock() * 1e6), 10)}{self.worker[-6:]}{_base36(self._seq % _SEQ_WRAP, 4)}"
 
     def encode(self, request: Request) -> str:
         """The queue entry for *request*; :class:`SerializationError` (URL and key) if it cannot be stored.
@@ -247,17 +259,14 @@ class LeasedDeadlineQueue(Batching, QueueEntries):
 
     def _info(self, request: Request, domain: str) -> str:
         """What the Lua side orders an entry by: priority, deadline, aging window, expired mode, domain."""
-        policy = self._policy(domain).deadline
+        info: dict[str, Any] = {"dom": domain}  # (what is left out, queue.lua's info_of reads as 0)
+        if request.priority:
+            info["p"] = request.priority
         deadline = request.meta.get(M.DEADLINE)
-        return json_serializer.dumps(
-            {
-                "p": request.priority,
-                "d": float(deadline or 0),
-                "w": float(policy.aging_window),
-                "x": policy.expired,
-                "dom": domain,
-            }
-        )
+        if deadline:
+            policy = self._policy(domain).deadline
+            info.update(d=float(deadline), w=float(policy.aging_window), x=policy.expired)
+        return json.dumps(info, separators=(",", ":"))
 
     def pop(self, timeout: float = 0) -> Request | None:
         if not self._ready:

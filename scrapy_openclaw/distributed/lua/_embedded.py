@@ -715,9 +715,8 @@ local function best_of(dom)
       local id = id_of(m)
       local info = info_of(id)
       if info.x == 'drop' then
-        local payload = redis.call('HGET', DATA, id)
         forget(id, boost)
-        if payload then table.insert(dropped, payload) end
+        if info.payload then table.insert(dropped, info.payload) end
       elseif boosted == nil then
         boosted = {id = id, tier = 2, eff = -info.d, info = info}
       end
@@ -755,7 +754,7 @@ local function take(c)
   redis.call('HSET', OWNER, c.id, worker)
   redis.call('HSET', SERVED, c.dom, redis.call('INCR', SEQ))
   redis.call('ZADD', DOMS, 'XX', now, c.dom)
-  local payload = redis.call('HGET', DATA, c.id) or c.id
+  local payload = c.info.payload or c.id
   return {'ok', c.id, payload, requeued, dropped, states, next_list()}
 end
 
@@ -815,6 +814,7 @@ return {'wait', f17(wait), '', requeued, dropped, states, next_list()}
 """,
     "push": r"""-- KEYS: the shard's 16 keys (SEEN: the shard's part of the dupefilter).
 -- ARGV: boost, worker, then 8 per request, in order: id, payload, info_json, not_before, now,
+--       (info and payload are stored as one DATA value, see queue.lua's split_entry)
 --       ack_id, fingerprint ('' = unchecked),
 --       copy (1: a retry or redirect copy of a leased request, 0: a request discovered now)
 -- Returns one reply per request: 1 when queued, 2 when queued ready for a domain that had no
@@ -834,9 +834,8 @@ local function push(id, payload, info, nb, now, ack_id, fingerprint, copy)
     if ack_id ~= '' then ack(ack_id, worker, boost) end
     return 0
   end
-  redis.call('HSET', DATA, id, payload)
+  redis.call('HSET', DATA, id, info .. '\n' .. payload)
   if copy ~= '1' then redis.call('INCR', FOUND) end
-  redis.call('HSET', INFO, id, info)
   local fresh = 0
   if tonumber(nb) > tonumber(now) then
     redis.call('ZADD', DELAYED, nb, id)
@@ -878,14 +877,35 @@ local function enc(x)
   return string.format('%022.6f', x)
 end
 
+-- An entry's DATA value is "<info JSON>\n<payload>" (JSON never holds a raw newline); an entry
+-- an earlier version queued has its payload alone there and its info in INFO (info.legacy).
+local function split_entry(raw)
+  local nl = string.find(raw, '\n', 1, true)
+  if nl then return string.sub(raw, 1, nl - 1), string.sub(raw, nl + 1) end
+  return nil, raw
+end
+
+local function payload_of(id)
+  local raw = redis.call('HGET', DATA, id)
+  if not raw then return nil end
+  local _, payload = split_entry(raw)
+  return payload
+end
+
+-- The entry's info (and, as info.payload, its payload: a pop takes it without another read).
 local function info_of(id)
-  local raw = redis.call('HGET', INFO, id)
-  if raw then
-    local info = cjson.decode(raw)
+  local raw = redis.call('HGET', DATA, id)
+  local head, payload = nil, nil
+  if raw then head, payload = split_entry(raw) end
+  local legacy = not head
+  if legacy then head = redis.call('HGET', INFO, id) end
+  if head then
+    local info = cjson.decode(head)
     info.p, info.d, info.w, info.dom = info.p or 0, info.d or 0, info.w or 0, info.dom or ''
+    info.payload, info.legacy = payload, legacy
     return info
   end
-  return {p = 0, d = 0, w = 0, x = 'boost', dom = ''}
+  return {p = 0, d = 0, w = 0, x = 'boost', dom = '', payload = payload, legacy = true}
 end
 
 local function id_of(member) return string.match(member, '^[^\1]*\1[^\1]*\1(.*)$') end
@@ -918,12 +938,13 @@ local function unindex(id, info, boost)
 end
 
 local function forget(id, boost)
-  unindex(id, info_of(id), boost)
+  local info = info_of(id)
+  unindex(id, info, boost)
   redis.call('ZREM', DELAYED, id)
   redis.call('ZREM', INFL, id)
   redis.call('HDEL', OWNER, id)
   redis.call('HDEL', DATA, id)
-  redis.call('HDEL', INFO, id)
+  if info.legacy then redis.call('HDEL', INFO, id) end
   redis.call('HDEL', REL, id)
 end
 
@@ -983,7 +1004,7 @@ return n
     "reject": r"""-- Move a refused (undecodable) leased entry aside. ARGV: boost, id, worker, reason
 -- (runs after the shared queue.lua, see __init__.py)
 local id = ARGV[2]
-local payload = redis.call('HGET', DATA, id) or id
+local payload = payload_of(id) or id
 redis.call('HSET', REJ, id, payload)
 forget(id, tonumber(ARGV[1]))
 return 1
@@ -1003,7 +1024,7 @@ for i = 4, #ARGV do
     local times = 0
     if max >= 0 then times = redis.call('HINCRBY', REL, id, 1) end
     if max >= 0 and times > max then
-      local payload = redis.call('HGET', DATA, id)
+      local payload = payload_of(id)
       forget(id, boost)
       if payload then table.insert(dead, payload) end
     else

@@ -33,9 +33,8 @@ local function best_of(dom)
       local id = id_of(m)
       local info = info_of(id)
       if info.x == 'drop' then
-        local payload = redis.call('HGET', DATA, id)
         forget(id, boost)
-        if payload then table.insert(dropped, payload) end
+        if info.payload then table.insert(dropped, info.payload) end
       elseif boosted == nil then
         boosted = {id = id, tier = 2, eff = -info.d, info = info}
       end
@@ -73,7 +72,7 @@ local function take(c)
   redis.call('HSET', OWNER, c.id, worker)
   redis.call('HSET', SERVED, c.dom, redis.call('INCR', SEQ))
   redis.call('ZADD', DOMS, 'XX', now, c.dom)
-  local payload = redis.call('HGET', DATA, c.id) or c.id
+  local payload = c.info.payload or c.id
   return {'ok', c.id, payload, requeued, dropped, states, next_list()}
 end
 

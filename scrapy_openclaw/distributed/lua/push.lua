@@ -1,5 +1,6 @@
 -- KEYS: the shard's 16 keys (SEEN: the shard's part of the dupefilter).
 -- ARGV: boost, worker, then 8 per request, in order: id, payload, info_json, not_before, now,
+--       (info and payload are stored as one DATA value, see queue.lua's split_entry)
 --       ack_id, fingerprint ('' = unchecked),
 --       copy (1: a retry or redirect copy of a leased request, 0: a request discovered now)
 -- Returns one reply per request: 1 when queued, 2 when queued ready for a domain that had no
@@ -19,9 +20,8 @@ local function push(id, payload, info, nb, now, ack_id, fingerprint, copy)
     if ack_id ~= '' then ack(ack_id, worker, boost) end
     return 0
   end
-  redis.call('HSET', DATA, id, payload)
+  redis.call('HSET', DATA, id, info .. '\n' .. payload)
   if copy ~= '1' then redis.call('INCR', FOUND) end
-  redis.call('HSET', INFO, id, info)
   local fresh = 0
   if tonumber(nb) > tonumber(now) then
     redis.call('ZADD', DELAYED, nb, id)

@@ -22,14 +22,35 @@ local function enc(x)
   return string.format('%022.6f', x)
 end
 
+-- An entry's DATA value is "<info JSON>\n<payload>" (JSON never holds a raw newline); an entry
+-- an earlier version queued has its payload alone there and its info in INFO (info.legacy).
+local function split_entry(raw)
+  local nl = string.find(raw, '\n', 1, true)
+  if nl then return string.sub(raw, 1, nl - 1), string.sub(raw, nl + 1) end
+  return nil, raw
+end
+
+local function payload_of(id)
+  local raw = redis.call('HGET', DATA, id)
+  if not raw then return nil end
+  local _, payload = split_entry(raw)
+  return payload
+end
+
+-- The entry's info (and, as info.payload, its payload: a pop takes it without another read).
 local function info_of(id)
-  local raw = redis.call('HGET', INFO, id)
-  if raw then
-    local info = cjson.decode(raw)
+  local raw = redis.call('HGET', DATA, id)
+  local head, payload = nil, nil
+  if raw then head, payload = split_entry(raw) end
+  local legacy = not head
+  if legacy then head = redis.call('HGET', INFO, id) end
+  if head then
+    local info = cjson.decode(head)
     info.p, info.d, info.w, info.dom = info.p or 0, info.d or 0, info.w or 0, info.dom or ''
+    info.payload, info.legacy = payload, legacy
     return info
   end
-  return {p = 0, d = 0, w = 0, x = 'boost', dom = ''}
+  return {p = 0, d = 0, w = 0, x = 'boost', dom = '', payload = payload, legacy = true}
 end
 
 local function id_of(member) return string.match(member, '^[^\1]*\1[^\1]*\1(.*)$') end
@@ -62,12 +83,13 @@ local function unindex(id, info, boost)
 end
 
 local function forget(id, boost)
-  unindex(id, info_of(id), boost)
+  local info = info_of(id)
+  unindex(id, info, boost)
   redis.call('ZREM', DELAYED, id)
   redis.call('ZREM', INFL, id)
   redis.call('HDEL', OWNER, id)
   redis.call('HDEL', DATA, id)
-  redis.call('HDEL', INFO, id)
+  if info.legacy then redis.call('HDEL', INFO, id) end
   redis.call('HDEL', REL, id)
 end
 

@@ -13,7 +13,7 @@ for i = 4, #ARGV do
     local times = 0
     if max >= 0 then times = redis.call('HINCRBY', REL, id, 1) end
     if max >= 0 and times > max then
-      local payload = redis.call('HGET', DATA, id)
+      local payload = payload_of(id)
       forget(id, boost)
       if payload then table.insert(dead, payload) end
     else
