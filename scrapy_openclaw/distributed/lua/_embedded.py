@@ -971,7 +971,13 @@ local function ack(id, worker, boost)
   local owner = redis.call('HGET', OWNER, id)
   if owner then
     if owner ~= worker then return 0 end
-    forget(id, boost)
+    -- leased: only in INFL (an owner is set by take() and the reclaim, after the entry left the
+    -- ready and delayed sets, and cleared by every path that puts it back): 6 calls instead of 10-14
+    redis.call('ZREM', INFL, id)
+    redis.call('HDEL', OWNER, id)
+    redis.call('HDEL', DATA, id)
+    redis.call('HDEL', INFO, id)
+    redis.call('HDEL', REL, id)
     return 1
   end
   if redis.call('HEXISTS', DATA, id) == 1 then
