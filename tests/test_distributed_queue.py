@@ -412,3 +412,26 @@ def test_an_entry_queued_by_an_earlier_version_is_still_served_and_cleaned_up(qu
     assert server.hlen(_key(q, "data")) == 0
     assert not server.exists(_key(q, "info"))
     assert _ready(q) == 0
+
+
+def test_a_health_record_writes_the_policy_only_when_it_changed(redis_server: Any) -> None:
+    from redis import Redis
+
+    from scrapy_openclaw.distributed.health import RedisHealthRegistry
+
+    def registry(rate: float) -> RedisHealthRegistry:
+        policy = {"defaults": {"health": {"initial_rate": rate}}}
+        return RedisHealthRegistry(get_crawler(_Spider, {"REDIS_URL": redis_server.url, "OPENCLAW_POLICY": policy}))
+
+    old, new = registry(8.0), registry(4.0)
+    server = Redis.from_url(redis_server.url)
+    server.config_resetstat()
+    now = time.time()
+    for i in range(3):
+        old.record_success("a.test", 0.1, now + i)
+    key = old.health_key("a.test")
+    assert server.hget(key, "policy").decode() == old.policy_json("a.test")
+    writes = int(server.info("commandstats")["cmdstat_hset"]["calls"])
+    assert writes == 3 + 1  # a state write per record, the policy once
+    new.record_success("a.test", 0.1, now + 4)  # (a worker started with another policy file)
+    assert server.hget(key, "policy").decode() == new.policy_json("a.test")

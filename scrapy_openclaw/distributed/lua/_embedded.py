@@ -198,7 +198,7 @@ local function h_load(hkey, now, pjson)
   if not pj then return nil end
   local p = cjson.decode(pj)
   h_ttl = tonumber(p.k_key_ttl) or 0
-  local d = {}
+  local d = {stored_policy = raw[1]}  -- (not a field: h_save writes the policy only when it changed)
   if not raw[2] then
     d.health, d.rate, d.threshold = 100, p.initial_rate, nil
     d.tokens = math.max(1, math.min(p.burst, math.floor(p.initial_rate * p.k_burst_seconds)))
@@ -271,7 +271,10 @@ local function h_save(hkey, d, pjson)
     if name == 'circuit' then table.insert(flat, d.circuit) else table.insert(flat, f17(d[name])) end
   end
   redis.call('HSET', hkey, unpack(flat))
-  if pjson ~= nil and pjson ~= '' then redis.call('HSET', hkey, 'policy', pjson) end
+  if pjson ~= nil and pjson ~= '' and pjson ~= d.stored_policy then
+    redis.call('HSET', hkey, 'policy', pjson)
+    d.stored_policy = pjson
+  end
   if h_ttl > 0 then  -- HealthRegistry.evict_idle: what outlives idleness never expires
     if d.circuit ~= 'closed' or d.ctl_down ~= 0 or d.ctl_rate > 0 or d.ctl_concurrency > 0 or d.crawl_delay > 0 then
       redis.call('PERSIST', hkey)
