@@ -708,8 +708,21 @@ local function next_list()
   return doms
 end
 
--- The best entry of a domain: {id, tier, eff, info} or nil (the domain has no ready entry).
+-- A and E hold members only for entries with a deadline: a shard without any skips their reads.
+local deadlines = redis.call('EXISTS', E) == 1
+
+-- The domain's first entry in priority order, its info not read: {id, tier, eff} or nil.
+local function head_of(dom)
+  local head = redis.call('ZRANGEBYLEX', Q, lo(dom), hi(dom), 'LIMIT', 0, 1)
+  if not head[1] then return nil end
+  local key = string.match(head[1], '^[^\1]*\1([^\1]*)\1')
+  return {id = id_of(head[1]), tier = 1, eff = 1e10 - tonumber(key)}
+end
+
+-- The best entry of a domain: {id, tier, eff, info} or nil (the domain has no ready entry). The
+-- priority head's info is read only if it is taken (its priority is in its member's sort key).
 local function best_of(dom)
+  if not deadlines then return head_of(dom) end
   for _ = 1, 4 do  -- bounded: drop-policy entries past their deadline become dead letters
     local late = redis.call('ZRANGEBYLEX', E, lo(dom), '[' .. dom .. SEP .. enc(now) .. SEP .. '\255', 'LIMIT', 0, 16)
     if #late == 0 then break end
@@ -726,13 +739,7 @@ local function best_of(dom)
     end
     if boosted then return boosted end
   end
-  local best = nil
-  local head = redis.call('ZRANGEBYLEX', Q, lo(dom), hi(dom), 'LIMIT', 0, 1)
-  if head[1] then
-    local id = id_of(head[1])
-    local info = info_of(id)
-    best = {id = id, tier = 1, eff = info.p, info = info}
-  end
+  local best = head_of(dom)
   for _ = 1, 4 do  -- bounded: an aging member left behind (a worker with another boost) is dropped
     local aging = redis.call('ZRANGEBYLEX', A, lo(dom), hi(dom), 'LIMIT', 0, 1)
     if not aging[1] then break end
@@ -752,6 +759,7 @@ local function best_of(dom)
 end
 
 local function take(c)
+  c.info = c.info or info_of(c.id)
   unindex(c.id, c.info, boost)
   redis.call('ZADD', INFL, lease_until, c.id)
   redis.call('HSET', OWNER, c.id, worker)
@@ -771,12 +779,19 @@ for _, dom in ipairs(doms) do
     local b = best_of(dom)
     if b then
       b.dom = dom
-      b.served = tonumber(redis.call('HGET', SERVED, dom) or '0')
       table.insert(cands, b)
     else
       redis.call('ZREM', DOMS, dom)
     end
   end
+end
+if #cands > 1 then  -- (one read for all: who was served least recently breaks ties)
+  local names = {}
+  for i, c in ipairs(cands) do names[i] = c.dom end
+  local served = redis.call('HMGET', SERVED, unpack(names))
+  for i, c in ipairs(cands) do c.served = tonumber(served[i] or '0') or 0 end
+elseif cands[1] then
+  cands[1].served = 0
 end
 table.sort(cands, function(a, b)
   if a.tier ~= b.tier then return a.tier > b.tier end
