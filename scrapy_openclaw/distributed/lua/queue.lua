@@ -117,11 +117,11 @@ local function ack(id, worker, boost)
   if owner then
     if owner ~= worker then return 0 end
     -- leased: only in INFL (an owner is set by take() and the reclaim, after the entry left the
-    -- ready and delayed sets, and cleared by every path that puts it back): 6 calls instead of 10-14
+    -- ready and delayed sets, and cleared by every path that puts it back): 5 calls instead of 10-14
     redis.call('ZREM', INFL, id)
     redis.call('HDEL', OWNER, id)
     redis.call('HDEL', DATA, id)
-    redis.call('HDEL', INFO, id)
+    if string.find(id, '-', 1, true) then redis.call('HDEL', INFO, id) end  -- (an earlier version's id)
     redis.call('HDEL', REL, id)
     return 1
   end
