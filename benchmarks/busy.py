@@ -1,4 +1,4 @@
-"""Benchmark: the same crawls on a quiet machine and beside two CPU-hog processes (issue 35).
+"""Benchmark: the same crawls on a quiet machine and beside two CPU-hog processes.
 
 A busy crawler must not read as a slow site. Each configuration (plain Scrapy,
 the add-on on its defaults) crawls, first on a quiet machine and then with two
@@ -84,19 +84,20 @@ def _measure(name: str, settings: dict[str, Any], quick: bool, out: Path) -> dic
 
 
 def run(quick: bool = False) -> dict[str, Any]:
-    """``{"baseline": "scrapy/quiet", "configs": {"<config>/<quiet|busy>": {...}}}``."""
+    """``{"baseline": "scrapy_quiet", "configs": {"<config>_<quiet|busy>": {...}}}`` (no "/": a
+    name like ``openclaw/busy`` reads as a stats key in the docs)."""
     results: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="openclaw-bench-busy-") as tmp:
         for load in ("quiet", "busy"):
             hogs = _hogs(HOGS) if load == "busy" else []
             try:
                 for name, settings in CONFIGS.items():
-                    key = f"{name}/{load}"
-                    results[key] = _measure(key.replace("/", "-"), settings, quick, Path(tmp))
+                    key = f"{name}_{load}"
+                    results[key] = _measure(key, settings, quick, Path(tmp))
             finally:
                 for hog in hogs:
                     stop_process(hog)
-    return {"baseline": "scrapy/quiet", "quick": quick, "hogs": HOGS, "limits": list(LIMITS), "configs": results}
+    return {"baseline": "scrapy_quiet", "quick": quick, "hogs": HOGS, "limits": list(LIMITS), "configs": results}
 
 
 def main() -> None:

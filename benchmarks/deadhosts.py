@@ -1,4 +1,4 @@
-"""Benchmark: two healthy hosts beside two dead ones (issue 15).
+"""Benchmark: two healthy hosts beside two dead ones.
 
 Start URLs: the roots of two healthy chaos hosts, 40 pages on a host that
 refuses connections (a loopback port where nothing listens) and 40 on a

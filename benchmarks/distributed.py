@@ -267,7 +267,7 @@ def ours_defaults(redis_url: str) -> dict[str, Any]:
     }
 
 
-# Scaling (issue 15): 3 hosts without a rate limit, 150 pages each at 50 ms,
+# Scaling: 3 hosts without a rate limit, 150 pages each at 50 ms,
 # 1/2/3 workers of each kind. Latency-bound on purpose: each worker may have
 # only SCALE_CONCURRENCY requests in flight, so one worker needs
 # pages * latency / concurrency seconds however idle the CPUs are, and more

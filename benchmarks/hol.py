@@ -9,7 +9,7 @@ measured from the chaos server's ground truth (time of every request):
 * ``fast_done``: when the last fast-host page was fetched, vs the fast hosts
   crawled alone (no slow host present).
 
-Targets (issue 5): total <= 1.15 x lower bound, fast_done <= 1.2 x fast alone.
+Targets: total <= 1.15 x lower bound, fast_done <= 1.2 x fast alone.
 Run: ``python -m benchmarks.hol [--quick]``.
 """
 

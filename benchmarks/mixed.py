@@ -1,4 +1,4 @@
-"""Benchmark: some pages broken for good on an otherwise healthy site (issue 15).
+"""Benchmark: some pages broken for good on an otherwise healthy site.
 
 The site (``presets.mixed_failures_site``): two hosts of 200 pages; on the
 second, every 5th page (never the root) always answers 503 and a few pages

@@ -6,7 +6,7 @@ same run, each on a freshly started site:
 
 * ``scrapy``: plain Scrapy defaults;
 * ``openclaw``: the add-on exactly as a new user gets it (``ADDONS`` only).
-  The target (issue 15) is >= 0.95 x plain Scrapy's pages/s, as the median
+  The target is >= 0.95 x plain Scrapy's pages/s, as the median
   of the paired per-run ratios (the suite repeats this scenario);
 * ``openclaw_no_gc_freeze``: the add-on with ``OPENCLAW_GC_FREEZE`` off,
   so the garbage collector does the same work as in plain Scrapy: the

@@ -1,4 +1,4 @@
-"""Benchmark: hosts limited anywhere from 3 to 150 req/s, found on defaults (issue 15).
+"""Benchmark: hosts limited anywhere from 3 to 150 req/s, found on defaults.
 
 The site (``presets.limit_sweep_site``) has one host per limit (3, 12, 40 and
 60 req/s, and 150 at full size; burst 2-15, 429 + ``Retry-After: 1`` beyond
