@@ -175,7 +175,7 @@ class LeasedDeadlineQueue(Batching, QueueEntries):
         # time-ordered ids: equal priorities pop FIFO (Redis orders equal scores by member). Base 36,
         # fixed width: the microsecond, the worker's tag, a sequence that keeps two pushes of one
         # microsecond in order; 20 characters, stored three times per pending request (no '-': the
-        # ids of the layout before inline info had one, and queue.lua's ack tells them by it)
+        # ids of the layout before inline info had one, and queue.lua's legacy() tells them by it)
         self._seq += 1
         return f"{_base36(int(self.clock() * 1e6), 10)}{self.worker[-6:]}{_base36(self._seq % _SEQ_WRAP, 4)}"
 

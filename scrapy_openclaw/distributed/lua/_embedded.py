@@ -896,7 +896,10 @@ local function enc(x)
 end
 
 -- An entry's DATA value is "<info JSON>\n<payload>" (JSON never holds a raw newline); an entry
--- an earlier version queued has its payload alone there and its info in INFO (info.legacy).
+-- an earlier version queued has its payload alone there and its info in INFO. Its id tells it
+-- (those ids had a '-', ours have none), so cleaning up after it needs no read.
+local function legacy(id) return string.find(id, '-', 1, true) ~= nil end
+
 local function split_entry(raw)
   local nl = string.find(raw, '\n', 1, true)
   if nl then return string.sub(raw, 1, nl - 1), string.sub(raw, nl + 1) end
@@ -915,15 +918,14 @@ local function info_of(id)
   local raw = redis.call('HGET', DATA, id)
   local head, payload = nil, nil
   if raw then head, payload = split_entry(raw) end
-  local legacy = not head
-  if legacy then head = redis.call('HGET', INFO, id) end
+  if not head then head = redis.call('HGET', INFO, id) end
   if head then
     local info = cjson.decode(head)
     info.p, info.d, info.w, info.dom = info.p or 0, info.d or 0, info.w or 0, info.dom or ''
-    info.payload, info.legacy = payload, legacy
+    info.payload = payload
     return info
   end
-  return {p = 0, d = 0, w = 0, x = 'boost', dom = '', payload = payload, legacy = true}
+  return {p = 0, d = 0, w = 0, x = 'boost', dom = '', payload = payload}
 end
 
 local function id_of(member) return string.match(member, '^[^\1]*\1[^\1]*\1(.*)$') end
@@ -956,13 +958,12 @@ local function unindex(id, info, boost)
 end
 
 local function forget(id, boost)
-  local info = info_of(id)
-  unindex(id, info, boost)
+  unindex(id, info_of(id), boost)
   redis.call('ZREM', DELAYED, id)
   redis.call('ZREM', INFL, id)
   redis.call('HDEL', OWNER, id)
   redis.call('HDEL', DATA, id)
-  if info.legacy then redis.call('HDEL', INFO, id) end
+  if legacy(id) then redis.call('HDEL', INFO, id) end
   redis.call('HDEL', REL, id)
 end
 
@@ -994,7 +995,7 @@ local function ack(id, worker, boost)
     redis.call('ZREM', INFL, id)
     redis.call('HDEL', OWNER, id)
     redis.call('HDEL', DATA, id)
-    if string.find(id, '-', 1, true) then redis.call('HDEL', INFO, id) end  -- (an earlier version's id)
+    if legacy(id) then redis.call('HDEL', INFO, id) end
     redis.call('HDEL', REL, id)
     return 1
   end
