@@ -377,3 +377,29 @@ def test_rate_signals_and_pace_independent_refusals_match(redis_server: Any) -> 
     m, n = local.state("m"), local.state("n")
     assert m.health >= 50.0 and m.circuit == "closed"
     assert n.refusals_flat > 0.0 and n.limit is None
+
+
+def test_a_remembered_domain_matches_through_its_plateau_and_first_cuts(redis_server: Any) -> None:
+    """Site memory: both start a known domain at its remembered limit, hold it through the
+    longer plateau, probe past it, and become ordinary at the first cut (a 503 cut too)."""
+    t = 1_000_000.0
+    local, _ = _pair(redis_server.url)
+    crawler = get_crawler(_Spider, {"REDIS_URL": redis_server.url})
+    shared = RedisHealthRegistry(crawler, uniform=lambda a, b: a + 0.3 * (b - a), clock=lambda: t)
+    for reg in (local, shared):
+        reg.remembered.remember("known", limit=9.8, burst=4)
+        reg.remembered.remember("outage", limit=20.0, burst=2)
+    for domain in ("known", "outage"):  # first met at t: made from memory (the worker's push ensures it)
+        local.state(domain, t)
+        shared.ensure(domain)
+    events: list[tuple[Any, ...]] = []
+    for i in range(400):  # 40 s at the remembered pace: the plateau, then the probe beyond it
+        events += [("acquire", "known", t + i * 0.1, True), ("ok", "known", t + i * 0.1 + 0.02, 0.02)]
+    events += [("ok", "outage", t + 1, 0.05), *(("fail", "outage", t + 2 + i, TIMEOUT, None) for i in range(3))]
+    events.sort(key=lambda e: e[2])
+    _drive(local, shared, events)
+    domains = local.snapshot()["domains"]
+    assert domains["known"]["cuts"] == 3 and domains["known"]["rate"] > 9.8 * 1.02  # probing past the memory
+    assert domains["outage"]["cuts"] == 2  # a timeout's cut ends the longer plateau too
+    _drive(local, shared, [("fail", "known", t + 40.1, C429, None), ("acquire", "known", t + 41.5, True)])
+    assert local.snapshot()["domains"]["known"]["cuts"] == 2  # an ordinary domain from its first cut

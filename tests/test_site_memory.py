@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from scrapy_openclaw.health.registry import OPEN, HealthRegistry
-from scrapy_openclaw.health.registry.tuning import _SEED_MARGIN
+from scrapy_openclaw.health.registry.tuning import _SEED_PLATEAU
 from scrapy_openclaw.sites.entry import SiteEntry
 from scrapy_openclaw.sites.store import FileSiteStore, RedisSiteStore, SiteStoreError
 from scrapy_openclaw.testing.crawl import run_crawl
@@ -184,7 +184,7 @@ def test_a_remembered_domain_starts_at_its_limit_not_slow_start() -> None:
     reg = HealthRegistry()
     reg.remembered.remember("known.test", limit=39.2, burst=4, crawl_delay=0.0)
     known, stranger = reg.state("known.test", T0), reg.state("new.test", T0)
-    resumed = 39.2 * _SEED_MARGIN  # (the limit was measured on another day)
+    resumed = 39.2  # (what a cut learned: already under the limit it fitted)
     assert known.rate == pytest.approx(resumed) and known.limit == pytest.approx(resumed) and known.limit_measured
     assert known.burst_cap == 4
     assert stranger.rate < known.rate and stranger.limit is None
@@ -195,6 +195,22 @@ def test_a_remembered_domain_starts_at_its_limit_not_slow_start() -> None:
     delayed = HealthRegistry()
     delayed.remembered.remember("slow.test", limit=None, crawl_delay=2.0)
     assert delayed.state("slow.test", T0).crawl_delay == 2.0
+
+
+def test_a_remembered_limit_is_held_through_its_longer_plateau_without_a_refusal() -> None:
+    """The site still takes what memory says: no probe beyond it (and so no 429) for
+    ``_SEED_PLATEAU`` seconds, the pace at the limit from the first second; then the cubic
+    probes upward as after any cut, and its first 429 makes the domain an ordinary one."""
+    reg = HealthRegistry()
+    reg.remembered.remember("a", limit=9.8, burst=5)  # learned on a 10/s site (0.98 x its fit)
+    reg, run = crawl(Limiter([(0.0, 10.0, 5)]), _SEED_PLATEAU + 15.0, concurrency=16, latency=0.02, registry=reg)
+    first_refusal = next(at for at, ok in run.sent if not ok) - T0
+    assert first_refusal > _SEED_PLATEAU  # (then it probed: a raised limit would be found)
+    for second in range(int(_SEED_PLATEAU)):
+        answered, _ = answered_between(run, second, second + 1)
+        assert answered >= 9, (second, answered)  # at the remembered pace from the start
+    assert reg.state("a").limit_measured and reg.state("a").limit != 9.8  # re-measured by that probe
+    assert min(run.health) >= 50.0 and OPEN not in run.circuits
 
 
 def test_a_limit_that_fell_is_refitted_without_health_collapse() -> None:

@@ -14,7 +14,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from scrapy_openclaw.health.registry.record import _COUNTERS
-from scrapy_openclaw.health.registry.tuning import _MAX_RATE, CLOSED, HALF_OPEN, OPEN
+from scrapy_openclaw.health.registry.tuning import _MAX_RATE, _RESUMED, CLOSED, HALF_OPEN, OPEN
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -32,7 +32,7 @@ RANGES: dict[str, tuple[float, float]] = {
     "share_fast": (0.0, 1.0),
     "share_slow": (0.0, 1.0),
     "ref_share": (0.0, 1.0),
-    "cuts": (0, 2),
+    "cuts": (0, _RESUMED),
 }
 #: Fields that hold times or durations: never negative.
 _NOT_NEGATIVE = {"updated", "opened_at", "probe_at", "hold_until", "cooldown", "down_since", "ctl_hold"} | set(

@@ -65,7 +65,7 @@ return h_save(KEYS[1], d, ARGV[2])
 """,
     "h_ensure": r"""-- Create the state if missing and store the policy. ARGV: now, policy_json, domain,
 -- then optionally what site memory knows of a new domain (pacing.seed):
--- limit (already x the seed margin; '' for none), burst cap, Crawl-delay
+-- limit ('' for none), burst cap, Crawl-delay
 -- (runs after the shared health.lua, see __init__.py)
 local now = tonumber(ARGV[1])
 local new = redis.call('HEXISTS', KEYS[1], 'health') == 0
@@ -75,7 +75,7 @@ if new and ARGV[4] then
   local limit = tonumber(ARGV[4])
   if limit and limit > 0 then
     d.threshold = math.min(limit, p.k_max_rate)
-    d.cuts, d.rate = 2, d.threshold
+    d.cuts, d.rate = p.k_resumed, d.threshold
     d.last_decrease = now - p.k_min_decrease_gap
     d.burst_cap = math.max(0, tonumber(ARGV[5]) or 0)
     d.iv_start, d.iv_ok, d.iv_refused = now, 0, 0
@@ -441,6 +441,7 @@ local function h_increase(d, p, now)
     grown = math.max(d.rate, d.threshold * p.rate_decrease * p.k_probe_growth ^ math.min(since, p.k_max_probe_seconds))
   else  -- the cubic, then past k_beyond x the learned limit exponential probing (pacing._plateau)
     local flat_at = ((1 - p.rate_decrease) / p.rate_probe) ^ (1 / 3)
+    if d.cuts == p.k_resumed then since = flat_at + math.max(0, since - p.k_seed_plateau) end
     local beyond_at = flat_at + ((p.k_beyond - 1) / p.rate_probe) ^ (1 / 3)
     local factor
     if since <= beyond_at then
@@ -492,7 +493,7 @@ local function h_decrease(d, p, now, measured, rate_bound, fkey, sent)
   -- only a 429 (measured) or latency (rate_bound) moves on to the cubic plateau; 503s and
   -- timeouts cut and probe back up
   if d.cuts == 0 then d.iv_start, d.iv_ok, d.iv_refused = now, 0, 0 end  -- refusals.restart_sample
-  if measured or rate_bound then d.cuts = math.min(d.cuts + 1, 2) else d.cuts = math.max(d.cuts, 1) end
+  if measured or rate_bound then d.cuts = math.min(d.cuts + 1, 2) else d.cuts = math.min(math.max(d.cuts, 1), 2) end
   d.threshold = before
   d.rate = math.max(p.min_rate, before * p.rate_decrease)
   d.tokens = math.min(d.tokens, h_burst(d, p))

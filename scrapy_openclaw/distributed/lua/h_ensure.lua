@@ -1,6 +1,6 @@
 -- Create the state if missing and store the policy. ARGV: now, policy_json, domain,
 -- then optionally what site memory knows of a new domain (pacing.seed):
--- limit (already x the seed margin; '' for none), burst cap, Crawl-delay
+-- limit ('' for none), burst cap, Crawl-delay
 -- (runs after the shared health.lua, see __init__.py)
 local now = tonumber(ARGV[1])
 local new = redis.call('HEXISTS', KEYS[1], 'health') == 0
@@ -10,7 +10,7 @@ if new and ARGV[4] then
   local limit = tonumber(ARGV[4])
   if limit and limit > 0 then
     d.threshold = math.min(limit, p.k_max_rate)
-    d.cuts, d.rate = 2, d.threshold
+    d.cuts, d.rate = p.k_resumed, d.threshold
     d.last_decrease = now - p.k_min_decrease_gap
     d.burst_cap = math.max(0, tonumber(ARGV[5]) or 0)
     d.iv_start, d.iv_ok, d.iv_refused = now, 0, 0

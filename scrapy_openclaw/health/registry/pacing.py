@@ -23,7 +23,8 @@ from scrapy_openclaw.health.registry.tuning import (
     _MAX_RATE,
     _MIN_DECREASE_GAP,
     _PROBE_GROWTH,
-    _SEED_MARGIN,
+    _RESUMED,
+    _SEED_PLATEAU,
     _SLOW_START_DOUBLING,
     _SLOW_START_GAIN,
     _STALE_WINDOW,
@@ -72,12 +73,13 @@ def concurrency_of(d: _Domain, p: HealthPolicy, slot_concurrency: int | None, de
 
 
 def seed(d: _Domain, p: HealthPolicy, now: float, limit: float | None, burst: int, crawl_delay: float) -> None:
-    """A new record for a domain an earlier crawl measured: at ``_SEED_MARGIN`` of its limit, as if a 429 had
-    just measured it (the cubic holds the pace there, then probes upward; a limit that
-    fell is cut, and re-fitted, at its first 429 like any other)."""
+    """A new record for a domain an earlier crawl measured: at the limit it learned, as if a 429
+    had just measured it, on a plateau ``_SEED_PLATEAU`` longer (the cubic holds the pace there,
+    then probes upward; a limit that fell is cut, and re-fitted, at its first 429 like any other,
+    and the domain paces as any other from then on)."""
     if limit is not None and limit > 0:
-        d.threshold = min(float(limit) * _SEED_MARGIN, _MAX_RATE)
-        d.cuts = 2
+        d.threshold = min(float(limit), _MAX_RATE)
+        d.cuts = _RESUMED
         d.rate = d.threshold
         # as if cut just now (the cubic holds the rate at the limit, then probes past it),
         # but long enough ago that the first 429 cuts at once
@@ -107,7 +109,9 @@ def increase(d: _Domain, p: HealthPolicy, now: float) -> None:
         grown = min(d.rate * (1.0 + _SLOW_START_GAIN), p.initial_rate * 2.0**doublings)
     elif d.cuts == 1 and d.threshold is not None:
         grown = max(d.rate, d.threshold * p.rate_decrease * _PROBE_GROWTH ** min(since, _MAX_PROBE_SECONDS))
-    else:  # (a cut always sets the threshold)
+    else:  # (a cut always sets the threshold, and so does a seed)
+        if d.cuts == _RESUMED:  # a remembered limit: the plateau's flat part lasts _SEED_PLATEAU longer
+            since = _flat_at(p) + max(0.0, since - _SEED_PLATEAU)
         grown = max(d.rate, (d.threshold or d.rate) * _plateau(p, since))
     d.rate = min(grown, ceiling_of(d, p), _MAX_RATE)
 
@@ -146,7 +150,8 @@ def decrease(
     limit = learned_limit(d, p, now, measured, history)
     if d.cuts == 0:
         restart_sample(d, now)
-    d.cuts = min(d.cuts + 1, 2) if measured or rate_bound else max(d.cuts, 1)  # (see increase)
+    # (see increase; any cut ends a remembered limit's longer plateau)
+    d.cuts = min(d.cuts + 1, 2) if measured or rate_bound else min(max(d.cuts, 1), 2)
     d.threshold = limit
     d.rate = max(p.min_rate, limit * p.rate_decrease)
     d.tokens = min(d.tokens, float(burst_of(d, p)))
@@ -230,8 +235,13 @@ def _plateau(p: HealthPolicy, since: float) -> float:
     passes ``_BEYOND`` x the limit with answers still clean, the limit has moved (a learned
     limit is evidence that ages, not a ceiling): from there it grows by ``_PROBE_GROWTH`` a
     second, as after a first cut."""
-    flat_at = ((1.0 - p.rate_decrease) / p.rate_probe) ** (1.0 / 3.0)
+    flat_at = _flat_at(p)
     beyond_at = flat_at + ((_BEYOND - 1.0) / p.rate_probe) ** (1.0 / 3.0)
     if since <= beyond_at:
         return 1.0 + p.rate_probe * (since - flat_at) ** 3
     return _BEYOND * _PROBE_GROWTH ** min(since - beyond_at, _MAX_PROBE_SECONDS)
+
+
+def _flat_at(p: HealthPolicy) -> float:
+    """Seconds after a cut at which the cubic is back at the learned limit (its flat point)."""
+    return float(((1.0 - p.rate_decrease) / p.rate_probe) ** (1.0 / 3.0))

@@ -138,7 +138,9 @@ class _Domain:
         self.delivered: float | None = None  # successes/s the domain delivered (EWMA of windows)
         self.crawl_delay = 0.0
         self.troubled_at = 0.0  # the last domain failure; 0: none
-        self.cuts = 0  # 0: slow start; 1: cut, limit guessed; 2: a 429 or latency measured it (cubic plateau)
+        # 0: slow start; 1: cut, limit guessed; 2: a 429 or latency measured it (cubic plateau);
+        # 3 (_RESUMED): started at a limit site memory remembered, until its first cut
+        self.cuts = 0
         self.born = now  # when the domain was first seen: slow start doubles at most this fast from it
         self.blocked_seconds = 0.0  # time spent held (Retry-After) or with the circuit open
         self.circuit_seconds = 0.0  # of it, with the circuit open

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from scrapy_openclaw.health.registry.tuning import _MAX_RATE, _SEED_MARGIN
+from scrapy_openclaw.health.registry.tuning import _MAX_RATE
 
 
 class Seed(NamedTuple):
@@ -29,10 +29,10 @@ class Remembered:
         return self._seeds.get(domain)
 
     def resumed_limit(self, domain: str) -> float | None:
-        """The limit *domain* is started at (its remembered one x ``_SEED_MARGIN``), None
-        without one: a domain whose limit still equals it was not measured again."""
+        """The limit *domain* is started at (its remembered one), None without one: a domain
+        whose limit still equals it was not measured again."""
         seed = self._seeds.get(domain)
-        return None if seed is None or seed.limit is None else min(float(seed.limit) * _SEED_MARGIN, _MAX_RATE)
+        return None if seed is None or seed.limit is None else min(float(seed.limit), _MAX_RATE)
 
     def crawl_delay(self, domain: str) -> float:
         """The Crawl-delay *domain* is started with (0.0: none)."""

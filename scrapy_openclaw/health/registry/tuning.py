@@ -45,7 +45,11 @@ _FIT_HIGH = 6
 _FIT_REFINE = 4
 # ... and the share of the fitted limit a cut keeps as the learned limit
 _FIT_MARGIN = 0.98
-_SEED_MARGIN = 0.98  # a remembered limit is resumed at this share of it (it was measured on another day)
+# A limit site memory remembers is resumed as it was learned (already under the fitted limit)
+# and held this long before the first probe beyond it: a limit an earlier crawl measured is
+# better evidence than one a single 429 measured, so a repeat crawl's start costs no refusal.
+_SEED_PLATEAU = 30.0  # seconds
+_RESUMED = 3  # a record's ``cuts`` while it paces at a remembered limit (until its first cut)
 _WINDOW = 1.0  # seconds; the delivered-rate estimate is the last such window and the open one
 _STALE_WINDOW = 5.0  # a window longer than this (an idle domain) says nothing about its rate
 # 5xx share of recent fresh answers: a fast and a slow EWMA (about the last 5 and 50);
