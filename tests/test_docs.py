@@ -195,12 +195,12 @@ def test_the_built_stats_reference_shows_every_stat_and_metric(built):
 def test_the_two_setup_commands_open_the_readme():
     head = README.split("\n## ", 1)[0]
     assert "pip install -e . && cd sample_project && scrapy crawl demo" in head
-    assert 'pip install -e ".[test]" && python -m pytest -q -n 3\n' in head
+    assert 'pip install -e ".[test]" && python -m pytest -q -n 4\n' in head
 
 
 def test_ci_runs_the_readme_test_command():
     ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
-    assert "python3 -m pytest -q -n 3\n" in ci
+    assert "python3 -m pytest -q -n 4\n" in ci
 
 
 def test_the_readme_stays_short():
