@@ -16,12 +16,14 @@ from scrapy_openclaw.testing.crawl import run_crawl
 #: .5 and .6 flap (500 windows: domain failures in a row); .6's policy opens its circuit on
 #: health alone (circuit floor 99); .7 lets one request in two through whatever the pace, and
 #: its policy keeps the pace at or above a min_rate the site cannot take; .8 sends Retry-After.
+#: .5's root links to all its pages: enough requests are waiting to meet a down window with
+#: failures in a row however fast the crawl discovers them (a busy crawler met none with 3 links).
 SITE = {
     "hosts": [
         {
             "address": "127.0.0.5",
             "pages": 80,
-            "links_per_page": 3,
+            "links_per_page": "all",
             "latency": 0.2,
             "fail_windows": {"period": 2.0, "down": 1.2, "status": 500},
         },
