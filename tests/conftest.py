@@ -21,10 +21,10 @@ os.environ.setdefault("OPENCLAW_STORE_KEY", f"openclaw-tests-{secrets.token_hex(
 SERVER_FIXTURES = frozenset({"chaos_server", "redis_server", "redis_cluster", "redis_any", "tmp_out"})
 
 
-#: The files that take longest (a minute or more on one worker, slowest first): collected
+#: The files that take longest (50-115 s each on one worker, slowest first): collected
 #: first, so that ``-n N --dist loadfile`` starts them at once beside the short ones instead of
 #: leaving one of them to run alone at the end (the walkthrough alone took the last 100 s).
-LONGEST_FIRST = (  # (measured with --junitxml on 2 cores, -n 4: 50-115 s each)
+LONGEST_FIRST = (  # (measured with --junitxml on 2 cores, -n 4)
     "test_distributed_pending.py",
     "test_walkthrough.py",
     "test_distributed.py",
