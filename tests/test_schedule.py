@@ -9,12 +9,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import pytest_twisted
 from scrapy.settings import Settings
 
 from scrapy_openclaw.errors import OpenClawConfigError
 from scrapy_openclaw.schedule.history import JsonlHistory, RedisHistory, RunRecord, late_window, missed_windows
 from scrapy_openclaw.schedule.locks import FileLocks, RedisLocks, redis_client
-from scrapy_openclaw.schedule.scheduler import RUN_STATS_EXTENSION, crawl_command
+from scrapy_openclaw.schedule.scheduler import RUN_STATS_EXTENSION, Scheduler, crawl_command
 from scrapy_openclaw.schedule.tasks import Task, load_tasks, window_id
 
 
@@ -270,3 +271,34 @@ def test_missed_windows_from_history() -> None:
     assert missed_windows(task, runs, now=400.0) == ([180.0, 240.0, 300.0, 360.0], 4)
     assert missed_windows(task, runs, now=400.0, limit=2) == ([300.0, 360.0], 4)
     assert missed_windows(task, [RunRecord("a", 360.0)], now=400.0) == ([], 0)
+
+
+@pytest_twisted.ensureDeferred
+async def test_missed_records_are_written_before_the_missed_window_runs(tmp_path: Path) -> None:
+    """A window both missed and run once (``run_missed``): its ``missed`` record must land before
+    the run's ``running`` one. Written from the thread pool unawaited, it once landed after,
+    and status and the reaper read the latest record (a flaky SIGKILL test found it)."""
+    task = Task(id="a", spider="s", interval=60, run_missed=True)
+    seen_at_launch: list[list[str]] = []
+
+    class Recording(Scheduler):
+        def _launch(self, task: Task, when: float) -> None:
+            seen_at_launch.append([r.outcome for r in self.history.runs(task.id) if r.scheduled == when])
+
+    sched = Recording([task], Settings({"OPENCLAW_SCHEDULE_STATE_DIR": str(tmp_path / "state")}), cwd=tmp_path)
+    history = sched.history
+    history.append(RunRecord("a", time.time() - 300.0, outcome="success"))
+    write = history.append
+
+    def slow_missed(record: RunRecord) -> None:  # a busy disk: the missed records take a while
+        if record.outcome == "missed":
+            time.sleep(0.05)
+        write(record)
+
+    history.append = slow_missed  # type: ignore[method-assign]
+    try:
+        await sched._catch_up(history.runs())
+    finally:
+        for timer in sched._timers.values():
+            timer.cancel()
+    assert seen_at_launch == [["missed"]]

@@ -128,7 +128,7 @@ class Scheduler(WindowRunner):
         await self._reap_stale(runs)
         if self.stopping:
             return
-        self._catch_up(runs)
+        await self._catch_up(runs)
         self._reaper = create_looping_call(self._reap_periodically)
         self._reaper.start(max(1.0, self.lock_ttl), now=False)
 
@@ -184,7 +184,13 @@ class Scheduler(WindowRunner):
         self._reaping.addBoth(done)
         self._reaping.addErrback(self._log_failure, "checking for stale windows")
 
-    def _catch_up(self, runs: list[RunRecord]) -> None:
+    async def _catch_up(self, runs: list[RunRecord]) -> None:
+        """Record the windows missed while down, then run the late or missed one.
+
+        The ``missed`` records are written before any window starts: a record
+        still in the thread pool could land after the run's own ``running``
+        record and hide it (status, and the reaper, read the latest record).
+        """
         now = time.time()
         self.metrics.seed(runs)
         for task in self.tasks:
@@ -196,7 +202,7 @@ class Scheduler(WindowRunner):
                     {"task": task.id, "n": total, "last": window_id(missed[-1])},
                 )
                 for when in missed:
-                    self._record(
+                    await self._record_async(
                         RunRecord(
                             task.id, when, outcome="missed", node=self.node, reason="the scheduler was not running"
                         )

@@ -47,10 +47,6 @@ class SchedulerState:
     running: dict[str, WindowRun]
     stopping: bool
 
-    def _record(self, record: RunRecord) -> None:
-        d = deferToThread(self.history.append, record)
-        d.addErrback(self._log_failure, f"recording {record.run_id} in {self.history.describe()}")
-
     async def _record_async(self, record: RunRecord) -> None:
         data = RunRecord.from_dict(record.to_dict())  # a copy: the thread must not see later changes
         try:
