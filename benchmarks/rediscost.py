@@ -42,6 +42,7 @@ from benchmarks.distributed import (
     _site,
     client,
     ours,
+    ours_defaults,
     plain,
     scraped_urls,
     wait_for_workers,
@@ -52,8 +53,8 @@ PAGES, QUICK_PAGES = 300, 120  # per host
 HOSTS = 6
 WORKERS = (1, 2, 3)
 KINDS = ("openclaw", "scrapy_redis")
-IDLE_WINDOW = 6.0  # > the engine heartbeat (5 s): a stock scrapy-redis worker looks at Redis once per beat
-IDLE_LATENCY = 40.0  # the one page of the idle crawl answers after this long
+IDLE_WINDOW = 20.0  # > the engine heartbeat (5 s) and the default lease sweep (every lease / 3 = 20 s)
+IDLE_LATENCY = 90.0  # the one page of the idle crawl answers after this long
 #: stock scrapy-redis's spider that waits for work in Redis (a RedisSpider)
 IDLE_STOCK_SPIDER = "tests.distributed_spiders.RedisChaosSpider"
 
@@ -168,11 +169,11 @@ def idle_cost(backend: Any, kind: str, tmp: Path) -> dict[str, Any]:
         _reset(urls)
         out = tmp / f"idle-{kind}-{id(backend)}"
         if kind == "openclaw":  # a busy first worker (one request in flight), then one with nothing to do
-            first = Workers(1, ours(backend.url), site.start_urls, out / "a")
+            first = Workers(1, ours_defaults(backend.url), site.start_urls, out / "a")
             wait_for_workers(backend.url, 1, 60)
             time.sleep(1.5)
             base = _window(urls, IDLE_WINDOW)
-            idle = Workers(1, ours(backend.url), [], out / "b", first_alone=False)
+            idle = Workers(1, ours_defaults(backend.url), [], out / "b", first_alone=False)
             joined = wait_for_workers(backend.url, 2, 60)
         else:
             first, base, joined = None, _window(urls, IDLE_WINDOW), 1

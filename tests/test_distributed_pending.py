@@ -5,7 +5,9 @@ killed worker's leases come back without waiting for them to expire."""
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
+import os
 import re
 import time
 from pathlib import Path
@@ -13,6 +15,8 @@ from typing import Any
 
 import pytest
 import redis
+
+from scrapy_openclaw.distributed import lua
 
 _spec = importlib.util.spec_from_file_location(
     "openclaw_bench_distributed_pending", Path(__file__).resolve().parents[1] / "benchmarks" / "distributed.py"
@@ -136,3 +140,107 @@ def test_a_killed_workers_leases_come_back_before_they_expire(
     assert sum(s.get("openclaw/distributed/leases_reclaimed", 0) for s in survivors) == held
     assert not any(s.get("openclaw/distributed/lease_expired") for s in survivors)  # not by expiry
     assert bench.queue_size(redis_url, "inflight") == 0 and bench.queue_size(redis_url, "data") == 0
+
+
+def _sha(script: str) -> str:
+    return hashlib.sha1(script.encode()).hexdigest()
+
+
+def _calls_of(redis_url: str, clients: set[str], seconds: float, *, after: str) -> list[str]:
+    """The commands *clients* (``ip:port``) send in the *seconds* after the first one that
+    contains *after* (MONITOR; scripts' inner calls left out); bounded by time and count."""
+    monitor = redis.Redis.from_url(redis_url, socket_timeout=seconds + 60)
+    calls: list[str] = []
+    stop = time.monotonic() + 60 + seconds  # (if *after* never comes)
+    with monitor.monitor() as m:
+        for _ in range(100_000):
+            cmd = m.next_command()
+            now = time.monotonic()
+            if now > stop:
+                break
+            if cmd.get("client_type") == "lua" or f"{cmd['client_address']}:{cmd['client_port']}" not in clients:
+                continue
+            if not calls and after not in cmd["command"]:
+                continue
+            if len(calls) == 0:
+                stop = now + seconds
+            calls.append(cmd["command"])
+    monitor.close()
+    return calls
+
+
+def _ports_of(pid: int) -> set[str]:
+    """``127.0.0.1:port`` of the TCP connections process *pid* holds (from /proc: which of a
+    Redis server's clients are this worker's)."""
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            target = os.readlink(fd)
+        except OSError:  # (closed meanwhile)
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    ports = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[9] in inodes:
+                ports.add(f"127.0.0.1:{int(fields[1].rsplit(':', 1)[1], 16)}")
+    return ports
+
+
+def test_an_idle_worker_looks_at_the_workers_not_at_every_shard(
+    chaos_server: Any, redis_server: Any, tmp_path: Path
+) -> None:
+    """While another worker is busy (its one request hangs), a worker with nothing to do sends
+    its liveness, a look at the workers and the wake stream's blocking read, and no count of
+    the shards (issue 37: at most 2 calls per second; it was 16 script calls per count). Its
+    looks still find a worker killed -9 and hand its lease back."""
+    host = bench._site(1, hosts=1)
+    host["hosts"][0].update(links_per_page=0, hang_rate=1.0)
+    site = chaos_server(host)
+    url = redis_server.url
+    client = redis.Redis.from_url(url, decode_responses=True)
+    settings = bench.ours_defaults(url)
+    busy = bench.Workers(1, settings, site.start_urls, tmp_path / "busy", spider=PLAIN)
+    try:
+        bench.wait_for_workers(url, 1, 90)  # (a worker that finds no crawl at all closes at once)
+        idle = bench.Workers(1, settings, [], tmp_path / "idle", spider=PLAIN, first_alone=False)
+        try:
+            live, busy_set = (f"chaos:requests:{{chaos#0}}:{k}" for k in ("live", "busy"))
+            deadline = time.monotonic() + 90
+            while time.monotonic() < deadline:  # both alive, only the first one busy
+                members = client.smembers(busy_set)
+                if client.zcard(live) == 2 and len(members) == 1 and f":{busy.procs[0].pid}:" in next(iter(members)):
+                    break
+                time.sleep(0.1)
+            else:
+                raise AssertionError(
+                    f"the second worker never joined, idle, beside the busy one: live {client.zrange(live, 0, -1)}, "
+                    f"busy {client.smembers(busy_set)}, pids {busy.procs[0].pid} {idle.procs[0].pid}"
+                )
+            # from its first look on (its count at the join is behind it): looks, no counts
+            window = 6.0
+            calls = _calls_of(url, _ports_of(idle.procs[0].pid), window, after=f"{_sha(lua.WORKERS)} 4 ")
+            assert calls and " look " in calls[0], calls
+            scripts = [c.split()[1] for c in calls if c.split()[0].upper() == "EVALSHA"]
+            assert _sha(lua.COUNTS) not in scripts, calls
+            # (a lease sweep, one pipeline of a script per shard every lease / 3 s, left out)
+            rest = [c for c in calls if _sha(lua.HEARTBEAT) not in c]
+            assert len(rest) <= 2 * window + 1, rest
+
+            reclaimed_before = site.truth()["hosts"]
+            path_hits = sum(len(h["requests"]) for h in reclaimed_before.values())
+            busy.kill(0)
+            deadline = time.monotonic() + 90
+            while time.monotonic() < deadline:  # the idle worker takes the dead one's lease
+                hosts = site.truth()["hosts"]
+                if sum(len(h["requests"]) for h in hosts.values()) > path_hits:
+                    break
+                time.sleep(0.1)
+            else:
+                raise AssertionError("the dead worker's lease never came back to the idle one")
+        finally:
+            idle.close()
+    finally:
+        busy.close()

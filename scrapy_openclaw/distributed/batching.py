@@ -89,6 +89,7 @@ class Batching:
     _again: bool
     _again_pops: bool
     _again_counts: bool
+    _counting: bool
     _last_beat: float
     _last_foreign: float
     _last_push_queued: bool
@@ -125,6 +126,7 @@ class Batching:
         if job is None:
             return
         self._busy = True
+        self._counting = job.counts or job.look
         if self.link.background:
             self.link.submit(self.runner.run, job, callback=lambda res: self._done(job, res), raw=True)
         else:
@@ -163,6 +165,8 @@ class Batching:
                 job.pops = 0
                 self._hungry(True)
         job.counts = counts and not everything
+        if job.counts and self._look_suffices():
+            job.counts, job.look = False, True
         if job.empty() and not self.runner.owes_notice():
             return None
         job.busy = self._busy_here()
@@ -192,13 +196,24 @@ class Batching:
         """Another worker queued work in *shards*, or turned *idle* (then count the crawl's work again)."""
         self._woken_shards |= shards
         if idle:
-            self.work.counted_at = -1e18  # (the next look at the pending count asks Redis)
+            self.work.recount()  # (the next look at the pending count asks Redis)
         self._kick(pops=True, counts=idle)
         self._wake_engine()
+
+    def _count_due(self, after: float) -> bool:
+        """Whether to count the crawl's work again: the last count (or look) is older than *after*
+        seconds and none is on its way (the engine asks for the pending count many times a round)."""
+        return self.work.asked_age() > after and not (self._busy and self._counting)
 
     def _count_every(self) -> float:
         """Seconds between two counts of the crawl's work (see COUNT_EVERY)."""
         return COUNT_EVERY if self.link.background and self._waker is not None else 0.5
+
+    def _look_suffices(self) -> bool:
+        """An idle worker woken by the wake stream, while another is busy, only looks at the
+        workers between full counts (``pending.RECOUNT_EVERY``): a few commands instead of a
+        script per shard."""
+        return self._waker is not None and self.link.background and not self._busy_here() and self.work.look_suffices()
 
     def _look_again_after_overrides(self) -> None:
         """An operator's release or restore (``readiness_epoch``) may make a domain due before
@@ -282,8 +297,11 @@ class Batching:
             self._hungry(len(res.popped) < job.pops)
         if res.count is not None:
             self.work.counted(res)
-        elif res.pushed or job.releases:
-            self.work.wrote()
+        else:
+            if job.look and res.error is None:
+                self.work.looked(res)
+            if res.pushed or job.releases:
+                self.work.wrote()
         if res.dead_workers:
             self.runner.shard_wait.clear()  # their leases are ready again
             self._reclaimed(res.reclaimed, res.dead_workers)

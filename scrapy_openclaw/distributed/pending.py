@@ -18,6 +18,9 @@ if TYPE_CHECKING:
 
 #: seconds after which a count of zero is asked again before the worker closes on it
 _FRESH_ZERO = 0.3
+#: seconds an idle worker goes between two full counts while another worker is busy: in between it
+#: only looks at the workers (who is busy, who died), as it cannot close anyway and pushes wake it
+RECOUNT_EVERY = 30.0
 
 
 class CrawlWork:
@@ -29,20 +32,43 @@ class CrawlWork:
         self.idle_before_close = idle_before_close
         self.ready = self.delayed = self.inflight = self.found = 0
         self.others_busy = 0
-        self.counted_at = -1e18
+        self.counted_at = -1e18  # the last full count
+        self.asked_at = -1e18  # the last full count or look at the workers
         self.stable = False
         self.stale = True  # this worker's writes reached Redis after the last count
         self._idle_since: float | None = None
 
     def age(self) -> float:
+        """Seconds since the last full count."""
         return self.clock() - self.counted_at
+
+    def asked_age(self) -> float:
+        """Seconds since the last full count or look at the workers."""
+        return self.clock() - self.asked_at
+
+    def recount(self) -> None:
+        """Count again at the next look at the pending count (a worker turned idle)."""
+        self.counted_at = self.asked_at = -1e18
+
+    def look_suffices(self) -> bool:
+        """Whether a look at the workers will do instead of counting every shard: another worker
+        is busy (so the crawl is not over) and the last full count is recent enough."""
+        return self.others_busy > 0 and self.age() < RECOUNT_EVERY
 
     def counted(self, res: Round) -> None:
         """A round's count (it ran after the round's writes)."""
         assert res.count is not None
         self.ready, self.delayed, self.inflight, self.found = res.count
         self.others_busy, self.stable, self.stale = res.others_busy, res.stable, False
-        self.counted_at = self.clock()
+        self.counted_at = self.asked_at = self.clock()
+
+    def looked(self, res: Round) -> None:
+        """A round's look at the workers only; when nobody else is busy the crawl may be over: a
+        full count follows at once."""
+        self.others_busy = res.others_busy
+        self.asked_at = self.clock()
+        if not self.others_busy:
+            self.recount()
 
     def wrote(self) -> None:
         """Pushes or hand-backs reached Redis after the last count: a zero from it no longer holds."""

@@ -140,6 +140,7 @@ class LeasedDeadlineQueue(Batching, QueueEntries):
         self._alive: Liveness | None = None
         self._busy = False
         self._again = self._again_pops = self._again_counts = False
+        self._counting = False
         self._last_push_queued = True
         self.registry = shared_registry(self.crawler)  # the pop takes its tokens when it lives in Redis
         self._readiness_epoch = getattr(self.registry, "readiness_epoch", 0)
@@ -288,7 +289,7 @@ class LeasedDeadlineQueue(Batching, QueueEntries):
         buffered = len(self._pending_push) + len(self._ready)
         if self.link.down_since is not None or not self.link.ok():
             return buffered + (1 if self.link.within_outage() else 0)
-        if not self.link.background or self.work.age() > max(1.0, self._count_every()):
+        if not self.link.background or self._count_due(max(1.0, self._count_every())):
             self._kick(counts=True)
         total, again = self.work.pending(len(self.held), buffered, background=self.link.background)
         if again:
@@ -420,7 +421,7 @@ class LeasedDeadlineQueue(Batching, QueueEntries):
 
     def _tick(self) -> None:
         """Every poll interval: retry buffered writes, heartbeat, let the engine look for work."""
-        self._kick(counts=self.work.age() > self._count_every())
+        self._kick(counts=self._count_due(self._count_every()))
         self._wake_engine()  # work pushed by other workers
         if self.registry is not None and self.registry.idle_ttl and self.clock() >= self._next_sweep:
             self._sweep_idle()

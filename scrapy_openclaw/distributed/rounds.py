@@ -77,6 +77,7 @@ class Round:
         self.beat: dict[int, list[str]] | None = None
         self.pops = 0
         self.counts = False
+        self.look = False  # only the workers' look (dead workers, others busy): an idle worker's count
         self.foreign = False
         self.busy = False  # this worker has work of its own not (yet) in the queue
         self.leave = False  # a clean close: the worker leaves the crawl
@@ -113,6 +114,7 @@ class Round:
             or self.beat is not None
             or self.pops
             or self.counts
+            or self.look
             or self.foreign
             or self.leave
         )
@@ -186,6 +188,8 @@ class RoundRunner:
                 self._state(job)
             if job.counts:
                 self._count(job)
+            elif job.look:
+                self._look(job)
             self._notify(force=job.leave)
         except RedisError as exc:
             job.error = exc
@@ -317,13 +321,7 @@ class RoundRunner:
         else:  # one round trip, in order
             replies = self.scripts([look, *counts, look])
         (epoch, busy, dead), (epoch_after, busy_after, _) = replies[0], replies[-1]
-        dead = [text(w) for w in dead if text(w) != self.worker]
-        if dead:
-            for shard in range(self.shards.count):
-                job.reclaimed += int(self.reclaim(keys=self.shards.keys(shard), args=[self.boost, *dead]))
-            self.crew("forget", *dead)
-            job.dead_workers = dead
-            self._fresh.update(range(self.shards.count))
+        self._hand_back(job, dead)
         total = [0, 0, 0, 0]
         for shard, counted in enumerate(replies[1:-1]):
             for i, n in enumerate(counted):
@@ -333,6 +331,23 @@ class RoundRunner:
         job.count = (total[0], total[1], total[2], total[3])
         job.others_busy = max(int(busy), int(busy_after))
         job.stable = int(epoch) == int(epoch_after)
+
+    def _look(self, job: Round) -> None:
+        """The workers only (one call): who else is busy, and the dead workers' leases handed back."""
+        _, busy, dead = self.crew("look")
+        self._hand_back(job, dead)
+        job.others_busy = int(busy)
+
+    def _hand_back(self, job: Round, dead: list[Any]) -> None:
+        """Every shard's leases of these *dead* workers back to ready, then the workers forgotten."""
+        dead = [text(w) for w in dead if text(w) != self.worker]
+        if not dead:
+            return
+        for shard in range(self.shards.count):
+            job.reclaimed += int(self.reclaim(keys=self.shards.keys(shard), args=[self.boost, *dead]))
+        self.crew("forget", *dead)
+        job.dead_workers = dead
+        self._fresh.update(range(self.shards.count))
 
     def _adopt_foreign(self, job: Round) -> None:
         """Members of the plain scrapy-redis key (e.g. a pickle pushed by stock scrapy-redis) are
