@@ -442,9 +442,15 @@ SPECS: dict[str, list[Spec]] = {
                 M("rounds_with_loss", "rounds with a loss", "lower", ratio=False),
                 M("rounds", "rounds", ratio=False),
                 M("duplicates_median", "duplicates (median)", "lower", ratio=False),
+                M("seconds_median", "wall s (median)", "lower"),
+                M("unkilled_seconds_median", "wall s unkilled", ratio=False),
+                M("seconds_over_unkilled_max", "worst round's s over unkilled", "lower", ratio=False),
                 M("expected", "reachable per round", ratio=False),
             ],
-            [Headline("lost_total", "openclaw", "== 0", at_most(0))],
+            [
+                Headline("lost_total", "openclaw", "== 0", at_most(0)),
+                Headline("seconds_over_unkilled_max", "openclaw", "<= 15", at_most(15.0)),
+            ],
             key="kill",
         ),
         Spec(

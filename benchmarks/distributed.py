@@ -487,6 +487,10 @@ def _kill_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "lost_total": sum(r["lost"] for r in killed),
         "seconds_median": statistics.median(r["seconds"] for r in killed),
         "unkilled_seconds_median": statistics.median(unkilled) if unkilled else None,
+        # the kill's cost in every round: its wall time beyond the unkilled crawl's (goal: 15 s)
+        "seconds_over_unkilled_max": (
+            round(max(r["seconds"] for r in killed) - statistics.median(unkilled), 2) if unkilled else None
+        ),
         "rounds_with_loss": sum(1 for r in killed if r["lost"]),
         "duplicates_median": statistics.median(r["duplicates"] for r in killed),
         "expected": rows[0]["expected"],

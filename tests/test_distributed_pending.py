@@ -146,11 +146,14 @@ def _sha(script: str) -> str:
     return hashlib.sha1(script.encode()).hexdigest()
 
 
-def _calls_of(redis_url: str, clients: set[str], seconds: float, *, after: str) -> list[str]:
-    """The commands *clients* (``ip:port``) send in the *seconds* after the first one that
-    contains *after* (MONITOR; scripts' inner calls left out); bounded by time and count."""
+def _calls_of(redis_url: str, pid: int, seconds: float, *, after: str) -> list[str]:
+    """The commands process *pid* sends in the *seconds* after the first one that contains
+    *after* (MONITOR; scripts' inner calls left out); bounded by time and count. Its clients are
+    told by their ports, read again when a client not seen before speaks (its connection pool
+    opens a connection when a thread needs one)."""
     monitor = redis.Redis.from_url(redis_url, socket_timeout=seconds + 60)
     calls: list[str] = []
+    mine, others = _ports_of(pid), set()
     stop = time.monotonic() + 60 + seconds  # (if *after* never comes)
     with monitor.monitor() as m:
         for _ in range(100_000):
@@ -158,11 +161,17 @@ def _calls_of(redis_url: str, clients: set[str], seconds: float, *, after: str) 
             now = time.monotonic()
             if now > stop:
                 break
-            if cmd.get("client_type") == "lua" or f"{cmd['client_address']}:{cmd['client_port']}" not in clients:
+            client = f"{cmd['client_address']}:{cmd['client_port']}"
+            if cmd.get("client_type") == "lua" or client in others:
                 continue
+            if client not in mine:
+                mine = _ports_of(pid)
+                if client not in mine:
+                    others.add(client)
+                    continue
             if not calls and after not in cmd["command"]:
                 continue
-            if len(calls) == 0:
+            if not calls:
                 stop = now + seconds
             calls.append(cmd["command"])
     monitor.close()
@@ -221,7 +230,7 @@ def test_an_idle_worker_looks_at_the_workers_not_at_every_shard(
                 )
             # from its first look on (its count at the join is behind it): looks, no counts
             window = 6.0
-            calls = _calls_of(url, _ports_of(idle.procs[0].pid), window, after=f"{_sha(lua.WORKERS)} 4 ")
+            calls = _calls_of(url, idle.procs[0].pid, window, after=f"{_sha(lua.WORKERS)} 4 ")
             assert calls and " look " in calls[0], calls
             scripts = [c.split()[1] for c in calls if c.split()[0].upper() == "EVALSHA"]
             assert _sha(lua.COUNTS) not in scripts, calls
@@ -229,13 +238,12 @@ def test_an_idle_worker_looks_at_the_workers_not_at_every_shard(
             rest = [c for c in calls if _sha(lua.HEARTBEAT) not in c]
             assert len(rest) <= 2 * window + 1, rest
 
-            reclaimed_before = site.truth()["hosts"]
-            path_hits = sum(len(h["requests"]) for h in reclaimed_before.values())
+            asked = sum(len(h["requests"]) for h in site.truth()["hosts"].values())
             busy.kill(0)
             deadline = time.monotonic() + 90
             while time.monotonic() < deadline:  # the idle worker takes the dead one's lease
                 hosts = site.truth()["hosts"]
-                if sum(len(h["requests"]) for h in hosts.values()) > path_hits:
+                if sum(len(h["requests"]) for h in hosts.values()) > asked:
                     break
                 time.sleep(0.1)
             else:

@@ -41,7 +41,10 @@ _started: list[subprocess.Popen[Any]] = []
 
 
 def started(proc: subprocess.Popen[Any]) -> subprocess.Popen[Any]:
-    """Note *proc* as started by the running test; the suite stops it if the test does not."""
+    """Note *proc* as started by the running test; the suite stops it if the test does not.
+    (Processes already reaped are forgotten here: a benchmark run, with no test teardown,
+    starts hundreds.)"""
+    _started[:] = [p for p in _started if p.returncode is None]
     _started.append(proc)
     return proc
 
