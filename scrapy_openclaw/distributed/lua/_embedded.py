@@ -160,6 +160,9 @@ local HF = {'health', 'rate', 'tokens', 'threshold', 'updated', 'last_decrease',
   'iv_start', 'iv_ok', 'iv_refused', 'ref_share', 'ref_pace', 'ref_ok', 'refusals_flat',
   'ctl_hold', 'ctl_rate', 'ctl_concurrency', 'ctl_down'}
 local h_ttl = 0  -- seconds an idle domain's hash lives (policy k_key_ttl; 0: for ever), set by h_load
+-- hash key -> {raw = its fields' text as h_load read them, nums = their numbers}: h_save writes
+-- only the fields that changed, and keeps an unchanged number's text (no formatting)
+local h_stored = {}
 
 local function f17(x)
   if x == nil then return '' end
@@ -193,6 +196,8 @@ end
 -- The domain's record brought up to now; nil when it has no state and no policy.
 local function h_load(hkey, now, pjson)
   local raw = redis.call('HMGET', hkey, 'policy', unpack(HF))
+  local nums = {}
+  h_stored[hkey] = {raw = raw, nums = nums}
   local pj = pjson
   if pj == nil or pj == '' then pj = raw[1] end
   if not pj then return nil end
@@ -215,7 +220,12 @@ local function h_load(hkey, now, pjson)
     return d, p
   end
   for i, name in ipairs(HF) do
-    if name == 'circuit' then d.circuit = raw[i + 1] or 'closed' else d[name] = h_num(raw[i + 1]) end
+    if name == 'circuit' then
+      d.circuit = raw[i + 1] or 'closed'
+    else
+      d[name] = h_num(raw[i + 1])
+      nums[i] = d[name]
+    end
   end
   if d.circuit ~= 'open' and d.circuit ~= 'half_open' then d.circuit = 'closed' end
   -- (a field left out as invalid: the value a new record has)
@@ -265,12 +275,29 @@ end
 
 -- Store the record; returns it as a flat field/value list (the caller's cache).
 local function h_save(hkey, d, pjson)
-  local flat = {}
-  for _, name in ipairs(HF) do
+  local flat, changed = {}, {}
+  local stored = h_stored[hkey] or {raw = {}, nums = {}}
+  local raw, nums = stored.raw, stored.nums
+  local now_raw, now_nums = {raw[1]}, {}
+  for i, name in ipairs(HF) do
+    local v, value = d[name], nil
+    if name == 'circuit' then
+      value = v
+    elseif v ~= nil and v == nums[i] and raw[i + 1] then
+      value = raw[i + 1]  -- unchanged: the text it was read from
+    else
+      value = f17(v)
+    end
     table.insert(flat, name)
-    if name == 'circuit' then table.insert(flat, d.circuit) else table.insert(flat, f17(d[name])) end
+    table.insert(flat, value)
+    now_raw[i + 1], now_nums[i] = value, v
+    if raw[i + 1] ~= value then  -- (HMGET's false for a missing field: written)
+      table.insert(changed, name)
+      table.insert(changed, value)
+    end
   end
-  redis.call('HSET', hkey, unpack(flat))
+  if #changed > 0 then redis.call('HSET', hkey, unpack(changed)) end
+  h_stored[hkey] = {raw = now_raw, nums = now_nums}
   if pjson ~= nil and pjson ~= '' and pjson ~= d.stored_policy then
     redis.call('HSET', hkey, 'policy', pjson)
     d.stored_policy = pjson
