@@ -210,9 +210,9 @@ class Batching:
         return COUNT_EVERY if self.link.background and self._waker is not None else 0.5
 
     def _look_suffices(self) -> bool:
-        """An idle worker woken by the wake stream, while another is busy, only looks at the
-        workers between full counts (``pending.RECOUNT_EVERY``): a few commands instead of a
-        script per shard."""
+        """A worker with nothing of its own to do (it waits on the wake stream) only looks at the
+        workers between full counts while another is busy (``pending.RECOUNT_EVERY``): one
+        script call instead of one per shard."""
         return self._waker is not None and self.link.background and not self._busy_here() and self.work.look_suffices()
 
     def _look_again_after_overrides(self) -> None:
