@@ -477,6 +477,13 @@ SPECS: dict[str, list[Spec]] = {
                 M("pages_per_s", "pages/s in this run", ratio=False),
                 M("pages", "pages", ratio=False),
                 M("nodes", "Redis nodes", ratio=False),
+                M("round_trips_per_s", "idle worker: round trips / s", "lower", ratio=False),
+                M("commands_per_s", "idle worker: commands / s", "lower", ratio=False),
+                M("wake_s", "idle worker: s to lease a pushed request", "lower", ratio=False),
+            ],
+            [
+                Headline("round_trips_per_s", "single_openclaw_idle", "<= 2", at_most(2.0)),
+                Headline("wake_s", "single_openclaw_idle", "<= 0.5", at_most(0.5)),
             ],
             key="cost",
         )

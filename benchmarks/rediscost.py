@@ -23,13 +23,15 @@ The numbers include start-up and the workers' idle time while they wait for
 the last pages. ``idle``: the calls per second one more worker adds while it
 has nothing to do (ours: a second worker joining a crawl whose only request
 takes 30 s to answer; scrapy-redis: a RedisSpider with an empty queue),
-measured over IDLE_WINDOW seconds. ``docs/redis-sizing.md`` turns it into a
-sizing estimate.
+measured over IDLE_WINDOW seconds; ours then gets one request pushed by another
+process, and ``wake_s`` is the time until a waiting worker leased it.
+``docs/redis-sizing.md`` turns it into a sizing estimate.
 """
 
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 import tempfile
 import time
@@ -37,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.distributed import (
+    ROOT,
     RedisClusterServer,
     Workers,
     _site,
@@ -44,10 +47,11 @@ from benchmarks.distributed import (
     ours,
     ours_defaults,
     plain,
+    queue_size,
     scraped_urls,
     wait_for_workers,
 )
-from scrapy_openclaw.testing.servers import ChaosServer, RedisServer
+from scrapy_openclaw.testing.servers import ChaosServer, RedisServer, subprocess_env
 
 PAGES, QUICK_PAGES = 300, 120  # per host
 HOSTS = 6
@@ -181,6 +185,7 @@ def idle_cost(backend: Any, kind: str, tmp: Path) -> dict[str, Any]:
             time.sleep(4.0)  # its start-up
         time.sleep(1.5)
         both = _window(urls, IDLE_WINDOW)
+        wake = _wake_latency(backend.url, site.start_urls[0]) if kind == "openclaw" else None
         for w in (idle, first):
             if w is not None:
                 w.wait(0.1)  # (killed: the crawl's one page takes IDLE_LATENCY s)
@@ -190,11 +195,61 @@ def idle_cost(backend: Any, kind: str, tmp: Path) -> dict[str, Any]:
         "kind": kind,
         "joined": joined,
         "window_s": IDLE_WINDOW,
+        "wake_s": wake,
         "round_trips_per_s": round(both_rt - base_rt, 2),
         "commands_per_s": round(both_cmd - base_cmd, 1),
         "base_round_trips_per_s": round(base_rt, 2),
         "calls": _calls(both),
     }
+
+
+def _wake_latency(redis_url: str, page: str) -> float | None:
+    """Seconds from a push into the idle crawl (by another process, through the queue's own
+    push) until a waiting worker leased it: how soon an idle worker wakes when work arrives."""
+    before = queue_size(redis_url, "inflight")
+    code = (
+        "import sys, time; from benchmarks.rediscost import push_one; "
+        "push_one(sys.argv[1], sys.argv[2]); print(time.time(), flush=True)"
+    )
+    child = subprocess.run(
+        [sys.executable, "-c", code, redis_url, page.rstrip("/") + "/wake"],
+        cwd=ROOT,
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    if child.returncode != 0:
+        print(f"wake push failed: {child.stderr[-500:]}", file=sys.stderr)
+        return None
+    pushed = float(child.stdout.split()[-1])
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if queue_size(redis_url, "inflight") > before:
+            return round(time.time() - pushed, 3)
+        time.sleep(0.005)
+    return None
+
+
+def push_one(redis_url: str, url: str) -> None:
+    """Queue one request in the running crawl as a worker would (its settings, its seal), with
+    no reactor running: the push goes to Redis at once."""
+    from scrapy import Request
+    from scrapy.utils.reactor import install_reactor
+    from scrapy.utils.test import get_crawler
+
+    from scrapy_openclaw.distributed import serializer
+    from scrapy_openclaw.distributed.connection import client_from_settings
+    from scrapy_openclaw.distributed.queue import LeasedDeadlineQueue
+    from scrapy_openclaw.testing.spiders import ChaosSpider
+
+    install_reactor("twisted.internet.asyncioreactor.AsyncioSelectorReactor")
+    crawler = get_crawler(ChaosSpider, ours_defaults(redis_url))
+    crawler.spider = ChaosSpider.from_crawler(crawler)
+    queue = LeasedDeadlineQueue(
+        client_from_settings(crawler.settings), crawler.spider, "%(spider)s:requests", serializer
+    )
+    queue.push(Request(url, dont_filter=True))
 
 
 def _backend_rows(backend: Any, kind: str, pages: int, tmp: Path) -> dict[str, Any]:
