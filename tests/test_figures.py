@@ -34,7 +34,12 @@ SITE = {
             "address": "127.0.0.2",
             "pages": 30,
             "links_per_page": 3,
-            "fail_windows": {"period": 3.0, "down": 0.6, "status": 503},
+            "fail_windows": {
+                "period": 3.0,
+                "down": 0.6,
+                "status": 503,
+                "offset": 0.6,
+            },  # (each period starts up: see the clock)
             "drop_rate": 0.04,
             "not_found": [5],
             "parse_fail": {7: 1},
@@ -48,6 +53,7 @@ SITE = {
         },
     ],
     "seed": 11,
+    "clock": "first_request",  # the crawl's first requests (robots.txt, the roots) meet an up window
 }
 COLUMNS = ["domain", "pages/min", "health", "rate/s", "retries", "circuit", "held", "done", "pending", "failed"]
 COLUMNS += ["dead", "ETA"]

@@ -39,7 +39,12 @@ SITE = {
             "address": FLAKY,
             "pages": 24,
             "links_per_page": 4,
-            "fail_windows": {"period": 2.0, "down": 0.5, "status": 503},
+            "fail_windows": {
+                "period": 2.0,
+                "down": 0.5,
+                "status": 503,
+                "offset": 0.5,
+            },  # (each period starts up: see the clock)
             "not_found": [5],
             "status_script": {9: [503]},  # broken for good: retried, then a dead letter
         },
@@ -51,6 +56,7 @@ SITE = {
         },
     ],
     "seed": 7,
+    "clock": "first_request",  # the crawl's first requests (robots.txt, the roots) meet an up window
 }
 
 
