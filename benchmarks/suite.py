@@ -152,6 +152,13 @@ SCENARIOS: dict[str, Scenario] = {
             quick_limit=360,
         ),
         Scenario(
+            "declared",
+            "benchmarks.declared",
+            "the moving limit (40 -> 8 -> 40 req/s) said in RateLimit headers (IETF draft) and in X-RateLimit-*",
+            limit=900,
+            quick_limit=480,
+        ),
+        Scenario(
             "rising",
             "benchmarks.rising",
             "a limit that rises (10 -> 30 req/s from 15 s): how soon the new limit is found",

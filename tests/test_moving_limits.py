@@ -32,6 +32,7 @@ class Limiter:
     status: int = 429
     retry_after: float | None = 1.0
     every: int = 0
+    declares: bool = False  # every answer says the limit in force (RateLimit headers)
     tokens: float = 0.0
     filled: float = T0
     seen: int = 0
@@ -39,11 +40,14 @@ class Limiter:
     def __post_init__(self) -> None:
         self.tokens = float(self.schedule[0][2])
 
+    def in_force(self, at: float) -> tuple[float, int]:
+        return next((r, b) for start, r, b in reversed(self.schedule) if at - T0 >= start)
+
     def answer(self, at: float) -> bool:
         if self.every:
             self.seen += 1
             return self.seen % self.every != 0
-        rate, burst = next((r, b) for start, r, b in reversed(self.schedule) if at - T0 >= start)
+        rate, burst = self.in_force(at)
         self.tokens = min(float(burst), self.tokens + (at - self.filled) * rate)
         self.filled = at
         if self.tokens >= 1.0:
@@ -72,10 +76,12 @@ def crawl(
     """Send as the registry allows for *seconds*; every answer is recorded at its time."""
     rnd, reg, run = random.Random(seed), registry or HealthRegistry(), Run()
     refused = HTTP_429 if limiter.status == 429 else HTTP_503
-    now, in_flight = T0, []  # (done, answered, latency)
+    now, in_flight = T0, []  # (done, answered, latency, the limit it declares)
     while now < T0 + seconds:
         while in_flight and in_flight[0][0] <= now:
-            done, answered, took = heapq.heappop(in_flight)
+            done, answered, took, declared = heapq.heappop(in_flight)
+            if declared is not None and declared != reg.declared_pace("a"):  # (as the health middleware)
+                reg.declare_limit("a", declared, now=done)
             if answered:
                 reg.record_success("a", took, now=done)
             else:
@@ -88,7 +94,8 @@ def crawl(
             answered = limiter.answer(now)
             took = latency * rnd.uniform(0.5, 1.5)
             run.sent.append((now, answered))
-            heapq.heappush(in_flight, (now + took, answered, took))
+            declared = limiter.in_force(now)[0] if limiter.declares else None
+            heapq.heappush(in_flight, (now + took, answered, took, declared))
             now += rnd.uniform(0, 0.0003)
         else:
             now = min([now + 0.001 + rnd.uniform(0, 0.002)] + [f[0] for f in in_flight[:1]])
@@ -188,6 +195,20 @@ def test_a_raised_limit_is_probed_up_to_not_kept_as_a_ceiling() -> None:
         answers, refusals = answered_between(run, 32.0, 40.0)
         assert answers >= 0.8 * 30.0 * 8.0, seed
         assert refusals <= 0.02 * (answers + refusals), seed
+
+
+def test_a_limit_the_site_declares_is_kept_from_its_first_answer_both_ways() -> None:
+    """40 -> 8 -> 40 req/s, each answer declaring the limit in force (RateLimit headers): the
+    pace sits just under each limit within a second of the change, up as well as down, and the
+    only refusals are the requests already sent when the limit dropped."""
+    for seed in (1, 2, 3):
+        reg, run = crawl(Limiter(DROPPING, declares=True), 45.0, seed=seed)
+        for start, end, limit in ((1.0, 15.0, 40.0), (16.0, 30.0, 8.0), (31.0, 45.0, 40.0)):
+            answers, _ = answered_between(run, start, end)
+            assert answers >= 0.9 * limit * (end - start), (seed, start, answers)
+        _, refusals = answered_between(run, 0.0, 45.0)
+        assert refusals <= 2, seed  # (at most the requests in flight as the limit dropped)
+        assert reg.state("a").declared == 40.0 and min(run.health) >= 50.0
 
 
 def test_a_503_limiter_with_retry_after_is_fitted_as_a_429_one() -> None:

@@ -28,6 +28,7 @@ RANGES: dict[str, tuple[float, float]] = {
     "health": (0.0, 100.0),
     "rate": (0.0, _MAX_RATE),
     "ctl_rate": (0.0, _MAX_RATE),
+    "declared": (0.0, _MAX_RATE),
     "ctl_down": (0, 1),
     "share_fast": (0.0, 1.0),
     "share_slow": (0.0, 1.0),

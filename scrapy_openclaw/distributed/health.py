@@ -113,6 +113,7 @@ class RedisHealthRegistry(HealthRegistry):
         self._record = self.server.register_script(lua.H_RECORD)
         self._hold = self.server.register_script(lua.H_HOLD)
         self._crawl_delay = self.server.register_script(lua.H_CRAWL_DELAY)
+        self._declare = self.server.register_script(lua.H_DECLARE)
         self._control = self.server.register_script(lua.H_CONTROL)
 
     @classmethod
@@ -374,6 +375,16 @@ class RedisHealthRegistry(HealthRegistry):
             domain,
             args,
             cached=lambda: super(RedisHealthRegistry, self).set_crawl_delay(domain, seconds, owed=owed),
+        )
+
+    def declare_limit(self, domain: str, pace: float | None, hold_until: float = 0.0, now: float | None = None) -> None:
+        now = self.clock() if now is None else now
+        args = [now, self.policy_json(domain), "" if pace is None else repr(max(0.0, float(pace))), repr(hold_until)]
+        self._shared(
+            self._declare,
+            domain,
+            args,
+            cached=lambda: super(RedisHealthRegistry, self).declare_limit(domain, pace, hold_until, now),
         )
 
     def hold(self, domain: str, until: float) -> None:

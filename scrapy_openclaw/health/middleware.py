@@ -24,6 +24,8 @@ from scrapy_openclaw.health.lag import CrawlerLag
 from scrapy_openclaw.health.notices import HealthNotices
 from scrapy_openclaw.health.registry import CLOSED, OPEN, HealthRegistry, affects_health
 from scrapy_openclaw.health.registry.record import effective_rate
+from scrapy_openclaw.ratelimit_headers import read_declared
+from scrapy_openclaw.ratelimit_headers import summarise_warnings as summarise_ratelimit_warnings
 from scrapy_openclaw.retry_after import parse_retry_after, summarise_warnings
 from scrapy_openclaw.runtime import peek, shared
 from scrapy_openclaw.scrapy_internals import (
@@ -144,6 +146,7 @@ class DomainHealthMiddleware:
             if not self.paces_slots:  # (our queue took a token when it handed the request out)
                 self.registry.refund(domain)
         elif domain:
+            self._declared(domain, response)
             classification = self.taxonomy.classify_status(response.status)
             retry_after = None
             if classification is not None and classification.is_throttle:
@@ -257,6 +260,24 @@ class DomainHealthMiddleware:
         if slot is not None:
             self._apply(domain, slot)
 
+    def _declared(self, domain: str, response: Response) -> None:
+        """Apply the limit the answer declares (RateLimit headers): a pace that changed (the
+        registry hears of it only then: in distributed mode each call is a round trip), and
+        a hold while the quota is used up."""
+        policy = self.registry.policy(domain)
+        if not policy.ratelimit_headers:
+            return
+        declared = read_declared(response.headers, cap=policy.retry_after_cap, domain=domain, response=response)
+        if declared is None:
+            return
+        pace = declared.pace if declared.pace != self.registry.declared_pace(domain) else None
+        if pace is not None:
+            self.stats.inc_value("openclaw/health/declared_limits")
+        if declared.exhausted_for:
+            self.stats.inc_value("openclaw/health/declared_exhausted")
+        if pace is not None or declared.exhausted_for:
+            self.registry.declare_limit(domain, pace, time.time() + (declared.exhausted_for or 0.0))
+
     def _retry_after(self, domain: str, response: Response) -> float | None:
         header = response.headers.get("Retry-After")
         seconds = parse_retry_after(
@@ -368,6 +389,7 @@ class DomainHealthMiddleware:
         for cause, count in self.registry.cuts_by_cause.items():
             self.stats.set_value(f"openclaw/health/rate_cuts/{cause}", count)
         summarise_warnings(extra={"spider": spider})  # the Retry-After warnings condensed during the crawl
+        summarise_ratelimit_warnings(extra={"spider": spider})  # ... and the RateLimit headers' ones
         for domain in self.registry.domains():
             state = self.registry.state(domain)
             self.stats.set_value(f"openclaw/health/final_health/{domain}", round(state.health, 1))

@@ -68,6 +68,9 @@ class HealthPolicy:
     # such a host is most likely dead, so it is given up within seconds; None: give_up_after
     unreachable_give_up: float | None = field(default=5.0, metadata=_range(0, None))
     retry_after_cap: float = field(default=600.0, metadata=_range(0, 86400))  # longest Retry-After hold, seconds
+    # pace the domain just under the limit its answers declare (RateLimit, RateLimit-Policy,
+    # X-RateLimit-* headers), and hold it while they say its quota is used up
+    ratelimit_headers: bool = True
     # a ban or challenge page (error class "blocked"): its health penalty and how long it
     # holds the domain (a Retry-After on it wins when longer); a congestion signal too
     blocked_penalty: float = field(default=30.0, metadata=_range(0, 100))

@@ -226,11 +226,15 @@ def moving_limit_site(
     retry_after: str | None = "1",
     status: int = 429,
     seed: int = 1,
+    declare: str = "",
 ) -> ChaosConfig:
     """One host whose limit moves (``schedule`` rows: from second, rate, burst), with enough
-    pages that a compliant client needs ``seconds``; ``status`` (+ ``Retry-After``) past it.
+    pages that a compliant client needs ``seconds``; ``status`` (+ ``Retry-After``) past it,
+    and every answer saying the limit in force in the ``declare`` format ("": silent).
     The schedule counts from the first request, so a crawler that starts late meets every phase."""
-    limit = RateLimit(rate=rate, burst=burst, retry_after=retry_after, status=status, schedule=schedule)
+    limit = RateLimit(
+        rate=rate, burst=burst, retry_after=retry_after, status=status, schedule=schedule, declare=declare
+    )
     return ChaosConfig(hosts=(limited_host(0, limit, seconds),), seed=seed, clock="first_request")
 
 

@@ -47,6 +47,7 @@ H_ACQUIRE = _script("health", "h_acquire")
 H_RECORD = _script("health", "h_record")
 H_HOLD = _script("health", "h_hold")
 H_CRAWL_DELAY = _script("health", "h_crawl_delay")
+H_DECLARE = _script("health", "h_declare")
 H_CONTROL = _script("health", "h_control")
 
 #: the dead-letter stream (``dlq/stores/redis_stream.py``): exactly-once add, in-place update

@@ -63,6 +63,20 @@ d.crawl_delay = math.max(0, tonumber(ARGV[3]))
 if d.crawl_delay > 0 then d.tokens = math.min(d.tokens, 0) - (tonumber(ARGV[4]) or 0) end
 return h_save(KEYS[1], d, ARGV[2])
 """,
+    "h_declare": r"""-- What the domain's RateLimit headers declare (HealthRegistry.declare_limit). ARGV: now,
+-- policy_json, pace (req/s; 0: none any more; '': not said), hold_until (0: quota left) -> {fields}
+-- (runs after the shared health.lua, see __init__.py)
+redis.call('SADD', KEYS[2], ARGV[#ARGV])  -- the domain index (last ARGV: the domain)
+local now = tonumber(ARGV[1])
+local d, p = h_load(KEYS[1], now, ARGV[2])
+local pace, hold_until = tonumber(ARGV[3]), tonumber(ARGV[4]) or 0
+if pace then h_declare(d, p, now, pace) end
+if hold_until > now then
+  if d.declared <= 0 then h_decrease(d, p, now, true, false, nil, nil) end
+  d.hold_until = math.max(d.hold_until, hold_until)
+end
+return h_save(KEYS[1], d, ARGV[2])
+""",
     "h_ensure": r"""-- Create the state if missing and store the policy. ARGV: now, policy_json, domain,
 -- then optionally what site memory knows of a new domain (pacing.seed):
 -- limit ('' for none), burst cap, Crawl-delay
@@ -128,6 +142,7 @@ return {h_save(KEYS[1], d, ARGV[2]), changed}
 --                   recovery, token refill at the current rate, open -> half-open
 --                   after the cooldown, a lost half-open probe is forgotten)
 --   h_ceiling/h_rate/h_burst  pacing.ceiling_of / rate_of / burst_of
+--   h_declare       pacing.declare (the limit a site's RateLimit headers declare)
 --   h_blocked_until HealthRegistry.blocked_until
 --   h_ready_at      HealthRegistry.ready_at
 --   h_given_up      HealthRegistry.given_up + _give_up_limit (the pop hands such a
@@ -156,7 +171,7 @@ local HF = {'health', 'rate', 'tokens', 'threshold', 'updated', 'last_decrease',
   'consecutive_failures', 'requests', 'successes', 'failures', 'cooldown', 'opens', 'down_since',
   'answered_at', 'last_success', 'share_fast', 'share_slow', 'win_start', 'win_ok', 'delivered',
   'crawl_delay', 'troubled_at', 'cuts', 'born', 'blocked_seconds', 'circuit_seconds', 'retry_after_holds',
-  'burst_cap',
+  'burst_cap', 'declared',
   'iv_start', 'iv_ok', 'iv_refused', 'ref_share', 'ref_pace', 'ref_ok', 'refusals_flat',
   'ctl_hold', 'ctl_rate', 'ctl_concurrency', 'ctl_down'}
 local h_ttl = 0  -- seconds an idle domain's hash lives (policy k_key_ttl; 0: for ever), set by h_load
@@ -173,6 +188,7 @@ local function h_ceiling(d, p)
   local ceiling = p.k_max_rate
   if type(p.base_rate) == 'number' then ceiling = math.max(p.min_rate, p.base_rate * d.health / 100) end
   if d.ctl_rate > 0 then ceiling = math.min(ceiling, d.ctl_rate) end  -- the operator's ceiling
+  if d.declared > 0 then ceiling = math.min(ceiling, d.declared * p.k_declared_share) end  -- the site's word
   if d.crawl_delay > 0 then ceiling = math.min(ceiling, 1 / d.crawl_delay) end
   return ceiling
 end
@@ -213,7 +229,7 @@ local function h_load(hkey, now, pjson)
     d.cooldown, d.opens, d.down_since = p.circuit_cooldown, 0, 0
     d.answered_at, d.last_success, d.share_fast, d.share_slow = 0, 0, 0, 0
     d.win_start, d.win_ok, d.delivered, d.crawl_delay, d.troubled_at, d.cuts = now, 0, nil, 0, 0, 0
-    d.born, d.blocked_seconds, d.burst_cap = now, 0, 0
+    d.born, d.blocked_seconds, d.burst_cap, d.declared = now, 0, 0, 0
     d.circuit_seconds, d.retry_after_holds = 0, 0
     d.iv_start, d.iv_ok, d.iv_refused, d.ref_share, d.ref_pace, d.ref_ok, d.refusals_flat = now, 0, 0, 0, 0, 0, 0
     d.ctl_hold, d.ctl_rate, d.ctl_concurrency, d.ctl_down = 0, 0, 0, 0
@@ -242,6 +258,7 @@ local function h_load(hkey, now, pjson)
   d.win_start, d.win_ok, d.last_decrease = d.win_start or now, d.win_ok or 0, d.last_decrease or 0
   d.troubled_at, d.cuts, d.born = d.troubled_at or 0, d.cuts or 0, d.born or d.updated
   d.blocked_seconds, d.burst_cap = d.blocked_seconds or 0, d.burst_cap or 0
+  d.declared = math.min(math.max(0, d.declared or 0), p.k_max_rate)
   d.circuit_seconds, d.retry_after_holds = d.circuit_seconds or 0, math.max(0, d.retry_after_holds or 0)
   d.iv_start, d.iv_ok, d.iv_refused = d.iv_start or now, d.iv_ok or 0, d.iv_refused or 0
   d.ref_share, d.ref_pace, d.ref_ok = d.ref_share or 0, d.ref_pace or 0, d.ref_ok or 0
@@ -458,6 +475,16 @@ local function h_fit(fkey, guess, top, p)
   return a, math.max(1, math.floor(most))
 end
 
+local function h_declare(d, p, now, pace)
+  d.declared = math.min(math.max(0, pace), p.k_max_rate)
+  if d.declared <= 0 then return end
+  d.threshold = d.declared * p.k_declared_share
+  d.rate = math.min(d.threshold, h_ceiling(d, p))
+  d.cuts = 2
+  d.last_decrease = now - p.k_min_decrease_gap
+  d.tokens = math.min(d.tokens, h_burst(d, p))
+end
+
 local function h_increase(d, p, now)
   local grown
   local since = math.max(0, now - math.max(d.last_decrease, math.min(d.hold_until, now)))
@@ -489,6 +516,7 @@ local function h_decrease(d, p, now, measured, rate_bound, fkey, sent)
   if measured and d.cuts >= 1 and now >= d.hold_until and h_burst(d, p) > 1 then
     in_burst = (sent or now) - d.hold_until <= math.min(p.k_burst_seconds, (h_burst(d, p) + 1) / h_rate(d, p))
   end
+  if measured and d.cuts >= 1 and d.declared > 0 and h_burst(d, p) > 1 then in_burst = true end  -- (bunched: declared)
   if in_burst then
     -- refused while resuming from a hold: a smaller burst, the pace stands (pacing.decrease)
     d.burst_cap = math.max(1, math.floor(h_burst(d, p) / 2))

@@ -25,6 +25,7 @@ from scrapy_openclaw.health.registry.pacing import (
     burst_of,
     concurrency_of,
     count_delivered,
+    declare,
     decrease,
     increase,
     observe_latency,
@@ -394,6 +395,26 @@ class HealthRegistry:
     def overrides(self, domain: str) -> dict[str, Any]:
         """The operator overrides in force for *domain* (None: not set)."""
         return snapshots.overrides_of(self._domains.get(domain))
+
+    def declare_limit(self, domain: str, pace: float | None, hold_until: float = 0.0, now: float | None = None) -> None:
+        """What *domain*'s RateLimit headers declare: a *pace* (req/s; 0: none any more; None:
+        not said) to keep just under from now on, up or down (:func:`.pacing.declare`), and a
+        used-up quota to wait out until *hold_until* (UNIX time; 0: quota left). A quota used
+        up while no pace is declared is also a rate signal, as the 429 it spares would be."""
+        now = time.time() if now is None else now
+        d, p = self._get(domain, now)
+        if pace is not None:
+            declare(d, p, now, pace)
+        if hold_until > now:
+            if d.declared <= 0 and decrease(d, p, now, measured=True):
+                self.cuts_by_cause["exhausted"] += 1
+            d.hold_until = max(d.hold_until, hold_until)
+        self.readiness_epoch += 1
+
+    def declared_pace(self, domain: str) -> float:
+        """The pace *domain* last declared (req/s; 0: none), as this process knows it."""
+        d = self._domains.get(domain)
+        return d.declared if d is not None else 0.0
 
     def set_crawl_delay(self, domain: str, seconds: float, *, owed: int = 0) -> None:
         """Space requests to *domain* at least *seconds* apart (robots.txt Crawl-delay; 0: none).

@@ -15,6 +15,7 @@ from scrapy_openclaw.health.registry.tuning import (
     _BEYOND,
     _BURST_SECONDS,
     _CUT_FLOOR,
+    _DECLARED_SHARE,
     _FIT_MARGIN,
     _LATENCY_ALPHA,
     _LATENCY_SLACK,
@@ -39,10 +40,13 @@ if TYPE_CHECKING:
 
 
 def ceiling_of(d: _Domain, p: HealthPolicy) -> float:
-    """The opt-in ceilings: ``base_rate`` (scaled by health) and Crawl-delay."""
+    """The ceilings: ``base_rate`` (scaled by health), the operator's, the site's declared
+    limit (``_DECLARED_SHARE`` of it) and Crawl-delay."""
     ceiling = _MAX_RATE if p.base_rate is None else max(p.min_rate, p.base_rate * d.health / 100.0)
     if d.ctl_rate > 0:  # the operator's ceiling
         ceiling = min(ceiling, d.ctl_rate)
+    if d.declared > 0:  # the site's own word (RateLimit headers)
+        ceiling = min(ceiling, d.declared * _DECLARED_SHARE)
     return min(ceiling, 1.0 / d.crawl_delay) if d.crawl_delay > 0 else ceiling
 
 
@@ -94,6 +98,20 @@ def seed(d: _Domain, p: HealthPolicy, now: float, limit: float | None, burst: in
     d.tokens = min(d.tokens, float(burst_of(d, p)))
 
 
+def declare(d: _Domain, p: HealthPolicy, now: float, pace: float) -> None:
+    """The site declares its limit (*pace* req/s; 0: none): pace just under it from now on,
+    both ways, as if a 429 had just measured it there (no slow start, no probing past it:
+    the ceiling holds the cubic; a 429 still cuts at once and is fitted as any other)."""
+    d.declared = min(max(0.0, float(pace)), _MAX_RATE)
+    if d.declared <= 0:
+        return
+    d.threshold = d.declared * _DECLARED_SHARE
+    d.rate = min(d.threshold, ceiling_of(d, p))
+    d.cuts = 2
+    d.last_decrease = now - _MIN_DECREASE_GAP
+    d.tokens = min(d.tokens, float(burst_of(d, p)))
+
+
 def increase(d: _Domain, p: HealthPolicy, now: float) -> None:
     """Slow start (by half per success) until the first congestion; after it, growth by
     half per second (its limit was a guess: what the first second delivered) until a
@@ -136,11 +154,14 @@ def decrease(
     burst's and one more token's time of the hold's end) only halves the
     burst, while there is one to halve: the site refused what the hold
     saved up, not the pace. One sent later, or a burst of one refused,
-    was refused for the pace, and cuts it.
+    was refused for the pace, and cuts it. Under a limit the site declares
+    (``declared``) every 429 halves the burst first: the pace is the site's
+    own figure, and requests sent at it arrive bunched.
     """
     if now - d.last_decrease < max(_MIN_DECREASE_GAP, d.latency or 0.0):
         return False
-    if measured and d.cuts >= 1 and burst_of(d, p) > 1 and in_burst(d, p, now, now if sent is None else sent):
+    bunched = d.declared > 0 or in_burst(d, p, now, now if sent is None else sent)
+    if measured and d.cuts >= 1 and burst_of(d, p) > 1 and bunched:
         # refused while resuming from a hold: send smaller bursts (the rest of that burst
         # is the same event)
         d.burst_cap = max(1, burst_of(d, p) // 2)

@@ -52,6 +52,7 @@ class DomainState:
     refusals_flat: float = 0.0  # share of refusals judged pace-independent (0: they are a rate signal)
     limit_measured: bool = False  # the limit was measured (a 429 or latency), not guessed from an outage
     burst_cap: int = 0  # the largest burst the site has proved it allows (0: not known)
+    declared: float = 0.0  # the pace the site declares in its RateLimit headers (req/s; 0: none)
 
 
 class _Domain:
@@ -92,6 +93,7 @@ class _Domain:
         "circuit_seconds",
         "retry_after_holds",
         "burst_cap",
+        "declared",
         # pace-independent refusals (refusals.py): the open pace interval, the reference one,
         # and the refused share judged pace-independent (0: refusals are a rate signal)
         "iv_start",
@@ -146,6 +148,7 @@ class _Domain:
         self.circuit_seconds = 0.0  # of it, with the circuit open
         self.retry_after_holds = 0  # Retry-After answers that held the domain
         self.burst_cap = 0  # the largest burst the site has proved it allows (the limit fit); 0: not known
+        self.declared = 0.0  # the pace the site's RateLimit headers declare (req/s; 0: none declared)
         self.iv_start = now
         self.iv_ok = 0
         self.iv_refused = 0

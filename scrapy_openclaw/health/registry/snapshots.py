@@ -45,6 +45,7 @@ def state_of(domain: str, d: _Domain, p: HealthPolicy, rate_cap: float, default_
         refusals_flat=d.refusals_flat,
         limit_measured=d.cuts >= 2 and d.threshold is not None,
         burst_cap=d.burst_cap,
+        declared=d.declared,
     )
 
 
@@ -106,4 +107,5 @@ def domain_from(name: Any, fields: Any, policy_of: Callable[[str], HealthPolicy]
     d.burst_cap = max(0, d.burst_cap)  # (0: none; a negative one would pin the bucket at one token)
     d.cooldown = max(0.0, float(d.cooldown))
     d.rate = min(max(float(d.rate), 0.0), _MAX_RATE)
+    d.declared = min(max(float(d.declared), 0.0), _MAX_RATE)
     return d

@@ -50,6 +50,9 @@ _FIT_MARGIN = 0.98
 # better evidence than one a single 429 measured, so a repeat crawl's start costs no refusal.
 _SEED_PLATEAU = 30.0  # seconds
 _RESUMED = 3  # a record's ``cuts`` while it paces at a remembered limit (until its first cut)
+# A pace the site declares (RateLimit headers) is kept at this share of it: requests that leave
+# evenly spaced arrive bunched (network, concurrency), and a bucket at its limit refuses the bunch.
+_DECLARED_SHARE = 0.95
 _WINDOW = 1.0  # seconds; the delivered-rate estimate is the last such window and the open one
 _STALE_WINDOW = 5.0  # a window longer than this (an idle domain) says nothing about its rate
 # 5xx share of recent fresh answers: a fast and a slow EWMA (about the last 5 and 50);

@@ -49,6 +49,9 @@ class FailWindows:
         return (elapsed + self.offset) % self.period < self.down
 
 
+DECLARE_FORMATS = ("", "ietf", "legacy", "x")
+
+
 @dataclass(frozen=True)
 class RateLimit:
     """Token bucket; a request finding no token gets ``status`` (+ ``Retry-After`` unless None;
@@ -58,6 +61,12 @@ class RateLimit:
     in force from that many seconds after the site started (``rate``/``burst`` before the
     first). ``every`` > 0 replaces the bucket: every ``every``-th request is refused however
     slowly it came (a limiter whose refusals say nothing about the pace).
+
+    ``declare`` makes every answer of the host say its limit in force, as a site may:
+    ``"ietf"`` (``RateLimit-Policy: "chaos";q=..;w=..`` and ``RateLimit: "chaos";r=..;t=..``,
+    draft 08 on), ``"legacy"`` (``RateLimit-Limit``/``-Remaining``/``-Reset`` and a
+    ``RateLimit-Policy``, drafts 00-06) or ``"x"`` (``X-RateLimit-Limit``/``-Remaining``
+    and ``-Reset`` as a UNIX time, GitHub's way: no window, so no pace); ``""``: silent.
     """
 
     rate: float
@@ -66,6 +75,7 @@ class RateLimit:
     status: int = 429
     schedule: tuple[tuple[float, float, int], ...] = ()
     every: int = 0
+    declare: str = ""
 
     def __post_init__(self) -> None:
         rows = tuple((float(at), float(rate), int(burst)) for at, rate, burst in self.schedule)
@@ -76,6 +86,8 @@ class RateLimit:
             raise ValueError(f"rate_limit: schedule rows must start at seconds >= 0, in order, got {self}")
         if not 400 <= self.status <= 599 or self.every < 0:
             raise ValueError(f"rate_limit: need a 4xx/5xx status and every >= 0, got {self}")
+        if self.declare not in DECLARE_FORMATS:
+            raise ValueError(f"rate_limit: declare must be one of {DECLARE_FORMATS}, got {self.declare!r}")
 
     def at(self, elapsed: float) -> tuple[float, int]:
         """(rate, burst) in force ``elapsed`` seconds after the site started."""

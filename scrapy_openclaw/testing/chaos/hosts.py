@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import json
+import math
 import random
 import struct
 import time
@@ -95,6 +96,32 @@ class _Host:
             return True
         return False
 
+    def _declared(self, now: float) -> list[tuple[str, str]]:
+        """The limit in force as the host's answers declare it (``rate_limit.declare``), after
+        this request took its token: the quota per window, what is left, when a token is back."""
+        limit = self.cfg.rate_limit
+        if limit is None or not limit.declare or limit.every:
+            return []
+        rate, _ = limit.at(self.site.elapsed(now))
+        window = 1 if rate == int(rate) else 10  # (a quota is a whole number of requests)
+        quota = round(rate * window)
+        left = int(self.tokens)
+        reset = 0 if left or rate <= 0 else math.ceil((1.0 - self.tokens) / rate)
+        if limit.declare == "ietf":
+            return [("RateLimit-Policy", f'"chaos";q={quota};w={window}'), ("RateLimit", f'"chaos";r={left};t={reset}')]
+        if limit.declare == "legacy":
+            return [
+                ("RateLimit-Limit", str(quota)),
+                ("RateLimit-Remaining", str(left)),
+                ("RateLimit-Reset", str(reset)),
+                ("RateLimit-Policy", f"{quota};w={window}"),
+            ]
+        return [
+            ("X-RateLimit-Limit", str(quota)),
+            ("X-RateLimit-Remaining", str(left)),
+            ("X-RateLimit-Reset", str(math.ceil(now + reset))),
+        ]
+
     def decide(self, path: str, now: float, authorization: bytes | None = None) -> tuple[_Outcome, float]:
         cfg = self.cfg
         elapsed = self.site.elapsed(now)  # (the site's clock: started by the first request, if so configured)
@@ -168,6 +195,8 @@ class _Host:
         outcome, delay = self.decide(path, now, request.getHeader(b"authorization"))
         if self.cfg.set_cookie is not None:
             request.setHeader("Set-Cookie", f"{self.cfg.set_cookie}; Path=/")
+        for name, value in self._declared(now):
+            request.setHeader(name, value)
         record["status"] = outcome.status
         if outcome.body is BAN_PAGE:
             record["banned"] = True

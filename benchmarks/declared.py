@@ -1,0 +1,45 @@
+"""Benchmark: a limit that moves and says so (40 -> 8 req/s from 15 s -> 40 from 30 s), on defaults.
+
+The :mod:`benchmarks.moving` site, its every answer saying the limit in force: in the
+IETF draft's ``RateLimit-Policy``/``RateLimit`` (``ietf``: a quota per 1 s window, a
+pace), and in GitHub's ``X-RateLimit-*`` (``x``: no window, so only "none left until
+then"). Per site and phase, as in :mod:`benchmarks.moving`: 2xx rate over the limit in
+force after the change's first 3 s (``<site>_p<N>_rate``, target >= 0.85) and the 429
+share (``<site>_p<N>_limiter``, target <= 2%); the whole crawl's 429 share
+(``<site>_limiter_share``) and ``wall_vs_bound``. Plain and careful Scrapy do not read
+the headers: their rows are the silent site's.
+
+    python -m benchmarks.declared [--quick]
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from benchmarks.moving import one_host
+from benchmarks.phases import CONFIGS
+from benchmarks.suite import run_module
+from scrapy_openclaw.testing.presets import moving_limit_site
+
+SITES = ("ietf", "x")
+
+
+def run(quick: bool = False) -> dict[str, Any]:
+    results: dict[str, Any] = {name: {} for name in CONFIGS}
+    with tempfile.TemporaryDirectory(prefix="openclaw-bench-declared-") as tmp:
+        for form in SITES:
+            site = moving_limit_site(declare=form)
+            for name, settings in CONFIGS.items():
+                row, _, _ = one_host(site, name, settings, Path(tmp) / form, 90.0 if quick else 150.0, form)
+                results[name].update({k if k.startswith(form) else f"{form}_{k}": v for k, v in row.items()})
+    return {"baseline": "scrapy", "quick": quick, "configs": results}
+
+
+def main() -> None:
+    run_module(run)
+
+
+if __name__ == "__main__":
+    main()

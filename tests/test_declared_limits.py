@@ -1,0 +1,55 @@
+"""A site that says its limit (RateLimit headers) is paced by what it says, in every format.
+
+Three hosts whose limit moves (20 req/s, 4 from 5 s, 20 again from 10 s), each saying so in
+another format: the IETF draft's ``RateLimit-Policy``/``RateLimit``, the older drafts'
+``RateLimit-Limit``/``-Remaining``/``-Reset`` and GitHub's ``X-RateLimit-*`` (no window: no
+pace, only "none left until then"). Crawled by a plain spider on the add-on's defaults and
+judged from the chaos site's record: every page, and a refusal only where the site changed
+its limit under requests already sent. How close each phase's pace comes to its limit is
+the ``declared`` benchmark's figure.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from scrapy_openclaw.testing.crawl import run_crawl
+
+PHASES = [[5.0, 4.0, 3], [10.0, 20.0, 3]]
+HOSTS = {"127.0.0.2": "ietf", "127.0.0.3": "legacy", "127.0.0.4": "x"}
+PAGES = 150
+SITE = {
+    "hosts": [
+        {
+            "address": address,
+            "pages": PAGES,
+            "links_per_page": "all",
+            "rate_limit": {"rate": 20.0, "burst": 3, "retry_after": "1", "schedule": PHASES, "declare": form},
+        }
+        for address, form in HOSTS.items()
+    ],
+    "seed": 3,
+    "clock": "first_request",
+}
+
+
+def test_a_site_that_says_its_limit_is_paced_by_it_in_every_format(chaos_server: Any) -> None:
+    server = chaos_server(SITE)
+    settings = {"ADDONS": {"scrapy_openclaw.Addon": 100}, "OPENCLAW_DLQ_ENABLED": False}
+    result = run_crawl(settings=settings, spider_args={"start_urls": server.start_urls}, timeout=300)
+    assert result.returncode == 0 and "Traceback" not in result.log, result.log[-3000:]
+    truth = server.truth(include_requests=True)
+    stats = result.stats
+    assert len(result.items) == PAGES * len(HOSTS)
+    for host, form in HOSTS.items():
+        served = [r for r in truth["hosts"][host]["requests"] if r["path"] != "/robots.txt"]
+        refused = sum(1 for r in served if r["status"] == 429)
+        # a refusal only for requests already on their way when the limit dropped (8 at most:
+        # the domain's concurrency), never the limit found by crossing it again and again
+        assert refused <= 8, (host, form, refused)
+    # the paces said (20, 4, 20 on each of two hosts) were applied as they changed
+    assert stats["openclaw/health/declared_limits"] >= 6
+    assert stats["openclaw/health/final_rate/127.0.0.2"] == stats["openclaw/health/final_rate/127.0.0.3"] == 19.0
+    # the X-RateLimit host says no pace: "none left" holds it and is its rate signal
+    assert stats["openclaw/health/declared_exhausted"] >= 1 and stats["openclaw/health/rate_cuts/exhausted"] >= 1
+    assert stats.get("openclaw/health/circuit_opened", 0) == 0
