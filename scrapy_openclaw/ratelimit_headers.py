@@ -20,7 +20,8 @@ The formats in use today, all read:
 Only a quota over a window of at most :data:`PACE_WINDOW_MAX` seconds is a pace; a
 longer one (1,000 a day) is a budget: spent as fast as the site takes it, and
 waited out once it is used up. A paced quota used up (a bucket at its edge) only
-makes the next request wait for its turn at the pace. Like Retry-After, a bad value is logged
+makes the next request wait for its turn at the pace, and a quota without a pace
+back within the whole second its reset is rounded to is not waited for. Like Retry-After, a bad value is logged
 (condensed per domain) and ignored; nothing here raises.
 """
 
@@ -64,8 +65,8 @@ _PARAM = re.compile(r';\s*([\w.*-]+)(?:=("(?:[^"\\]|\\.)*"|[^;,"]*))?')
 @dataclass(frozen=True)
 class Declared:
     """What one answer declares: the pace the site takes (req/s: its tightest quota per
-    window of at most :data:`PACE_WINDOW_MAX`; None: no such quota), and how long until
-    a used-up quota resets (seconds; None: quota left, or not said)."""
+    window of at most :data:`PACE_WINDOW_MAX`; None: no such quota), and, when none of its
+    quota is left, how long to wait (seconds; None: quota left, or nothing to wait out)."""
 
     pace: float | None
     exhausted_for: float | None
@@ -84,12 +85,18 @@ def read_declared(
     reader = _Reader(headers, now, domain, _ref(response))
     pace, window = reader.pace()
     wait = reader.exhausted_for()
-    if wait is not None:
-        wait = min(max(0.0, wait), float(cap))
+    if wait is not None and wait < 0:
+        wait = None  # reset already: the quota is back
+    elif wait is not None:
+        wait = min(wait, float(cap))
         if pace is not None and window is not None and wait <= window:
             # a paced quota at its edge (a bucket, a short window): the next request waits for
             # its turn at the pace, not for the reset a whole-second ``t`` rounds up to
             wait = min(wait, 1.0 / pace)
+        elif pace is None and wait <= 1.0:
+            # back within the second a whole-second reset rounds to: nothing to wait out (a
+            # bucket refills long before; a 1 s window's next answer says 429 and Retry-After)
+            wait = None
     if pace is None and wait is None:
         return None
     return Declared(pace=pace, exhausted_for=wait)

@@ -74,7 +74,7 @@ def _apply(reg: Any, event: tuple[Any, ...]) -> Any:
     if kind == "control":
         return reg.control(domain, now, **rest[0])
     if kind == "declare":
-        return reg.declare_limit(domain, rest[0], rest[1] if len(rest) > 1 else 0.0, now)
+        return reg.declare_limit(domain, rest[0], now)
     failed_before = rest[2] if len(rest) > 2 else None
     latency = rest[3] if len(rest) > 3 else None
     return reg.record_failure(domain, rest[0], now, retry_after=rest[1], failed_before=failed_before, latency=latency)
@@ -149,8 +149,7 @@ def test_random_event_sequences_match(redis_server: Any, seed: int) -> None:
         elif r < 0.78:
             events.append(("ok", domain, now, rng.choice([None, rng.uniform(0.01, 2.0)])))
         elif r < 0.8:  # the site declares a limit (RateLimit headers), or none any more
-            pace = rng.choice([None, 0.0, rng.uniform(0.5, 50.0)])
-            events.append(("declare", domain, now, pace, rng.choice([0.0, now + rng.uniform(0, 3)])))
+            events.append(("declare", domain, now, rng.choice([0.0, rng.uniform(0.5, 50.0)])))
         else:
             c = rng.choice([C429, C503, C503, C500, C500, TIMEOUT, REFUSED, C404, BAN200, BAN403])
             failed_before = rng.choice([None, None, now - rng.uniform(0, 3)])  # a retry of a URL that failed
@@ -161,8 +160,7 @@ def test_random_event_sequences_match(redis_server: Any, seed: int) -> None:
 def test_declared_limits_match(redis_server: Any) -> None:
     """A limit the site declares (RateLimit headers): slow start ends at once, the pace sits just
     under it, moves with it both ways, a 429 under it still cuts and the cubic climbs back to the
-    declared ceiling, never past it; a Crawl-delay and the operator's ceiling still bind; a quota
-    used up holds the domain (and cuts it while no pace is declared)."""
+    declared ceiling, never past it; a Crawl-delay and the operator's ceiling still bind."""
     local, shared = _pair(redis_server.url, {"initial_rate": 2.0, "circuit_jitter": 0.0})
     t = 7_000_000.0
     events: list[tuple[Any, ...]] = [("acquire", "d.test", t, True), ("ok", "d.test", t + 0.1, 0.1)]
@@ -178,12 +176,7 @@ def test_declared_limits_match(redis_server: Any) -> None:
     events += [("control", "d.test", t + 41, {"ctl_rate": 5.0}), ("ok", "d.test", t + 41.1, 0.02)]
     events += [("crawl_delay", "e.test", t + 1, 2.0), ("declare", "e.test", t + 1.5, 30.0)]
     events += [("acquire", "e.test", t + 2, True), ("declare", "e.test", t + 3, 0.0), ("ok", "e.test", t + 3.1, 0.1)]
-    for i in range(20):  # X-RateLimit-* (no window, no pace): a used-up quota cuts and holds
-        events += [("acquire", "f.test", t + i * 0.05, True), ("ok", "f.test", t + i * 0.05 + 0.01, 0.01)]
-    events += [("declare", "f.test", t + 1.2, None, t + 2.0), ("acquire", "f.test", t + 1.5, True)]
-    events += [("acquire", "f.test", t + 2.1, True), ("declare", "f.test", t + 2.2, 10.0, t + 2.25)]
     _drive(local, shared, events)
-    assert local.cuts_by_cause["exhausted"] == 1
     state = local.state("d.test", t + 42)
     assert state.rate == pytest.approx(5.0) and state.declared == 40.0  # (the operator's ceiling binds)
 

@@ -377,14 +377,14 @@ class RedisHealthRegistry(HealthRegistry):
             cached=lambda: super(RedisHealthRegistry, self).set_crawl_delay(domain, seconds, owed=owed),
         )
 
-    def declare_limit(self, domain: str, pace: float | None, hold_until: float = 0.0, now: float | None = None) -> None:
+    def declare_limit(self, domain: str, pace: float, now: float | None = None) -> None:
         now = self.clock() if now is None else now
-        args = [now, self.policy_json(domain), "" if pace is None else repr(max(0.0, float(pace))), repr(hold_until)]
+        args = [now, self.policy_json(domain), repr(max(0.0, float(pace)))]
         self._shared(
             self._declare,
             domain,
             args,
-            cached=lambda: super(RedisHealthRegistry, self).declare_limit(domain, pace, hold_until, now),
+            cached=lambda: super(RedisHealthRegistry, self).declare_limit(domain, pace, now),
         )
 
     def hold(self, domain: str, until: float) -> None:

@@ -270,13 +270,12 @@ class DomainHealthMiddleware:
         declared = read_declared(response.headers, cap=policy.retry_after_cap, domain=domain, response=response)
         if declared is None:
             return
-        pace = declared.pace if declared.pace != self.registry.declared_pace(domain) else None
-        if pace is not None:
+        if declared.pace is not None and declared.pace != self.registry.declared_pace(domain):
             self.stats.inc_value("openclaw/health/declared_limits")
-        if declared.exhausted_for:
+            self.registry.declare_limit(domain, declared.pace)
+        if declared.exhausted_for is not None:
             self.stats.inc_value("openclaw/health/declared_exhausted")
-        if pace is not None or declared.exhausted_for:
-            self.registry.declare_limit(domain, pace, time.time() + (declared.exhausted_for or 0.0))
+            self.registry.hold(domain, time.time() + declared.exhausted_for)
 
     def _retry_after(self, domain: str, response: Response) -> float | None:
         header = response.headers.get("Retry-After")

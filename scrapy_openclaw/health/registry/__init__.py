@@ -396,19 +396,13 @@ class HealthRegistry:
         """The operator overrides in force for *domain* (None: not set)."""
         return snapshots.overrides_of(self._domains.get(domain))
 
-    def declare_limit(self, domain: str, pace: float | None, hold_until: float = 0.0, now: float | None = None) -> None:
-        """What *domain*'s RateLimit headers declare: a *pace* (req/s; 0: none any more; None:
-        not said) to keep just under from now on, up or down (:func:`.pacing.declare`), and a
-        used-up quota to wait out until *hold_until* (UNIX time; 0: quota left). A quota used
-        up while no pace is declared is also a rate signal, as the 429 it spares would be."""
+    def declare_limit(self, domain: str, pace: float, now: float | None = None) -> None:
+        """Pace *domain* just under the limit its RateLimit headers declare (*pace* req/s; 0:
+        none any more) from now on, up or down (see :func:`.pacing.declare`). A used-up quota
+        is waited out with :meth:`hold`."""
         now = time.time() if now is None else now
         d, p = self._get(domain, now)
-        if pace is not None:
-            declare(d, p, now, pace)
-        if hold_until > now:
-            if d.declared <= 0 and decrease(d, p, now, measured=True):
-                self.cuts_by_cause["exhausted"] += 1
-            d.hold_until = max(d.hold_until, hold_until)
+        declare(d, p, now, pace)
         self.readiness_epoch += 1
 
     def declared_pace(self, domain: str) -> float:

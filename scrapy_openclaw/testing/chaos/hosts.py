@@ -106,7 +106,8 @@ class _Host:
         window = 1 if rate == int(rate) else 10  # (a quota is a whole number of requests)
         quota = round(rate * window)
         left = int(self.tokens)
-        reset = 0 if left or rate <= 0 else math.ceil((1.0 - self.tokens) / rate)
+        until = 0.0 if left or rate <= 0 else (1.0 - self.tokens) / rate  # seconds until a token is back
+        reset = math.ceil(until)  # (whole seconds, as the drafts say)
         if limit.declare == "ietf":
             return [("RateLimit-Policy", f'"chaos";q={quota};w={window}'), ("RateLimit", f'"chaos";r={left};t={reset}')]
         if limit.declare == "legacy":
@@ -119,7 +120,7 @@ class _Host:
         return [
             ("X-RateLimit-Limit", str(quota)),
             ("X-RateLimit-Remaining", str(left)),
-            ("X-RateLimit-Reset", str(math.ceil(now + reset))),
+            ("X-RateLimit-Reset", str(math.ceil(now + until))),
         ]
 
     def decide(self, path: str, now: float, authorization: bytes | None = None) -> tuple[_Outcome, float]:
