@@ -265,6 +265,23 @@ def test_learned_keeps_a_limit_not_measured_again_and_replaces_a_remeasured_one(
     assert replaced.limit == round(state.limit, 3)
 
 
+def test_a_limit_the_site_says_is_remembered_with_how_it_says_it() -> None:
+    """The pace a site declared in its RateLimit headers is kept (and shown) beside its
+    refusals; a crawl that heard none keeps the last one said; a bad value is refused."""
+    reg = HealthRegistry()
+    reg.declare_limit("a", 12.0, now=T0)
+    said = learned(reg.state("a", T0), None, banned=False, before=None, now=NOW)
+    assert said.declared == 12.0 and said.limit == round(12.0 * 0.95, 3) and said.signal == "says 12/s"
+    quiet = HealthRegistry()
+    quiet.record_success("a", 0.01, now=T0)
+    kept = learned(quiet.state("a", T0), None, banned=False, before=said, now=NOW + 1)
+    assert kept.declared == 12.0 and kept.crawls == 2
+    assert SiteEntry(declared=12.0, signals={"429": 1}).signal == "says 12/s, 429"
+    assert SiteEntry.from_data(said.to_data(), "here") == said
+    with pytest.raises(ValueError, match="field 'declared'"):
+        SiteEntry.from_data({**said.to_data(), "declared": "fast"}, "here")
+
+
 # --------------------------------------------------------------------------- crawls
 
 

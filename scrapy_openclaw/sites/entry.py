@@ -24,17 +24,21 @@ class SiteEntry:
     crawl_delay: float = 0.0  # robots.txt Crawl-delay in force (seconds; 0: none)
     bans: bool = False  # it answered a ban or challenge page
     signals: dict[str, int] = field(default_factory=dict)  # "429", "503", "retry_after": answers seen
+    declared: float | None = None  # req/s the site last said in its RateLimit headers; None: never said
     seen_at: float = 0.0  # UNIX time of the last crawl that met it
     crawls: int = 0  # crawls that met it
 
     @property
     def signal(self) -> str:
-        """How the site says "too fast": "429", "503" or "none", and whether with Retry-After."""
+        """How the site says "too fast": "429", "503" or "none", and whether with Retry-After;
+        first, the limit it says in its headers, if it does (``says 10/s, 429 with Retry-After``)."""
         kinds = [s for s in ("429", "503") if self.signals.get(s)]
-        if not kinds:
-            return "none"
         ra = " with Retry-After" if self.signals.get("retry_after") else ""
-        return "/".join(kinds) + ra
+        refusals = "/".join(kinds) + ra if kinds else "none"
+        if self.declared is None:
+            return refusals
+        says = f"says {self.declared:g}/s"
+        return says if not kinds else f"{says}, {refusals}"
 
     def to_data(self) -> dict[str, Any]:
         return asdict(self)
@@ -49,6 +53,7 @@ class SiteEntry:
             raise ValueError(f"{where}: unknown field(s) {', '.join(sorted(map(str, unknown)))}")
         limit = _number(data.get("limit"), where, "limit", 0.0, _MAX_RATE, optional=True)
         latency = _number(data.get("latency"), where, "latency", 0.0, _MAX_SECONDS, optional=True)
+        declared = _number(data.get("declared"), where, "declared", 0.0, _MAX_RATE, optional=True)
         signals = data.get("signals", {})
         if not isinstance(signals, dict) or not all(
             k in ("429", "503", "retry_after") and _is_count(v) for k, v in signals.items()
@@ -64,6 +69,7 @@ class SiteEntry:
             crawl_delay=float(_number(data.get("crawl_delay", 0.0), where, "crawl_delay", 0.0, _MAX_SECONDS) or 0.0),
             bans=bans,
             signals=dict(signals),
+            declared=declared,
             seen_at=float(_number(data.get("seen_at", 0.0), where, "seen_at", 0.0, 1e11) or 0.0),
             crawls=int(_number(data.get("crawls", 0), where, "crawls", 0, 10**9, integer=True) or 0),
         )
@@ -125,6 +131,9 @@ def learned(
         ):
             if n:
                 signals[name] = signals.get(name, 0) + int(n)
+    declared = before.declared
+    if state is not None and state.declared > 0:
+        declared = round(float(state.declared), 3)
     latency = before.latency
     if state is not None and state.latency is not None and math.isfinite(state.latency):
         latency = round(float(state.latency), 4)
@@ -135,6 +144,7 @@ def learned(
         crawl_delay=float(state.crawl_delay) if state is not None else before.crawl_delay,
         bans=before.bans or banned,
         signals=signals,
+        declared=declared,
         seen_at=now,
         crawls=before.crawls + 1,
     )
