@@ -275,3 +275,24 @@ def test_two_workers_merge_in_redis(chaos_server: Any, redis_server: Any, tmp_pa
     )
     assert cmd.returncode == 0, cmd.stdout + cmd.stderr
     assert json.loads(cmd.stdout)["domains"] == report["domains"]
+
+
+def test_a_limit_the_site_said_is_in_the_report_and_the_operators_text() -> None:
+    from scrapy_openclaw.health.registry import HealthRegistry
+    from scrapy_openclaw.metrics.figures import DomainFigures
+    from scrapy_openclaw.report.model import domain_entry, merge
+    from scrapy_openclaw.report.render import text
+
+    registry = HealthRegistry()
+    registry.declare_limit("said.test", 8.0)
+    registry.record_success("quiet.test", 0.01)
+    said, quiet = (
+        domain_entry(DomainFigures(requests=3, done=3), registry.state(d)) for d in ("said.test", "quiet.test")
+    )
+    assert said["declared_limit"] == 8.0 and quiet["declared_limit"] is None
+    report = {"version": 1, "spider": "s", "crawl_id": "c", "started_at": 0.0, "finished_at": 1.0, "workers": 1}
+    one = {**report, "domains": {"said.test": said, "quiet.test": quiet}}
+    older = {**report, "domains": {"said.test": {k: v for k, v in said.items() if k != "declared_limit"}}}
+    assert merge([older, one])["domains"]["said.test"]["declared_limit"] == 8.0  # (a part without the field)
+    assert "said its limit was 8 requests per second" in text(one, "said.test")
+    assert "said its limit" not in text(one, "quiet.test")

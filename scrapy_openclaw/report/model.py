@@ -66,6 +66,8 @@ def domain_entry(f: DomainFigures, state: Any = None) -> dict[str, Any]:
             "disallowed_paths": list(f.robots_refused_paths),
         },
         "limit": state.limit if state is not None else None,
+        # the pace the site said in its RateLimit headers (req/s; None: it said none)
+        "declared_limit": (float(state.declared) or None) if state is not None else None,
         "dead_letters": dict(sorted(f.dead_letters.items())),
     }
 
@@ -159,6 +161,8 @@ def _add(into: dict[str, Any], entry: dict[str, Any]) -> dict[str, Any]:
     paths = robots.get("disallowed_paths", []) + theirs.get("disallowed_paths", [])
     robots["disallowed_paths"] = list(dict.fromkeys(paths))[:ROBOTS_EXAMPLES]
     into["limit"] = into["limit"] if into["limit"] is not None else entry["limit"]
+    if into.get("declared_limit") is None:  # (a part from before it existed has none)
+        into["declared_limit"] = entry.get("declared_limit")
     return into
 
 

@@ -92,6 +92,11 @@ def text(report: dict[str, Any], domain: str) -> str:
                 else "."
             )
         )
+    if e.get("declared_limit"):
+        lines.append(
+            f"Your server said its limit was {e['declared_limit']:g} requests per second (RateLimit headers); "
+            f"the crawl kept its pace under it."
+        )
     robots = e["robots_txt"]
     if robots["status"] is not None:
         delay = (
