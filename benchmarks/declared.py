@@ -14,12 +14,9 @@ the headers: their rows are the silent site's.
 
 from __future__ import annotations
 
-import tempfile
-from pathlib import Path
 from typing import Any
 
-from benchmarks.moving import one_host
-from benchmarks.phases import CONFIGS
+from benchmarks.moving import crawl_sites
 from benchmarks.suite import run_module
 from scrapy_openclaw.testing.presets import moving_limit_site
 
@@ -27,14 +24,8 @@ SITES = ("ietf", "x")
 
 
 def run(quick: bool = False) -> dict[str, Any]:
-    results: dict[str, Any] = {name: {} for name in CONFIGS}
-    with tempfile.TemporaryDirectory(prefix="openclaw-bench-declared-") as tmp:
-        for form in SITES:
-            site = moving_limit_site(declare=form)
-            for name, settings in CONFIGS.items():
-                row, _, _ = one_host(site, name, settings, Path(tmp) / form, 90.0 if quick else 150.0, form)
-                results[name].update({k if k.startswith(form) else f"{form}_{k}": v for k, v in row.items()})
-    return {"baseline": "scrapy", "quick": quick, "configs": results}
+    sites = {form: moving_limit_site(declare=form) for form in SITES}
+    return {"baseline": "scrapy", "quick": quick, "configs": crawl_sites(sites, 90.0 if quick else 150.0, "declared")}
 
 
 def main() -> None:

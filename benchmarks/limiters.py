@@ -11,12 +11,9 @@ for a 429 with Retry-After) and the limiter's share (``<site>_p1_limiter``).
 
 from __future__ import annotations
 
-import tempfile
-from pathlib import Path
 from typing import Any
 
-from benchmarks.moving import one_host
-from benchmarks.phases import CONFIGS
+from benchmarks.moving import crawl_sites
 from benchmarks.suite import run_module
 from scrapy_openclaw.testing.presets import moving_limit_site
 
@@ -28,14 +25,8 @@ SITES = {
 
 def run(quick: bool = False) -> dict[str, Any]:
     seconds = 12.0 if quick else 20.0
-    results: dict[str, Any] = {name: {} for name in CONFIGS}
-    with tempfile.TemporaryDirectory(prefix="openclaw-bench-limiters-") as tmp:
-        for site_name, limit in SITES.items():
-            site = moving_limit_site(schedule=(), seconds=seconds, **limit)  # type: ignore[arg-type]
-            for name, settings in CONFIGS.items():
-                row, _, _ = one_host(site, name, settings, Path(tmp) / site_name, 90.0, site_name)
-                results[name].update({k if k.startswith(site_name) else f"{site_name}_{k}": v for k, v in row.items()})
-    return {"baseline": "scrapy", "quick": quick, "configs": results}
+    sites = {name: moving_limit_site(schedule=(), seconds=seconds, **limit) for name, limit in SITES.items()}  # type: ignore[arg-type]
+    return {"baseline": "scrapy", "quick": quick, "configs": crawl_sites(sites, 90.0, "limiters")}
 
 
 def main() -> None:

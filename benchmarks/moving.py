@@ -77,6 +77,18 @@ def run_site(site: ChaosConfig, prefix: str, limit: float, picture: str | None) 
     return out
 
 
+def crawl_sites(sites: dict[str, ChaosConfig], limit: float, prefix: str) -> dict[str, dict[str, Any]]:
+    """Every configuration crawls each one-host site in turn: per configuration, one row whose
+    columns carry the site's name (``<site>_p1_rate``)."""
+    results: dict[str, dict[str, Any]] = {name: {} for name in CONFIGS}
+    with tempfile.TemporaryDirectory(prefix=f"openclaw-bench-{prefix}-") as tmp:
+        for site_name, site in sites.items():
+            for name, settings in CONFIGS.items():
+                row, _, _ = one_host(site, name, settings, Path(tmp) / site_name, limit, site_name)
+                results[name].update({k if k.startswith(site_name) else f"{site_name}_{k}": v for k, v in row.items()})
+    return results
+
+
 def run(quick: bool = False) -> dict[str, Any]:
     return {"quick": quick, **run_site(moving_limit_site(), PREFIX, 90.0 if quick else 150.0, "moving-limit.png")}
 
