@@ -7,7 +7,8 @@ then"). Per site and phase, as in :mod:`benchmarks.moving`: 2xx rate over the li
 force after the change's first 3 s (``<site>_p<N>_rate``, target >= 0.85) and the 429
 share (``<site>_p<N>_limiter``, target <= 2%); the whole crawl's 429 share
 (``<site>_limiter_share``) and ``wall_vs_bound``. Plain and careful Scrapy do not read
-the headers: their rows are the silent site's.
+the headers: their rows are the silent site's. The ``ietf`` site's rate against the
+limit in force is drawn in ``declared-limit.png``.
 
     python -m benchmarks.declared [--quick]
 """
@@ -16,16 +17,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from benchmarks.moving import crawl_sites
+from benchmarks.moving import crawl_sites, run_site
 from benchmarks.suite import run_module
 from scrapy_openclaw.testing.presets import moving_limit_site
 
-SITES = ("ietf", "x")
-
 
 def run(quick: bool = False) -> dict[str, Any]:
-    sites = {form: moving_limit_site(declare=form) for form in SITES}
-    return {"baseline": "scrapy", "quick": quick, "configs": crawl_sites(sites, 90.0 if quick else 150.0, "declared")}
+    limit = 90.0 if quick else 150.0
+    said = run_site(moving_limit_site(declare="ietf"), "ietf", limit, "declared-limit.png")
+    rows = crawl_sites({"x": moving_limit_site(declare="x")}, limit, "declared")
+    for name, row in said["configs"].items():
+        rows[name].update({k if k.startswith("ietf") else f"ietf_{k}": v for k, v in row.items()})
+    return {"baseline": "scrapy", "quick": quick, "configs": rows, "plot": said.get("plot")}
 
 
 def main() -> None:

@@ -109,8 +109,9 @@ def plot(
                 ok[second] += 1
             elif r["status"] == limit.status:
                 refused[second] += 1
-        steps = [(s, e if e != float("inf") else seconds, rate) for s, e, rate in phase_rows(limit)]
-        xs = [x for s, e, _ in steps for x in (s, min(e, seconds))]
+        # (the phases the crawl lived through: one that ended early met no later change)
+        steps = [(s, min(e, seconds), rate) for s, e, rate in phase_rows(limit) if s < seconds]
+        xs = [x for s, e, _ in steps for x in (s, e)]
         ys = [rate for _, _, rate in steps for _ in (0, 1)]
         ax.plot(xs, ys, color="black", linewidth=1.5, label="limit in force")
         ax.plot(range(seconds), ok, color="tab:blue", label="2xx / s")
