@@ -330,3 +330,8 @@ def test_the_final_rate_stat_is_the_rate_the_table_shows() -> None:
     assert 100 < state.rate < float("inf") and effective_rate(state) == float("inf")
     middleware._spider_closed()
     assert crawler.stats.get_value("openclaw/health/final_rate/127.0.0.2") == float("inf")
+    # a rate that binds is the table's figure to the hundredth (rounded once: 527.7349 is
+    # 527.73, not 527.735 and then 527.74 as the suite loop once met)
+    middleware.registry.control("127.0.0.2", ctl_rate=527.7349)
+    middleware._spider_closed()
+    assert crawler.stats.get_value("openclaw/health/final_rate/127.0.0.2") == 527.73

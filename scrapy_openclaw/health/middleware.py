@@ -392,8 +392,9 @@ class DomainHealthMiddleware:
         for domain in self.registry.domains():
             state = self.registry.state(domain)
             self.stats.set_value(f"openclaw/health/final_health/{domain}", round(state.health, 1))
-            # (the pace as the log table shows it: inf when it cannot bind)
-            self.stats.set_value(f"openclaw/health/final_rate/{domain}", round(effective_rate(state), 3))
+            # (the pace as the log table shows it: inf when it cannot bind; to the hundredth, as
+            # the table rounds it, since a value rounded twice can differ: 527.7349 -> 527.735 -> .74)
+            self.stats.set_value(f"openclaw/health/final_rate/{domain}", round(effective_rate(state), 2))
             self.stats.set_value(f"openclaw/health/held_seconds/{domain}", round(state.blocked_seconds, 1))
 
     def _domain(self, request: Request) -> str:
