@@ -184,3 +184,35 @@ def test_repeats_are_summed_up_once_per_interval_and_the_hint_comes_once(caplog:
     assert crawler.stats.get_value("openclaw/health/slow_hints") == 1
     notices.stop()  # nothing left to sum up
     assert sum(1 for r in caplog.records if "more time" in r.getMessage()) == 1
+
+
+def test_a_domain_slow_because_the_site_says_so_gets_the_hint_that_names_it(caplog: Any) -> None:
+    """Held near min_rate by the limit the site declares: min_rate would not lift a declared
+    ceiling, so the hint names the RateLimit headers and their knob instead."""
+    import logging
+
+    from scrapy.utils.test import get_crawler
+
+    from scrapy_openclaw.health.notices import HealthNotices
+    from scrapy_openclaw.policy import HealthPolicy
+
+    now = [1000.0]
+    said = _state("said.test", rate=0.19, declared=0.2)
+    crawler = get_crawler()
+    crawler.stats.open_spider()
+    notices = HealthNotices(
+        state={"said.test": said}.__getitem__,
+        policy=lambda domain: HealthPolicy(),
+        stats=crawler.stats,
+        repeat_interval=60.0,
+        slow_after=300.0,
+        clock=lambda: now[0],
+    )
+    caplog.set_level(logging.INFO, logger="scrapy_openclaw.health.notices")
+    notices.troubled("said.test")
+    for _ in range(4):
+        now[0] += 100
+        notices.check()
+    (hint,) = [r.getMessage() for r in caplog.records if "has been slow for" in r.getMessage()]
+    assert "the site says its limit is 0.2 req/s" in hint and "health.ratelimit_headers" in hint
+    notices.stop()

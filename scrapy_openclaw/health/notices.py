@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from scrapy.utils.asyncio import create_looping_call
 
 from scrapy_openclaw.health.registry import CLOSED
+from scrapy_openclaw.health.registry.tuning import _DECLARED_SHARE
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -257,6 +258,11 @@ class HealthNotices:
                 PROBE: "lower it to probe a site that stays down more often (first check that the site answers at all)",
                 HOLD: "lower it to cap how long one answer may hold the domain (the site asked for these pauses)",
             }[kind]
+        elif state.declared and policy.ratelimit_headers and state.rate >= 0.9 * state.declared * _DECLARED_SHARE:
+            # (the site's own word holds it there: min_rate cannot lift a declared ceiling)
+            why = f"the site says its limit is {state.declared:g} req/s (RateLimit headers) and the crawl keeps under it"
+            key, value = "ratelimit_headers", policy.ratelimit_headers
+            advice = "set it to false only with the site's leave to go faster"
         else:
             why = f"its pace stayed at or near min_rate ({policy.min_rate:g} req/s), rate now {state.rate:.3g} req/s"
             key, value = "min_rate", policy.min_rate
