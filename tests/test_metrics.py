@@ -166,7 +166,8 @@ def test_metrics_live_and_final_match_stats(chaos_server, pushgateway, tmp_out):
                     domain = labels["domain"]
                     min_health[domain] = min(value, min_health.get(domain, 100.0))
             time.sleep(0.25)
-        assert proc.poll() is not None, "crawl did not finish in time"
+        stuck = (tmp_out / "stderr.log").read_text(errors="replace")[-6000:]  # (runcrawl's stack dumps)
+        assert proc.poll() is not None, f"crawl did not finish in time; its stderr:\n{stuck}"
     finally:
         stop_process(proc)
     result = read_result(tmp_out, proc.returncode)

@@ -260,7 +260,9 @@ class HealthNotices:
             }[kind]
         elif state.declared and policy.ratelimit_headers and state.rate >= 0.9 * state.declared * _DECLARED_SHARE:
             # (the site's own word holds it there: min_rate cannot lift a declared ceiling)
-            why = f"the site says its limit is {state.declared:g} req/s (RateLimit headers) and the crawl keeps under it"
+            why = (
+                f"the site says its limit is {state.declared:g} req/s (RateLimit headers) and the crawl keeps under it"
+            )
             key, value = "ratelimit_headers", policy.ratelimit_headers
             advice = "set it to false only with the site's leave to go faster"
         else:

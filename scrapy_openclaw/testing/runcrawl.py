@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import faulthandler
 import json
 import sys
 from pathlib import Path
@@ -19,6 +20,8 @@ STATS_FILE = "stats.json"
 LOG_FILE = "crawl.log"
 
 # Test-friendly defaults; the settings file overrides them.
+#: seconds after the engine stopped before a process still running dumps its threads' stacks
+STUCK_AFTER = 20.0
 DEFAULT_SETTINGS: dict[str, Any] = {
     "LOG_LEVEL": "INFO",
     "TELNETCONSOLE_ENABLED": False,
@@ -50,6 +53,10 @@ def _spider_args(pairs: list[str]) -> dict[str, str]:
     return args
 
 
+def _dump_stacks_if_stuck() -> None:
+    faulthandler.dump_traceback_later(STUCK_AFTER, repeat=True, file=sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the crawl the command line describes; 0 when it closed normally, 1 when it never finished.
 
@@ -68,6 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", metavar="FILE", help="run the crawl under cProfile, dump its stats here")
     args = parser.parse_args(argv)
 
+    from scrapy import signals
     from scrapy.crawler import CrawlerProcess
     from scrapy.utils.misc import load_object
 
@@ -84,6 +92,9 @@ def main(argv: list[str] | None = None) -> int:
 
     process = CrawlerProcess(settings)
     crawler = process.create_crawler(load_object(args.spider))
+    # A process that does not exit after its crawl is a bug to find: from 20 s after the engine
+    # stopped, every thread's stack goes to stderr (stderr.log) every 20 s until it exits.
+    crawler.signals.connect(_dump_stacks_if_stuck, signal=signals.engine_stopped)
     process.crawl(crawler, **_spider_args(args.spider_args))
     if args.profile:
         import cProfile
@@ -93,6 +104,7 @@ def main(argv: list[str] | None = None) -> int:
         profiler.dump_stats(args.profile)
     else:
         process.start()
+    faulthandler.cancel_dump_traceback_later()
     stats = json_safe(crawler.stats.get_stats() if crawler.stats else {})
     (out / STATS_FILE).write_text(json.dumps(stats, indent=1, sort_keys=True), encoding="utf-8")
     return 0 if "finish_reason" in stats else 1
