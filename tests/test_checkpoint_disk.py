@@ -15,6 +15,7 @@ import errno
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -167,9 +168,18 @@ def test_a_checkpoint_directory_that_turns_read_only_stops_the_crawl_once_and_re
     if ROOT:
 
         def take() -> None:
-            subprocess.run(["mount", "--bind", str(ckpt), str(ckpt)], check=True)
-            mounted.append(True)
-            subprocess.run(["mount", "-o", "remount,bind,ro", str(ckpt)], check=True)
+            # A file the crawl opens for writing through the new mount between the bind and the
+            # remount keeps the mount busy (EBUSY, as .ci/run once met): detach it and bind again.
+            for _ in range(20):
+                subprocess.run(["mount", "--bind", str(ckpt), str(ckpt)], check=True)
+                mounted.append(True)
+                remount = subprocess.run(["mount", "-o", "remount,bind,ro", str(ckpt)], capture_output=True, text=True)
+                if remount.returncode == 0:
+                    return
+                subprocess.run(["umount", "-l", str(ckpt)], check=False)
+                mounted.clear()
+                time.sleep(0.05)
+            raise AssertionError(f"could not make {ckpt} read-only: {remount.stderr}")
 
         def give() -> None:
             subprocess.run(["umount", str(ckpt)], check=True)
