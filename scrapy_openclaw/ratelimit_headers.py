@@ -55,6 +55,8 @@ _HEADERS = (
     b"X-RateLimit-Reset",
     b"X-RateLimit-Reset-After",
 )
+#: the names as Scrapy's ``Headers`` keys them (title-cased bytes)
+_NAMES = frozenset(name.title() for name in _HEADERS)
 # a list member: a token or a quoted string, then ;key=value parameters (values maybe quoted)
 _MEMBER = re.compile(
     r'\s*("(?:[^"\\]|\\.)*"|[^;,"]*)((?:\s*;\s*[\w.*-]+(?:=(?:"(?:[^"\\]|\\.)*"|[^;,"]*))?)*)\s*(?:,|$)'
@@ -79,7 +81,7 @@ def read_declared(
 
     *cap* bounds the wait of a used-up quota, as ``retry_after_cap`` bounds a Retry-After.
     """
-    if not any(name in headers for name in _HEADERS):
+    if _NAMES.isdisjoint(headers):  # (one pass over the answer's few keys: most answers say nothing)
         return None
     now = time.time() if now is None else now
     reader = _Reader(headers, now, domain, _ref(response))
