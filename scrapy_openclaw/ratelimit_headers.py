@@ -181,7 +181,7 @@ class _Reader:
         while pos < len(text):
             match = _MEMBER.match(text, pos)
             if match is None or match.end() == pos:
-                self.warn(name, text)
+                self.warn(name, text, "cannot be read as a list of policies")
                 return found
             item = match.group(1).strip()
             params = {k.lower(): v.strip().strip('"') for k, v in _PARAM.findall(match.group(2)) if v is not None}
@@ -198,13 +198,13 @@ class _Reader:
         except ValueError:
             number = math.nan
         if not math.isfinite(number) or number < 0:
-            self.warn(name, value)
+            self.warn(name, value, "is not a number of 0 or more")
             return None
         return number
 
-    def warn(self, name: str, value: str) -> None:
-        args = {"name": name, "value": value[:80], "domain": self.domain or "?"}
-        message = "Ignoring malformed %(name)s header %(value)r from %(domain)s"
+    def warn(self, name: str, value: str, why: str) -> None:
+        args = {"name": name, "value": value[:80], "domain": self.domain or "?", "why": why}
+        message = "Ignoring malformed %(name)s header from %(domain)s: %(value)r %(why)s"
         if self.domain:
             _warnings.warn(("malformed", self.domain, name), message, args, same=self.answer)
         else:

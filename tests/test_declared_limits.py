@@ -63,3 +63,30 @@ def test_a_site_that_says_its_limit_is_paced_by_it_in_every_format(chaos_server:
     assert stats["openclaw/health/declared_exhausted"] >= 1
     assert stats[f"openclaw/health/held_seconds/{BUDGET}"] > 0
     assert stats.get("openclaw/health/circuit_opened", 0) == 0
+
+
+def test_garbage_rate_limit_headers_change_nothing_and_are_named_once(chaos_server: Any) -> None:
+    """Every answer carries a RateLimit-Policy and a RateLimit whose numbers are words: the crawl
+    is the silent site's (every page, nothing declared), and the log names each bad field once,
+    then sums up the rest at close."""
+    site = {
+        "hosts": [
+            {
+                "address": "127.0.0.2",
+                "pages": 30,
+                "links_per_page": "all",
+                "rate_limit": {"rate": 1000.0, "burst": 100, "declare": "garbage"},
+            }
+        ]
+    }
+    server = chaos_server(site)
+    settings = {"ADDONS": {"scrapy_openclaw.Addon": 100}, "OPENCLAW_DLQ_ENABLED": False}
+    result = run_crawl(settings=settings, spider_args={"start_urls": server.start_urls}, timeout=300)
+    assert result.returncode == 0 and "Traceback" not in result.log, result.log[-3000:]
+    assert len(result.items) == 30
+    assert "openclaw/health/declared_limits" not in result.stats
+    assert "openclaw/health/declared_exhausted" not in result.stats
+    for field, value in (("RateLimit-Policy", "lots"), ("RateLimit", "none")):
+        named = f"Ignoring malformed {field} header from 127.0.0.2: {value!r} is not a number"
+        lines = [line for line in result.log.splitlines() if named in line]
+        assert len(lines) == 2 and "more warnings like this one were not logged" in lines[1], lines

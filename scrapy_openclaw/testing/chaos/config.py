@@ -49,7 +49,7 @@ class FailWindows:
         return (elapsed + self.offset) % self.period < self.down
 
 
-DECLARE_FORMATS = ("", "ietf", "legacy", "x")
+DECLARE_FORMATS = ("", "ietf", "legacy", "x", "garbage")
 
 
 @dataclass(frozen=True)
@@ -66,7 +66,8 @@ class RateLimit:
     ``"ietf"`` (``RateLimit-Policy: "chaos";q=..;w=..`` and ``RateLimit: "chaos";r=..;t=..``,
     draft 08 on), ``"legacy"`` (``RateLimit-Limit``/``-Remaining``/``-Reset`` and a
     ``RateLimit-Policy``, drafts 00-06) or ``"x"`` (``X-RateLimit-Limit``/``-Remaining``
-    and ``-Reset`` as a UNIX time, GitHub's way: no window, so no pace); ``""``: silent.
+    and ``-Reset`` as a UNIX time, GitHub's way: no window, so no pace), ``"garbage"`` (a
+    ``RateLimit-Policy`` and a ``RateLimit`` whose numbers are words); ``""``: silent.
     """
 
     rate: float

@@ -110,6 +110,8 @@ class _Host:
         reset = math.ceil(until)  # (whole seconds, as the drafts say)
         if limit.declare == "ietf":
             return [("RateLimit-Policy", f'"chaos";q={quota};w={window}'), ("RateLimit", f'"chaos";r={left};t={reset}')]
+        if limit.declare == "garbage":
+            return [("RateLimit-Policy", '"chaos";q=lots;w=1'), ("RateLimit", '"chaos";r=none;t=soon')]
         if limit.declare == "legacy":
             return [
                 ("RateLimit-Limit", str(quota)),
