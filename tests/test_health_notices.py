@@ -133,21 +133,17 @@ def _state(domain: str, **kw: Any) -> Any:
     return DomainState(domain=domain, **{**fields, **kw})
 
 
-def test_repeats_are_summed_up_once_per_interval_and_the_hint_comes_once(caplog: Any) -> None:
-    """On a clock the test moves: openings within an interval become one line at the first check
-    after it; a domain kept at its min_rate gets its hint once, however long it stays there."""
-    import logging
-
+def _notices(states: dict[str, Any], now: list[float]) -> Any:
+    """Notices over *states* on a clock the test moves (``now[0]``): repeats summed up each
+    minute, a slow hint after 300 s; the crawler's stats open."""
     from scrapy.utils.test import get_crawler
 
     from scrapy_openclaw.health.notices import HealthNotices
     from scrapy_openclaw.policy import HealthPolicy
 
-    now = [1000.0]
-    states = {"a.test": _state("a.test", health=10.0), "b.test": _state("b.test", rate=0.2)}
     crawler = get_crawler()
     crawler.stats.open_spider()
-    notices = HealthNotices(
+    return HealthNotices(
         state=states.__getitem__,
         policy=lambda domain: HealthPolicy(),
         stats=crawler.stats,
@@ -155,6 +151,17 @@ def test_repeats_are_summed_up_once_per_interval_and_the_hint_comes_once(caplog:
         slow_after=300.0,
         clock=lambda: now[0],
     )
+
+
+def test_repeats_are_summed_up_once_per_interval_and_the_hint_comes_once(caplog: Any) -> None:
+    """On a clock the test moves: openings within an interval become one line at the first check
+    after it; a domain kept at its min_rate gets its hint once, however long it stays there."""
+    import logging
+
+    now = [1000.0]
+    states = {"a.test": _state("a.test", health=10.0), "b.test": _state("b.test", rate=0.2)}
+    notices = _notices(states, now)
+    crawler_stats = notices.stats
     caplog.set_level(logging.INFO, logger="scrapy_openclaw.health.notices")
     for _ in range(5):  # five openings and closings of a.test within a minute
         notices.opened(states["a.test"], 1.0)
@@ -181,7 +188,7 @@ def test_repeats_are_summed_up_once_per_interval_and_the_hint_comes_once(caplog:
         notices.check()
     hints = [r.getMessage() for r in caplog.records if "has been slow for" in r.getMessage()]
     assert len(hints) == 1 and "b.test has been slow for 300s" in hints[0] and "health.min_rate" in hints[0]
-    assert crawler.stats.get_value("openclaw/health/slow_hints") == 1
+    assert crawler_stats.get_value("openclaw/health/slow_hints") == 1
     notices.stop()  # nothing left to sum up
     assert sum(1 for r in caplog.records if "more time" in r.getMessage()) == 1
 
@@ -191,23 +198,8 @@ def test_a_domain_slow_because_the_site_says_so_gets_the_hint_that_names_it(capl
     ceiling, so the hint names the RateLimit headers and their knob instead."""
     import logging
 
-    from scrapy.utils.test import get_crawler
-
-    from scrapy_openclaw.health.notices import HealthNotices
-    from scrapy_openclaw.policy import HealthPolicy
-
     now = [1000.0]
-    said = _state("said.test", rate=0.19, declared=0.2)
-    crawler = get_crawler()
-    crawler.stats.open_spider()
-    notices = HealthNotices(
-        state={"said.test": said}.__getitem__,
-        policy=lambda domain: HealthPolicy(),
-        stats=crawler.stats,
-        repeat_interval=60.0,
-        slow_after=300.0,
-        clock=lambda: now[0],
-    )
+    notices = _notices({"said.test": _state("said.test", rate=0.19, declared=0.2)}, now)
     caplog.set_level(logging.INFO, logger="scrapy_openclaw.health.notices")
     notices.troubled("said.test")
     for _ in range(4):
