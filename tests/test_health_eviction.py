@@ -128,8 +128,11 @@ def test_a_redis_health_hash_expires_when_idle_unless_its_state_matters(redis_se
     ttl = server.pttl(reg._key("a.test"))
     assert TTL * 1000 - 5000 < ttl <= TTL * 1000
     server.pexpire(reg._key("a.test"), 5000)
-    reg.record_success("a.test", 0.1, now=now + 1)  # every save refreshes it
+    reg.record_success("a.test", 0.1, now=now + 1)  # not every save: a PEXPIRE per response costs
+    assert server.pttl(reg._key("a.test")) <= 5000
+    reg.record_success("a.test", 0.1, now=now + TTL / 4 + 2)  # once it must move by a quarter of itself
     assert server.pttl(reg._key("a.test")) > TTL * 1000 - 5000
+    assert server.pttl(reg._key("a.test") + ":fit") > TTL * 1000 - 5000  # (the fit's history with it)
     reg.ensure("held.test")
     reg.hold("held.test", now + 1000)  # outlives its hold by the ttl
     assert server.pttl(reg._key("held.test")) > 1000 * 1000

@@ -53,6 +53,8 @@ SWEEP_EVERY = 5.0
 #: seconds between two counts of the crawl's work (and looks for dead workers) once idle workers
 #: are woken by the wake stream: a worker turning idle tells the others, who count at once
 COUNT_EVERY = 2.0
+#: seconds between two full counts of a worker that has work of its own (the progress figures)
+BUSY_RECOUNT_EVERY = 10.0
 
 
 class Batching:
@@ -210,10 +212,16 @@ class Batching:
         return COUNT_EVERY if self.link.background and self._waker is not None else 0.5
 
     def _look_suffices(self) -> bool:
-        """A worker with nothing of its own to do (it waits on the wake stream) only looks at the
-        workers between full counts while another is busy (``pending.RECOUNT_EVERY``): one
-        script call instead of one per shard."""
-        return self._waker is not None and self.link.background and not self._busy_here() and self.work.look_suffices()
+        """Whether a look at the workers (one script call) will do instead of counting every shard
+        (one call each). A worker with nothing of its own to do (it waits on the wake stream) only
+        looks between full counts while another is busy (``pending.RECOUNT_EVERY``). A worker with
+        work of its own cannot be the crawl's last, so its count only feeds the progress figures:
+        it counts every ``BUSY_RECOUNT_EVERY`` seconds and looks (dead workers) in between."""
+        if self._waker is None or not self.link.background:
+            return False
+        if self._busy_here():
+            return self.work.age() < BUSY_RECOUNT_EVERY
+        return self.work.look_suffices()
 
     def _look_again_after_overrides(self) -> None:
         """An operator's release or restore (``readiness_epoch``) may make a domain due before

@@ -43,12 +43,17 @@ OPTIONAL = ("threshold", "latency", "best_latency", "delivered")
 CIRCUITS = (CLOSED, OPEN, HALF_OPEN)
 
 
+#: fields of a domain's hash that are not its state: its policy, and the scripts' own bookkeeping
+#: (``health.lua``: when its TTL was last set, where the limit fit's history starts)
+NOT_STATE = frozenset({"policy", "ttl_at", "fit"})
+
+
 def typed_fields(fields: dict[str, str], bad: Callable[[str, str], None]) -> dict[str, Any]:
     """Redis hash strings -> the field types of a local registry snapshot; each field that
     fails its check is handed to *bad* ``(field, value)`` and left out."""
     out: dict[str, Any] = {}
     for name, value in fields.items():
-        if name == "policy":
+        if name in NOT_STATE:
             continue
         parsed = _parse(name, value)
         if parsed is _INVALID:

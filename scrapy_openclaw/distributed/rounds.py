@@ -360,55 +360,64 @@ class RoundRunner:
         job.foreign_found = list(members)
 
     def _pop_round(self, job: Round) -> None:
-        """Lease up to ``job.pops`` entries, one shard after the other: round-robin from the shard after
-        the last one that served, so every shard with work gets its turn."""
+        """Lease up to ``job.pops`` entries: round-robin from the shard after the last one that
+        served, so every shard with work gets its turn. The pops of as many shards as entries are
+        wanted go in one pipeline (one round trip, not one per shard); the shards that had nothing
+        due make way for the next ones."""
         n = self.shards.count
-        start = self.rr
+        now = self.clock()
         wait: float | None = None
+        queue: list[int] = []
         for step in range(n):
-            if len(job.popped) >= job.pops:
-                break
-            shard = (start + step) % n
-            now = self.clock()
-            if self.shard_wait.get(shard, 0) > now:
-                at = self.shard_wait[shard]
+            shard = (self.rr + step) % n
+            at = self.shard_wait.get(shard, 0)
+            if at > now:
                 wait = at if wait is None else min(wait, at)
-                continue
-            due = self._pop_shard(job, shard, now)
-            if due is not None:
-                wait = due if wait is None else min(wait, due)
+            else:
+                queue.append(shard)
+        tries: dict[int, int] = {}
+        while queue and len(job.popped) < job.pops:
+            batch, queue = queue[: job.pops - len(job.popped)], queue[job.pops - len(job.popped) :]
+            replies = self.scripts([self._pop_call(shard, now) for shard in batch])
+            for shard, res in zip(batch, replies):
+                outcome = self._popped(job, shard, now, res)
+                if outcome == "retry":  # the due domains were not the expected ones: again, at most 3 times
+                    tries[shard] = tries.get(shard, 0) + 1
+                    if tries[shard] < 3:
+                        queue.insert(0, shard)
+                elif outcome is not None:
+                    wait = outcome if wait is None else min(wait, outcome)
         job.wait = wait
 
-    def _pop_shard(self, job: Round, shard: int, now: float) -> float | None:
-        """One pop on *shard*; when the shard has nothing due, the time to look again."""
+    def _pop_call(self, shard: int, now: float) -> tuple[Any, list[str], list[Any]]:
+        """The pop script's call on *shard*, gated on the domains its last reply said are due."""
         gated = self.registry is not None
-        for _ in range(3):  # 'retry': the due domains were not the expected ones
-            cands = self.cands.get(shard, []) if gated else []
-            keys = self.shards.keys(shard)
-            if cands:
-                keys = [*keys, *(self.registry.health_key(d) for d in cands)]
-            res = self.pop(
-                keys=keys,
-                args=[self.boost, now, now + self.lease, self.worker, self.scan, 1 if gated else 0, *cands],
-            )
-            status, extra, payload, requeued, dropped, states, nxt = res
-            self.cands[shard] = [text(d) for d in nxt]
-            job.requeued += int(requeued)
-            job.dropped.extend(dropped)
-            job.states.extend(states)
-            status = text(status)
-            if status == "retry":
-                continue
-            self.empty.discard(shard)
-            if status == "ok":
-                job.popped.append((shard, text(extra), payload))
-                self.rr = (shard + 1) % self.shards.count  # the next pop starts after the shard that served
-            elif status == "wait":
-                at = float(text(extra))
-                self.shard_wait[shard] = at
-                return at
-            else:  # empty: look again later, or when another worker's push wakes this one
-                self.shard_wait[shard] = now + self.empty_wait
-                self.empty.add(shard)
-            break
+        cands = self.cands.get(shard, []) if gated else []
+        keys = self.shards.keys(shard)
+        if cands:
+            keys = [*keys, *(self.registry.health_key(d) for d in cands)]
+        args = [self.boost, now, now + self.lease, self.worker, self.scan, 1 if gated else 0, *cands]
+        return (self.pop, keys, args)
+
+    def _popped(self, job: Round, shard: int, now: float, res: Any) -> float | str | None:
+        """One pop's reply: "retry", the time to look at *shard* again (nothing due), or None."""
+        status, extra, payload, requeued, dropped, states, nxt = res
+        self.cands[shard] = [text(d) for d in nxt]
+        job.requeued += int(requeued)
+        job.dropped.extend(dropped)
+        job.states.extend(states)
+        status = text(status)
+        if status == "retry":
+            return "retry"
+        self.empty.discard(shard)
+        if status == "ok":
+            job.popped.append((shard, text(extra), payload))
+            self.rr = (shard + 1) % self.shards.count  # the next pop starts after the shard that served
+        elif status == "wait":
+            at = float(text(extra))
+            self.shard_wait[shard] = at
+            return at
+        else:  # empty: look again later, or when another worker's push wakes this one
+            self.shard_wait[shard] = now + self.empty_wait
+            self.empty.add(shard)
         return None

@@ -31,9 +31,6 @@ _SCRIPT = """
 -- ARGV[3]: TTL (s) of both keys, ARGV[4]: n windows, ARGV[5 .. 4+n]: window widths (bins),
 -- then pairs: bin, requests.
 local nw = tonumber(ARGV[4])
-for i = 5 + nw, #ARGV, 2 do
-  redis.call('HINCRBY', KEYS[1], ARGV[i], ARGV[i + 1])
-end
 local flat = redis.call('HGETALL', KEYS[1])
 local keys, counts = {}, {}
 for i = 1, #flat, 2 do
@@ -41,7 +38,20 @@ for i = 1, #flat, 2 do
   keys[#keys + 1] = k
   counts[k] = tonumber(flat[i + 1])
 end
+local changed = {}  -- (one HSET for all the new bins, not a HINCRBY each)
+for i = 5 + nw, #ARGV, 2 do
+  local k, n = tonumber(ARGV[i]), tonumber(ARGV[i + 1])
+  if counts[k] == nil then
+    keys[#keys + 1] = k
+    counts[k] = 0
+  end
+  counts[k] = counts[k] + n
+  changed[#changed + 1] = string.format('%d', k)
+  changed[#changed + 1] = counts[k]
+end
+if #changed > 0 then redis.call('HSET', KEYS[1], unpack(changed)) end
 table.sort(keys)
+local fields, bests = {}, {}
 for w = 1, nw do
   local width = tonumber(ARGV[4 + w])
   local best, total, lo = 0, 0, 1
@@ -53,15 +63,22 @@ for w = 1, nw do
     end
     if total > best then best = total end
   end
-  local field = ARGV[1] .. '\\t' .. ARGV[4 + w]
-  if best > tonumber(redis.call('HGET', KEYS[2], field) or '0') then
-    redis.call('HSET', KEYS[2], field, best)
+  fields[w], bests[w] = ARGV[1] .. '\\t' .. ARGV[4 + w], best
+end
+local stored = redis.call('HMGET', KEYS[2], unpack(fields))
+local better = {}
+for w = 1, nw do
+  if bests[w] > tonumber(stored[w] or '0') then
+    better[#better + 1] = fields[w]
+    better[#better + 1] = bests[w]
   end
 end
-local final = tonumber(ARGV[2])
+if #better > 0 then redis.call('HSET', KEYS[2], unpack(better)) end
+local final, old = tonumber(ARGV[2]), {}
 for _, k in ipairs(keys) do
-  if k < final then redis.call('HDEL', KEYS[1], string.format('%d', k)) end
+  if k < final then old[#old + 1] = string.format('%d', k) end
 end
+for i = 1, #old, 1000 do redis.call('HDEL', KEYS[1], unpack(old, i, math.min(i + 999, #old))) end
 redis.call('EXPIRE', KEYS[1], ARGV[3])
 redis.call('EXPIRE', KEYS[2], ARGV[3])
 return #keys

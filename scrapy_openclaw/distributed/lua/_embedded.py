@@ -6,9 +6,37 @@ one vendored into a project's egg by a ``setup.py`` without package data.
 
 SCRIPTS = {
     "ack": r"""-- ARGV: boost, worker, id1, id2, ... -> number removed
+-- The ids this worker holds (the common case) are removed together, one call per key; the
+-- others go through ack() one by one (a late ack; see queue.lua).
 -- (runs after the shared queue.lua, see __init__.py)
+local boost, worker = tonumber(ARGV[1]), ARGV[2]
 local n = 0
-for i = 3, #ARGV do n = n + ack(ARGV[i], ARGV[2], tonumber(ARGV[1])) end
+for first = 3, #ARGV, 1000 do  -- (bounded: unpack's stack)
+  local ids = {unpack(ARGV, first, math.min(first + 999, #ARGV))}
+  local owners = redis.call('HMGET', OWNER, unpack(ids))
+  local mine, seen = {}, {}
+  for i, id in ipairs(ids) do
+    if seen[id] then  -- (acknowledged twice in one call: once)
+    elseif owners[i] == worker then
+      table.insert(mine, id)
+      if legacy(id) then redis.call('HDEL', INFO, id) end
+    elseif not owners[i] then
+      n = n + ack(id, worker, boost)
+    end
+    seen[id] = true
+  end
+  if #mine > 0 then  -- leased: only in INFL (see ack() in queue.lua)
+    redis.call('ZREM', INFL, unpack(mine))
+    redis.call('HDEL', OWNER, unpack(mine))
+    local fields = {}
+    for _, id in ipairs(mine) do
+      table.insert(fields, id)
+      table.insert(fields, released(id))
+    end
+    redis.call('HDEL', DATA, unpack(fields))  -- (its release count with it)
+    n = n + #mine
+  end
+end
 return n
 """,
     "counts": r"""-- {ready, delayed, inflight, discovered} of one shard in one round trip. KEYS: the shard's keys.
@@ -33,7 +61,7 @@ return 1
 """,
     "h_acquire": r"""-- ARGV: now, policy_json, token(1/0) -> {ok, {fields}}
 -- (runs after the shared health.lua, see __init__.py)
-redis.call('SADD', KEYS[2], ARGV[#ARGV])  -- the domain index (last ARGV: the domain)
+h_index = {KEYS[2], ARGV[#ARGV], KEYS[3]}  -- the domain index (last ARGV: the domain), the fit's history
 local now = tonumber(ARGV[1])
 local d, p = h_load(KEYS[1], now, ARGV[2])
 local ok = h_acquire(d, p, now, ARGV[3] == '1')
@@ -45,7 +73,7 @@ return {0, flat}
 -- of ctl_hold, ctl_rate, ctl_concurrency, ctl_down -> {fields}. Ending a give-up forgives the
 -- outage so far (down_since = now).
 -- (runs after the shared health.lua, see __init__.py)
-redis.call('SADD', KEYS[2], ARGV[#ARGV])  -- the domain index (last ARGV: the domain)
+h_index = {KEYS[2], ARGV[#ARGV], KEYS[3]}  -- the domain index (last ARGV: the domain), the fit's history
 local now = tonumber(ARGV[1])
 local d, p = h_load(KEYS[1], now, ARGV[2])
 for i = 3, #ARGV - 1, 2 do d[ARGV[i]] = tonumber(ARGV[i + 1]) end
@@ -57,7 +85,7 @@ return h_save(KEYS[1], d, ARGV[2])
     "h_crawl_delay": r"""-- robots.txt Crawl-delay (0: none). ARGV: now, policy_json, seconds, owed -> {fields}
 -- (owed: pages already past the queue that the download slot spaces instead)
 -- (runs after the shared health.lua, see __init__.py)
-redis.call('SADD', KEYS[2], ARGV[#ARGV])  -- the domain index (last ARGV: the domain)
+h_index = {KEYS[2], ARGV[#ARGV], KEYS[3]}  -- the domain index (last ARGV: the domain), the fit's history
 local d, p = h_load(KEYS[1], tonumber(ARGV[1]), ARGV[2])
 d.crawl_delay = math.max(0, tonumber(ARGV[3]))
 if d.crawl_delay > 0 then d.tokens = math.min(d.tokens, 0) - (tonumber(ARGV[4]) or 0) end
@@ -66,7 +94,7 @@ return h_save(KEYS[1], d, ARGV[2])
     "h_declare": r"""-- The limit the domain's RateLimit headers declare (HealthRegistry.declare_limit).
 -- ARGV: now, policy_json, pace (req/s; 0: none any more) -> {fields}
 -- (runs after the shared health.lua, see __init__.py)
-redis.call('SADD', KEYS[2], ARGV[#ARGV])  -- the domain index (last ARGV: the domain)
+h_index = {KEYS[2], ARGV[#ARGV], KEYS[3]}  -- the domain index (last ARGV: the domain), the fit's history
 local now = tonumber(ARGV[1])
 local d, p = h_load(KEYS[1], now, ARGV[2])
 h_declare(d, p, now, tonumber(ARGV[3]) or 0)
@@ -98,7 +126,7 @@ return h_save(KEYS[1], d, ARGV[2])
 """,
     "h_hold": r"""-- Holds only ever extend. ARGV: now, policy_json, until -> {fields}
 -- (runs after the shared health.lua, see __init__.py)
-redis.call('SADD', KEYS[2], ARGV[#ARGV])  -- the domain index (last ARGV: the domain)
+h_index = {KEYS[2], ARGV[#ARGV], KEYS[3]}  -- the domain index (last ARGV: the domain), the fit's history
 local d, p = h_load(KEYS[1], tonumber(ARGV[1]), ARGV[2])
 d.hold_until = math.max(d.hold_until, tonumber(ARGV[3]))
 return h_save(KEYS[1], d, ARGV[2])
@@ -111,7 +139,7 @@ return h_save(KEYS[1], d, ARGV[2])
 -- KEYS: the domain's hash, the domain index, the domain's history for the limit fit
 --       -> {{fields}, the circuit transition this record caused: 'open' | 'closed' | ''}
 -- (runs after the shared health.lua, see __init__.py)
-redis.call('SADD', KEYS[2], ARGV[#ARGV])  -- the domain index (last ARGV: the domain)
+h_index = {KEYS[2], ARGV[#ARGV], KEYS[3]}  -- the domain index (last ARGV: the domain), the fit's history
 local now = tonumber(ARGV[1])
 local d, p = h_load(KEYS[1], now, ARGV[2])
 local before = d.circuit
@@ -169,7 +197,16 @@ local HF = {'health', 'rate', 'tokens', 'threshold', 'updated', 'last_decrease',
   'burst_cap', 'declared',
   'iv_start', 'iv_ok', 'iv_refused', 'ref_share', 'ref_pace', 'ref_ok', 'refusals_flat',
   'ctl_hold', 'ctl_rate', 'ctl_concurrency', 'ctl_down'}
+-- Read with the fields, not part of the state (HF): when the hash's TTL was last set, in the
+-- record's clock ('p': persisted), and the start bin of the limit fit's history ('' or missing: none)
+local HX = {'policy'}
+for _, name in ipairs(HF) do table.insert(HX, name) end
+table.insert(HX, 'ttl_at')
+table.insert(HX, 'fit')
 local h_ttl = 0  -- seconds an idle domain's hash lives (policy k_key_ttl; 0: for ever), set by h_load
+-- {index key, domain, history key}, set by a script that may create the state: a new state joins
+-- the index, and the history's TTL is set with the hash's (h_save)
+local h_index = nil
 -- hash key -> {raw = its fields' text as h_load read them, nums = their numbers}: h_save writes
 -- only the fields that changed, and keeps an unchanged number's text (no formatting)
 local h_stored = {}
@@ -206,16 +243,18 @@ end
 
 -- The domain's record brought up to now; nil when it has no state and no policy.
 local function h_load(hkey, now, pjson)
-  local raw = redis.call('HMGET', hkey, 'policy', unpack(HF))
+  local raw = redis.call('HMGET', hkey, unpack(HX))
   local nums = {}
-  h_stored[hkey] = {raw = raw, nums = nums}
+  h_stored[hkey] = {raw = raw, nums = nums, ttl_at = raw[#HF + 2], fit = raw[#HF + 3]}
   local pj = pjson
   if pj == nil or pj == '' then pj = raw[1] end
   if not pj then return nil end
   local p = cjson.decode(pj)
   h_ttl = tonumber(p.k_key_ttl) or 0
-  local d = {stored_policy = raw[1]}  -- (not a field: h_save writes the policy only when it changed)
+  -- (not fields: h_save writes the policy only when it changed; fit_start: see h_note)
+  local d = {stored_policy = raw[1], fit_start = tonumber(raw[#HF + 3] or '')}
   if not raw[2] then
+    d.fresh = true
     d.health, d.rate, d.threshold = 100, p.initial_rate, nil
     d.tokens = math.max(1, math.min(p.burst, math.floor(p.initial_rate * p.k_burst_seconds)))
     d.updated, d.last_decrease = now, 0
@@ -286,7 +325,8 @@ local function h_load(hkey, now, pjson)
 end
 
 -- Store the record; returns it as a flat field/value list (the caller's cache).
-local function h_save(hkey, d, pjson)
+-- keep_ttl: leave the TTL to the scripts that know the history's key (the pop).
+local function h_save(hkey, d, pjson, keep_ttl)
   local flat, changed = {}, {}
   local stored = h_stored[hkey] or {raw = {}, nums = {}}
   local raw, nums = stored.raw, stored.nums
@@ -308,20 +348,49 @@ local function h_save(hkey, d, pjson)
       table.insert(changed, value)
     end
   end
-  if #changed > 0 then redis.call('HSET', hkey, unpack(changed)) end
-  h_stored[hkey] = {raw = now_raw, nums = now_nums}
-  if pjson ~= nil and pjson ~= '' and pjson ~= d.stored_policy then
-    redis.call('HSET', hkey, 'policy', pjson)
-    d.stored_policy = pjson
+  local fit = ''
+  if d.fit_start then fit = f17(d.fit_start) end
+  if fit ~= (stored.fit or '') then
+    table.insert(changed, 'fit')
+    table.insert(changed, fit)
   end
-  if h_ttl > 0 then  -- HealthRegistry.evict_idle: what outlives idleness never expires
+  -- The TTL (HealthRegistry.evict_idle: what outlives idleness never expires) is set when it
+  -- must move by more than a quarter of itself, not on every save: a busy domain's hash would
+  -- otherwise cost a PEXPIRE per response. It expires at most h_ttl / 4 early.
+  local ttl_at, expire_ms = stored.ttl_at, nil
+  if h_ttl > 0 and not keep_ttl then
     if d.circuit ~= 'closed' or d.ctl_down ~= 0 or d.ctl_rate > 0 or d.ctl_concurrency > 0 or d.crawl_delay > 0 then
-      redis.call('PERSIST', hkey)
+      if ttl_at ~= 'p' then ttl_at, expire_ms = 'p', -1 end
     else
       -- relative to the record's own clock (its times are the workers'), past any hold
       local held = math.max(0, d.hold_until - d.updated, d.ctl_hold - d.updated)
-      redis.call('PEXPIRE', hkey, math.floor((held + h_ttl) * 1000))
+      local target = d.updated + held + h_ttl
+      local mark = tonumber(ttl_at or '')
+      if mark == nil or target - mark > h_ttl / 4 or target < mark - h_ttl then
+        ttl_at, expire_ms = f17(target), math.floor((held + h_ttl) * 1000)
+      end
     end
+    if expire_ms then
+      table.insert(changed, 'ttl_at')
+      table.insert(changed, ttl_at)
+    end
+  end
+  if pjson ~= nil and pjson ~= '' and pjson ~= d.stored_policy then
+    table.insert(changed, 'policy')
+    table.insert(changed, pjson)
+    d.stored_policy, now_raw[1] = pjson, pjson
+  end
+  if #changed > 0 then redis.call('HSET', hkey, unpack(changed)) end
+  h_stored[hkey] = {raw = now_raw, nums = now_nums, ttl_at = ttl_at, fit = fit}
+  if d.fresh and h_index then
+    redis.call('SADD', h_index[1], h_index[2])
+    d.fresh = nil
+  end
+  if expire_ms == -1 then
+    redis.call('PERSIST', hkey)
+  elseif expire_ms then
+    redis.call('PEXPIRE', hkey, expire_ms)
+    if h_index and h_index[3] then redis.call('PEXPIRE', h_index[3], expire_ms) end  -- (the history's with it)
   end
   return flat
 end
@@ -362,21 +431,31 @@ end
 -- (the bin of an answer that took a token, -bin - 1 for a 429).
 local function fit_bin(at, born, p) return math.max(0, math.floor((at - born) / p.k_fit_bin)) end
 
+-- The history's start bin is kept in the hash (d.fit_start, field 'fit'), so a note is one
+-- RPUSH; a list that expired or was removed under a start is begun again, as if trimmed.
 local function h_note(fkey, d, p, at, answered)
   local index = fit_bin(at, d.born, p)
-  if redis.call('EXISTS', fkey) == 0 then  -- (LimitHistory(index): from birth, or as if trimmed)
-    if index < p.k_fit_horizon_bins then
-      redis.call('RPUSH', fkey, 0)
-    elseif answered then
-      return  -- a domain past its first seconds keeps no history until a 429
-    else
-      redis.call('RPUSH', fkey, index)
-    end
-  end
   local event = index
   if not answered then event = -index - 1 end
-  redis.call('RPUSH', fkey, event)
-  local start = tonumber(redis.call('LINDEX', fkey, 0))
+  local start = d.fit_start
+  if start ~= nil and redis.call('RPUSH', fkey, event) == 1 then
+    redis.call('DEL', fkey)
+    start = nil
+  end
+  if start == nil then  -- (LimitHistory(index): from birth, or as if trimmed)
+    if index < p.k_fit_horizon_bins then
+      start = 0
+    elseif answered then
+      d.fit_start = nil
+      return  -- a domain past its first seconds keeps no history until a 429
+    else
+      start = index
+    end
+    redis.call('DEL', fkey)  -- (a list left without its start in the hash)
+    redis.call('RPUSH', fkey, start, event)
+    if h_ttl > 0 then redis.call('PEXPIRE', fkey, math.floor(h_ttl * 1000)) end
+  end
+  d.fit_start = start
   if index - start > math.floor(3 * p.k_fit_horizon_bins / 2) then  -- trim to the horizon
     local raw = redis.call('LRANGE', fkey, 1, -1)
     local new_start = index - p.k_fit_horizon_bins
@@ -391,10 +470,14 @@ local function h_note(fkey, d, p, at, answered)
       end
     end
     redis.call('DEL', fkey)
-    if not any429 then return end  -- no 429 left: nothing to fit, the history goes
+    if not any429 then  -- no 429 left: nothing to fit, the history goes
+      d.fit_start = nil
+      return
+    end
     for i = 1, #kept, 1000 do redis.call('RPUSH', fkey, unpack(kept, i, math.min(i + 999, #kept))) end
+    d.fit_start = new_start
+    if h_ttl > 0 then redis.call('PEXPIRE', fkey, math.floor(h_ttl * 1000)) end
   end
-  if h_ttl > 0 then redis.call('PEXPIRE', fkey, math.floor(h_ttl * 1000)) end
 end
 
 local function fit_judged(index, start, p) return start == 0 or index >= start + p.k_fit_burn_in_bins end
@@ -763,11 +846,12 @@ end
 local deadlines = redis.call('EXISTS', E) == 1
 
 -- The domain's first entry in priority order, its info not read: {id, tier, eff} or nil.
+-- more: whether the domain has another ready entry (taking this one leaves it in DOMS).
 local function head_of(dom)
-  local head = redis.call('ZRANGEBYLEX', Q, lo(dom), hi(dom), 'LIMIT', 0, 1)
+  local head = redis.call('ZRANGEBYLEX', Q, lo(dom), hi(dom), 'LIMIT', 0, 2)
   if not head[1] then return nil end
   local key = string.match(head[1], '^[^\1]*\1([^\1]*)\1')
-  return {id = id_of(head[1]), tier = 1, eff = 1e10 - tonumber(key)}
+  return {id = id_of(head[1]), tier = 1, eff = 1e10 - tonumber(key), more = head[2] ~= nil}
 end
 
 -- The best entry of a domain: {id, tier, eff, info} or nil (the domain has no ready entry). The
@@ -809,20 +893,43 @@ local function best_of(dom)
   return best
 end
 
+local doms, stepped = nil, {}  -- (the scan's due domains; those it made not due)
+
+-- The domains due now for the next call: the scan's, when it saw all of them (one read less).
+local function next_due()
+  if #doms >= scan then return next_list() end
+  local due = {}
+  for _, dom in ipairs(doms) do
+    if not stepped[dom] then table.insert(due, dom) end
+  end
+  return due
+end
+
 local function take(c)
   c.info = c.info or info_of(c.id)
-  unindex(c.id, c.info, boost)
+  local left = unindex(c.id, c.info, boost, c.more)
   redis.call('ZADD', INFL, lease_until, c.id)
   redis.call('HSET', OWNER, c.id, worker)
-  redis.call('HSET', SERVED, c.dom, redis.call('INCR', SEQ))
-  redis.call('ZADD', DOMS, 'XX', now, c.dom)
+  if left then
+    redis.call('ZADD', DOMS, 'XX', now, c.dom)
+  else
+    stepped[c.dom] = true
+  end
   local payload = c.info.payload or c.id
-  return {'ok', c.id, payload, requeued, dropped, states, next_list()}
+  return {'ok', c.id, payload, requeued, dropped, states, next_due()}
 end
 
 local wait, missed = nil, false
 local cands = {}
-local doms = redis.call('ZRANGEBYSCORE', DOMS, '-inf', now, 'LIMIT', 0, scan)
+-- A due domain's score is when it became due, or was last served (take() sets it to now): the
+-- lowest wins a tie, so the domain served least recently goes first.
+local scored = redis.call('ZRANGEBYSCORE', DOMS, '-inf', now, 'WITHSCORES', 'LIMIT', 0, scan)
+local since = {}
+doms = {}
+for i = 1, #scored, 2 do
+  table.insert(doms, scored[i])
+  since[scored[i]] = tonumber(scored[i + 1])
+end
 for _, dom in ipairs(doms) do
   if gated and dom ~= '' and hkeys[dom] == nil then
     missed = true
@@ -833,17 +940,11 @@ for _, dom in ipairs(doms) do
       table.insert(cands, b)
     else
       redis.call('ZREM', DOMS, dom)
+      stepped[dom] = true
     end
   end
 end
-if #cands > 1 then  -- (one read for all: who was served least recently breaks ties)
-  local names = {}
-  for i, c in ipairs(cands) do names[i] = c.dom end
-  local served = redis.call('HMGET', SERVED, unpack(names))
-  for i, c in ipairs(cands) do c.served = tonumber(served[i] or '0') or 0 end
-elseif cands[1] then
-  cands[1].served = 0
-end
+for _, c in ipairs(cands) do c.served = since[c.dom] end
 table.sort(cands, function(a, b)
   if a.tier ~= b.tier then return a.tier > b.tier end
   if a.eff ~= b.eff then return a.eff > b.eff end
@@ -862,11 +963,12 @@ for _, c in ipairs(cands) do
         if not ok and at <= now then at = now + p.k_retry_poll end
       end
       table.insert(states, c.dom)
-      table.insert(states, h_save(hkey, d, nil))
+      table.insert(states, h_save(hkey, d, nil, true))
     end
   end
   if ok then return take(c) end
   redis.call('ZADD', DOMS, 'XX', at, c.dom)
+  if at > now then stepped[c.dom] = true end
   if wait == nil or at < wait then wait = at end
 end
 if missed then return {'retry', '0', '', requeued, dropped, states, next_list()} end
@@ -897,19 +999,41 @@ return {'wait', f17(wait), '', requeued, dropped, states, next_list()}
 -- only given when the original lives in the same shard (same domain).
 -- (runs after the shared queue.lua, see __init__.py)
 local boost, worker = tonumber(ARGV[1]), ARGV[2]
+local batch = {added = 0, doms = {}, found = 0}  -- (the call's counts, written once)
+
+-- The dupefilter: one SMISMEMBER for the call's fingerprints and one SADD of the new ones,
+-- not a SADD each (a page's links come in one call).
+local fps = {}
+for i = 3, #ARGV, 8 do
+  if ARGV[i + 6] ~= '' then table.insert(fps, ARGV[i + 6]) end
+end
+local seen, marked = {}, {}
+local direct = #fps == 1  -- (one fingerprint: its SADD says whether it was seen)
+if direct and redis.call('SADD', SEEN, fps[1]) == 0 then seen[fps[1]] = true end
+for first = 1, direct and 0 or #fps, 1000 do  -- (bounded: unpack's stack)
+  local part = {unpack(fps, first, math.min(first + 999, #fps))}
+  local member = redis.call('SMISMEMBER', SEEN, unpack(part))
+  for i, fp in ipairs(part) do
+    if member[i] == 1 then seen[fp] = true end
+  end
+end
 
 local function push(id, payload, info, nb, now, ack_id, fingerprint, copy)
-  if fingerprint ~= '' and redis.call('SADD', SEEN, fingerprint) == 0 then
-    if ack_id ~= '' then ack(ack_id, worker, boost) end
-    return 0
+  if fingerprint ~= '' then
+    if seen[fingerprint] then
+      if ack_id ~= '' then ack(ack_id, worker, boost) end
+      return 0
+    end
+    seen[fingerprint] = true
+    if not direct then table.insert(marked, fingerprint) end
   end
   redis.call('HSET', DATA, id, info .. '\n' .. payload)
-  if copy ~= '1' then redis.call('INCR', FOUND) end
+  if copy ~= '1' then batch.found = batch.found + 1 end
   local fresh = 0
   if tonumber(nb) > tonumber(now) then
     redis.call('ZADD', DELAYED, nb, id)
   else
-    fresh = make_ready(id, boost)
+    fresh = make_ready(id, boost, decoded(info, payload), batch)
   end
   if ack_id ~= '' then ack(ack_id, worker, boost) end
   return 1 + fresh
@@ -920,6 +1044,9 @@ for i = 3, #ARGV, 8 do
   table.insert(out, push(ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4], ARGV[i + 5], ARGV[i + 6],
     ARGV[i + 7]))
 end
+for first = 1, #marked, 1000 do redis.call('SADD', SEEN, unpack(marked, first, math.min(first + 999, #marked))) end
+if batch.found > 0 then redis.call('INCRBY', FOUND, batch.found) end
+if batch.added > 0 then redis.call('INCRBY', COUNT, batch.added) end
 return out
 """,
     "queue": r"""-- Queue helpers. Every script of the queue runs on ONE shard and gets that
@@ -965,31 +1092,48 @@ local function payload_of(id)
 end
 
 -- The entry's info (and, as info.payload, its payload: a pop takes it without another read).
+local function decoded(head, payload)
+  local info = cjson.decode(head)
+  info.p, info.d, info.w, info.dom = info.p or 0, info.d or 0, info.w or 0, info.dom or ''
+  info.payload = payload
+  return info
+end
+
 local function info_of(id)
   local raw = redis.call('HGET', DATA, id)
   local head, payload = nil, nil
   if raw then head, payload = split_entry(raw) end
   if not head then head = redis.call('HGET', INFO, id) end
-  if head then
-    local info = cjson.decode(head)
-    info.p, info.d, info.w, info.dom = info.p or 0, info.d or 0, info.w or 0, info.dom or ''
-    info.payload = payload
-    return info
-  end
+  if head then return decoded(head, payload) end
   return {p = 0, d = 0, w = 0, x = 'boost', dom = '', payload = payload}
 end
+
+-- The field of DATA that counts an entry's counted releases (beside its value: an ack's one HDEL
+-- removes both; ids never start with '#'). An earlier version kept them in REL.
+local function released(id) return '#' .. id end
 
 local function id_of(member) return string.match(member, '^[^\1]*\1[^\1]*\1(.*)$') end
 local function lo(dom) return '[' .. dom .. SEP end
 local function hi(dom) return '[' .. dom .. SEP .. '\255' end
 
 -- Returns 1 when the entry's domain had no ready entry before (it joins the domain index).
-local function make_ready(id, boost)
-  local info = info_of(id)
+-- info: the entry's, when the caller has it (else read); batch: a push call's tally (its ready
+-- count is added once, at the end, and a domain it made ready is known to be in DOMS).
+local function make_ready(id, boost, info, batch)
+  info = info or info_of(id)
   local dom = info.dom
   local added = redis.call('ZADD', Q, 0, dom .. SEP .. enc(-info.p) .. SEP .. id)
-  redis.call('INCRBY', COUNT, added)
-  local fresh = redis.call('ZADD', DOMS, 'NX', 0, dom)
+  local fresh = 0
+  if batch then
+    batch.added = batch.added + added
+    if not batch.doms[dom] then
+      fresh = redis.call('ZADD', DOMS, 'NX', 0, dom)
+      batch.doms[dom] = true
+    end
+  else
+    redis.call('INCRBY', COUNT, added)
+    fresh = redis.call('ZADD', DOMS, 'NX', 0, dom)
+  end
   if info.d > 0 and info.w > 0 then
     redis.call('ZADD', A, 0, dom .. SEP .. enc(info.d - info.p * info.w / boost) .. SEP .. id)
     redis.call('ZADD', E, 0, dom .. SEP .. enc(info.d) .. SEP .. id)
@@ -997,15 +1141,20 @@ local function make_ready(id, boost)
   return fresh
 end
 
-local function unindex(id, info, boost)
+-- more: true when the caller knows the domain has another ready entry. Returns whether it has.
+local function unindex(id, info, boost, more)
   local dom = info.dom
   local removed = redis.call('ZREM', Q, dom .. SEP .. enc(-info.p) .. SEP .. id)
   if info.d > 0 and info.w > 0 then
     redis.call('ZREM', A, dom .. SEP .. enc(info.d - info.p * info.w / boost) .. SEP .. id)
     redis.call('ZREM', E, dom .. SEP .. enc(info.d) .. SEP .. id)
   end
-  redis.call('DECRBY', COUNT, removed)
-  if redis.call('ZLEXCOUNT', Q, lo(dom), hi(dom)) == 0 then redis.call('ZREM', DOMS, dom) end
+  if removed ~= 0 then redis.call('DECRBY', COUNT, removed) end
+  if more ~= true and redis.call('ZLEXCOUNT', Q, lo(dom), hi(dom)) == 0 then
+    redis.call('ZREM', DOMS, dom)
+    return false
+  end
+  return true
 end
 
 local function forget(id, boost)
@@ -1013,9 +1162,9 @@ local function forget(id, boost)
   redis.call('ZREM', DELAYED, id)
   redis.call('ZREM', INFL, id)
   redis.call('HDEL', OWNER, id)
-  redis.call('HDEL', DATA, id)
+  redis.call('HDEL', DATA, id, released(id))
   if legacy(id) then redis.call('HDEL', INFO, id) end
-  redis.call('HDEL', REL, id)
+  redis.call('HDEL', REL, id)  -- (an earlier version's count; a forget is rare)
 end
 
 -- Due delayed entries and expired leases go back to ready. Returns the number requeued.
@@ -1042,12 +1191,11 @@ local function ack(id, worker, boost)
   if owner then
     if owner ~= worker then return 0 end
     -- leased: only in INFL (an owner is set by take() and the reclaim, after the entry left the
-    -- ready and delayed sets, and cleared by every path that puts it back): 5 calls instead of 10-14
+    -- ready and delayed sets, and cleared by every path that puts it back): 4 calls instead of 10-14
     redis.call('ZREM', INFL, id)
     redis.call('HDEL', OWNER, id)
-    redis.call('HDEL', DATA, id)
+    redis.call('HDEL', DATA, id, released(id))
     if legacy(id) then redis.call('HDEL', INFO, id) end
-    redis.call('HDEL', REL, id)
     return 1
   end
   if redis.call('HEXISTS', DATA, id) == 1 then
@@ -1098,7 +1246,7 @@ for i = 4, #ARGV do
     redis.call('ZREM', INFL, id)
     redis.call('HDEL', OWNER, id)
     local times = 0
-    if max >= 0 then times = redis.call('HINCRBY', REL, id, 1) end
+    if max >= 0 then times = redis.call('HINCRBY', DATA, released(id), 1) end
     if max >= 0 and times > max then
       local payload = payload_of(id)
       forget(id, boost)

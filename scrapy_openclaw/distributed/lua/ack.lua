@@ -1,5 +1,33 @@
 -- ARGV: boost, worker, id1, id2, ... -> number removed
+-- The ids this worker holds (the common case) are removed together, one call per key; the
+-- others go through ack() one by one (a late ack; see queue.lua).
 -- (runs after the shared queue.lua, see __init__.py)
+local boost, worker = tonumber(ARGV[1]), ARGV[2]
 local n = 0
-for i = 3, #ARGV do n = n + ack(ARGV[i], ARGV[2], tonumber(ARGV[1])) end
+for first = 3, #ARGV, 1000 do  -- (bounded: unpack's stack)
+  local ids = {unpack(ARGV, first, math.min(first + 999, #ARGV))}
+  local owners = redis.call('HMGET', OWNER, unpack(ids))
+  local mine, seen = {}, {}
+  for i, id in ipairs(ids) do
+    if seen[id] then  -- (acknowledged twice in one call: once)
+    elseif owners[i] == worker then
+      table.insert(mine, id)
+      if legacy(id) then redis.call('HDEL', INFO, id) end
+    elseif not owners[i] then
+      n = n + ack(id, worker, boost)
+    end
+    seen[id] = true
+  end
+  if #mine > 0 then  -- leased: only in INFL (see ack() in queue.lua)
+    redis.call('ZREM', INFL, unpack(mine))
+    redis.call('HDEL', OWNER, unpack(mine))
+    local fields = {}
+    for _, id in ipairs(mine) do
+      table.insert(fields, id)
+      table.insert(fields, released(id))
+    end
+    redis.call('HDEL', DATA, unpack(fields))  -- (its release count with it)
+    n = n + #mine
+  end
+end
 return n

@@ -1,6 +1,6 @@
 -- ARGV: now, policy_json, token(1/0) -> {ok, {fields}}
 -- (runs after the shared health.lua, see __init__.py)
-redis.call('SADD', KEYS[2], ARGV[#ARGV])  -- the domain index (last ARGV: the domain)
+h_index = {KEYS[2], ARGV[#ARGV], KEYS[3]}  -- the domain index (last ARGV: the domain), the fit's history
 local now = tonumber(ARGV[1])
 local d, p = h_load(KEYS[1], now, ARGV[2])
 local ok = h_acquire(d, p, now, ARGV[3] == '1')

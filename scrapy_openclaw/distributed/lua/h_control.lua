@@ -2,7 +2,7 @@
 -- of ctl_hold, ctl_rate, ctl_concurrency, ctl_down -> {fields}. Ending a give-up forgives the
 -- outage so far (down_since = now).
 -- (runs after the shared health.lua, see __init__.py)
-redis.call('SADD', KEYS[2], ARGV[#ARGV])  -- the domain index (last ARGV: the domain)
+h_index = {KEYS[2], ARGV[#ARGV], KEYS[3]}  -- the domain index (last ARGV: the domain), the fit's history
 local now = tonumber(ARGV[1])
 local d, p = h_load(KEYS[1], now, ARGV[2])
 for i = 3, #ARGV - 1, 2 do d[ARGV[i]] = tonumber(ARGV[i + 1]) end

@@ -1,7 +1,7 @@
 -- The limit the domain's RateLimit headers declare (HealthRegistry.declare_limit).
 -- ARGV: now, policy_json, pace (req/s; 0: none any more) -> {fields}
 -- (runs after the shared health.lua, see __init__.py)
-redis.call('SADD', KEYS[2], ARGV[#ARGV])  -- the domain index (last ARGV: the domain)
+h_index = {KEYS[2], ARGV[#ARGV], KEYS[3]}  -- the domain index (last ARGV: the domain), the fit's history
 local now = tonumber(ARGV[1])
 local d, p = h_load(KEYS[1], now, ARGV[2])
 h_declare(d, p, now, tonumber(ARGV[3]) or 0)

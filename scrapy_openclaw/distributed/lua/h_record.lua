@@ -6,7 +6,7 @@
 -- KEYS: the domain's hash, the domain index, the domain's history for the limit fit
 --       -> {{fields}, the circuit transition this record caused: 'open' | 'closed' | ''}
 -- (runs after the shared health.lua, see __init__.py)
-redis.call('SADD', KEYS[2], ARGV[#ARGV])  -- the domain index (last ARGV: the domain)
+h_index = {KEYS[2], ARGV[#ARGV], KEYS[3]}  -- the domain index (last ARGV: the domain), the fit's history
 local now = tonumber(ARGV[1])
 local d, p = h_load(KEYS[1], now, ARGV[2])
 local before = d.circuit

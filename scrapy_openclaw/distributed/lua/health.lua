@@ -41,7 +41,16 @@ local HF = {'health', 'rate', 'tokens', 'threshold', 'updated', 'last_decrease',
   'burst_cap', 'declared',
   'iv_start', 'iv_ok', 'iv_refused', 'ref_share', 'ref_pace', 'ref_ok', 'refusals_flat',
   'ctl_hold', 'ctl_rate', 'ctl_concurrency', 'ctl_down'}
+-- Read with the fields, not part of the state (HF): when the hash's TTL was last set, in the
+-- record's clock ('p': persisted), and the start bin of the limit fit's history ('' or missing: none)
+local HX = {'policy'}
+for _, name in ipairs(HF) do table.insert(HX, name) end
+table.insert(HX, 'ttl_at')
+table.insert(HX, 'fit')
 local h_ttl = 0  -- seconds an idle domain's hash lives (policy k_key_ttl; 0: for ever), set by h_load
+-- {index key, domain, history key}, set by a script that may create the state: a new state joins
+-- the index, and the history's TTL is set with the hash's (h_save)
+local h_index = nil
 -- hash key -> {raw = its fields' text as h_load read them, nums = their numbers}: h_save writes
 -- only the fields that changed, and keeps an unchanged number's text (no formatting)
 local h_stored = {}
@@ -78,16 +87,18 @@ end
 
 -- The domain's record brought up to now; nil when it has no state and no policy.
 local function h_load(hkey, now, pjson)
-  local raw = redis.call('HMGET', hkey, 'policy', unpack(HF))
+  local raw = redis.call('HMGET', hkey, unpack(HX))
   local nums = {}
-  h_stored[hkey] = {raw = raw, nums = nums}
+  h_stored[hkey] = {raw = raw, nums = nums, ttl_at = raw[#HF + 2], fit = raw[#HF + 3]}
   local pj = pjson
   if pj == nil or pj == '' then pj = raw[1] end
   if not pj then return nil end
   local p = cjson.decode(pj)
   h_ttl = tonumber(p.k_key_ttl) or 0
-  local d = {stored_policy = raw[1]}  -- (not a field: h_save writes the policy only when it changed)
+  -- (not fields: h_save writes the policy only when it changed; fit_start: see h_note)
+  local d = {stored_policy = raw[1], fit_start = tonumber(raw[#HF + 3] or '')}
   if not raw[2] then
+    d.fresh = true
     d.health, d.rate, d.threshold = 100, p.initial_rate, nil
     d.tokens = math.max(1, math.min(p.burst, math.floor(p.initial_rate * p.k_burst_seconds)))
     d.updated, d.last_decrease = now, 0
@@ -158,7 +169,8 @@ local function h_load(hkey, now, pjson)
 end
 
 -- Store the record; returns it as a flat field/value list (the caller's cache).
-local function h_save(hkey, d, pjson)
+-- keep_ttl: leave the TTL to the scripts that know the history's key (the pop).
+local function h_save(hkey, d, pjson, keep_ttl)
   local flat, changed = {}, {}
   local stored = h_stored[hkey] or {raw = {}, nums = {}}
   local raw, nums = stored.raw, stored.nums
@@ -180,20 +192,49 @@ local function h_save(hkey, d, pjson)
       table.insert(changed, value)
     end
   end
-  if #changed > 0 then redis.call('HSET', hkey, unpack(changed)) end
-  h_stored[hkey] = {raw = now_raw, nums = now_nums}
-  if pjson ~= nil and pjson ~= '' and pjson ~= d.stored_policy then
-    redis.call('HSET', hkey, 'policy', pjson)
-    d.stored_policy = pjson
+  local fit = ''
+  if d.fit_start then fit = f17(d.fit_start) end
+  if fit ~= (stored.fit or '') then
+    table.insert(changed, 'fit')
+    table.insert(changed, fit)
   end
-  if h_ttl > 0 then  -- HealthRegistry.evict_idle: what outlives idleness never expires
+  -- The TTL (HealthRegistry.evict_idle: what outlives idleness never expires) is set when it
+  -- must move by more than a quarter of itself, not on every save: a busy domain's hash would
+  -- otherwise cost a PEXPIRE per response. It expires at most h_ttl / 4 early.
+  local ttl_at, expire_ms = stored.ttl_at, nil
+  if h_ttl > 0 and not keep_ttl then
     if d.circuit ~= 'closed' or d.ctl_down ~= 0 or d.ctl_rate > 0 or d.ctl_concurrency > 0 or d.crawl_delay > 0 then
-      redis.call('PERSIST', hkey)
+      if ttl_at ~= 'p' then ttl_at, expire_ms = 'p', -1 end
     else
       -- relative to the record's own clock (its times are the workers'), past any hold
       local held = math.max(0, d.hold_until - d.updated, d.ctl_hold - d.updated)
-      redis.call('PEXPIRE', hkey, math.floor((held + h_ttl) * 1000))
+      local target = d.updated + held + h_ttl
+      local mark = tonumber(ttl_at or '')
+      if mark == nil or target - mark > h_ttl / 4 or target < mark - h_ttl then
+        ttl_at, expire_ms = f17(target), math.floor((held + h_ttl) * 1000)
+      end
     end
+    if expire_ms then
+      table.insert(changed, 'ttl_at')
+      table.insert(changed, ttl_at)
+    end
+  end
+  if pjson ~= nil and pjson ~= '' and pjson ~= d.stored_policy then
+    table.insert(changed, 'policy')
+    table.insert(changed, pjson)
+    d.stored_policy, now_raw[1] = pjson, pjson
+  end
+  if #changed > 0 then redis.call('HSET', hkey, unpack(changed)) end
+  h_stored[hkey] = {raw = now_raw, nums = now_nums, ttl_at = ttl_at, fit = fit}
+  if d.fresh and h_index then
+    redis.call('SADD', h_index[1], h_index[2])
+    d.fresh = nil
+  end
+  if expire_ms == -1 then
+    redis.call('PERSIST', hkey)
+  elseif expire_ms then
+    redis.call('PEXPIRE', hkey, expire_ms)
+    if h_index and h_index[3] then redis.call('PEXPIRE', h_index[3], expire_ms) end  -- (the history's with it)
   end
   return flat
 end
@@ -234,21 +275,31 @@ end
 -- (the bin of an answer that took a token, -bin - 1 for a 429).
 local function fit_bin(at, born, p) return math.max(0, math.floor((at - born) / p.k_fit_bin)) end
 
+-- The history's start bin is kept in the hash (d.fit_start, field 'fit'), so a note is one
+-- RPUSH; a list that expired or was removed under a start is begun again, as if trimmed.
 local function h_note(fkey, d, p, at, answered)
   local index = fit_bin(at, d.born, p)
-  if redis.call('EXISTS', fkey) == 0 then  -- (LimitHistory(index): from birth, or as if trimmed)
-    if index < p.k_fit_horizon_bins then
-      redis.call('RPUSH', fkey, 0)
-    elseif answered then
-      return  -- a domain past its first seconds keeps no history until a 429
-    else
-      redis.call('RPUSH', fkey, index)
-    end
-  end
   local event = index
   if not answered then event = -index - 1 end
-  redis.call('RPUSH', fkey, event)
-  local start = tonumber(redis.call('LINDEX', fkey, 0))
+  local start = d.fit_start
+  if start ~= nil and redis.call('RPUSH', fkey, event) == 1 then
+    redis.call('DEL', fkey)
+    start = nil
+  end
+  if start == nil then  -- (LimitHistory(index): from birth, or as if trimmed)
+    if index < p.k_fit_horizon_bins then
+      start = 0
+    elseif answered then
+      d.fit_start = nil
+      return  -- a domain past its first seconds keeps no history until a 429
+    else
+      start = index
+    end
+    redis.call('DEL', fkey)  -- (a list left without its start in the hash)
+    redis.call('RPUSH', fkey, start, event)
+    if h_ttl > 0 then redis.call('PEXPIRE', fkey, math.floor(h_ttl * 1000)) end
+  end
+  d.fit_start = start
   if index - start > math.floor(3 * p.k_fit_horizon_bins / 2) then  -- trim to the horizon
     local raw = redis.call('LRANGE', fkey, 1, -1)
     local new_start = index - p.k_fit_horizon_bins
@@ -263,10 +314,14 @@ local function h_note(fkey, d, p, at, answered)
       end
     end
     redis.call('DEL', fkey)
-    if not any429 then return end  -- no 429 left: nothing to fit, the history goes
+    if not any429 then  -- no 429 left: nothing to fit, the history goes
+      d.fit_start = nil
+      return
+    end
     for i = 1, #kept, 1000 do redis.call('RPUSH', fkey, unpack(kept, i, math.min(i + 999, #kept))) end
+    d.fit_start = new_start
+    if h_ttl > 0 then redis.call('PEXPIRE', fkey, math.floor(h_ttl * 1000)) end
   end
-  if h_ttl > 0 then redis.call('PEXPIRE', fkey, math.floor(h_ttl * 1000)) end
 end
 
 local function fit_judged(index, start, p) return start == 0 or index >= start + p.k_fit_burn_in_bins end

@@ -27,11 +27,12 @@ end
 local deadlines = redis.call('EXISTS', E) == 1
 
 -- The domain's first entry in priority order, its info not read: {id, tier, eff} or nil.
+-- more: whether the domain has another ready entry (taking this one leaves it in DOMS).
 local function head_of(dom)
-  local head = redis.call('ZRANGEBYLEX', Q, lo(dom), hi(dom), 'LIMIT', 0, 1)
+  local head = redis.call('ZRANGEBYLEX', Q, lo(dom), hi(dom), 'LIMIT', 0, 2)
   if not head[1] then return nil end
   local key = string.match(head[1], '^[^\1]*\1([^\1]*)\1')
-  return {id = id_of(head[1]), tier = 1, eff = 1e10 - tonumber(key)}
+  return {id = id_of(head[1]), tier = 1, eff = 1e10 - tonumber(key), more = head[2] ~= nil}
 end
 
 -- The best entry of a domain: {id, tier, eff, info} or nil (the domain has no ready entry). The
@@ -73,20 +74,43 @@ local function best_of(dom)
   return best
 end
 
+local doms, stepped = nil, {}  -- (the scan's due domains; those it made not due)
+
+-- The domains due now for the next call: the scan's, when it saw all of them (one read less).
+local function next_due()
+  if #doms >= scan then return next_list() end
+  local due = {}
+  for _, dom in ipairs(doms) do
+    if not stepped[dom] then table.insert(due, dom) end
+  end
+  return due
+end
+
 local function take(c)
   c.info = c.info or info_of(c.id)
-  unindex(c.id, c.info, boost)
+  local left = unindex(c.id, c.info, boost, c.more)
   redis.call('ZADD', INFL, lease_until, c.id)
   redis.call('HSET', OWNER, c.id, worker)
-  redis.call('HSET', SERVED, c.dom, redis.call('INCR', SEQ))
-  redis.call('ZADD', DOMS, 'XX', now, c.dom)
+  if left then
+    redis.call('ZADD', DOMS, 'XX', now, c.dom)
+  else
+    stepped[c.dom] = true
+  end
   local payload = c.info.payload or c.id
-  return {'ok', c.id, payload, requeued, dropped, states, next_list()}
+  return {'ok', c.id, payload, requeued, dropped, states, next_due()}
 end
 
 local wait, missed = nil, false
 local cands = {}
-local doms = redis.call('ZRANGEBYSCORE', DOMS, '-inf', now, 'LIMIT', 0, scan)
+-- A due domain's score is when it became due, or was last served (take() sets it to now): the
+-- lowest wins a tie, so the domain served least recently goes first.
+local scored = redis.call('ZRANGEBYSCORE', DOMS, '-inf', now, 'WITHSCORES', 'LIMIT', 0, scan)
+local since = {}
+doms = {}
+for i = 1, #scored, 2 do
+  table.insert(doms, scored[i])
+  since[scored[i]] = tonumber(scored[i + 1])
+end
 for _, dom in ipairs(doms) do
   if gated and dom ~= '' and hkeys[dom] == nil then
     missed = true
@@ -97,17 +121,11 @@ for _, dom in ipairs(doms) do
       table.insert(cands, b)
     else
       redis.call('ZREM', DOMS, dom)
+      stepped[dom] = true
     end
   end
 end
-if #cands > 1 then  -- (one read for all: who was served least recently breaks ties)
-  local names = {}
-  for i, c in ipairs(cands) do names[i] = c.dom end
-  local served = redis.call('HMGET', SERVED, unpack(names))
-  for i, c in ipairs(cands) do c.served = tonumber(served[i] or '0') or 0 end
-elseif cands[1] then
-  cands[1].served = 0
-end
+for _, c in ipairs(cands) do c.served = since[c.dom] end
 table.sort(cands, function(a, b)
   if a.tier ~= b.tier then return a.tier > b.tier end
   if a.eff ~= b.eff then return a.eff > b.eff end
@@ -126,11 +144,12 @@ for _, c in ipairs(cands) do
         if not ok and at <= now then at = now + p.k_retry_poll end
       end
       table.insert(states, c.dom)
-      table.insert(states, h_save(hkey, d, nil))
+      table.insert(states, h_save(hkey, d, nil, true))
     end
   end
   if ok then return take(c) end
   redis.call('ZADD', DOMS, 'XX', at, c.dom)
+  if at > now then stepped[c.dom] = true end
   if wait == nil or at < wait then wait = at end
 end
 if missed then return {'retry', '0', '', requeued, dropped, states, next_list()} end

@@ -41,31 +41,48 @@ local function payload_of(id)
 end
 
 -- The entry's info (and, as info.payload, its payload: a pop takes it without another read).
+local function decoded(head, payload)
+  local info = cjson.decode(head)
+  info.p, info.d, info.w, info.dom = info.p or 0, info.d or 0, info.w or 0, info.dom or ''
+  info.payload = payload
+  return info
+end
+
 local function info_of(id)
   local raw = redis.call('HGET', DATA, id)
   local head, payload = nil, nil
   if raw then head, payload = split_entry(raw) end
   if not head then head = redis.call('HGET', INFO, id) end
-  if head then
-    local info = cjson.decode(head)
-    info.p, info.d, info.w, info.dom = info.p or 0, info.d or 0, info.w or 0, info.dom or ''
-    info.payload = payload
-    return info
-  end
+  if head then return decoded(head, payload) end
   return {p = 0, d = 0, w = 0, x = 'boost', dom = '', payload = payload}
 end
+
+-- The field of DATA that counts an entry's counted releases (beside its value: an ack's one HDEL
+-- removes both; ids never start with '#'). An earlier version kept them in REL.
+local function released(id) return '#' .. id end
 
 local function id_of(member) return string.match(member, '^[^\1]*\1[^\1]*\1(.*)$') end
 local function lo(dom) return '[' .. dom .. SEP end
 local function hi(dom) return '[' .. dom .. SEP .. '\255' end
 
 -- Returns 1 when the entry's domain had no ready entry before (it joins the domain index).
-local function make_ready(id, boost)
-  local info = info_of(id)
+-- info: the entry's, when the caller has it (else read); batch: a push call's tally (its ready
+-- count is added once, at the end, and a domain it made ready is known to be in DOMS).
+local function make_ready(id, boost, info, batch)
+  info = info or info_of(id)
   local dom = info.dom
   local added = redis.call('ZADD', Q, 0, dom .. SEP .. enc(-info.p) .. SEP .. id)
-  redis.call('INCRBY', COUNT, added)
-  local fresh = redis.call('ZADD', DOMS, 'NX', 0, dom)
+  local fresh = 0
+  if batch then
+    batch.added = batch.added + added
+    if not batch.doms[dom] then
+      fresh = redis.call('ZADD', DOMS, 'NX', 0, dom)
+      batch.doms[dom] = true
+    end
+  else
+    redis.call('INCRBY', COUNT, added)
+    fresh = redis.call('ZADD', DOMS, 'NX', 0, dom)
+  end
   if info.d > 0 and info.w > 0 then
     redis.call('ZADD', A, 0, dom .. SEP .. enc(info.d - info.p * info.w / boost) .. SEP .. id)
     redis.call('ZADD', E, 0, dom .. SEP .. enc(info.d) .. SEP .. id)
@@ -73,15 +90,20 @@ local function make_ready(id, boost)
   return fresh
 end
 
-local function unindex(id, info, boost)
+-- more: true when the caller knows the domain has another ready entry. Returns whether it has.
+local function unindex(id, info, boost, more)
   local dom = info.dom
   local removed = redis.call('ZREM', Q, dom .. SEP .. enc(-info.p) .. SEP .. id)
   if info.d > 0 and info.w > 0 then
     redis.call('ZREM', A, dom .. SEP .. enc(info.d - info.p * info.w / boost) .. SEP .. id)
     redis.call('ZREM', E, dom .. SEP .. enc(info.d) .. SEP .. id)
   end
-  redis.call('DECRBY', COUNT, removed)
-  if redis.call('ZLEXCOUNT', Q, lo(dom), hi(dom)) == 0 then redis.call('ZREM', DOMS, dom) end
+  if removed ~= 0 then redis.call('DECRBY', COUNT, removed) end
+  if more ~= true and redis.call('ZLEXCOUNT', Q, lo(dom), hi(dom)) == 0 then
+    redis.call('ZREM', DOMS, dom)
+    return false
+  end
+  return true
 end
 
 local function forget(id, boost)
@@ -89,9 +111,9 @@ local function forget(id, boost)
   redis.call('ZREM', DELAYED, id)
   redis.call('ZREM', INFL, id)
   redis.call('HDEL', OWNER, id)
-  redis.call('HDEL', DATA, id)
+  redis.call('HDEL', DATA, id, released(id))
   if legacy(id) then redis.call('HDEL', INFO, id) end
-  redis.call('HDEL', REL, id)
+  redis.call('HDEL', REL, id)  -- (an earlier version's count; a forget is rare)
 end
 
 -- Due delayed entries and expired leases go back to ready. Returns the number requeued.
@@ -118,12 +140,11 @@ local function ack(id, worker, boost)
   if owner then
     if owner ~= worker then return 0 end
     -- leased: only in INFL (an owner is set by take() and the reclaim, after the entry left the
-    -- ready and delayed sets, and cleared by every path that puts it back): 5 calls instead of 10-14
+    -- ready and delayed sets, and cleared by every path that puts it back): 4 calls instead of 10-14
     redis.call('ZREM', INFL, id)
     redis.call('HDEL', OWNER, id)
-    redis.call('HDEL', DATA, id)
+    redis.call('HDEL', DATA, id, released(id))
     if legacy(id) then redis.call('HDEL', INFO, id) end
-    redis.call('HDEL', REL, id)
     return 1
   end
   if redis.call('HEXISTS', DATA, id) == 1 then

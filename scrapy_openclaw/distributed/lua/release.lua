@@ -11,7 +11,7 @@ for i = 4, #ARGV do
     redis.call('ZREM', INFL, id)
     redis.call('HDEL', OWNER, id)
     local times = 0
-    if max >= 0 then times = redis.call('HINCRBY', REL, id, 1) end
+    if max >= 0 then times = redis.call('HINCRBY', DATA, released(id), 1) end
     if max >= 0 and times > max then
       local payload = payload_of(id)
       forget(id, boost)
