@@ -431,3 +431,53 @@ def test_a_remembered_domain_matches_through_its_plateau_and_first_cuts(redis_se
     assert domains["outage"]["cuts"] == 2  # a timeout's cut ends the longer plateau too
     _drive(local, shared, [("fail", "known", t + 40.1, C429, None), ("acquire", "known", t + 41.5, True)])
     assert local.snapshot()["domains"]["known"]["cuts"] == 2  # an ordinary domain from its first cut
+
+
+def test_a_rounds_records_of_one_domain_in_one_call_leave_what_one_by_one_leaves(redis_server: Any) -> None:
+    """During a crawl the records of one domain that wait for the same round go in one script
+    call (``link.merged``: one read and one write of the state). The same calls, one by one on
+    one domain and merged on another: the same hash, field for field, and the same fit history.
+    A change of another kind between records (a token taken) splits them."""
+    import redis
+
+    from scrapy_openclaw.distributed.link import merged
+
+    _, shared = _pair(redis_server.url, {"initial_rate": 4.0, "burst": 3, "circuit_failures": 3})
+    calls: list[tuple[Any, list[str], list[Any]]] = []
+
+    def capture(script: Any, domain: str, args: list[Any]) -> None:
+        calls.append((script, shared._keys(domain), [*args, domain]))
+        return None  # (as if Redis were away: the cache answers; the calls are replayed below)
+
+    shared._run = capture  # type: ignore[method-assign]
+    t = 2_000_000.0
+    events: list[tuple[Any, ...]] = []
+    for i in range(30):  # slow start, then 429s with and without Retry-After, 503s, a flapping stretch
+        at = t + 0.05 * i
+        if i % 7 == 3:
+            events.append(("fail", "x", at, C429, 1.0 if i % 2 else None, None, 0.02))
+        elif i % 11 == 5:
+            events.append(("fail", "x", at, C503, None, None, 0.3))
+        else:
+            events.append(("ok", "x", at, 0.02 + 0.001 * i))
+        if i == 17:
+            events.append(("acquire", "x", at + 0.01, True))
+    for event in events:
+        _apply(shared, event)
+    assert len(calls) == len(events)
+
+    def on(domain: str) -> list[tuple[Any, list[str], list[Any], Any]]:
+        return [(s, shared._keys(domain), [*a[:-1], domain], None) for s, _, a in calls]
+
+    for script, keys, args, _ in on("one.test"):
+        script(keys=keys, args=args)
+    together = merged(on("all.test"))
+    assert [len(a) // 16 for s, _, a, _ in together if s is shared._record] == [18, 12]  # (split by the token)
+    for script, keys, args, _ in together:
+        script(keys=keys, args=args)
+    client = redis.Redis.from_url(redis_server.url)
+    one, every = (client.hgetall(shared._keys(d)[0]) for d in ("one.test", "all.test"))
+    del one[b"ttl_at"], every[b"ttl_at"]  # (when the TTL was set: at the first record, or the last)
+    assert one == every and float(one[b"requests"]) > 0
+    assert client.lrange(shared._keys("one.test")[2], 0, -1) == client.lrange(shared._keys("all.test")[2], 0, -1)
+    client.close()

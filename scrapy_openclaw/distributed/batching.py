@@ -53,6 +53,10 @@ SWEEP_EVERY = 5.0
 #: seconds between two counts of the crawl's work (and looks for dead workers) once idle workers
 #: are woken by the wake stream: a worker turning idle tells the others, who count at once
 COUNT_EVERY = 2.0
+#: seconds at least between the starts of two rounds, unless the worker has no request ready:
+#: what a page writes (its links, its acknowledgement, its health record) waits at most this
+#: long and rides with other pages' in one round trip
+ROUND_GAP = 0.05
 #: seconds between two full counts of a worker that has work of its own (the progress figures)
 BUSY_RECOUNT_EVERY = 10.0
 
@@ -97,6 +101,8 @@ class Batching:
     _last_push_queued: bool
     work: CrawlWork
     _wake_timer: Any
+    _gap_timer: Any
+    _round_at: float
     _wake_at: float
     _readiness_epoch: int
     _last_sweep: float
@@ -122,17 +128,36 @@ class Batching:
             return
         if not self.link.ok():
             return
+        if self.link.background and not (pops and not self._ready):  # (an empty buffer does not wait)
+            gap = self._round_at + ROUND_GAP - self.clock()
+            if gap > 0:
+                self._again_pops |= pops
+                self._again_counts |= counts
+                if self._gap_timer is None:
+                    self._gap_timer = call_later(gap, self._after_gap)
+                return
         if self._waker is None and self.link.background:
             self._start_waker()
         job = self._plan(pops=pops, counts=counts)
         if job is None:
             return
+        self._round_at = self.clock()
         self._busy = True
         self._counting = job.counts or job.look
         if self.link.background:
             self.link.submit(self.runner.run, job, callback=lambda res: self._done(job, res), raw=True)
         else:
             self._done(job, self.runner.run(job))
+
+    def _after_gap(self) -> None:
+        """The gap since the last round is over: send what gathered meanwhile."""
+        self._gap_timer = None
+        if self._busy:
+            self._again = True  # (the round that runs takes it on when it ends)
+            return
+        pops, counts = self._again_pops, self._again_counts
+        self._again_pops = self._again_counts = False
+        self._kick(pops=pops, counts=counts)
 
     def _plan(self, *, pops: bool, counts: bool, everything: bool = False) -> Round | None:
         """The next round: the buffered writes, plus (unless *everything*: the close's last

@@ -111,6 +111,7 @@ class RedisHealthRegistry(HealthRegistry):
         self._ensure = self.server.register_script(lua.H_ENSURE)
         self._acquire = self.server.register_script(lua.H_ACQUIRE)
         self._record = self.server.register_script(lua.H_RECORD)
+        self._record.openclaw_merges = True  # (a round's records of one domain: one call, see link.merged)
         self._hold = self.server.register_script(lua.H_HOLD)
         self._crawl_delay = self.server.register_script(lua.H_CRAWL_DELAY)
         self._declare = self.server.register_script(lua.H_DECLARE)

@@ -146,11 +146,28 @@ class RedisLink:
             calls.append(self._scripts.popleft())
         if not calls:
             return
+        calls = merged(calls)
         outcomes = _capture(_pipelined, (calls,))
         if not outcomes[0]:  # the pipeline itself failed: one failure to tell
             self._to_reactor(self._deliver, outcomes, None, None, False)
             return
         for (_, _, _, callback), outcome in zip(calls, outcomes[1]):
+            self._to_reactor(self._deliver, outcome, callback, None, False)
+
+    def take_scripts(self, server: Any) -> list[tuple[Any, list[Any], list[Any], Any]]:
+        """The Redis thread: the script calls waiting for their pipeline that run on *server*, for a
+        queue round to carry in its own pipeline (one round trip less); their replies go back
+        through :meth:`deliver_scripts`. The others stay for their own flush."""
+        taken, left = [], []
+        while self._scripts:
+            call = self._scripts.popleft()
+            (taken if same_server(call[0].registered_client, server) else left).append(call)
+        self._scripts.extendleft(reversed(left))
+        return merged(taken)
+
+    def deliver_scripts(self, calls: list[tuple[Any, list[Any], list[Any], Any]], outcomes: list[tuple[bool, Any]]) -> None:
+        """The Redis thread: each taken call's ``(ok, reply or exception)`` to its callback, on the reactor thread."""
+        for (_, _, _, callback), outcome in zip(calls, outcomes):
             self._to_reactor(self._deliver, outcome, callback, None, False)
 
     def _deliver(self, outcome: tuple[bool, Any], callback: Any, errback: Any, raw: bool = False) -> None:
@@ -181,6 +198,56 @@ class RedisLink:
             raise
         self.recovered()
         return result
+
+
+def merged(calls: list[tuple[Any, list[Any], list[Any], Any]]) -> list[tuple[Any, list[Any], list[Any], Any]]:
+    """The calls, with the records of one domain that follow each other (a script marked
+    ``openclaw_merges``: its ARGV takes several records in a row) as one call: one read and one
+    write of the domain's state instead of one each. Every callback gets the one reply."""
+    out: list[tuple[Any, list[Any], list[Any], list[Any]]] = []
+    open_at: dict[Any, int] = {}  # the first key -> the merged call still open for more records
+    for script, keys, args, callback in calls:
+        key = keys[0] if keys else None
+        i = open_at.get(key)
+        if i is not None and out[i][0] is script:
+            out[i][2].extend(args)
+            out[i][3].append(callback)
+            continue
+        out.append((script, keys, list(args), [callback]))
+        if getattr(script, "openclaw_merges", False):
+            open_at[key] = len(out) - 1
+        else:
+            open_at.pop(key, None)  # (another change of that state: the records after it wait for it)
+    return [(s, k, a, _fan_out(cbs)) for s, k, a, cbs in out]
+
+
+def _fan_out(callbacks: list[Any]) -> Any:
+    live = [cb for cb in callbacks if cb is not None]
+    if len(live) <= 1:
+        return live[0] if live else None
+    return lambda value: [cb(value) for cb in live]
+
+
+def same_server(a: Any, b: Any) -> bool:
+    """Whether two redis-py clients talk to the same Redis (or the same cluster): one pipeline may
+    carry both's calls. Unsure is no."""
+    if a is b:
+        return True
+    if type(a) is not type(b):
+        return False
+    if hasattr(a, "get_nodes"):  # RedisCluster
+        try:
+            return {n.name for n in a.get_nodes()} == {n.name for n in b.get_nodes()}
+        except Exception:  # (no node known yet)
+            return False
+    pool_a, pool_b = getattr(a, "connection_pool", None), getattr(b, "connection_pool", None)
+    if pool_a is None or pool_b is None or type(pool_a) is not type(pool_b):
+        return False
+    if getattr(pool_a, "service_name", None) != getattr(pool_b, "service_name", None):  # (Sentinel)
+        return False
+    where = ("host", "port", "db", "path", "username")
+    kw_a, kw_b = pool_a.connection_kwargs, pool_b.connection_kwargs
+    return all(kw_a.get(k) == kw_b.get(k) for k in where)
 
 
 def _pipelined(calls: list[tuple[Any, list[Any], list[Any], Any]]) -> list[tuple[bool, Any]]:

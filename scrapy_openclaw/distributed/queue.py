@@ -131,6 +131,8 @@ class LeasedDeadlineQueue(Batching, QueueEntries):
         self._next_sweep = 0.0  # when the health cache is next swept for idle domains
         self._last_foreign = -1e18
         self._wake_timer: Any = None
+        self._gap_timer: Any = None  # (see batching.ROUND_GAP)
+        self._round_at = -1e18
         self._wake_at = float("inf")
         self._seq = 0
         self._encoded: tuple[Request, str] | None = None  # the last encode(), for the push after it
@@ -145,6 +147,8 @@ class LeasedDeadlineQueue(Batching, QueueEntries):
         self.registry = shared_registry(self.crawler)  # the pop takes its tokens when it lives in Redis
         self._readiness_epoch = getattr(self.registry, "readiness_epoch", 0)
         self.runner = self._round_runner(clock)
+        self.runner.riders = lambda: self.link.take_scripts(self.server)  # (health records ride in rounds)
+        self.runner.delivered = self.link.deliver_scripts
         shared(self.crawler, _RUNTIME_KEY, lambda: self)
         self._loop = create_looping_call(self._tick)
         self._loop.start(min(0.5, self.heartbeat), now=False)
@@ -368,6 +372,9 @@ class LeasedDeadlineQueue(Batching, QueueEntries):
         if self._wake_timer is not None:
             self._wake_timer.cancel()
             self._wake_timer = None
+        if self._gap_timer is not None:
+            self._gap_timer.cancel()
+            self._gap_timer = None
         self.link.reset_backoff()
         self._ready.clear()  # leased ahead: in self.held, handed back below
         ids = list(self.held)

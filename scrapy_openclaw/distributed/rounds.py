@@ -44,6 +44,19 @@ class Push:
         self.shard, self.keys, self.args, self.on_dupe, self.ack = shard, keys, args, on_dupe, ack
 
 
+def _one(script: Any, keys: list[str], args: list[Any]) -> tuple[bool, Any]:
+    """One script call, as ``run_scripts`` reports it: (ok, reply or the ResponseError)."""
+    from redis.exceptions import ConnectionError as RedisConnectionError
+    from redis.exceptions import ResponseError, TimeoutError as RedisTimeoutError
+
+    try:
+        return True, script(keys=keys, args=args)
+    except (RedisConnectionError, RedisTimeoutError):
+        raise
+    except ResponseError as exc:
+        return False, exc
+
+
 def _push_groups(pushes: list[Push]) -> list[list[Push]]:
     """Consecutive pushes with the same keys (one shard, one dupefilter): one script call each."""
     groups: list[list[Push]] = []
@@ -146,6 +159,10 @@ class RoundRunner:
         self.boost, self.lease, self.scan, self.registry = boost, lease, scan, registry
         self.liveness = liveness
         self.clock = clock
+        #: the link's waiting health records, taken by a round to ride in its pipeline, and where
+        #: their replies go (see RedisLink.take_scripts); None: not in a crawl
+        self.riders: Callable[[], list[Any]] | None = None
+        self.delivered: Callable[[list[Any], list[tuple[bool, Any]]], None] = lambda calls, outcomes: None
         self.stated: bool | None = None  # the busy flag Redis has for this worker
         self.run_id: str | None = None  # the Redis server's run id, as last checked
         self.shard_wait: dict[int, float] = {}
@@ -173,13 +190,15 @@ class RoundRunner:
             if job.check_server and self._server_changed():
                 job.new_server = True
                 return job
-            self._writes(job)
+            queue, wait = self._pop_plan(job) if job.pops else ([], None)
+            first, queue = queue[: job.pops], queue[job.pops :]
+            popped = self._writes(job, [self._pop_call(shard, self.clock()) for shard in first])
             if job.beat is not None:
                 self._heartbeat(job, job.beat)
             if job.foreign:
                 self._adopt_foreign(job)
             if job.pops:
-                self._pop_round(job)
+                self._pop_round(job, first, popped, queue, wait)
             if job.leave:
                 self.crew("leave")
                 self.stated = None
@@ -238,28 +257,46 @@ class RoundRunner:
         self.run_id = run_id
         return changed
 
-    def _writes(self, job: Round) -> None:
-        """The round's pushes, then its acknowledgements, hand-backs and refusals: one pipeline on
-        one Redis (run in order: a page's links before its acknowledgement, even when the worker
-        dies while sending), two on a cluster (the second once the first is confirmed)."""
+    def _writes(self, job: Round, pops: list[tuple[Any, list[str], list[Any]]]) -> list[Any]:
+        """The round's pushes, then its acknowledgements, hand-backs and refusals, then *pops* (the
+        first pop calls; their replies are returned) and the health records waiting on the link
+        (``riders``): one pipeline on one Redis, one round trip (run in order: a page's links
+        before its acknowledgement, even when the worker dies while sending). On a cluster, the
+        pushes first and the rest once they are confirmed."""
         keys = self.shards.keys
         groups = _push_groups(job.pushes)
         pushes = [(self.push, g[0].keys, _push_args(g)) for g in groups]
         rest = [(self.ack, keys(s), [self.boost, self.worker, *ids]) for s, ids in job.acks.items()]
         rest += [(self.release, keys(s), [self.boost, self.worker, m, *ids]) for s, m, ids in job.releases]
         rest += [(self.reject, keys(s), [self.boost, e, self.worker, why]) for s, e, why in job.rejects]
+        riders = self.riders() if self.riders is not None else []
         if self.cluster:
             self._pushed(job, groups, self.scripts(pushes, partial=True))
-            replies = self.scripts(rest)
+            first: list[tuple[Any, list[str], list[Any]]] = []
         else:
-            replies = self.scripts([*pushes, *rest], partial=True)
+            first = pushes
+        calls = [*first, *rest, *pops, *((s, k, a) for s, k, a, _ in riders)]
+        outcomes = run_scripts(self.server, calls) if len(calls) > 1 else [_one(*calls[0])] if calls else []
+        if riders:
+            self.delivered(riders, outcomes[len(outcomes) - len(riders) :])
+        # (in order: the first error stops the round, what follows it is not counted as done)
+        replies = [res for _, res in outcomes[: len(first) + len(rest)]]
+        errors = [i for i, (ok, _) in enumerate(outcomes[: len(first) + len(rest)]) if not ok]
+        if errors:
+            replies = replies[: errors[0] + 1]
+        if not self.cluster:
             self._pushed(job, groups, replies[: len(pushes)])
             replies = replies[len(pushes) :]
-            if replies and isinstance(replies[-1], Exception):
-                raise replies[-1]
+        if replies and isinstance(replies[-1], Exception):
+            raise replies[-1]
         job.acked = True
         for reply in replies[len(job.acks) : len(job.acks) + len(job.releases)]:
             job.dead.extend(reply[1])
+        popped = outcomes[len(first) + len(rest) : len(first) + len(rest) + len(pops)]
+        for ok, res in popped:
+            if not ok:
+                raise res
+        return [res for _, res in popped]
 
     def _pushed(self, job: Round, groups: list[list[Push]], replies: list[Any]) -> None:
         """The pushes Redis confirmed (up to the first error, raised)."""
@@ -359,11 +396,9 @@ class RoundRunner:
             self.server.zrem(key, member)
         job.foreign_found = list(members)
 
-    def _pop_round(self, job: Round) -> None:
-        """Lease up to ``job.pops`` entries: round-robin from the shard after the last one that
-        served, so every shard with work gets its turn. The pops of as many shards as entries are
-        wanted go in one pipeline (one round trip, not one per shard); the shards that had nothing
-        due make way for the next ones."""
+    def _pop_plan(self, job: Round) -> tuple[list[int], float | None]:
+        """The shards to pop from, round-robin from the shard after the last one that served (so
+        every shard with work gets its turn), and the soonest wait of those that must wait."""
         n = self.shards.count
         now = self.clock()
         wait: float | None = None
@@ -375,10 +410,17 @@ class RoundRunner:
                 wait = at if wait is None else min(wait, at)
             else:
                 queue.append(shard)
+        return queue, wait
+
+    def _pop_round(
+        self, job: Round, batch: list[int], replies: list[Any], queue: list[int], wait: float | None
+    ) -> None:
+        """Lease up to ``job.pops`` entries: *batch*'s pops went with the round's writes (their
+        *replies*); the pops of as many more shards as entries are still wanted go in one pipeline
+        each, the shards that had nothing due making way for the next ones."""
+        now = self.clock()
         tries: dict[int, int] = {}
-        while queue and len(job.popped) < job.pops:
-            batch, queue = queue[: job.pops - len(job.popped)], queue[job.pops - len(job.popped) :]
-            replies = self.scripts([self._pop_call(shard, now) for shard in batch])
+        while True:
             for shard, res in zip(batch, replies):
                 outcome = self._popped(job, shard, now, res)
                 if outcome == "retry":  # the due domains were not the expected ones: again, at most 3 times
@@ -387,6 +429,10 @@ class RoundRunner:
                         queue.insert(0, shard)
                 elif outcome is not None:
                     wait = outcome if wait is None else min(wait, outcome)
+            if not queue or len(job.popped) >= job.pops:
+                break
+            batch, queue = queue[: job.pops - len(job.popped)], queue[job.pops - len(job.popped) :]
+            replies = self.scripts([self._pop_call(shard, now) for shard in batch])
         job.wait = wait
 
     def _pop_call(self, shard: int, now: float) -> tuple[Any, list[str], list[Any]]:

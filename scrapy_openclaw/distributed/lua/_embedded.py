@@ -40,7 +40,8 @@ end
 return n
 """,
     "counts": r"""-- {ready, delayed, inflight, discovered} of one shard in one round trip. KEYS: the shard's keys.
-local n = tonumber(redis.call('GET', KEYS[7]) or '0')
+-- (ready: the priority set holds every ready entry; an earlier version kept a count beside it)
+local n = redis.call('ZCARD', KEYS[1])
 return {n, redis.call('ZCARD', KEYS[8]), redis.call('ZCARD', KEYS[9]), tonumber(redis.call('GET', KEYS[16]) or '0')}
 """,
     "dlq_add": r"""-- Adds a dead letter once: a retried XADD after a lost reply must not duplicate it.
@@ -131,28 +132,40 @@ local d, p = h_load(KEYS[1], tonumber(ARGV[1]), ARGV[2])
 d.hold_until = math.max(d.hold_until, tonumber(ARGV[3]))
 return h_save(KEYS[1], d, ARGV[2])
 """,
-    "h_record": r"""-- ARGV: now, policy_json, success(1/0), latency ('' none), domain signal(1/0), penalty,
+    "h_record": r"""-- ARGV: one or more records of the domain, 16 values each: now, policy_json, success(1/0),
+--       latency ('' none), domain signal(1/0), penalty,
 --       congestion(2: a 429, whose delivered rate is the limit / 1 / 0), throttle(1/0), retry_after ('' none),
 --       jitter factor,
 --       answered(1/0), in the 5xx share(1/0), the fit history's note ('a' / 'r' / ''), when it was sent,
 --       a rate signal (1/0)
+--       the domain. Several records (a round's, in order) cost one read and one write.
 -- KEYS: the domain's hash, the domain index, the domain's history for the limit fit
---       -> {{fields}, the circuit transition this record caused: 'open' | 'closed' | ''}
+--       -> {{fields}, the circuit transition these records caused: 'open' | 'closed' | ''}
 -- (runs after the shared health.lua, see __init__.py)
 h_index = {KEYS[2], ARGV[#ARGV], KEYS[3]}  -- the domain index (last ARGV: the domain), the fit's history
-local now = tonumber(ARGV[1])
-local d, p = h_load(KEYS[1], now, ARGV[2])
-local before = d.circuit
-if ARGV[3] == '1' then
-  h_success(d, p, now, tonumber(ARGV[4]), KEYS[3], tonumber(ARGV[14]))
-else
-  h_failure(d, p, now, ARGV[11] == '1', ARGV[12] == '1', ARGV[5] == '1', tonumber(ARGV[6]), ARGV[7] ~= '0',
-    ARGV[7] == '2', ARGV[8] == '1', tonumber(ARGV[9]), tonumber(ARGV[10]), KEYS[3], ARGV[13], tonumber(ARGV[14]), ARGV[15] == '1')
+local d, p, before, policy = nil, nil, nil, nil
+for base = 0, #ARGV - 16, 16 do
+  local function A(i) return ARGV[base + i] end
+  local now = tonumber(A(1))
+  if d == nil or A(2) ~= policy then  -- (another policy: written, and read again)
+    if d ~= nil then h_save(KEYS[1], d, policy) end
+    policy = A(2)
+    d, p = h_load(KEYS[1], now, policy)
+    if before == nil then before = d.circuit end
+  else
+    h_advance(d, p, now)
+  end
+  if A(3) == '1' then
+    h_success(d, p, now, tonumber(A(4)), KEYS[3], tonumber(A(14)))
+  else
+    h_failure(d, p, now, A(11) == '1', A(12) == '1', A(5) == '1', tonumber(A(6)), A(7) ~= '0',
+      A(7) == '2', A(8) == '1', tonumber(A(9)), tonumber(A(10)), KEYS[3], A(13), tonumber(A(14)), A(15) == '1')
+  end
 end
--- the transition this record caused (a worker reports only its own)
+-- the transition these records caused (a worker reports only its own)
 local changed = ''
 if d.circuit ~= before and d.circuit ~= 'half_open' then changed = d.circuit end
-return {h_save(KEYS[1], d, ARGV[2]), changed}
+return {h_save(KEYS[1], d, policy), changed}
 """,
     "health": r"""-- The rate controller, a line-by-line port of scrapy_openclaw/health/registry/ (pacing.py, recording.py)
 -- (HealthRegistry). The hash fields are the names of registry._Domain's slots
@@ -241,6 +254,8 @@ local function h_num(s)
   return v
 end
 
+local h_advance  -- (defined below h_load)
+
 -- The domain's record brought up to now; nil when it has no state and no policy.
 local function h_load(hkey, now, pjson)
   local raw = redis.call('HMGET', hkey, unpack(HX))
@@ -300,6 +315,14 @@ local function h_load(hkey, now, pjson)
   d.ctl_hold, d.ctl_rate = math.max(0, d.ctl_hold or 0), math.max(0, d.ctl_rate or 0)
   d.ctl_concurrency, d.ctl_down = math.max(0, d.ctl_concurrency or 0), d.ctl_down or 0
   if d.ctl_down ~= 0 and d.ctl_down ~= 1 then d.ctl_down = 0 end
+  h_advance(d, p, now)
+  return d, p
+end
+
+-- The record brought up to *now* (HealthRegistry._get's part after the read): health recovery,
+-- token refill at the current rate, open -> half-open after the cooldown, a lost probe forgotten.
+-- A script that applies several records of one domain advances between them, as a read would.
+h_advance = function(d, p, now)
   local elapsed = now - d.updated
   if elapsed > 0 then
     local blocked_end = math.max(d.hold_until, d.ctl_hold)
@@ -321,7 +344,6 @@ local function h_load(hkey, now, pjson)
   elseif d.circuit == 'half_open' and d.probe_at ~= 0 and now - d.probe_at > math.max(d.cooldown, p.k_probe_lost_after) then
     d.probe_at = 0
   end
-  return d, p
 end
 
 -- Store the record; returns it as a flat field/value list (the caller's cache).
@@ -999,7 +1021,7 @@ return {'wait', f17(wait), '', requeued, dropped, states, next_list()}
 -- only given when the original lives in the same shard (same domain).
 -- (runs after the shared queue.lua, see __init__.py)
 local boost, worker = tonumber(ARGV[1]), ARGV[2]
-local batch = {added = 0, doms = {}, found = 0}  -- (the call's counts, written once)
+local batch = {doms = {}, found = 0}  -- (the call's count of discovered requests, written once)
 
 -- The dupefilter: one SMISMEMBER for the call's fingerprints and one SADD of the new ones,
 -- not a SADD each (a page's links come in one call).
@@ -1046,7 +1068,6 @@ for i = 3, #ARGV, 8 do
 end
 for first = 1, #marked, 1000 do redis.call('SADD', SEEN, unpack(marked, first, math.min(first + 999, #marked))) end
 if batch.found > 0 then redis.call('INCRBY', FOUND, batch.found) end
-if batch.added > 0 then redis.call('INCRBY', COUNT, batch.added) end
 return out
 """,
     "queue": r"""-- Queue helpers. Every script of the queue runs on ONE shard and gets that
@@ -1117,22 +1138,16 @@ local function lo(dom) return '[' .. dom .. SEP end
 local function hi(dom) return '[' .. dom .. SEP .. '\255' end
 
 -- Returns 1 when the entry's domain had no ready entry before (it joins the domain index).
--- info: the entry's, when the caller has it (else read); batch: a push call's tally (its ready
--- count is added once, at the end, and a domain it made ready is known to be in DOMS).
+-- info: the entry's, when the caller has it (else read); batch: a push call's (a domain it made
+-- ready is known to be in DOMS). Q holds every ready entry: its ZCARD is the shard's ready count.
 local function make_ready(id, boost, info, batch)
   info = info or info_of(id)
   local dom = info.dom
-  local added = redis.call('ZADD', Q, 0, dom .. SEP .. enc(-info.p) .. SEP .. id)
+  redis.call('ZADD', Q, 0, dom .. SEP .. enc(-info.p) .. SEP .. id)
   local fresh = 0
-  if batch then
-    batch.added = batch.added + added
-    if not batch.doms[dom] then
-      fresh = redis.call('ZADD', DOMS, 'NX', 0, dom)
-      batch.doms[dom] = true
-    end
-  else
-    redis.call('INCRBY', COUNT, added)
+  if batch == nil or not batch.doms[dom] then
     fresh = redis.call('ZADD', DOMS, 'NX', 0, dom)
+    if batch then batch.doms[dom] = true end
   end
   if info.d > 0 and info.w > 0 then
     redis.call('ZADD', A, 0, dom .. SEP .. enc(info.d - info.p * info.w / boost) .. SEP .. id)
@@ -1144,12 +1159,11 @@ end
 -- more: true when the caller knows the domain has another ready entry. Returns whether it has.
 local function unindex(id, info, boost, more)
   local dom = info.dom
-  local removed = redis.call('ZREM', Q, dom .. SEP .. enc(-info.p) .. SEP .. id)
+  redis.call('ZREM', Q, dom .. SEP .. enc(-info.p) .. SEP .. id)
   if info.d > 0 and info.w > 0 then
     redis.call('ZREM', A, dom .. SEP .. enc(info.d - info.p * info.w / boost) .. SEP .. id)
     redis.call('ZREM', E, dom .. SEP .. enc(info.d) .. SEP .. id)
   end
-  if removed ~= 0 then redis.call('DECRBY', COUNT, removed) end
   if more ~= true and redis.call('ZLEXCOUNT', Q, lo(dom), hi(dom)) == 0 then
     redis.call('ZREM', DOMS, dom)
     return false

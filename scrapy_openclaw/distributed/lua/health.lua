@@ -85,6 +85,8 @@ local function h_num(s)
   return v
 end
 
+local h_advance  -- (defined below h_load)
+
 -- The domain's record brought up to now; nil when it has no state and no policy.
 local function h_load(hkey, now, pjson)
   local raw = redis.call('HMGET', hkey, unpack(HX))
@@ -144,6 +146,14 @@ local function h_load(hkey, now, pjson)
   d.ctl_hold, d.ctl_rate = math.max(0, d.ctl_hold or 0), math.max(0, d.ctl_rate or 0)
   d.ctl_concurrency, d.ctl_down = math.max(0, d.ctl_concurrency or 0), d.ctl_down or 0
   if d.ctl_down ~= 0 and d.ctl_down ~= 1 then d.ctl_down = 0 end
+  h_advance(d, p, now)
+  return d, p
+end
+
+-- The record brought up to *now* (HealthRegistry._get's part after the read): health recovery,
+-- token refill at the current rate, open -> half-open after the cooldown, a lost probe forgotten.
+-- A script that applies several records of one domain advances between them, as a read would.
+h_advance = function(d, p, now)
   local elapsed = now - d.updated
   if elapsed > 0 then
     local blocked_end = math.max(d.hold_until, d.ctl_hold)
@@ -165,7 +175,6 @@ local function h_load(hkey, now, pjson)
   elseif d.circuit == 'half_open' and d.probe_at ~= 0 and now - d.probe_at > math.max(d.cooldown, p.k_probe_lost_after) then
     d.probe_at = 0
   end
-  return d, p
 end
 
 -- Store the record; returns it as a flat field/value list (the caller's cache).

@@ -14,7 +14,7 @@
 -- only given when the original lives in the same shard (same domain).
 -- (runs after the shared queue.lua, see __init__.py)
 local boost, worker = tonumber(ARGV[1]), ARGV[2]
-local batch = {added = 0, doms = {}, found = 0}  -- (the call's counts, written once)
+local batch = {doms = {}, found = 0}  -- (the call's count of discovered requests, written once)
 
 -- The dupefilter: one SMISMEMBER for the call's fingerprints and one SADD of the new ones,
 -- not a SADD each (a page's links come in one call).
@@ -61,5 +61,4 @@ for i = 3, #ARGV, 8 do
 end
 for first = 1, #marked, 1000 do redis.call('SADD', SEEN, unpack(marked, first, math.min(first + 999, #marked))) end
 if batch.found > 0 then redis.call('INCRBY', FOUND, batch.found) end
-if batch.added > 0 then redis.call('INCRBY', COUNT, batch.added) end
 return out

@@ -66,22 +66,16 @@ local function lo(dom) return '[' .. dom .. SEP end
 local function hi(dom) return '[' .. dom .. SEP .. '\255' end
 
 -- Returns 1 when the entry's domain had no ready entry before (it joins the domain index).
--- info: the entry's, when the caller has it (else read); batch: a push call's tally (its ready
--- count is added once, at the end, and a domain it made ready is known to be in DOMS).
+-- info: the entry's, when the caller has it (else read); batch: a push call's (a domain it made
+-- ready is known to be in DOMS). Q holds every ready entry: its ZCARD is the shard's ready count.
 local function make_ready(id, boost, info, batch)
   info = info or info_of(id)
   local dom = info.dom
-  local added = redis.call('ZADD', Q, 0, dom .. SEP .. enc(-info.p) .. SEP .. id)
+  redis.call('ZADD', Q, 0, dom .. SEP .. enc(-info.p) .. SEP .. id)
   local fresh = 0
-  if batch then
-    batch.added = batch.added + added
-    if not batch.doms[dom] then
-      fresh = redis.call('ZADD', DOMS, 'NX', 0, dom)
-      batch.doms[dom] = true
-    end
-  else
-    redis.call('INCRBY', COUNT, added)
+  if batch == nil or not batch.doms[dom] then
     fresh = redis.call('ZADD', DOMS, 'NX', 0, dom)
+    if batch then batch.doms[dom] = true end
   end
   if info.d > 0 and info.w > 0 then
     redis.call('ZADD', A, 0, dom .. SEP .. enc(info.d - info.p * info.w / boost) .. SEP .. id)
@@ -93,12 +87,11 @@ end
 -- more: true when the caller knows the domain has another ready entry. Returns whether it has.
 local function unindex(id, info, boost, more)
   local dom = info.dom
-  local removed = redis.call('ZREM', Q, dom .. SEP .. enc(-info.p) .. SEP .. id)
+  redis.call('ZREM', Q, dom .. SEP .. enc(-info.p) .. SEP .. id)
   if info.d > 0 and info.w > 0 then
     redis.call('ZREM', A, dom .. SEP .. enc(info.d - info.p * info.w / boost) .. SEP .. id)
     redis.call('ZREM', E, dom .. SEP .. enc(info.d) .. SEP .. id)
   end
-  if removed ~= 0 then redis.call('DECRBY', COUNT, removed) end
   if more ~= true and redis.call('ZLEXCOUNT', Q, lo(dom), hi(dom)) == 0 then
     redis.call('ZREM', DOMS, dom)
     return false
