@@ -158,14 +158,17 @@ class RedisLink:
         """The Redis thread: the script calls waiting for their pipeline that run on *server*, for a
         queue round to carry in its own pipeline (one round trip less); their replies go back
         through :meth:`deliver_scripts`. The others stay for their own flush."""
-        taken, left = [], []
+        taken: list[tuple[Any, list[Any], list[Any], Any]] = []
+        left: list[tuple[Any, list[Any], list[Any], Any]] = []
         while self._scripts:
             call = self._scripts.popleft()
             (taken if same_server(call[0].registered_client, server) else left).append(call)
         self._scripts.extendleft(reversed(left))
         return merged(taken)
 
-    def deliver_scripts(self, calls: list[tuple[Any, list[Any], list[Any], Any]], outcomes: list[tuple[bool, Any]]) -> None:
+    def deliver_scripts(
+        self, calls: list[tuple[Any, list[Any], list[Any], Any]], outcomes: list[tuple[bool, Any]]
+    ) -> None:
         """The Redis thread: each taken call's ``(ok, reply or exception)`` to its callback, on the reactor thread."""
         for (_, _, _, callback), outcome in zip(calls, outcomes):
             self._to_reactor(self._deliver, outcome, callback, None, False)

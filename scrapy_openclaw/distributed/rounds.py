@@ -47,7 +47,8 @@ class Push:
 def _one(script: Any, keys: list[str], args: list[Any]) -> tuple[bool, Any]:
     """One script call, as ``run_scripts`` reports it: (ok, reply or the ResponseError)."""
     from redis.exceptions import ConnectionError as RedisConnectionError
-    from redis.exceptions import ResponseError, TimeoutError as RedisTimeoutError
+    from redis.exceptions import ResponseError
+    from redis.exceptions import TimeoutError as RedisTimeoutError
 
     try:
         return True, script(keys=keys, args=args)
@@ -427,7 +428,7 @@ class RoundRunner:
                     tries[shard] = tries.get(shard, 0) + 1
                     if tries[shard] < 3:
                         queue.insert(0, shard)
-                elif outcome is not None:
+                elif isinstance(outcome, float):
                     wait = outcome if wait is None else min(wait, outcome)
             if not queue or len(job.popped) >= job.pops:
                 break
