@@ -260,6 +260,7 @@ class HealthRegistry:
         count_delivered(d, now)
         if pace_sample(d, now, False, rate_of(d, p)):
             keep_pace(d, now, p.initial_rate)
+            self.readiness_epoch += 1  # (parked at the slow pace: the queue looks at it again now)
         self.histories.note(domain, d.born, sent_at(now, latency), NOTE_ANSWER)
         d.answered_at = d.last_success = now
         d.health = min(100.0, d.health + p.success_reward)
@@ -308,6 +309,7 @@ class HealthRegistry:
         domain_signal, in_share = _accounted(d, classification, retry_after, failed_before)
         if rate_signal and pace_sample(d, now, True, rate_of(d, p)):
             keep_pace(d, now, p.initial_rate)  # (judged pace-independent by this very refusal)
+            self.readiness_epoch += 1
             domain_signal = False
         if in_share:
             d.share_fast += _SHARE_FAST * (1.0 - d.share_fast)
