@@ -51,6 +51,7 @@ class RedisLink:
         self._to_reactor: Any = None
         self._scripts: deque[tuple[Any, list[Any], list[Any], Any]] = deque()  # (see submit_script)
         self._flush_queued = False
+        self._same: dict[int, bool] = {}  # id(a health script's client) -> it talks to the queue's Redis
 
     @classmethod
     def for_crawler(cls, crawler: Crawler, *, clock: Callable[[], float] = time.time) -> RedisLink:
@@ -162,7 +163,10 @@ class RedisLink:
         left: list[tuple[Any, list[Any], list[Any], Any]] = []
         while self._scripts:
             call = self._scripts.popleft()
-            (taken if same_server(call[0].registered_client, server) else left).append(call)
+            client = call[0].registered_client
+            if id(client) not in self._same:  # (asked once per client: the answer is for the crawl)
+                self._same[id(client)] = same_server(client, server)
+            (taken if self._same[id(client)] else left).append(call)
         self._scripts.extendleft(reversed(left))
         return merged(taken)
 

@@ -44,18 +44,15 @@ class Push:
         self.shard, self.keys, self.args, self.on_dupe, self.ack = shard, keys, args, on_dupe, ack
 
 
-def _one(script: Any, keys: list[str], args: list[Any]) -> tuple[bool, Any]:
-    """One script call, as ``run_scripts`` reports it: (ok, reply or the ResponseError)."""
-    from redis.exceptions import ConnectionError as RedisConnectionError
-    from redis.exceptions import ResponseError
-    from redis.exceptions import TimeoutError as RedisTimeoutError
-
-    try:
-        return True, script(keys=keys, args=args)
-    except (RedisConnectionError, RedisTimeoutError):
-        raise
-    except ResponseError as exc:
-        return False, exc
+def _until_error(outcomes: list[tuple[bool, Any]]) -> list[Any]:
+    """``run_scripts``' replies up to the first error, that error last: in a round's ordered
+    writes, what follows an error is not counted as done."""
+    out: list[Any] = []
+    for ok, res in outcomes:
+        out.append(res)
+        if not ok:
+            break
+    return out
 
 
 def _push_groups(pushes: list[Push]) -> list[list[Push]]:
@@ -239,13 +236,9 @@ class RoundRunner:
         if len(calls) == 1:
             script, keys, args = calls[0]
             return [script(keys=keys, args=args)]
-        out: list[Any] = []
-        for ok, res in run_scripts(self.server, calls):
-            if not ok:
-                if not partial:
-                    raise res
-                return [*out, res]
-            out.append(res)
+        out = _until_error(run_scripts(self.server, calls))
+        if out and not partial and isinstance(out[-1], Exception):
+            raise out[-1]
         return out
 
     def _server_changed(self) -> bool:
@@ -277,14 +270,10 @@ class RoundRunner:
         else:
             first = pushes
         calls = [*first, *rest, *pops, *((s, k, a) for s, k, a, _ in riders)]
-        outcomes = run_scripts(self.server, calls) if len(calls) > 1 else [_one(*calls[0])] if calls else []
+        outcomes = run_scripts(self.server, calls) if calls else []
         if riders:
             self.delivered(riders, outcomes[len(outcomes) - len(riders) :])
-        # (in order: the first error stops the round, what follows it is not counted as done)
-        replies = [res for _, res in outcomes[: len(first) + len(rest)]]
-        errors = [i for i, (ok, _) in enumerate(outcomes[: len(first) + len(rest)]) if not ok]
-        if errors:
-            replies = replies[: errors[0] + 1]
+        replies = _until_error(outcomes[: len(first) + len(rest)])
         if not self.cluster:
             self._pushed(job, groups, replies[: len(pushes)])
             replies = replies[len(pushes) :]
