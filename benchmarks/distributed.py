@@ -76,12 +76,12 @@ def queue_size(
     return sum(int(size(layout.name(what, i))) for i in range(shards))
 
 
-def health_state(redis_url: str, domain: str, *, spider: str = "chaos", shards: int = 16) -> dict[str, str]:
-    """The shared health hash of *domain*, decoded."""
+def health_state(redis_url: str, domain: str, *, spider: str = "chaos", shards: int = 16) -> dict[str, Any]:
+    """The shared health state of *domain* (its record's entries)."""
+    from scrapy_openclaw.distributed.fields import read_state
     from scrapy_openclaw.distributed.shards import health_key
 
-    raw = client(redis_url).hgetall(health_key(spider, domain, shards))
-    return {k.decode(): v.decode() for k, v in raw.items()}
+    return read_state(client(redis_url), health_key(spider, domain, shards))
 
 
 #: Every worker of a distributed crawl seals and checks Redis entries with the same key.

@@ -14,6 +14,8 @@ from typing import Any
 import pytest
 import redis
 
+from scrapy_openclaw.distributed.fields import read_state
+
 # loaded by path: putting benchmarks/ on sys.path would let its modules shadow the stdlib
 _spec = importlib.util.spec_from_file_location(
     "openclaw_bench_distributed", Path(__file__).resolve().parents[1] / "benchmarks" / "distributed.py"
@@ -164,8 +166,8 @@ def test_a_limit_the_site_says_paces_every_worker(
     # one request of slack: an arrival the site logged late, as in the test above)
     assert refused <= 1 and _beyond_the_bucket(site, limit, burst) <= 1
     client = redis.Redis.from_url(redis_server.url)
-    hashes = [key for key in client.scan_iter(match="*:health:*") if client.type(key) == b"hash"]
-    declared = [client.hget(key, "declared") for key in hashes]
+    records = [key for key in client.scan_iter(match="*:health:*") if client.type(key) == b"string"]
+    declared = [read_state(client, key).get("declared") for key in records]
     assert [float(v) for v in declared if v is not None] == [limit]
 
 

@@ -14,6 +14,7 @@ import time
 from typing import Any
 
 import pytest
+import redis
 from scrapy import Spider
 from scrapy.utils.test import get_crawler
 
@@ -21,6 +22,7 @@ from scrapy_openclaw.distributed.health import RedisHealthRegistry
 from scrapy_openclaw.errors import Classification, ErrorClass
 from scrapy_openclaw.health import HealthRegistry
 from scrapy_openclaw.policy import PolicySet
+from tests.health_records import record
 
 C429 = Classification(ErrorClass.PROTOCOL_RETRYABLE, "http_429", 429)
 C503 = Classification(ErrorClass.PROTOCOL_RETRYABLE, "http_503", 503)
@@ -476,8 +478,30 @@ def test_a_rounds_records_of_one_domain_in_one_call_leave_what_one_by_one_leaves
     for script, keys, args, _ in together:
         script(keys=keys, args=args)
     client = redis.Redis.from_url(redis_server.url)
-    one, every = (client.hgetall(shared._keys(d)[0]) for d in ("one.test", "all.test"))
-    del one[b"ttl_at"], every[b"ttl_at"]  # (when the TTL was set: at the first record, or the last)
-    assert one == every and float(one[b"requests"]) > 0
+    one, every = (record(client, shared._keys(d)[0]) for d in ("one.test", "all.test"))
+    del one["ttl_at"], every["ttl_at"]  # (when the TTL was set: at the first record, or the last)
+    assert one == every and one["requests"] > 0
     assert client.lrange(shared._keys("one.test")[2], 0, -1) == client.lrange(shared._keys("all.test")[2], 0, -1)
+    client.close()
+
+
+def test_a_snapshot_restored_into_redis_is_the_record_the_scripts_read(redis_server: Any) -> None:
+    """A checkpoint's health snapshot written into Redis (``restore``) is a record like the
+    scripts' own: they read it (an open circuit stays open), and the first writer wins."""
+    local, shared = _pair(redis_server.url, {"circuit_failures": 2, "circuit_cooldown": 60.0, "circuit_jitter": 0.0})
+    now = time.time()
+    for i in range(2):
+        local.record_failure("down.test", TIMEOUT, now + i)
+    local.record_success("up.test", 0.1, now)
+    data = local.snapshot()
+    shared.restore(data)
+    client = redis.Redis.from_url(redis_server.url)
+    stored = record(client, shared.health_key("down.test"))
+    assert stored["circuit"] == "open" and stored["failures"] == 2 and "latency" not in stored
+    assert not shared.try_acquire("down.test", now + 3)  # the script reads the restored circuit
+    assert shared.try_acquire("up.test", now + 3)
+    assert record(client, shared.health_key("down.test"))["circuit"] == "open"
+    _, other = _pair(redis_server.url)
+    other.restore({**data, "domains": {"down.test": {**data["domains"]["down.test"], "failures": 9}}})
+    assert record(client, shared.health_key("down.test"))["failures"] == 2  # (already there: kept)
     client.close()

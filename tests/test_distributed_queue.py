@@ -17,6 +17,7 @@ from scrapy_openclaw.distributed import configure, serializer
 from scrapy_openclaw.distributed.connection import client_from_settings
 from scrapy_openclaw.distributed.queue import LEASE, LeasedDeadlineQueue
 from scrapy_openclaw.settings import OpenClawSettings
+from tests.health_records import forge, record
 
 
 class _Spider(Spider):
@@ -295,7 +296,7 @@ def test_given_up_domain_is_handed_out_ungated(queues: Any) -> None:
     for domain in ("down.test", "flaky.test"):  # both open, with a 60 s cool-down ahead
         assert q.registry.record_failure(domain, refused, now - 1.0) == "open"
     # down.test's outage began 5 s ago (another worker saw its first failures)
-    q.server.hset(q.registry._key("down.test"), "down_since", repr(now - 5.0))
+    forge(q.server, q.registry._key("down.test"), down_since=now - 5.0)
     assert not q.registry.given_up("down.test")  # this worker's cache is a step behind ...
     got = [q.pop() for _ in range(3)]
     assert sorted(r.url for r in got if r is not None) == [f"http://down.test/{i}" for i in range(3)]
@@ -414,26 +415,30 @@ def test_an_entry_queued_by_an_earlier_version_is_still_served_and_cleaned_up(qu
     assert _ready(q) == 0
 
 
-def test_a_health_record_writes_the_policy_only_when_it_changed(redis_server: Any) -> None:
+def test_a_health_record_is_one_read_and_one_write_and_keeps_the_policy_it_was_handed(redis_server: Any) -> None:
     from redis import Redis
 
-    from scrapy_openclaw.distributed.health import RedisHealthRegistry
+    from scrapy_openclaw.distributed.health import RedisHealthRegistry, policy_id
 
     def registry(rate: float) -> RedisHealthRegistry:
         policy = {"defaults": {"health": {"initial_rate": rate}}}
         return RedisHealthRegistry(get_crawler(_Spider, {"REDIS_URL": redis_server.url, "OPENCLAW_POLICY": policy}))
 
     old, new = registry(8.0), registry(4.0)
+    assert policy_id(old.policy_json("a.test")) != policy_id(new.policy_json("a.test"))
     server = Redis.from_url(redis_server.url)
     server.config_resetstat()
     now = time.time()
     for i in range(3):
         old.record_success("a.test", 0.1, now + i)
     key = old.health_key("a.test")
-    assert server.hget(key, "policy").decode() == old.policy_json("a.test")
     stats = server.info("commandstats")
-    assert int(stats["cmdstat_hset"]["calls"]) == 3  # one state write per record, the policy in the first
-    assert stats["cmdstat_hmget"]["calls"] == 3  # (its one read)
+    assert int(stats["cmdstat_set"]["calls"]) == 3  # one write per record, the policy with the state
+    assert int(stats["cmdstat_get"]["calls"]) == 3  # (its one read)
+    assert "cmdstat_hset" not in stats and "cmdstat_hmget" not in stats
+    stored = record(server, key)
+    assert stored["pid"] == policy_id(old.policy_json("a.test")) and stored["pol"]["initial_rate"] == 8.0
     new.record_success("a.test", 0.1, now + 4)  # (a worker started with another policy file)
-    assert server.hget(key, "policy").decode() == new.policy_json("a.test")
-    assert int(server.info("commandstats")["cmdstat_hset"]["calls"]) == 4  # (with the state, one write)
+    stored = record(server, key)
+    assert stored["pid"] == policy_id(new.policy_json("a.test")) and stored["pol"]["initial_rate"] == 4.0
+    assert int(server.info("commandstats")["cmdstat_set"]["calls"]) == 4

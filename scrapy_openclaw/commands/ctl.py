@@ -323,6 +323,7 @@ def _operator() -> str:
 
 def redis_domains(server: Any, spider: str, queue_key: str | None = None, shards: int = 16) -> dict[str, Any]:
     """Every domain's shared state read from Redis (distributed mode), in the API's ``domains`` shape."""
+    from scrapy_openclaw.distributed.fields import read_state
     from scrapy_openclaw.distributed.shards import ShardKeys, health_domains_key, health_key
 
     now = time.time()
@@ -333,15 +334,12 @@ def redis_domains(server: Any, spider: str, queue_key: str | None = None, shards
         names += server.smembers(health_domains_key(spider, shard))
     for raw in sorted(names):
         domain = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
-        fields = {
-            (k.decode() if isinstance(k, bytes) else k): (v.decode() if isinstance(v, bytes) else v)
-            for k, v in server.hgetall(health_key(spider, domain, shards)).items()
-        }
+        fields = read_state(server, health_key(spider, domain, shards))
 
         def num(name: str) -> float:
             try:
                 return float(fields.get(name) or 0)
-            except ValueError:
+            except (TypeError, ValueError):
                 return 0.0
 
         circuit = fields.get("circuit", "closed")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
 import json
 import logging
 import math
@@ -17,6 +18,7 @@ import time
 from collections.abc import Callable, Container
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
+import msgpack
 from redis.exceptions import RedisError
 from scrapy.utils.misc import build_from_crawler
 
@@ -24,7 +26,7 @@ from scrapy_openclaw._condensed import CondensedWarnings
 from scrapy_openclaw.distributed import lua
 from scrapy_openclaw.distributed import shards as sharding
 from scrapy_openclaw.distributed.connection import reply_text
-from scrapy_openclaw.distributed.fields import typed_fields
+from scrapy_openclaw.distributed.fields import read_state, shown, typed_fields, unpack_state
 from scrapy_openclaw.distributed.link import RedisLink
 from scrapy_openclaw.health.registry import HealthRegistry, scrapy_limits, tuning
 from scrapy_openclaw.health.registry.limitfit import NOTE_ANSWER, NoHistories, measures_limit, note_kind, sent_at
@@ -43,14 +45,19 @@ logger = logging.getLogger(__name__)
 _T = TypeVar("_T")
 
 
-def _typed(fields: dict[str, str]) -> dict[str, Any]:
-    """Redis hash strings -> the field types of a local registry snapshot (bad fields left out)."""
+def _typed(fields: dict[str, Any]) -> dict[str, Any]:
+    """A record's entries -> the field types of a local registry snapshot (bad fields left out)."""
     return typed_fields(fields, lambda name, value: None)
 
 
 def _pairs(flat: list[Any]) -> dict[str, str]:
     items = [reply_text(x) for x in flat]
     return dict(zip(items[0::2], items[1::2]))
+
+
+def policy_id(policy_json: str) -> str:
+    """The ``"_id"`` :meth:`RedisHealthRegistry.policy_json` begins with (``health.lua``'s ``pid``)."""
+    return policy_json[len('{"_id":"') :].split('"', 1)[0]
 
 
 class RedisHealthRegistry(HealthRegistry):
@@ -150,22 +157,31 @@ class RedisHealthRegistry(HealthRegistry):
             data.update(
                 tuning.lua_constants(),
                 k_retry_poll=_retry_poll(),
-                k_key_ttl=self.idle_ttl,  # the hash's TTL, refreshed by every script that saves it
+                k_key_ttl=self.idle_ttl,  # the record's TTL, refreshed by the scripts that save it
             )
-            cached = self._policy_json[policy] = json.dumps(data, sort_keys=True)
+            body = json.dumps(data, sort_keys=True, separators=(",", ":"))
+            # Its id first: a script handed the policy its record holds does not decode it again
+            digest = hashlib.sha1(body.encode("utf-8")).hexdigest()[:16]
+            cached = self._policy_json[policy] = f'{{"_id":"{digest}",{body[1:]}'
         return cached
 
     # --- the cache ----------------------------------------------------------------
 
-    def refresh(self, domain: str, flat: list[Any] | dict[str, str]) -> None:
-        """Replace the cached state of *domain* with fields read from Redis."""
-        fields = flat if isinstance(flat, dict) else _pairs(flat)
-        if not fields.get("health"):
+    def refresh(self, domain: str, stored: bytes | list[Any] | dict[str, Any]) -> None:
+        """Replace the cached state of *domain* with its record read from Redis (a script's
+        reply: the stored value; or its entries)."""
+        if isinstance(stored, dict):
+            fields = stored
+        elif isinstance(stored, (bytes, str)):
+            fields = unpack_state(stored)
+        else:
+            fields = _pairs(stored)
+        if fields.get("health") in (None, ""):
             return
         cached = self._domains.get(domain)
         invalid: list[str] = []
 
-        def bad(name: str, value: str) -> None:
+        def bad(name: str, value: Any) -> None:
             invalid.append(name)
             self._report_invalid(domain, name, value)
 
@@ -180,13 +196,13 @@ class RedisHealthRegistry(HealthRegistry):
                 "Ignoring unreadable health state of %(domain)s in Redis: %(error)s", {"domain": domain, "error": exc}
             )
 
-    def _report_invalid(self, domain: str, name: str, value: str) -> None:
+    def _report_invalid(self, domain: str, name: str, value: Any) -> None:
         self.crawler.stats.inc_value("openclaw/redis/invalid_fields")
         self._invalid.warn(
             (domain, name),
             "Ignoring health field %(field)s=%(value)r of %(domain)s in Redis: not a valid value "
             "(written by something other than a worker?); this worker's own value stands",
-            {"field": name, "value": value[:40] + ("..." if len(value) > 40 else ""), "domain": domain},
+            {"field": name, "value": shown(value), "domain": domain},
         )
 
     def _run(self, script: Any, domain: str, args: list[Any]) -> Any:
@@ -417,15 +433,15 @@ class RedisHealthRegistry(HealthRegistry):
 
     # --- persistence -----------------------------------------------------------------
 
-    def _redis_domains(self) -> dict[str, dict[str, str]]:
+    def _redis_domains(self) -> dict[str, dict[str, Any]]:
         names: list[str] = []
         for shard in range(self.shards):
             names += (reply_text(m) for m in self.server.smembers(sharding.health_domains_key(self.spider_name, shard)))
         names.sort()
         out = {}
         for name in names:
-            fields = {reply_text(k): reply_text(v) for k, v in self.server.hgetall(self._key(name)).items()}
-            if fields.get("health"):
+            fields = read_state(self.server, self._key(name))
+            if fields.get("health") not in (None, ""):
                 out[name] = fields
         return out
 
@@ -447,12 +463,15 @@ class RedisHealthRegistry(HealthRegistry):
         check = HealthRegistry(self._policies)
         check.restore(data)
         for name, fields in check.snapshot()["domains"].items():
-            mapping = {k: ("" if v is None else (v if isinstance(v, str) else repr(v))) for k, v in fields.items()}
-            mapping["policy"] = self.policy_json(name)
-            if self.server.hsetnx(self._key(name), "health", mapping["health"]):
-                self.server.hset(self._key(name), mapping=mapping)
+            pjson = self.policy_json(name)
+            record = {k: v for k, v in fields.items() if v is not None}
+            # (as health.lua's h_save stores it: the policy packed on its own)
+            record.update(pol=msgpack.packb(json.loads(pjson)), pid=policy_id(pjson))
+            if self.server.set(
+                self._key(name), msgpack.packb(record, use_bin_type=False), nx=True
+            ):  # (Redis's cmsgpack reads no bin type)
                 self.server.sadd(self._domains_key(name), name)
-            self.refresh(name, {k: reply_text(v) for k, v in mapping.items()})
+            self.refresh(name, fields)
 
 
 def shared_registry(crawler: Crawler) -> RedisHealthRegistry | None:

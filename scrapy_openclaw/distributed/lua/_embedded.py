@@ -60,7 +60,7 @@ local sid = redis.call('XADD', KEYS[1], '*', 'id', ARGV[1], 'data', ARGV[2])
 redis.call('HSET', KEYS[2], ARGV[1], sid)
 return 1
 """,
-    "h_acquire": r"""-- ARGV: now, policy_json, token(1/0) -> {ok, {fields}}
+    "h_acquire": r"""-- ARGV: now, policy_json, token(1/0) -> {ok, record}
 -- (runs after the shared health.lua, see __init__.py)
 h_index = {KEYS[2], ARGV[#ARGV], KEYS[3]}  -- the domain index (last ARGV: the domain), the fit's history
 local now = tonumber(ARGV[1])
@@ -71,7 +71,7 @@ if ok then return {1, flat} end
 return {0, flat}
 """,
     "h_control": r"""-- Operator overrides (HealthRegistry.control). ARGV: now, policy_json, then name/value pairs
--- of ctl_hold, ctl_rate, ctl_concurrency, ctl_down -> {fields}. Ending a give-up forgives the
+-- of ctl_hold, ctl_rate, ctl_concurrency, ctl_down -> record. Ending a give-up forgives the
 -- outage so far (down_since = now).
 -- (runs after the shared health.lua, see __init__.py)
 h_index = {KEYS[2], ARGV[#ARGV], KEYS[3]}  -- the domain index (last ARGV: the domain), the fit's history
@@ -83,7 +83,7 @@ for i = 3, #ARGV - 1, 2 do
 end
 return h_save(KEYS[1], d, ARGV[2])
 """,
-    "h_crawl_delay": r"""-- robots.txt Crawl-delay (0: none). ARGV: now, policy_json, seconds, owed -> {fields}
+    "h_crawl_delay": r"""-- robots.txt Crawl-delay (0: none). ARGV: now, policy_json, seconds, owed -> record (the stored value, see h_save)
 -- (owed: pages already past the queue that the download slot spaces instead)
 -- (runs after the shared health.lua, see __init__.py)
 h_index = {KEYS[2], ARGV[#ARGV], KEYS[3]}  -- the domain index (last ARGV: the domain), the fit's history
@@ -93,7 +93,7 @@ if d.crawl_delay > 0 then d.tokens = math.min(d.tokens, 0) - (tonumber(ARGV[4]) 
 return h_save(KEYS[1], d, ARGV[2])
 """,
     "h_declare": r"""-- The limit the domain's RateLimit headers declare (HealthRegistry.declare_limit).
--- ARGV: now, policy_json, pace (req/s; 0: none any more) -> {fields}
+-- ARGV: now, policy_json, pace (req/s; 0: none any more) -> record (the stored value, see h_save)
 -- (runs after the shared health.lua, see __init__.py)
 h_index = {KEYS[2], ARGV[#ARGV], KEYS[3]}  -- the domain index (last ARGV: the domain), the fit's history
 local now = tonumber(ARGV[1])
@@ -106,7 +106,7 @@ return h_save(KEYS[1], d, ARGV[2])
 -- limit ('' for none), burst cap, Crawl-delay
 -- (runs after the shared health.lua, see __init__.py)
 local now = tonumber(ARGV[1])
-local new = redis.call('HEXISTS', KEYS[1], 'health') == 0
+local new = redis.call('EXISTS', KEYS[1]) == 0
 local d, p = h_load(KEYS[1], now, ARGV[2])
 redis.call('SADD', KEYS[2], ARGV[3])
 if new and ARGV[4] then
@@ -125,7 +125,7 @@ if new and ARGV[4] then
 end
 return h_save(KEYS[1], d, ARGV[2])
 """,
-    "h_hold": r"""-- Holds only ever extend. ARGV: now, policy_json, until -> {fields}
+    "h_hold": r"""-- Holds only ever extend. ARGV: now, policy_json, until -> record (the stored value, see h_save)
 -- (runs after the shared health.lua, see __init__.py)
 h_index = {KEYS[2], ARGV[#ARGV], KEYS[3]}  -- the domain index (last ARGV: the domain), the fit's history
 local d, p = h_load(KEYS[1], tonumber(ARGV[1]), ARGV[2])
@@ -140,7 +140,7 @@ return h_save(KEYS[1], d, ARGV[2])
 --       a rate signal (1/0)
 --       the domain. Several records (a round's, in order) cost one read and one write.
 -- KEYS: the domain's hash, the domain index, the domain's history for the limit fit
---       -> {{fields}, the circuit transition these records caused: 'open' | 'closed' | ''}
+--       -> {record, the circuit transition these records caused: 'open' | 'closed' | ''}
 -- (runs after the shared health.lua, see __init__.py)
 h_index = {KEYS[2], ARGV[#ARGV], KEYS[3]}  -- the domain index (last ARGV: the domain), the fit's history
 local d, p, before, policy = nil, nil, nil, nil
@@ -168,10 +168,12 @@ if d.circuit ~= before and d.circuit ~= 'half_open' then changed = d.circuit end
 return {h_save(KEYS[1], d, policy), changed}
 """,
     "health": r"""-- The rate controller, a line-by-line port of scrapy_openclaw/health/registry/ (pacing.py, recording.py)
--- (HealthRegistry). The hash fields are the names of registry._Domain's slots
--- (None stored as ''), plus 'policy' (cjson of the domain's HealthPolicy and the
--- registry's module constants, written by RedisHealthRegistry; a None in it
--- arrives as cjson.null, so optional knobs are tested with type() == 'number').
+-- (HealthRegistry). A domain's record is one MessagePack map (one GET and one SET per script,
+-- no field parsed from text): the names of registry._Domain's slots (a None left out), plus
+-- 'pol' (the domain's HealthPolicy and the registry's module constants, as RedisHealthRegistry's
+-- policy JSON decodes, itself packed: a save copies it unread; a None in it is left out, so
+-- optional knobs are tested with type() == 'number'), 'pid' (that JSON's "_id": a script handed the same policy does not
+-- decode it again), 'ttl_at' and 'fit' (see h_save and h_note).
 -- Where each rule lives in the Python original:
 --
 --   h_load          HealthRegistry._get (new domain = _Domain.__init__; health
@@ -210,8 +212,7 @@ local HF = {'health', 'rate', 'tokens', 'threshold', 'updated', 'last_decrease',
   'burst_cap', 'declared',
   'iv_start', 'iv_ok', 'iv_refused', 'ref_share', 'ref_pace', 'ref_ok', 'refusals_flat',
   'ctl_hold', 'ctl_rate', 'ctl_concurrency', 'ctl_down'}
--- Read with the fields, not part of the state (HF): when the hash's TTL was last set, in the
--- record's clock ('p': persisted), and the start bin of the limit fit's history ('' or missing: none)
+-- An earlier version's record: a hash of text fields, read once (h_read) and replaced by the next save
 local HX = {'policy'}
 for _, name in ipairs(HF) do table.insert(HX, name) end
 table.insert(HX, 'ttl_at')
@@ -220,8 +221,7 @@ local h_ttl = 0  -- seconds an idle domain's hash lives (policy k_key_ttl; 0: fo
 -- {index key, domain, history key}, set by a script that may create the state: a new state joins
 -- the index, and the history's TTL is set with the hash's (h_save)
 local h_index = nil
--- hash key -> {raw = its fields' text as h_load read them, nums = their numbers}: h_save writes
--- only the fields that changed, and keeps an unchanged number's text (no formatting)
+-- record key -> {raw = the value h_load read, pol (packed)/pid = the policy to store, ttl_at, fit}
 local h_stored = {}
 
 local function f17(x)
@@ -245,30 +245,68 @@ local function h_burst(d, p)
   return math.max(1, burst)
 end
 
--- A number read from the hash; nil when it is not one within bounds (anyone who can write to
--- Redis can write the hash: distributed/fields.py applies the same bounds and reports the field).
+-- A number read from a record; nil when it is not one within bounds (anyone who can write to
+-- Redis can write the record: distributed/fields.py applies the same bounds and reports the field).
+-- An earlier version's hash holds text.
 local function h_num(s)
-  if type(s) ~= 'string' or #s > 40 then return nil end
-  local v = tonumber(s)
+  local v = s
+  if type(s) == 'string' then
+    if #s > 40 then return nil end
+    v = tonumber(s)
+  elseif type(s) ~= 'number' then
+    return nil
+  end
   if v == nil or v ~= v or v > 1e10 or v < -1e10 then return nil end
   return v
+end
+
+-- The stored record as a map, or nil (none, or not a map: a forged value is not acted on and
+-- the next save replaces it). An earlier version's hash (GET: WRONGTYPE) is read field by field.
+local function h_read(hkey)
+  local raw = redis.pcall('GET', hkey)
+  if type(raw) == 'string' then
+    local ok, m = pcall(cmsgpack.unpack, raw)
+    if not ok or type(m) ~= 'table' then return nil, raw end
+    if type(m.pol) == 'string' then
+      local fine, pol = pcall(cmsgpack.unpack, m.pol)
+      m.pol_raw, m.pol = m.pol, nil
+      if fine and type(pol) == 'table' then m.pol = pol end
+    end
+    return m, raw
+  end
+  if type(raw) ~= 'table' then return nil, nil end  -- (false: no key)
+  local fields = redis.call('HMGET', hkey, unpack(HX))
+  local m = {ttl_at = fields[#HF + 2] or nil, fit = fields[#HF + 3] or nil}
+  for i, name in ipairs(HF) do m[name] = fields[i + 1] or nil end
+  if m.ttl_at ~= 'p' then m.ttl_at = h_num(m.ttl_at) end
+  if fields[1] then
+    local ok, pol = pcall(cjson.decode, fields[1])
+    if ok and type(pol) == 'table' then m.pol, m.pol_raw = pol, cmsgpack.pack(pol) end
+  end
+  return m, nil
 end
 
 local h_advance  -- (defined below h_load)
 
 -- The domain's record brought up to now; nil when it has no state and no policy.
+-- pjson: the policy JSON a worker hands over ('' or nil: the stored one; none stored: nil).
 local function h_load(hkey, now, pjson)
-  local raw = redis.call('HMGET', hkey, unpack(HX))
-  local nums = {}
-  h_stored[hkey] = {raw = raw, nums = nums, ttl_at = raw[#HF + 2], fit = raw[#HF + 3]}
-  local pj = pjson
-  if pj == nil or pj == '' then pj = raw[1] end
-  if not pj then return nil end
-  local p = cjson.decode(pj)
+  local m, raw = h_read(hkey)
+  local p, pid, packed = nil, nil, nil
+  if pjson ~= nil and pjson ~= '' then pid = string.match(pjson, '^{"_id":"(%x+)"') or pjson end
+  if m and m.pol and (pid == nil or m.pid == pid) then
+    p, pid, packed = m.pol, m.pid, m.pol_raw
+  elseif pid then
+    p = cjson.decode(pjson)
+    packed = cmsgpack.pack(p)
+  else
+    return nil
+  end
+  m = m or {}
+  h_stored[hkey] = {raw = raw, pol = packed, pid = pid, ttl_at = m.ttl_at, fit = h_num(m.fit)}
   h_ttl = tonumber(p.k_key_ttl) or 0
-  -- (not fields: h_save writes the policy only when it changed; fit_start: see h_note)
-  local d = {stored_policy = raw[1], fit_start = tonumber(raw[#HF + 3] or '')}
-  if not raw[2] then
+  local d = {fit_start = h_num(m.fit)}  -- (not a field: see h_note)
+  if m.health == nil then
     d.fresh = true
     d.health, d.rate, d.threshold = 100, p.initial_rate, nil
     d.tokens = math.max(1, math.min(p.burst, math.floor(p.initial_rate * p.k_burst_seconds)))
@@ -284,14 +322,8 @@ local function h_load(hkey, now, pjson)
     d.ctl_hold, d.ctl_rate, d.ctl_concurrency, d.ctl_down = 0, 0, 0, 0
     return d, p
   end
-  for i, name in ipairs(HF) do
-    if name == 'circuit' then
-      d.circuit = raw[i + 1] or 'closed'
-    else
-      d[name] = h_num(raw[i + 1])
-      nums[i] = d[name]
-    end
-  end
+  for _, name in ipairs(HF) do d[name] = h_num(m[name]) end
+  d.circuit = m.circuit
   if d.circuit ~= 'open' and d.circuit ~= 'half_open' then d.circuit = 'closed' end
   -- (a field left out as invalid: the value a new record has)
   d.health = math.min(100, math.max(0, d.health or 100))
@@ -346,38 +378,15 @@ h_advance = function(d, p, now)
   end
 end
 
--- Store the record; returns it as a flat field/value list (the caller's cache).
+-- Store the record; returns the stored value (the worker's cache reads it: fields.unpack_state).
 -- keep_ttl: leave the TTL to the scripts that know the history's key (the pop).
 local function h_save(hkey, d, pjson, keep_ttl)
-  local flat, changed = {}, {}
-  local stored = h_stored[hkey] or {raw = {}, nums = {}}
-  local raw, nums = stored.raw, stored.nums
-  local now_raw, now_nums = {raw[1]}, {}
-  for i, name in ipairs(HF) do
-    local v, value = d[name], nil
-    if name == 'circuit' then
-      value = v
-    elseif v ~= nil and v == nums[i] and raw[i + 1] then
-      value = raw[i + 1]  -- unchanged: the text it was read from
-    else
-      value = f17(v)
-    end
-    table.insert(flat, name)
-    table.insert(flat, value)
-    now_raw[i + 1], now_nums[i] = value, v
-    if raw[i + 1] ~= value then  -- (HMGET's false for a missing field: written)
-      table.insert(changed, name)
-      table.insert(changed, value)
-    end
-  end
-  local fit = ''
-  if d.fit_start then fit = f17(d.fit_start) end
-  if fit ~= (stored.fit or '') then
-    table.insert(changed, 'fit')
-    table.insert(changed, fit)
-  end
-  -- The TTL (HealthRegistry.evict_idle: what outlives idleness never expires) is set when it
-  -- must move by more than a quarter of itself, not on every save: a busy domain's hash would
+  local stored = h_stored[hkey] or {}
+  local m = {}
+  for _, name in ipairs(HF) do m[name] = d[name] end
+  m.pol, m.pid, m.fit = stored.pol, stored.pid, d.fit_start
+  -- The TTL (HealthRegistry.evict_idle: what outlives idleness never expires) moves when it
+  -- must move by more than a quarter of itself, not on every save: the fit history's would
   -- otherwise cost a PEXPIRE per response. It expires at most h_ttl / 4 early.
   local ttl_at, expire_ms = stored.ttl_at, nil
   if h_ttl > 0 and not keep_ttl then
@@ -389,32 +398,31 @@ local function h_save(hkey, d, pjson, keep_ttl)
       local target = d.updated + held + h_ttl
       local mark = tonumber(ttl_at or '')
       if mark == nil or target - mark > h_ttl / 4 or target < mark - h_ttl then
-        ttl_at, expire_ms = f17(target), math.floor((held + h_ttl) * 1000)
+        ttl_at, expire_ms = target, math.floor((held + h_ttl) * 1000)
       end
     end
-    if expire_ms then
-      table.insert(changed, 'ttl_at')
-      table.insert(changed, ttl_at)
+  end
+  m.ttl_at = ttl_at
+  local blob = cmsgpack.pack(m)
+  if blob ~= stored.raw or expire_ms then
+    -- (a SET drops the key's TTL unless told: PX sets the new one, KEEPTTL keeps it)
+    if expire_ms == -1 then
+      redis.call('SET', hkey, blob)
+    elseif expire_ms then
+      redis.call('SET', hkey, blob, 'PX', expire_ms)
+    else
+      redis.call('SET', hkey, blob, 'KEEPTTL')
     end
   end
-  if pjson ~= nil and pjson ~= '' and pjson ~= d.stored_policy then
-    table.insert(changed, 'policy')
-    table.insert(changed, pjson)
-    d.stored_policy, now_raw[1] = pjson, pjson
-  end
-  if #changed > 0 then redis.call('HSET', hkey, unpack(changed)) end
-  h_stored[hkey] = {raw = now_raw, nums = now_nums, ttl_at = ttl_at, fit = fit}
+  h_stored[hkey] = {raw = blob, pol = stored.pol, pid = stored.pid, ttl_at = ttl_at, fit = d.fit_start}
   if d.fresh and h_index then
     redis.call('SADD', h_index[1], h_index[2])
     d.fresh = nil
   end
-  if expire_ms == -1 then
-    redis.call('PERSIST', hkey)
-  elseif expire_ms then
-    redis.call('PEXPIRE', hkey, expire_ms)
-    if h_index and h_index[3] then redis.call('PEXPIRE', h_index[3], expire_ms) end  -- (the history's with it)
+  if expire_ms and expire_ms > 0 and h_index and h_index[3] then
+    redis.call('PEXPIRE', h_index[3], expire_ms)  -- (the history's with it)
   end
-  return flat
+  return blob
 end
 
 local function h_blocked_until(d, p)

@@ -1,4 +1,4 @@
--- ARGV: now, policy_json, token(1/0) -> {ok, {fields}}
+-- ARGV: now, policy_json, token(1/0) -> {ok, record}
 -- (runs after the shared health.lua, see __init__.py)
 h_index = {KEYS[2], ARGV[#ARGV], KEYS[3]}  -- the domain index (last ARGV: the domain), the fit's history
 local now = tonumber(ARGV[1])

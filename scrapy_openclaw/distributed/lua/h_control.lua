@@ -1,5 +1,5 @@
 -- Operator overrides (HealthRegistry.control). ARGV: now, policy_json, then name/value pairs
--- of ctl_hold, ctl_rate, ctl_concurrency, ctl_down -> {fields}. Ending a give-up forgives the
+-- of ctl_hold, ctl_rate, ctl_concurrency, ctl_down -> record. Ending a give-up forgives the
 -- outage so far (down_since = now).
 -- (runs after the shared health.lua, see __init__.py)
 h_index = {KEYS[2], ARGV[#ARGV], KEYS[3]}  -- the domain index (last ARGV: the domain), the fit's history

@@ -1,4 +1,4 @@
--- robots.txt Crawl-delay (0: none). ARGV: now, policy_json, seconds, owed -> {fields}
+-- robots.txt Crawl-delay (0: none). ARGV: now, policy_json, seconds, owed -> record (the stored value, see h_save)
 -- (owed: pages already past the queue that the download slot spaces instead)
 -- (runs after the shared health.lua, see __init__.py)
 h_index = {KEYS[2], ARGV[#ARGV], KEYS[3]}  -- the domain index (last ARGV: the domain), the fit's history

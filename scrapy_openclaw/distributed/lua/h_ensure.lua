@@ -3,7 +3,7 @@
 -- limit ('' for none), burst cap, Crawl-delay
 -- (runs after the shared health.lua, see __init__.py)
 local now = tonumber(ARGV[1])
-local new = redis.call('HEXISTS', KEYS[1], 'health') == 0
+local new = redis.call('EXISTS', KEYS[1]) == 0
 local d, p = h_load(KEYS[1], now, ARGV[2])
 redis.call('SADD', KEYS[2], ARGV[3])
 if new and ARGV[4] then

@@ -6,7 +6,7 @@
 --       a rate signal (1/0)
 --       the domain. Several records (a round's, in order) cost one read and one write.
 -- KEYS: the domain's hash, the domain index, the domain's history for the limit fit
---       -> {{fields}, the circuit transition these records caused: 'open' | 'closed' | ''}
+--       -> {record, the circuit transition these records caused: 'open' | 'closed' | ''}
 -- (runs after the shared health.lua, see __init__.py)
 h_index = {KEYS[2], ARGV[#ARGV], KEYS[3]}  -- the domain index (last ARGV: the domain), the fit's history
 local d, p, before, policy = nil, nil, nil, nil
