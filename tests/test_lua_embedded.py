@@ -62,8 +62,9 @@ def test_an_egg_without_the_lua_files_runs_the_same_scripts(tmp_path: Path) -> N
 
 
 def test_every_constant_the_scripts_read_is_sent_from_the_tuning_table() -> None:
-    """The Lua port reads ``p.k_name``; each is a ``_NAME`` of tuning.py (one declaration), or
-    one of the two the Redis registry adds (the poll interval and the hash's TTL)."""
+    """The Lua port reads ``p.k_name``; each is a ``_NAME`` of tuning.py (one declaration, written
+    into the health prelude's ``K``), or one of the two the Redis registry's policy JSON adds (the
+    poll interval and the record's TTL)."""
     import re
 
     from scrapy_openclaw.health.registry import tuning
@@ -73,3 +74,4 @@ def test_every_constant_the_scripts_read_is_sent_from_the_tuning_table() -> None
     assert len(read) > 30
     assert read - set(tuning.lua_constants()) == {"k_retry_poll", "k_key_ttl"}
     assert tuning.lua_constants()["k_probe_growth"] == tuning._PROBE_GROWTH
+    assert f"k_probe_growth = {tuning._PROBE_GROWTH!r}" in lua.HEALTH.split("\n", 1)[0]

@@ -149,13 +149,12 @@ class RedisHealthRegistry(HealthRegistry):
         return sharding.health_domains_key(self.spider_name, sharding.shard_of(domain, self.shards))
 
     def policy_json(self, domain: str) -> str:
-        """The domain's HealthPolicy plus the registry's constants, as the Lua side reads them."""
+        """The domain's HealthPolicy plus this crawl's two constants, as the Lua side reads them."""
         policy = self.policy(domain)
         cached = self._policy_json.get(policy)
         if cached is None:
             data = dataclasses.asdict(policy)
-            data.update(
-                tuning.lua_constants(),
+            data.update(  # (the module constants are in the scripts themselves: lua.HEALTH's K)
                 k_retry_poll=_retry_poll(),
                 k_key_ttl=self.idle_ttl,  # the record's TTL, refreshed by the scripts that save it
             )

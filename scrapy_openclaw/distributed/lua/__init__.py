@@ -24,10 +24,23 @@ def _read(name: str) -> str:
 
 def _script(*parts: str) -> str:
     """The preludes and the script's own file, as one script."""
-    return "\n".join(_read(part).rstrip("\n") for part in parts) + "\n"
+    return "\n".join((_health() if part == "health" else _read(part)).rstrip("\n") for part in parts) + "\n"
 
 
 #: the rate controller (a prelude): a line-by-line port of ``health/registry/`` (its ``pacing`` and ``recording`` parts)
+def _constants() -> str:
+    """The rate controller's module constants (``tuning.py``, as ``k_name``) as the table ``K``
+    the health prelude starts with: a script decodes only the domain's own knobs per call."""
+    from scrapy_openclaw.health.registry import tuning
+
+    items = ", ".join(f"{name} = {value!r}" for name, value in sorted(tuning.lua_constants().items()))
+    return f"local K = {{{items}}}\n"
+
+
+def _health() -> str:
+    return _constants() + _read("health")
+
+
 HEALTH = _script("health")
 #: a shard's keys and the entry helpers (a prelude of every queue script)
 QUEUE = _script("queue")

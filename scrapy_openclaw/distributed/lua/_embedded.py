@@ -204,6 +204,9 @@ return {h_save(KEYS[1], d, policy), changed}
 --
 -- tests/test_distributed_parity.py drives both with the same events and compares
 -- every field: change one side and that test tells you to change the other.
+-- K (the module constants, k_name = tuning._NAME) is written before this file by lua/__init__.py;
+-- a policy reads them through its metatable (p.k_burst_seconds), the domain's knobs from itself
+local K_INDEX = {__index = K}
 local HF = {'health', 'rate', 'tokens', 'threshold', 'updated', 'last_decrease',
   'circuit', 'opened_at', 'probe_at', 'latency', 'best_latency', 'hold_until',
   'consecutive_failures', 'requests', 'successes', 'failures', 'cooldown', 'opens', 'down_since',
@@ -212,11 +215,6 @@ local HF = {'health', 'rate', 'tokens', 'threshold', 'updated', 'last_decrease',
   'burst_cap', 'declared',
   'iv_start', 'iv_ok', 'iv_refused', 'ref_share', 'ref_pace', 'ref_ok', 'refusals_flat',
   'ctl_hold', 'ctl_rate', 'ctl_concurrency', 'ctl_down'}
--- An earlier version's record: a hash of text fields, read once (h_read) and replaced by the next save
-local HX = {'policy'}
-for _, name in ipairs(HF) do table.insert(HX, name) end
-table.insert(HX, 'ttl_at')
-table.insert(HX, 'fit')
 local h_ttl = 0  -- seconds an idle domain's hash lives (policy k_key_ttl; 0: for ever), set by h_load
 -- {index key, domain, history key}, set by a script that may create the state: a new state joins
 -- the index, and the history's TTL is set with the hash's (h_save)
@@ -275,8 +273,10 @@ local function h_read(hkey)
     return m, raw
   end
   if type(raw) ~= 'table' then return nil, nil end  -- (false: no key)
-  local fields = redis.call('HMGET', hkey, unpack(HX))
-  local m = {ttl_at = fields[#HF + 2] or nil, fit = fields[#HF + 3] or nil}
+  -- an earlier version's record: a hash of text fields, read once and replaced by the next save
+  local fields = redis.call('HMGET', hkey, 'policy', unpack(HF))
+  local extra = redis.call('HMGET', hkey, 'ttl_at', 'fit')
+  local m = {ttl_at = extra[1] or nil, fit = extra[2] or nil}
   for i, name in ipairs(HF) do m[name] = fields[i + 1] or nil end
   if m.ttl_at ~= 'p' then m.ttl_at = h_num(m.ttl_at) end
   if fields[1] then
@@ -302,6 +302,7 @@ local function h_load(hkey, now, pjson)
   else
     return nil
   end
+  setmetatable(p, K_INDEX)
   m = m or {}
   h_stored[hkey] = {raw = raw, pol = packed, pid = pid, ttl_at = m.ttl_at, fit = h_num(m.fit)}
   h_ttl = tonumber(p.k_key_ttl) or 0
