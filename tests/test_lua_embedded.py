@@ -11,6 +11,7 @@ import zipfile
 from pathlib import Path
 
 import scrapy_openclaw
+import scrapy_openclaw.distributed.lua as lua
 
 
 def test_the_embedded_scripts_match_the_lua_files() -> None:
