@@ -442,3 +442,47 @@ def test_a_health_record_is_one_read_and_one_write_and_keeps_the_policy_it_was_h
     stored = record(server, key)
     assert stored["pid"] == policy_id(new.policy_json("a.test")) and stored["pol"]["initial_rate"] == 4.0
     assert int(server.info("commandstats")["cmdstat_set"]["calls"]) == 4
+
+
+def test_a_domain_made_ready_sooner_is_popped_at_once_not_at_the_time_redis_parked_it(queues: Any) -> None:
+    """The pop parks a domain that has no token in its shard's domain index until its ready
+    time (a 600 s operator hold's end). When the domain becomes ready sooner (the operator
+    releases it, refusals turn out pace-independent, the site declares a higher limit), the
+    worker that saw it says so with its next pop, and the entry goes out at once."""
+    q = queues(
+        OPENCLAW_HEALTH_ENABLED=True,
+        OPENCLAW_HEALTH_REGISTRY_CLASS="scrapy_openclaw.distributed.health.RedisHealthRegistry",
+    )
+    q.push(Request("http://held.test/0"))
+    q.registry.control("held.test", ctl_hold=time.time() + 600)
+    assert q.pop() is None  # parked in Redis until the hold's end
+    assert q.pop() is None
+    q.registry.control("held.test", ctl_hold=0)  # released
+    got = q.pop()
+    assert got is not None and got.url == "http://held.test/0"
+
+
+def test_refusals_found_pace_independent_in_redis_wake_the_domain_its_shard_parked(queues: Any) -> None:
+    """The pace comes back when Redis's record says the refusals are pace-independent (judged
+    there, maybe on another worker's answers): the worker that reads it wakes the domain, and
+    its next pop takes the entry instead of waiting for the slow pace's next token."""
+    from scrapy_openclaw.distributed.fields import read_state
+
+    q = queues(
+        OPENCLAW_HEALTH_ENABLED=True,
+        OPENCLAW_HEALTH_REGISTRY_CLASS="scrapy_openclaw.distributed.health.RedisHealthRegistry",
+    )
+    for i in range(2):
+        q.push(Request(f"http://every3rd.test/{i}"))
+    key = q.registry.health_key("every3rd.test")
+    assert q.pop() is not None
+    now = time.time()
+    # refused every third answer whatever the pace: cut to the floor, no token for 5 s
+    forge(q.server, key, rate=0.2, tokens=0.0, updated=now, cuts=1, threshold=0.2)
+    q.registry.refresh("every3rd.test", read_state(q.server, key))
+    assert q.pop() is None  # parked in Redis until the slow pace's next token
+    # another worker's answers proved them pace-independent: the pace is back
+    forge(q.server, key, rate=10.0, tokens=1.0, cuts=0, threshold=None, refusals_flat=0.33)
+    q.registry.refresh("every3rd.test", read_state(q.server, key))
+    got = q.pop()
+    assert got is not None and got.url == "http://every3rd.test/1"

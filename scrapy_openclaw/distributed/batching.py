@@ -108,6 +108,7 @@ class Batching:
     _last_sweep: float
     _waker: wakeup.Wakeup | None
     _woken_shards: set[int]
+    _wakes: dict[int, set[str]]
 
     if TYPE_CHECKING:  # (QueueEntries')
 
@@ -184,6 +185,8 @@ class Batching:
             self._last_foreign = now
         if pops and not everything:
             self._look_again_after_overrides()
+            job.wakes = {shard: sorted(domains) for shard, domains in self._wakes.items()}
+            self._wakes = {}
             self._look_again(self._woken_shards)
             self._woken_shards = set()
             want = self.prefetch if self.link.background else 1
@@ -256,6 +259,8 @@ class Batching:
         if epoch != self._readiness_epoch:
             self._readiness_epoch = epoch
             self.runner.shard_wait.clear()
+            for domain in self.registry.take_woken() if hasattr(self.registry, "take_woken") else ():
+                self._wakes.setdefault(self.shards.of(domain), set()).add(domain)
 
     def _plan_writes(self) -> Round:
         job = Round()
@@ -276,6 +281,8 @@ class Batching:
         self._busy = False
         if res.error is not None:
             self.link.failed(res.error)
+            for shard, domains in job.wakes.items():  # (sent again with the next round)
+                self._wakes.setdefault(shard, set()).update(domains)
             self._check_server = True
         else:
             self.link.recovered()

@@ -43,6 +43,9 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 _T = TypeVar("_T")
+#: woken domains kept for the queue at most (more are still woken locally, and served at the
+#: time their shard's index says)
+_MAX_WOKEN = 10_000
 
 
 def _typed(fields: dict[str, Any]) -> dict[str, Any]:
@@ -112,6 +115,7 @@ class RedisHealthRegistry(HealthRegistry):
         # pacing cuts by the 2xx window alone).
         self.histories = NoHistories()
         self._invalid = CondensedWarnings(logger, every=0)  # one warning per domain and field, for the crawl
+        self._woken: set[str] = set()  # (see _wake; bounded: a queue that never takes them)
         # By policy, not by domain: every domain without a policy rule shares one entry
         # (a domain's JSON is ~1 KB, and a broad crawl meets millions of domains).
         self._policy_json: dict[HealthPolicy, str] = {}
@@ -123,6 +127,18 @@ class RedisHealthRegistry(HealthRegistry):
         self._crawl_delay = self.server.register_script(lua.H_CRAWL_DELAY)
         self._declare = self.server.register_script(lua.H_DECLARE)
         self._control = self.server.register_script(lua.H_CONTROL)
+
+    def _wake(self, domain: str | None) -> None:
+        """Also name *domain* for the leased queue, which parks domains in Redis (its shard's
+        domain index, until the time the last pop found): its next pop moves it forward."""
+        super()._wake(domain)
+        if domain is not None and len(self._woken) < _MAX_WOKEN:
+            self._woken.add(domain)
+
+    def take_woken(self) -> set[str]:
+        """The domains woken since the last call (see :meth:`_wake`)."""
+        woken, self._woken = self._woken, set()
+        return woken
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> RedisHealthRegistry:
@@ -189,11 +205,14 @@ class RedisHealthRegistry(HealthRegistry):
             if cached is not None and hasattr(cached, name):
                 typed[name] = getattr(cached, name)
         try:
-            self._domains[domain] = domain_from(domain, typed, self.policy)
+            self._domains[domain] = fresh = domain_from(domain, typed, self.policy)
         except (ValueError, OverflowError) as exc:
             logger.warning(
                 "Ignoring unreadable health state of %(domain)s in Redis: %(error)s", {"domain": domain, "error": exc}
             )
+            return
+        if cached is not None and fresh.refusals_flat and not cached.refusals_flat:
+            self._wake(domain)  # (found pace-independent in Redis, maybe on another worker's answers)
 
     def _report_invalid(self, domain: str, name: str, value: Any) -> None:
         self.crawler.stats.inc_value("openclaw/redis/invalid_fields")
@@ -418,7 +437,7 @@ class RedisHealthRegistry(HealthRegistry):
 
         def applied(res: Any) -> None:
             self.refresh(domain, res)
-            self.readiness_epoch += 1  # (as super().control: the queue looks again at what it parked)
+            self._wake(domain)  # (as super().control: the queues look again at what they parked)
             if changes.get("ctl_down", 1) == 0:
                 self._given_up.discard(domain)
 

@@ -128,6 +128,7 @@ class LeasedDeadlineQueue(Batching, QueueEntries):
         self._last_beat = self._last_sweep = 0.0
         self._waker: Any = None  # (wakeup.Wakeup, started with the Redis thread)
         self._woken_shards: set[int] = set()  # shards another worker queued work in, to pop from again
+        self._wakes: dict[int, set[str]] = {}  # shard -> domains the registry woke (see batching)
         self._next_sweep = 0.0  # when the health cache is next swept for idle domains
         self._last_foreign = -1e18
         self._wake_timer: Any = None

@@ -85,6 +85,7 @@ class Round:
         self.acks: dict[int, list[str]] = {}
         self.releases: list[tuple[int, int, list[str]]] = []  # (shard, max_releases, ids)
         self.rejects: list[tuple[int, str, str]] = []  # (shard, id, reason)
+        self.wakes: dict[int, list[str]] = {}  # shard -> domains ready sooner than it parked them
         self.beat: dict[int, list[str]] | None = None
         self.pops = 0
         self.counts = False
@@ -122,6 +123,7 @@ class Round:
             or self.acks
             or self.releases
             or self.rejects
+            or self.wakes
             or self.beat is not None
             or self.pops
             or self.counts
@@ -180,6 +182,7 @@ class RoundRunner:
         self.reject = server.register_script(lua.REJECT)
         self.counts = server.register_script(lua.COUNTS)
         self.reclaim = server.register_script(lua.RECLAIM)
+        self.wake = server.register_script(lua.WAKE)
         self.workers = server.register_script(lua.WORKERS)
 
     def run(self, job: Round) -> Round:
@@ -188,6 +191,9 @@ class RoundRunner:
             if job.check_server and self._server_changed():
                 job.new_server = True
                 return job
+            for shard, domains in job.wakes.items():  # (their pop must be able to take them)
+                cands = self.cands.setdefault(shard, [])
+                cands += [d for d in domains if d not in cands]
             queue, wait = self._pop_plan(job) if job.pops else ([], None)
             first, queue = queue[: job.pops], queue[job.pops :]
             popped = self._writes(job, [self._pop_call(shard, self.clock()) for shard in first])
@@ -252,7 +258,7 @@ class RoundRunner:
         return changed
 
     def _writes(self, job: Round, pops: list[tuple[Any, list[str], list[Any]]]) -> list[Any]:
-        """The round's pushes, then its acknowledgements, hand-backs and refusals, then *pops* (the
+        """The round's pushes, then its acknowledgements, hand-backs, refusals and wakes, then *pops* (the
         first pop calls; their replies are returned) and the health records waiting on the link
         (``riders``): one pipeline on one Redis, one round trip (run in order: a page's links
         before its acknowledgement, even when the worker dies while sending). On a cluster, the
@@ -263,6 +269,7 @@ class RoundRunner:
         rest = [(self.ack, keys(s), [self.boost, self.worker, *ids]) for s, ids in job.acks.items()]
         rest += [(self.release, keys(s), [self.boost, self.worker, m, *ids]) for s, m, ids in job.releases]
         rest += [(self.reject, keys(s), [self.boost, e, self.worker, why]) for s, e, why in job.rejects]
+        rest += [(self.wake, keys(s), [self.clock(), *domains]) for s, domains in job.wakes.items()]
         riders = self.riders() if self.riders is not None else []
         if self.cluster:
             self._pushed(job, groups, self.scripts(pushes, partial=True))

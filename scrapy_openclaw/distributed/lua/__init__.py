@@ -53,6 +53,7 @@ RELEASE = _script("queue", "release")
 REJECT = _script("queue", "reject")
 COUNTS = _script("counts")
 RECLAIM = _script("queue", "reclaim")
+WAKE = _script("queue", "wake")
 WORKERS = _script("workers")
 
 H_ENSURE = _script("health", "h_ensure")

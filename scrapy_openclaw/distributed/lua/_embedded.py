@@ -1291,6 +1291,18 @@ redis.call('HSET', KEYS[1], 'entry', ARGV[2], 'mac', ARGV[3])
 redis.call('EXPIRE', KEYS[1], ARGV[4])
 return 1
 """,
+    "wake": r"""-- Domains of the shard's index made ready sooner than the pop parked them for (an operator's
+-- release, refusals found pace-independent, a higher declared limit: see
+-- RedisHealthRegistry._wake). ARGV: now, domains... Each one parked until later is due now
+-- (its next pop judges its token); one not in the index is left out. -> how many moved
+-- (runs after the shared queue.lua, see __init__.py)
+local args = {'XX', 'LT', 'CH'}
+for i = 2, #ARGV do
+  table.insert(args, ARGV[1])
+  table.insert(args, ARGV[i])
+end
+return redis.call('ZADD', DOMS, unpack(args))
+""",
     "workers": r"""-- The crawl's workers, in shard 0's hash tag. KEYS: live (zset: worker -> when it counts as
 -- dead, refreshed by its liveness thread), busy (set: workers with work of their own that may
 -- not be in the queue yet: start requests, buffered writes, leases), epoch (string: +1 each time

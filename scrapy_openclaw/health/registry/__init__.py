@@ -260,7 +260,7 @@ class HealthRegistry:
         count_delivered(d, now)
         if pace_sample(d, now, False, rate_of(d, p)):
             keep_pace(d, now, p.initial_rate)
-            self.readiness_epoch += 1  # (parked at the slow pace: the queue looks at it again now)
+            self._wake(domain)  # (parked at the slow pace: the queue looks at it again now)
         self.histories.note(domain, d.born, sent_at(now, latency), NOTE_ANSWER)
         d.answered_at = d.last_success = now
         d.health = min(100.0, d.health + p.success_reward)
@@ -309,7 +309,7 @@ class HealthRegistry:
         domain_signal, in_share = _accounted(d, classification, retry_after, failed_before)
         if rate_signal and pace_sample(d, now, True, rate_of(d, p)):
             keep_pace(d, now, p.initial_rate)  # (judged pace-independent by this very refusal)
-            self.readiness_epoch += 1
+            self._wake(domain)
             domain_signal = False
         if in_share:
             d.share_fast += _SHARE_FAST * (1.0 - d.share_fast)
@@ -371,12 +371,17 @@ class HealthRegistry:
         was_ready = d.tokens >= 1.0
         d.tokens = min(float(burst_of(d, p)), d.tokens + 1.0)
         if not was_ready and d.tokens >= 1.0:
-            self.readiness_epoch += 1
+            self._wake(domain)
 
     def hold(self, domain: str, until: float) -> None:
         """Send nothing to *domain* before *until* (UNIX time); holds only ever extend."""
         d, _ = self._get(domain)
         d.hold_until = max(d.hold_until, until)
+
+    def _wake(self, domain: str | None) -> None:
+        """*domain* (None: every one) may be ready sooner than a queue parked it for: the
+        queues look again (``readiness_epoch``)."""
+        self.readiness_epoch += 1
 
     def control(self, domain: str, now: float | None = None, **changes: float) -> None:
         """Apply operator overrides (see scrapy_openclaw.control): ``ctl_hold``, ``ctl_rate``,
@@ -388,7 +393,7 @@ class HealthRegistry:
             if name not in ("ctl_hold", "ctl_rate", "ctl_concurrency", "ctl_down"):
                 raise ValueError(f"unknown override {name!r}")
             setattr(d, name, int(value) if name in ("ctl_concurrency", "ctl_down") else float(value))
-        self.readiness_epoch += 1
+        self._wake(domain)
         if changes.get("ctl_down", 1) == 0:
             self._given_up.discard(domain)
             if d.down_since:
@@ -405,7 +410,7 @@ class HealthRegistry:
         now = time.time() if now is None else now
         d, p = self._get(domain, now)
         declare(d, p, now, pace)
-        self.readiness_epoch += 1
+        self._wake(domain)
 
     def declared_pace(self, domain: str) -> float:
         """The pace *domain* last declared (req/s; 0: none), as this process knows it."""
@@ -459,7 +464,7 @@ class HealthRegistry:
         """Replace the state with a :meth:`snapshot`; bad data raises ValueError naming the spot."""
         self._domains = snapshots.domains_from(data, self.policy)
         self.histories.clear()  # (not in snapshots: a fit starts again from the next answers)
-        self.readiness_epoch += 1
+        self._wake(None)
 
 
 def health_registry_class(path: Any) -> type[HealthRegistry]:
