@@ -245,3 +245,34 @@ def test_refusals_found_pace_independent_wake_a_domain_parked_at_the_slow_pace()
     assert epochs and reg.readiness_epoch == len(epochs)  # (nothing else in this crawl moves it)
     assert [epoch for epoch, _ in epochs] == list(range(1, len(epochs) + 1))
     assert all(rate >= reg.policy("a").initial_rate for _, rate in epochs)  # (the pace back: slow start)
+
+
+def test_refusals_found_pace_independent_give_back_the_health_they_took() -> None:
+    """Rate signals take health (down to 50), and health sets a domain's concurrency: once the
+    refusals are proved pace-independent they were never a rate signal, so what they took is
+    given back at once. (Measured in a crawl of the every-third site at 1 s answers: without
+    it the domain ran at half its concurrency for about 10 s after its pace came back.)"""
+    reg = HealthRegistry()
+    seen: list[tuple[float, float, int]] = []  # (lowest health before the proof, health after, concurrency)
+    lowest = [100.0]
+    record_success, record_failure = reg.record_success, reg.record_failure
+
+    def watched(record: object) -> object:
+        def call(domain: str, *args: object, **kwargs: object) -> object:
+            flat_before = reg._domains[domain].refusals_flat if domain in reg._domains else 0.0
+            out = record(domain, *args, **kwargs)  # type: ignore[operator]
+            d = reg._domains[domain]
+            if not d.refusals_flat:
+                lowest[0] = min(lowest[0], d.health)
+            elif not flat_before:
+                seen.append((lowest[0], d.health, reg.concurrency(domain)))
+            return out
+
+        return call
+
+    reg.record_success, reg.record_failure = watched(record_success), watched(record_failure)  # type: ignore[method-assign]
+    crawl(Limiter([(0.0, 0.0, 1)], every=3), 30.0, concurrency=8, latency=0.5, registry=reg)
+    assert seen, "the refusals were never proved pace-independent: the test proves nothing"
+    low, after, concurrency = seen[0]
+    assert low <= 60.0  # the rate signals took health before the proof ...
+    assert after >= 99.0 and concurrency == reg.default_concurrency  # ... and it came back with it

@@ -38,6 +38,7 @@ RANGES: dict[str, tuple[float, float]] = {
     "share_fast": (0.0, 1.0),
     "share_slow": (0.0, 1.0),
     "ref_share": (0.0, 1.0),
+    "rate_cost": (0.0, 100.0),
     "cuts": (0, _RESUMED),
 }
 #: Fields that hold times or durations: never negative.

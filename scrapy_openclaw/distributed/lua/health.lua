@@ -44,7 +44,7 @@ local HF = {'health', 'rate', 'tokens', 'threshold', 'updated', 'last_decrease',
   'answered_at', 'last_success', 'share_fast', 'share_slow', 'win_start', 'win_ok', 'delivered',
   'crawl_delay', 'troubled_at', 'cuts', 'born', 'blocked_seconds', 'circuit_seconds', 'retry_after_holds',
   'burst_cap', 'declared',
-  'iv_start', 'iv_ok', 'iv_refused', 'ref_share', 'ref_pace', 'ref_ok', 'refusals_flat',
+  'iv_start', 'iv_ok', 'iv_refused', 'ref_share', 'ref_pace', 'ref_ok', 'refusals_flat', 'rate_cost',
   'ctl_hold', 'ctl_rate', 'ctl_concurrency', 'ctl_down'}
 local h_ttl = 0  -- seconds an idle domain's hash lives (policy k_key_ttl; 0: for ever), set by h_load
 -- {index key, domain, history key}, set by a script that may create the state: a new state joins
@@ -151,6 +151,7 @@ local function h_load(hkey, now, pjson)
     d.born, d.blocked_seconds, d.burst_cap, d.declared = now, 0, 0, 0
     d.circuit_seconds, d.retry_after_holds = 0, 0
     d.iv_start, d.iv_ok, d.iv_refused, d.ref_share, d.ref_pace, d.ref_ok, d.refusals_flat = now, 0, 0, 0, 0, 0, 0
+    d.rate_cost = 0
     d.ctl_hold, d.ctl_rate, d.ctl_concurrency, d.ctl_down = 0, 0, 0, 0
     return d, p
   end
@@ -176,6 +177,7 @@ local function h_load(hkey, now, pjson)
   d.iv_start, d.iv_ok, d.iv_refused = d.iv_start or now, d.iv_ok or 0, d.iv_refused or 0
   d.ref_share, d.ref_pace, d.ref_ok = d.ref_share or 0, d.ref_pace or 0, d.ref_ok or 0
   d.refusals_flat = d.refusals_flat or 0
+  d.rate_cost = math.min(100, math.max(0, d.rate_cost or 0))
   d.ctl_hold, d.ctl_rate = math.max(0, d.ctl_hold or 0), math.max(0, d.ctl_rate or 0)
   d.ctl_concurrency, d.ctl_down = math.max(0, d.ctl_concurrency or 0), d.ctl_down or 0
   if d.ctl_down ~= 0 and d.ctl_down ~= 1 then d.ctl_down = 0 end
@@ -559,6 +561,8 @@ local function h_keep_pace(d, p, now)
   d.cuts, d.threshold, d.burst_cap = 0, nil, 0
   d.rate = math.max(d.rate, p.initial_rate)
   d.hold_until = math.min(d.hold_until, now)
+  d.health = math.min(100, d.health + d.rate_cost)
+  d.rate_cost = 0
 end
 
 -- latency: a number >= 0, or nil (no sample). Returns true when congested.
@@ -621,7 +625,9 @@ local function h_failure(d, p, now, answered, in_share, domain, penalty, congest
   if closed and (fresh or not congestion) then
     local floor = 0  -- a rate signal says slower, not sick
     if rate_signal then floor = math.min(d.health, math.max(p.k_rate_health_floor, p.circuit_floor)) end
-    d.health = math.max(floor, d.health - penalty)
+    local health = math.max(floor, d.health - penalty)
+    if rate_signal then d.rate_cost = math.min(100, d.rate_cost + d.health - health) end
+    d.health = health
   end
   if retry_after ~= nil then
     d.hold_until = math.max(d.hold_until, now + math.min(math.max(retry_after, 0), p.retry_after_cap))

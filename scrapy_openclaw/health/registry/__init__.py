@@ -332,7 +332,10 @@ class HealthRegistry:
         closed = d.circuit == CLOSED
         if closed and (fresh or not congestion):
             floor = min(d.health, max(_RATE_HEALTH_FLOOR, p.circuit_floor)) if rate_signal else 0.0
-            d.health = max(floor, d.health - penalty)
+            health = max(floor, d.health - penalty)
+            if rate_signal:
+                d.rate_cost = min(100.0, d.rate_cost + d.health - health)
+            d.health = health
         hold_after_failure(d, p, classification, retry_after, now, closed=closed)
         if d.circuit == HALF_OPEN or (
             d.circuit == CLOSED

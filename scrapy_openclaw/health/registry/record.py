@@ -103,6 +103,8 @@ class _Domain:
         "ref_pace",
         "ref_ok",
         "refusals_flat",
+        # the health rate signals took (at most 100): given back if they prove pace-independent
+        "rate_cost",
         # operator overrides (scrapy_openclaw.control): a hold (UNIX time), a rate ceiling
         # (req/s), a concurrency (0: none of them) and a give-up (1/0)
         "ctl_hold",
@@ -156,6 +158,7 @@ class _Domain:
         self.ref_pace = 0.0
         self.ref_ok = 0.0
         self.refusals_flat = 0.0
+        self.rate_cost = 0.0
         self.ctl_hold = 0.0
         self.ctl_rate = 0.0
         self.ctl_concurrency = 0

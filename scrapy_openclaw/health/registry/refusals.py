@@ -78,10 +78,14 @@ def pace_sample(d: _Domain, now: float, refused: bool, rate: float) -> bool:
 
 def keep_pace(d: _Domain, now: float, initial_rate: float) -> None:
     """Refusals that are no rate signal: back to the pace before them (slow start again
-    from at least ``initial_rate``, nothing learned, no hold)."""
+    from at least ``initial_rate``, nothing learned, no hold), and the health they took
+    given back (it sets the domain's concurrency: at half health a site that answers every
+    request at once was crawled at half its concurrency until successes earned it back)."""
     d.cuts, d.threshold, d.burst_cap = 0, None, 0
     d.rate = max(d.rate, initial_rate)
     d.hold_until = min(d.hold_until, now)
+    d.health = min(100.0, d.health + d.rate_cost)
+    d.rate_cost = 0.0
 
 
 def restart_sample(d: _Domain, now: float) -> None:
