@@ -384,12 +384,39 @@ def test_an_entry_holds_its_info_and_payload_in_one_value(queues: Any) -> None:
     q.push(Request("http://a.test/plain"))
     assert q.server.hlen(_key(q, "data")) == 2
     assert not q.server.exists(_key(q, "info"))  # (one hash entry per request, not two)
-    infos = [json.loads(v.split(b"\n", 1)[0]) for v in q.server.hvals(_key(q, "data"))]
-    assert sorted(infos, key=len) == [
-        {"dom": "a.test"},  # priority 0 and no deadline are left out
-        {"dom": "a.test", "p": 2, "d": pytest.approx(time.time() + 600, abs=60), "w": 300.0, "x": "boost"},
-    ]
+    infos = sorted((v.split(b"\n", 1)[0].split(b"\x01") for v in q.server.hvals(_key(q, "data"))), key=len)
+    assert infos[0] == [b"a.test"]  # priority 0 and no deadline are left out
+    assert infos[1][:2] == [b"a.test", b"2"] and infos[1][3:] == [b"300.0", b"boost"]
+    assert float(infos[1][2]) == pytest.approx(time.time() + 600, abs=60)
+    members = q.server.zrange(_key(q, "q"), 0, -1)
+    assert sorted(len(m.split(b"\x01")[1]) for m in members) == [11, 11]  # (the compact priority order)
     assert [q.pop().url, q.pop().url] == ["http://a.test/deadline", "http://a.test/plain"]
+
+
+def test_an_entry_with_json_info_from_before_the_compact_form_is_served_in_turn_and_cleaned_up(
+    queues: Any,
+) -> None:
+    """Entries queued before 2026-12-06 (JSON info, a 22-character priority order in the ready set)
+    and new ones share a domain: each is served (the old one first: its order sorts first), and
+    acknowledged without a trace; a domain the compact form cannot hold is queued as JSON."""
+    q = queues()
+    request = Request("http://a.test/old", priority=5)
+    payload = q.encode(request)
+    q._encoded = None
+    entry = "hou5yrxqs820ed29006u"  # (the id format of that version and this one)
+    server = q.server
+    server.hset(_key(q, "data"), entry, '{"dom":"a.test","p":5}\n' + payload)
+    server.zadd(_key(q, "q"), {f"a.test\x01{1e10 - 5:022.6f}\x01{entry}": 0})
+    server.zadd(_key(q, "domains"), {"a.test": 0})
+    q.push(Request("http://a.test/new", priority=9))
+    got = [q.pop(), q.pop()]
+    assert [r.url for r in got] == ["http://a.test/old", "http://a.test/new"]
+    for r in got:
+        q.ack(r.meta[LEASE])
+    assert server.hlen(_key(q, "data")) == 0 and server.zcard(_key(q, "q")) == 0
+    assert server.zcard(_key(q, "inflight")) == 0
+    assert q._info(Request("http://b.test/"), '{"odd":1}') == '{"dom":"{\\"odd\\":1}"}'
+    assert q._info(Request("http://b.test/", priority=-3), "b.test") == "b.test\x01-3"
 
 
 def test_an_entry_queued_by_an_earlier_version_is_still_served_and_cleaned_up(queues: Any) -> None:

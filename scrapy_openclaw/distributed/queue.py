@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import socket
 import time
 import uuid
@@ -48,6 +49,8 @@ if TYPE_CHECKING:
     from scrapy_openclaw.metrics.logtable import Progress
 
 logger = logging.getLogger(__name__)
+#: a domain the compact info cannot hold (its separators, or what reads as JSON): stored as JSON
+_COMPACT_UNSAFE = re.compile(r'[\x01\n]|^\{"')
 
 LEASE = M.LEASE  # the meta key holding the id of the queue entry a request was leased as
 STATS = "openclaw/distributed"
@@ -265,15 +268,25 @@ class LeasedDeadlineQueue(Batching, QueueEntries):
         return True
 
     def _info(self, request: Request, domain: str) -> str:
-        """What the Lua side orders an entry by: priority, deadline, aging window, expired mode, domain."""
-        info: dict[str, Any] = {"dom": domain}  # (what is left out, queue.lua's info_of reads as 0)
-        if request.priority:
-            info["p"] = request.priority
+        """What the Lua side orders an entry by: domain, priority, deadline, aging window, expired
+        mode, as ``queue.lua``'s ``decoded`` reads them ("<domain>\\1<priority>..."; the trailing
+        zeros left out); JSON for a domain the compact form cannot hold."""
         deadline = request.meta.get(M.DEADLINE)
+        priority = request.priority
+        if _COMPACT_UNSAFE.search(domain) or not isinstance(priority, int):
+            info: dict[str, Any] = {"dom": domain}  # (what is left out, queue.lua's info_of reads as 0)
+            if priority:
+                info["p"] = priority
+            if deadline:
+                policy = self._policy(domain).deadline
+                info.update(d=float(deadline), w=float(policy.aging_window), x=policy.expired)
+            return json.dumps(info, separators=(",", ":"))
         if deadline:
             policy = self._policy(domain).deadline
-            info.update(d=float(deadline), w=float(policy.aging_window), x=policy.expired)
-        return json.dumps(info, separators=(",", ":"))
+            return (
+                f"{domain}\x01{priority}\x01{float(deadline)!r}\x01{float(policy.aging_window)!r}\x01{policy.expired}"
+            )
+        return f"{domain}\x01{priority}" if priority else domain
 
     def pop(self, timeout: float = 0) -> Request | None:
         if not self._ready:

@@ -2,12 +2,16 @@
 
 scrapy-redis's default serializer is pickle, so anyone who can write to the queue
 key can run code on every worker. ``dumps`` seals the JSON with the store key
-(``{"_mac":"<hex>",...}``); ``loads`` checks the size and the seal before parsing
-a byte, and raises :class:`RefusedPayload`, which the queue moves aside unrun.
+(``{"_mac":"<seal>",...}``: the 128-bit HMAC in 22 base64url characters; entries
+written before 2026-12-06 carry it as 32 hex characters, still read); ``loads``
+checks the size and the seal before parsing a byte, and raises
+:class:`RefusedPayload`, which the queue moves aside unrun.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 from typing import Any
 
@@ -23,7 +27,7 @@ _PICKLE_PROTO = 0x80  # protocol 2+ pickles start with PROTO (0x80)
 MAX_ENTRY_BYTES = 8 * 1024 * 1024
 _PURPOSE = "queue"
 _HEAD = b'{"_mac":"'
-_BODY = len(_HEAD) + signing.MAC_LEN + 2  # where the request's JSON resumes, after '",'
+_SEAL = 22  # base64url characters of the 16-byte MAC (signing.MAC_LEN hex characters)
 
 
 class UnsealedPayload(RefusedPayload):
@@ -36,11 +40,25 @@ def _describe(raw: bytes) -> str:
     return f"not a JSON request ({raw[:40]!r})"
 
 
+def _seal(mac_hex: str) -> str:
+    return base64.urlsafe_b64encode(bytes.fromhex(mac_hex)).rstrip(b"=").decode("ascii")
+
+
+def _as_hex(seal: bytes) -> str | None:
+    """A seal as ``signing`` writes a MAC (hex); None when it is not one."""
+    if len(seal) == signing.MAC_LEN:
+        return seal.decode("ascii", "replace")  # (an entry written before 2026-12-06)
+    try:
+        return base64.urlsafe_b64decode(seal + b"==").hex()
+    except (binascii.Error, ValueError):
+        return None
+
+
 def dumps(obj: Any) -> str:
     """Compact JSON of a request dict (from ``request_to_data``), sealed."""
     body = _json_dumps(obj)
     mac = signing.current().mac(_PURPOSE, body.encode("utf-8"))
-    return f'{_HEAD.decode()}{mac}",{body[1:]}'
+    return f'{_HEAD.decode()}{_seal(mac)}",{body[1:]}'
 
 
 def loads(raw: bytes | str) -> dict[str, Any]:
@@ -50,12 +68,12 @@ def loads(raw: bytes | str) -> dict[str, Any]:
         raise RefusedPayload(f"queue entry of {len(data)} bytes is larger than {MAX_ENTRY_BYTES} (not read)")
     if not data.lstrip().startswith(b"{"):
         raise RefusedPayload(f"queue entry is {_describe(data)}")
-    body = b"{" + data[_BODY:]
-    if not (
-        data.startswith(_HEAD)
-        and data[_BODY - 2 : _BODY] == b'",'
-        and signing.current().check(_PURPOSE, body, data[len(_HEAD) : _BODY - 2])
-    ):
+    end = next(
+        (len(_HEAD) + n for n in (_SEAL, signing.MAC_LEN) if data[len(_HEAD) + n : len(_HEAD) + n + 2] == b'",'), 0
+    )
+    mac = _as_hex(data[len(_HEAD) : end]) if end and data.startswith(_HEAD) else None
+    body = b"{" + data[end + 2 :]
+    if mac is None or not signing.current().check(_PURPOSE, body, mac):
         raise UnsealedPayload("queue entry fails the store key check (not written by this crawl's workers)")
     try:
         obj = json.loads(body.decode("utf-8"))

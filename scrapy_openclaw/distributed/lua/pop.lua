@@ -61,7 +61,7 @@ local function best_of(dom)
     if not aging[1] then break end
     local id = id_of(aging[1])
     local info = info_of(id)
-    if not redis.call('ZSCORE', Q, dom .. SEP .. enc(-info.p) .. SEP .. id) then
+    if not redis.call('ZSCORE', Q, q_member(id, info)) then
       redis.call('ZREM', A, aging[1])
     else
       if info.w > 0 then

@@ -22,8 +22,11 @@ local function enc(x)
   return string.format('%022.6f', x)
 end
 
--- An entry's DATA value is "<info JSON>\n<payload>" (JSON never holds a raw newline); an entry
--- an earlier version queued has its payload alone there and its info in INFO. Its id tells it
+-- An entry's DATA value is "<info>\n<payload>". The info is "<domain>[\1<priority>[\1<deadline>
+-- \1<aging window>\1<expired mode>]]" (left out from the end when 0: a priority-0 entry without
+-- a deadline is its domain alone), or, as written before 2026-12-06 (and still for a domain that
+-- holds \1, a newline, or begins '{"'), a JSON object. An entry an earlier version queued has its
+-- payload alone there and its info in INFO. Its id tells it
 -- (those ids had a '-', ours have none), so cleaning up after it needs no read.
 local function legacy(id) return string.find(id, '-', 1, true) ~= nil end
 
@@ -41,11 +44,30 @@ local function payload_of(id)
 end
 
 -- The entry's info (and, as info.payload, its payload: a pop takes it without another read).
+-- info.short: the compact form, whose priority order is the compact one (q_member).
 local function decoded(head, payload)
-  local info = cjson.decode(head)
+  local info
+  if string.sub(head, 1, 2) == '{"' then
+    info = cjson.decode(head)
+  else
+    local dom, rest = string.match(head, '^([^\1]*)\1?(.*)$')
+    local p, d, w, x = string.match(rest, '^([^\1]*)\1?([^\1]*)\1?([^\1]*)\1?(.*)$')
+    info = {dom = dom, p = tonumber(p), d = tonumber(d), w = tonumber(w), short = true}
+    if x ~= '' then info.x = x end
+  end
   info.p, info.d, info.w, info.dom = info.p or 0, info.d or 0, info.w or 0, info.dom or ''
   info.payload = payload
   return info
+end
+
+-- The entry's member of Q: "<domain>\1<priority order>\1<id>". The compact info's order is
+-- 11 digits (1e10 - priority: Scrapy's priorities are integers), the JSON one's 22 (enc): an
+-- entry queued before 2026-12-06 sorts before every newer one of its domain.
+local function q_member(id, info)
+  if not info.short then return info.dom .. SEP .. enc(-info.p) .. SEP .. id end
+  local key = 1e10 - info.p
+  if key < 0 then key = 0 elseif key > 99999999999 then key = 99999999999 end
+  return info.dom .. SEP .. string.format('%011d', key) .. SEP .. id
 end
 
 local function info_of(id)
@@ -71,7 +93,7 @@ local function hi(dom) return '[' .. dom .. SEP .. '\255' end
 local function make_ready(id, boost, info, batch)
   info = info or info_of(id)
   local dom = info.dom
-  redis.call('ZADD', Q, 0, dom .. SEP .. enc(-info.p) .. SEP .. id)
+  redis.call('ZADD', Q, 0, q_member(id, info))
   local fresh = 0
   if batch == nil or not batch.doms[dom] then
     fresh = redis.call('ZADD', DOMS, 'NX', 0, dom)
@@ -87,7 +109,7 @@ end
 -- more: true when the caller knows the domain has another ready entry. Returns whether it has.
 local function unindex(id, info, boost, more)
   local dom = info.dom
-  redis.call('ZREM', Q, dom .. SEP .. enc(-info.p) .. SEP .. id)
+  redis.call('ZREM', Q, q_member(id, info))
   if info.d > 0 and info.w > 0 then
     redis.call('ZREM', A, dom .. SEP .. enc(info.d - info.p * info.w / boost) .. SEP .. id)
     redis.call('ZREM', E, dom .. SEP .. enc(info.d) .. SEP .. id)
