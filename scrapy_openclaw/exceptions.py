@@ -100,5 +100,9 @@ class LegacyQueueError(OpenClawError, RuntimeError):
     """Redis holds a queue in the single-node key layout from before sharding."""
 
 
+class QueueFormatError(OpenClawError, RuntimeError):
+    """Redis holds a crawl whose stored data a newer scrapy-openclaw wrote (its format)."""
+
+
 class ShardLayoutError(OpenClawError, ValueError):
     """A key or spider name that cannot carry a shard's hash tag."""

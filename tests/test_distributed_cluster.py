@@ -146,3 +146,32 @@ def test_redis_dead_letter_store_on_a_cluster(redis_cluster: Any) -> None:
     assert reader.mark_replayed([a.id]) == 1
     assert reader.purge(Filters(spider="s1", error_class="protocol_permanent")) == 1
     assert sorted(r.id for r in reader.iter()) == sorted([b.id, c.id])
+
+
+def test_a_crawl_a_newer_version_keeps_in_redis_is_refused_at_start(redis_server: Any) -> None:
+    """The crawl's ``format`` key says how its entries and health records are stored: a worker
+    refuses a crawl a newer version stores, at start, before any background I/O."""
+    from scrapy.settings import Settings
+
+    from scrapy_openclaw.distributed.queue import FORMAT
+    from scrapy_openclaw.distributed.scheduler import OpenClawRedisScheduler
+    from scrapy_openclaw.exceptions import QueueFormatError
+
+    redis.Redis.from_url(redis_server.url).set("unit:requests:{unit#0}:format", FORMAT + 1)
+    settings = Settings()
+    configure(settings, OpenClawSettings.read(settings))
+    names = ("SCHEDULER_QUEUE_CLASS", "SCHEDULER_SERIALIZER", "DUPEFILTER_CLASS", "SCHEDULER_PERSIST")
+    crawler = get_crawler(
+        _Spider,
+        {"REDIS_URL": redis_server.url, "OPENCLAW_HEALTH_ENABLED": False, **{name: settings[name] for name in names}},
+    )
+    scheduler = OpenClawRedisScheduler.from_crawler(crawler)
+    spider = _Spider.from_crawler(crawler)
+    crawler.spider = spider
+    try:
+        with pytest.raises(QueueFormatError, match=rf"format {FORMAT + 1}.*newer.*Upgrade this worker"):
+            scheduler.open(spider)
+    finally:
+        if scheduler.queue is not None and scheduler.queue._loop.running:
+            scheduler.queue._loop.stop()
+    assert not scheduler.queue.link.background

@@ -513,3 +513,29 @@ def test_refusals_found_pace_independent_in_redis_wake_the_domain_its_shard_park
     q.registry.refresh("every3rd.test", read_state(q.server, key))
     got = q.pop()
     assert got is not None and got.url == "http://every3rd.test/1"
+
+
+def test_a_crawl_is_marked_with_its_format_and_an_earlier_versions_crawl_is_said(queues: Any, caplog: Any) -> None:
+    """A new crawl gets this version's format, silently; a crawl an earlier version started
+    (its mark older, or none on a crawl with work) is read, marked, and the operator told that
+    the earlier workers cannot read what this one queues; a newer format is refused."""
+    import logging
+
+    from scrapy_openclaw.distributed.queue import FORMAT
+    from scrapy_openclaw.exceptions import QueueFormatError
+
+    q = queues()
+    key = q.shards.format_key()
+    with caplog.at_level(logging.WARNING, logger="scrapy_openclaw.distributed.queue"):
+        q.check_format(0)
+        assert q.server.get(key) == str(FORMAT).encode() and not caplog.records
+        q.server.delete(key)
+        q.check_format(3)  # (work in a crawl without the mark: an earlier version's)
+        q.server.set(key, 1)
+        q.check_format(0)
+    said = [r.getMessage() for r in caplog.records]
+    assert len(said) == 2 and all("earlier scrapy-openclaw" in m and "upgrade them" in m for m in said)
+    assert q.server.get(key) == str(FORMAT).encode()
+    q.server.set(key, FORMAT + 1)
+    with pytest.raises(QueueFormatError, match="newer scrapy-openclaw"):
+        q.check_format(0)

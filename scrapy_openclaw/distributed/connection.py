@@ -10,9 +10,13 @@ connections in every case; a ``redis_cls`` in them is scrapy-redis's business.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from scrapy_openclaw.redact import mask_uri
 from scrapy_openclaw.settings import OpenClawSettings
+
+if TYPE_CHECKING:
+    from scrapy.crawler import Crawler
 
 _CLUSTER_PARAMS = (
     "socket_timeout",
@@ -124,3 +128,16 @@ def run_scripts(server: Any, calls: list[tuple[Any, list[Any], list[Any]]]) -> l
                     res = exc
             out[i] = (not isinstance(res, Exception), res)
     return out
+
+
+def redis_location(crawler: Crawler) -> str:
+    """Where our components look for Redis, for messages: the Sentinel master, or REDIS_URL (or
+    host:port) with any password masked; the setting named."""
+    config, settings = OpenClawSettings.for_crawler(crawler), crawler.settings
+    if config.redis_sentinels:
+        master, sentinels = config.redis_sentinel_master, ", ".join(config.redis_sentinels)
+        return f"master {master!r} of sentinel(s) {sentinels} (OPENCLAW_REDIS_SENTINELS)"
+    url = settings.get("REDIS_URL")
+    if url:
+        return f"{mask_uri(url)} (REDIS_URL)"
+    return f"redis://{settings.get('REDIS_HOST') or 'localhost'}:{settings.get('REDIS_PORT') or 6379} (REDIS_URL)"

@@ -30,6 +30,7 @@ from scrapy_openclaw import meta as M
 from scrapy_openclaw.delay import not_before, request_class
 from scrapy_openclaw.distributed import serializer as json_serializer
 from scrapy_openclaw.distributed.batching import Batching
+from scrapy_openclaw.distributed.connection import redis_location
 from scrapy_openclaw.distributed.entries import QueueEntries
 from scrapy_openclaw.distributed.health import shared_registry
 from scrapy_openclaw.distributed.link import RedisLink
@@ -37,6 +38,7 @@ from scrapy_openclaw.distributed.liveness import Liveness
 from scrapy_openclaw.distributed.pending import CrawlWork
 from scrapy_openclaw.distributed.rounds import Push, Round, RoundRunner, split_lease
 from scrapy_openclaw.distributed.shards import ShardKeys
+from scrapy_openclaw.exceptions import QueueFormatError
 from scrapy_openclaw.pqueues.upkeep import EVICT_EVERY
 from scrapy_openclaw.runtime import shared
 from scrapy_openclaw.scrapy_internals import downloader_activity, engine_of, slot_key, start_requests_pending
@@ -49,6 +51,10 @@ if TYPE_CHECKING:
     from scrapy_openclaw.metrics.logtable import Progress
 
 logger = logging.getLogger(__name__)
+#: The format of what a crawl keeps in Redis (queue entries, health records) as this version
+#: writes it, stored in the crawl's ``format`` key: 2 since 2026-12-06 (compact entries, one
+#: packed health record per domain); a crawl without the key was started before it existed.
+FORMAT = 2
 #: a domain the compact info cannot hold (its separators, or what reads as JSON): stored as JSON
 _COMPACT_UNSAFE = re.compile(r'[\x01\n]|^\{"')
 
@@ -339,6 +345,34 @@ class LeasedDeadlineQueue(Batching, QueueEntries):
     def clear_dupefilter(self, dupefilter_key: str) -> None:
         for shard in range(self.shards.count):
             self.server.delete(self.shards.seen(dupefilter_key, shard))
+
+    def check_format(self, pending: int) -> None:
+        """Refuse a crawl a newer version keeps in Redis (this worker could not read it); mark the
+        crawl with this version's format, with a warning when an earlier version wrote to it (its
+        workers cannot read what this one writes: they must be stopped and upgraded). *pending*:
+        the crawl's work, which a crawl without the mark has only if an earlier version made it."""
+        key = self.shards.format_key()
+        raw = self.server.get(key)
+        found = int(raw) if raw is not None and raw.isdigit() else None
+        if found is not None and found > FORMAT:
+            message = (
+                f"scrapy-openclaw distributed mode: the crawl in Redis at {redis_location(self.crawler)} "
+                f"keeps its data in format {found} ({key}), written by a newer scrapy-openclaw; this one "
+                f"reads format {FORMAT}. Upgrade this worker to the version of the others"
+            )
+            logger.critical(message)
+            raise QueueFormatError(message)
+        if found == FORMAT:
+            return
+        if found is not None or pending:
+            logger.warning(
+                "The crawl in Redis at %(where)s was started by an earlier scrapy-openclaw (data format "
+                "%(found)s, this one writes %(format)d): workers of that version cannot read what this one "
+                "queues; stop them and upgrade them (this worker reads their entries)",
+                {"where": redis_location(self.crawler), "found": found or 1, "format": FORMAT},
+                extra={"spider": self.spider},
+            )
+        self.server.set(key, FORMAT)
 
     def legacy_keys(self) -> list[str]:
         """Keys of the pre-sharding layout that hold work (see docs/distributed.md, "Migrating a queue")."""

@@ -17,11 +17,11 @@ from scrapy.utils.misc import load_object
 from scrapy_redis.dupefilter import RFPDupeFilter  # type: ignore[import-untyped]
 from scrapy_redis.scheduler import Scheduler  # type: ignore[import-untyped]
 
+from scrapy_openclaw.distributed.connection import redis_location as redis_location  # (re-exported)
 from scrapy_openclaw.distributed.queue import LeasedDeadlineQueue
 from scrapy_openclaw.distributed.unstorable import refuse_unstorable
 from scrapy_openclaw.exceptions import LegacyQueueError as LegacyQueueError  # (re-exported)
 from scrapy_openclaw.exceptions import RedisUnavailableError as RedisUnavailableError
-from scrapy_openclaw.redact import mask_uri
 from scrapy_openclaw.serialization import SerializationError
 from scrapy_openclaw.settings import OpenClawSettings
 
@@ -30,19 +30,6 @@ if TYPE_CHECKING:
     from scrapy.crawler import Crawler
 
 logger = logging.getLogger(__name__)
-
-
-def redis_location(crawler: Crawler) -> str:
-    """Where our components look for Redis, for messages: the Sentinel master, or REDIS_URL (or
-    host:port) with any password masked; the setting named."""
-    config, settings = OpenClawSettings.for_crawler(crawler), crawler.settings
-    if config.redis_sentinels:
-        master, sentinels = config.redis_sentinel_master, ", ".join(config.redis_sentinels)
-        return f"master {master!r} of sentinel(s) {sentinels} (OPENCLAW_REDIS_SENTINELS)"
-    url = settings.get("REDIS_URL")
-    if url:
-        return f"{mask_uri(url)} (REDIS_URL)"
-    return f"redis://{settings.get('REDIS_HOST') or 'localhost'}:{settings.get('REDIS_PORT') or 6379} (REDIS_URL)"
 
 
 def _where(client: Any) -> tuple[Any, ...]:
@@ -179,6 +166,8 @@ class OpenClawRedisScheduler(Scheduler):
         if isinstance(self.queue, LeasedDeadlineQueue):
             self._refuse_legacy_layout()
         pending = len(self.queue)
+        if isinstance(self.queue, LeasedDeadlineQueue):
+            self.queue.check_format(pending)  # (a QueueFormatError before any background I/O)
         if pending:
             logger.info("Resuming crawl (%(n)d requests scheduled)", {"n": pending}, extra={"spider": spider})
         if isinstance(self.queue, LeasedDeadlineQueue):

@@ -88,6 +88,10 @@ class ShardKeys:
             return keys
         return [*keys[:_SEEN], self.seen(seen, shard), *keys[_SEEN + 1 :]]
 
+    def format_key(self) -> str:
+        """The format of the crawl's stored data (``scheduler.FORMAT``), in shard 0's tag."""
+        return f"{self.key}:{tag(self.spider, 0)}:format"
+
     def workers(self) -> list[str]:
         """KEYS of ``lua/workers.lua``: the crawl's live and busy workers, in shard 0's tag."""
         base = f"{self.key}:{tag(self.spider, 0)}"
