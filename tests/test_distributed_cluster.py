@@ -71,29 +71,36 @@ def test_cli_domains_and_publish_on_a_cluster(redis_cluster: Any) -> None:
     assert len(owners) >= 2  # the domains' state lives in several slots
 
 
-def test_a_queue_in_the_old_layout_is_refused_with_a_clear_message(redis_server: Any) -> None:
+def _refused_at_start(url: str, error: type[Exception], match: str) -> None:
+    """A distributed scheduler of spider ``unit``, as the add-on configures it, refuses to open
+    with *error*, before any background I/O started."""
     from scrapy.settings import Settings
 
-    from scrapy_openclaw.distributed.scheduler import LegacyQueueError, OpenClawRedisScheduler
+    from scrapy_openclaw.distributed.scheduler import OpenClawRedisScheduler
 
-    redis.Redis.from_url(redis_server.url).hset("unit:requests:data", "x", "{}")
     settings = Settings()
     configure(settings, OpenClawSettings.read(settings))
     names = ("SCHEDULER_QUEUE_CLASS", "SCHEDULER_SERIALIZER", "DUPEFILTER_CLASS", "SCHEDULER_PERSIST")
     crawler = get_crawler(
-        _Spider,
-        {"REDIS_URL": redis_server.url, "OPENCLAW_HEALTH_ENABLED": False, **{name: settings[name] for name in names}},
+        _Spider, {"REDIS_URL": url, "OPENCLAW_HEALTH_ENABLED": False, **{name: settings[name] for name in names}}
     )
     scheduler = OpenClawRedisScheduler.from_crawler(crawler)
     spider = _Spider.from_crawler(crawler)
     crawler.spider = spider
     try:
-        with pytest.raises(LegacyQueueError, match=r"unit:requests:data.*SCHEDULER_FLUSH_ON_START"):
+        with pytest.raises(error, match=match):
             scheduler.open(spider)
     finally:
         if scheduler.queue is not None and scheduler.queue._loop.running:
             scheduler.queue._loop.stop()
-    assert not scheduler.queue.link.background  # refused before any background I/O started
+    assert not scheduler.queue.link.background
+
+
+def test_a_queue_in_the_old_layout_is_refused_with_a_clear_message(redis_server: Any) -> None:
+    from scrapy_openclaw.distributed.scheduler import LegacyQueueError
+
+    redis.Redis.from_url(redis_server.url).hset("unit:requests:data", "x", "{}")
+    _refused_at_start(redis_server.url, LegacyQueueError, r"unit:requests:data.*SCHEDULER_FLUSH_ON_START")
 
 
 def test_sentinel_settings_reach_the_master(redis_server: Any, tmp_path: Path) -> None:
@@ -151,27 +158,8 @@ def test_redis_dead_letter_store_on_a_cluster(redis_cluster: Any) -> None:
 def test_a_crawl_a_newer_version_keeps_in_redis_is_refused_at_start(redis_server: Any) -> None:
     """The crawl's ``format`` key says how its entries and health records are stored: a worker
     refuses a crawl a newer version stores, at start, before any background I/O."""
-    from scrapy.settings import Settings
-
     from scrapy_openclaw.distributed.queue import FORMAT
-    from scrapy_openclaw.distributed.scheduler import OpenClawRedisScheduler
     from scrapy_openclaw.exceptions import QueueFormatError
 
     redis.Redis.from_url(redis_server.url).set("unit:requests:{unit#0}:format", FORMAT + 1)
-    settings = Settings()
-    configure(settings, OpenClawSettings.read(settings))
-    names = ("SCHEDULER_QUEUE_CLASS", "SCHEDULER_SERIALIZER", "DUPEFILTER_CLASS", "SCHEDULER_PERSIST")
-    crawler = get_crawler(
-        _Spider,
-        {"REDIS_URL": redis_server.url, "OPENCLAW_HEALTH_ENABLED": False, **{name: settings[name] for name in names}},
-    )
-    scheduler = OpenClawRedisScheduler.from_crawler(crawler)
-    spider = _Spider.from_crawler(crawler)
-    crawler.spider = spider
-    try:
-        with pytest.raises(QueueFormatError, match=rf"format {FORMAT + 1}.*newer.*Upgrade this worker"):
-            scheduler.open(spider)
-    finally:
-        if scheduler.queue is not None and scheduler.queue._loop.running:
-            scheduler.queue._loop.stop()
-    assert not scheduler.queue.link.background
+    _refused_at_start(redis_server.url, QueueFormatError, rf"format {FORMAT + 1}.*newer.*Upgrade this worker")
