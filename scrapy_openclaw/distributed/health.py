@@ -53,11 +53,6 @@ def _typed(fields: dict[str, Any]) -> dict[str, Any]:
     return typed_fields(fields, lambda name, value: None)
 
 
-def _pairs(flat: list[Any]) -> dict[str, str]:
-    items = [reply_text(x) for x in flat]
-    return dict(zip(items[0::2], items[1::2]))
-
-
 def policy_id(policy_json: str) -> str:
     """The ``"_id"`` :meth:`RedisHealthRegistry.policy_json` begins with (``health.lua``'s ``pid``)."""
     return policy_json[len('{"_id":"') :].split('"', 1)[0]
@@ -182,15 +177,10 @@ class RedisHealthRegistry(HealthRegistry):
 
     # --- the cache ----------------------------------------------------------------
 
-    def refresh(self, domain: str, stored: bytes | list[Any] | dict[str, Any]) -> None:
+    def refresh(self, domain: str, stored: bytes | dict[str, Any]) -> None:
         """Replace the cached state of *domain* with its record read from Redis (a script's
         reply: the stored value; or its entries)."""
-        if isinstance(stored, dict):
-            fields = stored
-        elif isinstance(stored, (bytes, str)):
-            fields = unpack_state(stored)
-        else:
-            fields = _pairs(stored)
+        fields = stored if isinstance(stored, dict) else unpack_state(stored)
         if fields.get("health") in (None, ""):
             return
         cached = self._domains.get(domain)
