@@ -539,3 +539,56 @@ def test_a_crawl_is_marked_with_its_format_and_an_earlier_versions_crawl_is_said
     q.server.set(key, FORMAT + 1)
     with pytest.raises(QueueFormatError, match="newer scrapy-openclaw"):
         q.check_format(0)
+
+
+def _calls(server: Any, reset: bool = False) -> dict[str, int]:
+    """``INFO commandstats`` calls summed over the nodes (*reset*: zeroed first)."""
+    nodes = [n.redis_connection for n in server.get_primaries()] if hasattr(server, "get_primaries") else [server]
+    calls: dict[str, int] = {}
+    for node in nodes:
+        if reset:
+            node.config_resetstat()
+            continue
+        for name, stat in node.info("commandstats").items():
+            calls[name] = calls.get(name, 0) + int(stat["calls"])
+    return calls
+
+
+def test_one_pop_call_leases_several_entries_within_the_domains_tokens(queues: Any) -> None:
+    """A round that wants several entries asks one shard for them all: one read and one write
+    of the domain's health record, one token per entry, and no more entries than the domain
+    has tokens (the others stay queued for its next token)."""
+    from scrapy_openclaw.distributed.fields import read_state
+    from scrapy_openclaw.distributed.rounds import Round
+
+    clock = FakeClock()  # (no token comes back while the test runs)
+    q = queues(
+        clock,
+        OPENCLAW_HEALTH_ENABLED=True,
+        OPENCLAW_POLICY={"defaults": {"health": {"initial_rate": 12.0, "burst": 3}}},  # (3 tokens)
+        OPENCLAW_HEALTH_REGISTRY_CLASS="scrapy_openclaw.distributed.health.RedisHealthRegistry",
+    )
+    for i in range(6):
+        q.push(Request(f"http://many.test/{i}"))
+    key, shard = q.registry.health_key("many.test"), q.shards.of("many.test")
+    tokens = read_state(q.server, key)["tokens"]
+    assert 2 <= tokens < 6
+    q.runner.cands[shard], q.runner.rr = ["many.test"], shard  # (due, and its shard's turn)
+    _calls(q.server, reset=True)
+    job = Round()
+    job.pops = 8
+    q.runner.run(job)
+    assert [s for s, _, _ in job.popped] == [shard] * int(tokens)  # one entry per token
+    assert len({entry for _, entry, _ in job.popped}) == int(tokens)
+    calls = _calls(q.server)
+    assert calls["cmdstat_get"] == 1 and calls["cmdstat_set"] == 1  # the record: read once, written once
+    assert read_state(q.server, key)["tokens"] < 1
+    assert job.states[0] == b"many.test" and len(job.states) == 2  # (the worker's cache gets it once)
+    clock.advance(10)  # tokens again (the pop's last reply named the domain: it may gate it)
+    assert q.runner.cands[shard] == ["many.test"]
+    q.runner.rr = shard
+    job = Round()
+    job.pops = 3
+    q.runner.run(job)
+    assert len(job.popped) == 6 - int(tokens)
+    assert all(s == shard for s, _, _ in job.popped)  # (the first leases had expired: 2 s)

@@ -16,6 +16,8 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
+from scrapy.utils.asyncio import call_later
+
 from scrapy_openclaw.runtime import shared
 from scrapy_openclaw.settings import OpenClawSettings
 
@@ -51,6 +53,10 @@ class RedisLink:
         self._to_reactor: Any = None
         self._scripts: deque[tuple[Any, list[Any], list[Any], Any]] = deque()  # (see submit_script)
         self._flush_queued = False
+        #: seconds a script call may wait for a queue round to carry it (see submit_script; the
+        #: queue sets it while its rounds take such calls); 0: each goes at once
+        self.ride_wait = 0.0
+        self._ride_timer: Any = None
         self._same: dict[int, bool] = {}  # id(a health script's client) -> it talks to the queue's Redis
 
     @classmethod
@@ -130,14 +136,31 @@ class RedisLink:
 
     def submit_script(self, script: Any, keys: list[Any], args: list[Any], *, callback: Any = None) -> None:
         """A script call whose order against other calls does not matter (a health record): the
-        ones submitted while the Redis thread is busy go together, in one pipeline."""
+        ones submitted while the Redis thread is busy, or within ``ride_wait``, go together."""
         if self._executor is None:
             self.submit(lambda: script(keys=keys, args=args), callback=callback)
             return
         self._scripts.append((script, keys, args, callback))
-        if not self._flush_queued:
-            self._flush_queued = True
-            self._executor.submit(self._flush_scripts)
+        if self.ride_wait > 0:  # the queue's next round takes it (one round trip, and a domain's
+            # records of that round as one call); after ride_wait it goes on its own
+            if self._ride_timer is None:
+                self._ride_timer = call_later(self.ride_wait, self._ride_over)
+            return
+        self.flush_scripts()
+
+    def _ride_over(self) -> None:
+        self._ride_timer = None
+        self.flush_scripts()
+
+    def flush_scripts(self) -> None:
+        """The reactor thread: send the script calls still waiting (those no round took)."""
+        if self._ride_timer is not None:
+            self._ride_timer.cancel()
+            self._ride_timer = None
+        if self._executor is None or not self._scripts or self._flush_queued:
+            return
+        self._flush_queued = True
+        self._executor.submit(self._flush_scripts)
 
     def _flush_scripts(self) -> None:
         """The Redis thread: every script call queued so far, in one pipeline."""

@@ -29,7 +29,7 @@ from scrapy.utils.asyncio import call_later, create_looping_call
 from scrapy_openclaw import meta as M
 from scrapy_openclaw.delay import not_before, request_class
 from scrapy_openclaw.distributed import serializer as json_serializer
-from scrapy_openclaw.distributed.batching import Batching
+from scrapy_openclaw.distributed.batching import ROUND_GAP, Batching
 from scrapy_openclaw.distributed.connection import redis_location
 from scrapy_openclaw.distributed.entries import QueueEntries
 from scrapy_openclaw.distributed.health import shared_registry
@@ -159,6 +159,7 @@ class LeasedDeadlineQueue(Batching, QueueEntries):
         self.runner = self._round_runner(clock)
         self.runner.riders = lambda: self.link.take_scripts(self.server)  # (health records ride in rounds)
         self.runner.delivered = self.link.deliver_scripts
+        self.link.ride_wait = ROUND_GAP  # (a health record waits at most this long for a round)
         shared(self.crawler, _RUNTIME_KEY, lambda: self)
         self._loop = create_looping_call(self._tick)
         self._loop.start(min(0.5, self.heartbeat), now=False)
@@ -424,6 +425,8 @@ class LeasedDeadlineQueue(Batching, QueueEntries):
             self._gap_timer.cancel()
             self._gap_timer = None
         self.link.reset_backoff()
+        self.link.ride_wait = 0.0  # (no round to wait for: what waits goes now, or with the last round)
+        self.link.flush_scripts()
         self._ready.clear()  # leased ahead: in self.held, handed back below
         ids = list(self.held)
         self.held.clear()

@@ -195,8 +195,8 @@ class RoundRunner:
                 cands = self.cands.setdefault(shard, [])
                 cands += [d for d in domains if d not in cands]
             queue, wait = self._pop_plan(job) if job.pops else ([], None)
-            first, queue = queue[: job.pops], queue[job.pops :]
-            popped = self._writes(job, [self._pop_call(shard, self.clock()) for shard in first])
+            first, queue = queue[:1], queue[1:]  # (one shard asked for them all; the next if it had fewer)
+            popped = self._writes(job, [self._pop_call(shard, self.clock(), job.pops) for shard in first])
             if job.beat is not None:
                 self._heartbeat(job, job.beat)
             if job.foreign:
@@ -258,9 +258,9 @@ class RoundRunner:
         return changed
 
     def _writes(self, job: Round, pops: list[tuple[Any, list[str], list[Any]]]) -> list[Any]:
-        """The round's pushes, then its acknowledgements, hand-backs, refusals and wakes, then *pops* (the
-        first pop calls; their replies are returned) and the health records waiting on the link
-        (``riders``): one pipeline on one Redis, one round trip (run in order: a page's links
+        """The round's pushes, then its acknowledgements, hand-backs, refusals and wakes, the health
+        records waiting on the link (``riders``: before the pops, which take tokens by them), then
+        *pops* (the first pop calls; their replies are returned): one pipeline on one Redis, one round trip (run in order: a page's links
         before its acknowledgement, even when the worker dies while sending). On a cluster, the
         pushes first and the rest once they are confirmed."""
         keys = self.shards.keys
@@ -276,11 +276,12 @@ class RoundRunner:
             first: list[tuple[Any, list[str], list[Any]]] = []
         else:
             first = pushes
-        calls = [*first, *rest, *pops, *((s, k, a) for s, k, a, _ in riders)]
+        calls = [*first, *rest, *((s, k, a) for s, k, a, _ in riders), *pops]
         outcomes = run_scripts(self.server, calls) if calls else []
+        written = len(first) + len(rest)
         if riders:
-            self.delivered(riders, outcomes[len(outcomes) - len(riders) :])
-        replies = _until_error(outcomes[: len(first) + len(rest)])
+            self.delivered(riders, outcomes[written : written + len(riders)])
+        replies = _until_error(outcomes[:written])
         if not self.cluster:
             self._pushed(job, groups, replies[: len(pushes)])
             replies = replies[len(pushes) :]
@@ -289,7 +290,7 @@ class RoundRunner:
         job.acked = True
         for reply in replies[len(job.acks) : len(job.acks) + len(job.releases)]:
             job.dead.extend(reply[1])
-        popped = outcomes[len(first) + len(rest) : len(first) + len(rest) + len(pops)]
+        popped = outcomes[written + len(riders) :]
         for ok, res in popped:
             if not ok:
                 raise res
@@ -426,25 +427,30 @@ class RoundRunner:
                         queue.insert(0, shard)
                 elif isinstance(outcome, float):
                     wait = outcome if wait is None else min(wait, outcome)
-            if not queue or len(job.popped) >= job.pops:
+            missing = job.pops - len(job.popped)
+            if not queue or missing <= 0:
                 break
-            batch, queue = queue[: job.pops - len(job.popped)], queue[job.pops - len(job.popped) :]
-            replies = self.scripts([self._pop_call(shard, now) for shard in batch])
+            # the next shards, the first for what the others (one entry each) leave: a shard that
+            # had nothing due makes way for the next, and no more is asked than is wanted
+            batch, queue = queue[:missing], queue[missing:]
+            wants = [missing - len(batch) + 1] + [1] * (len(batch) - 1)
+            replies = self.scripts([self._pop_call(shard, now, n) for shard, n in zip(batch, wants)])
         job.wait = wait
 
-    def _pop_call(self, shard: int, now: float) -> tuple[Any, list[str], list[Any]]:
-        """The pop script's call on *shard*, gated on the domains its last reply said are due."""
+    def _pop_call(self, shard: int, now: float, want: int) -> tuple[Any, list[str], list[Any]]:
+        """The pop script's call on *shard* for up to *want* entries, gated on the domains its
+        last reply said are due."""
         gated = self.registry is not None
         cands = self.cands.get(shard, []) if gated else []
         keys = self.shards.keys(shard)
         if cands:
             keys = [*keys, *(self.registry.health_key(d) for d in cands)]
-        args = [self.boost, now, now + self.lease, self.worker, self.scan, 1 if gated else 0, *cands]
+        args = [self.boost, now, now + self.lease, self.worker, self.scan, 1 if gated else 0, want, *cands]
         return (self.pop, keys, args)
 
     def _popped(self, job: Round, shard: int, now: float, res: Any) -> float | str | None:
         """One pop's reply: "retry", the time to look at *shard* again (nothing due), or None."""
-        status, extra, payload, requeued, dropped, states, nxt = res
+        status, extra, payload, requeued, dropped, states, nxt, more = res
         self.cands[shard] = [text(d) for d in nxt]
         job.requeued += int(requeued)
         job.dropped.extend(dropped)
@@ -455,6 +461,7 @@ class RoundRunner:
         self.empty.discard(shard)
         if status == "ok":
             job.popped.append((shard, text(extra), payload))
+            job.popped += [(shard, text(more[i]), more[i + 1]) for i in range(0, len(more) - 1, 2)]
             self.rr = (shard + 1) % self.shards.count  # the next pop starts after the shard that served
         elif status == "wait":
             at = float(text(extra))
