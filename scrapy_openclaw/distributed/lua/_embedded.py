@@ -324,8 +324,14 @@ local function h_load(hkey, now, pjson)
     d.ctl_hold, d.ctl_rate, d.ctl_concurrency, d.ctl_down = 0, 0, 0, 0
     return d, p
   end
-  for _, name in ipairs(HF) do d[name] = h_num(m[name]) end
-  d.circuit = m.circuit
+  local circuit = m.circuit
+  d = m  -- (the map read, its fields checked in place: a number within bounds is left as it is)
+  for i = 1, #HF do
+    local name = HF[i]
+    local v = d[name]
+    if not (type(v) == 'number' and v == v and v <= 1e10 and v >= -1e10) then d[name] = h_num(v) end
+  end
+  d.fit_start, d.circuit = h_num(m.fit), circuit
   if d.circuit ~= 'open' and d.circuit ~= 'half_open' then d.circuit = 'closed' end
   -- (a field left out as invalid: the value a new record has)
   d.health = math.min(100, math.max(0, d.health or 100))
@@ -386,7 +392,7 @@ end
 local function h_save(hkey, d, pjson, keep_ttl)
   local stored = h_stored[hkey] or {}
   local m = {}
-  for _, name in ipairs(HF) do m[name] = d[name] end
+  for i = 1, #HF do m[HF[i]] = d[HF[i]] end
   m.pol, m.pid, m.fit = stored.pol, stored.pid, d.fit_start
   -- The TTL (HealthRegistry.evict_idle: what outlives idleness never expires) moves when it
   -- must move by more than a quarter of itself, not on every save: the fit history's would
