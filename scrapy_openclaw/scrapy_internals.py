@@ -182,6 +182,15 @@ def download_slot(crawler: Crawler, key: str) -> Slot | None:
     return download_slots(crawler).get(key) if key else None
 
 
+def free_downloads(crawler: Crawler) -> int:
+    """Requests the downloader would take now (``total_concurrency`` less its ``active``
+    requests, 2.14 .. 2.19); 0 before the engine exists."""
+    downloader = getattr(engine_of(crawler), "downloader", None)
+    if downloader is None:
+        return 0
+    return max(0, int(downloader.total_concurrency) - len(downloader.active))
+
+
 def download_slots(crawler: Crawler) -> dict[str, Slot]:
     """The downloader's slots by key (``downloader.slots``, 2.14 .. 2.19); empty before the engine exists."""
     engine = engine_of(crawler)

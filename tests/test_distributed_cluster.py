@@ -163,3 +163,25 @@ def test_a_crawl_a_newer_version_keeps_in_redis_is_refused_at_start(redis_server
 
     redis.Redis.from_url(redis_server.url).set("unit:requests:{unit#0}:format", FORMAT + 1)
     _refused_at_start(redis_server.url, QueueFormatError, rf"format {FORMAT + 1}.*newer.*Upgrade this worker")
+
+
+def test_a_round_of_scripts_reaches_redis_in_one_read(redis_any: Any) -> None:
+    """redis-py writes a pipeline in pieces of about 6 KB, and Redis reads a piece that arrives
+    on its own as a request of its own; our connections send a round in one write. Ground
+    truth: the server's ``total_reads_processed`` (one read per node the round goes to)."""
+    from scrapy_openclaw.distributed.connection import run_scripts
+
+    crawler = get_crawler(Spider, {"REDIS_URL": redis_any.url})
+    server = client_from_settings(crawler.settings)
+    script = server.register_script("return #ARGV")
+    keys = [f"{{one}}:k{i}" for i in range(25)]  # (one slot: one node)
+    calls = [(script, [k], ["x" * 300, "y" * 50]) for k in keys]  # ~11 KB: two pieces (Redis reads 16 KB at most)
+    run_scripts(server, calls[:1])  # (the script loaded, the connection made)
+    node = redis.Redis.from_url(redis_any.url)
+    if hasattr(server, "get_node_from_key"):
+        node = server.get_node_from_key(keys[0]).redis_connection
+    before = int(node.info("stats")["total_reads_processed"])
+    outcomes = run_scripts(server, calls)
+    after = int(node.info("stats")["total_reads_processed"])
+    assert [res for _, res in outcomes] == [2] * len(calls)
+    assert after - before == 2  # the round, and the INFO that asked

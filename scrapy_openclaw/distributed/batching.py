@@ -17,7 +17,7 @@ from scrapy.utils.asyncio import call_later
 from scrapy_openclaw import meta as M
 from scrapy_openclaw.distributed import wakeup
 from scrapy_openclaw.distributed.rounds import Push, Round, RoundRunner, lease_id, split_lease, text
-from scrapy_openclaw.scrapy_internals import wake_engine
+from scrapy_openclaw.scrapy_internals import free_downloads, wake_engine
 from scrapy_openclaw.serialization import SerializationError
 
 if TYPE_CHECKING:
@@ -189,7 +189,9 @@ class Batching:
             self._wakes = {}
             self._look_again(self._woken_shards)
             self._woken_shards = set()
-            want = self.prefetch if self.link.background else 1
+            # ahead: the prefetch, or as many as the downloader would start now (a round per
+            # page or two otherwise, while the downloader waits for them)
+            want = max(self.prefetch, free_downloads(self.crawler)) if self.link.background else 1
             job.pops = max(0, want - len(self._ready)) if now >= self._pops_from else 0
             if job.pops and all(self.runner.shard_wait.get(i, 0) > now for i in range(self.shards.count)):
                 job.pops = 0

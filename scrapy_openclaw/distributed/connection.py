@@ -44,8 +44,8 @@ def client_from_settings(settings: Any, config: OpenClawSettings | None = None) 
         params.pop("redis_cls", None)
         master = config.redis_sentinel_master
         timeout = {k: params[k] for k in ("socket_timeout", "socket_connect_timeout") if k in params}
-        return Sentinel(hosts, sentinel_kwargs=timeout, **params).master_for(master)
-    client = get_redis_from_settings(settings)
+        return one_write(Sentinel(hosts, sentinel_kwargs=timeout, **params).master_for(master))
+    client = one_write(get_redis_from_settings(settings))
     if "redis_cls" in params:
         return client
 
@@ -59,6 +59,34 @@ def client_from_settings(settings: Any, config: OpenClawSettings | None = None) 
         return RedisCluster(host=host, port=port, **kwargs)
 
     return _cluster_if_enabled(client, cluster, params)
+
+
+class _OneWrite:
+    """A connection that sends a pipeline in one write: redis-py writes it in pieces of about
+    6 KB, and Redis reads each piece that arrives on its own as a request of its own (a syscall
+    and an event-loop turn on both sides for one round trip)."""
+
+    def send_packed_command(self, command: Any, check_health: bool = True) -> None:
+        if isinstance(command, list) and len(command) > 1:
+            command = [b"".join(command)]
+        super().send_packed_command(command, check_health)  # type: ignore[misc]
+
+
+_ONE_WRITE: dict[type, type] = {}
+
+
+def one_write(client: Any) -> Any:
+    """*client*, its pool's connections made :class:`_OneWrite` (whatever their class: TCP, TLS,
+    a Unix socket, Sentinel's); a client without a pool (a cluster) as it is."""
+    pool: Any = getattr(client, "connection_pool", None)
+    base = getattr(pool, "connection_class", None)
+    if not isinstance(base, type) or issubclass(base, _OneWrite):
+        return client
+    if base not in _ONE_WRITE:
+        _ONE_WRITE[base] = type(f"OneWrite{base.__name__}", (_OneWrite, base), {})
+    pool.connection_class = _ONE_WRITE[base]
+    pool.disconnect(inuse_connections=False)  # (one made before, idle: the next ones are of the new class)
+    return client
 
 
 def is_cluster(client: Any) -> bool:
@@ -108,7 +136,7 @@ def run_scripts(server: Any, calls: list[tuple[Any, list[Any], list[Any]]]) -> l
     for i, (_, keys, _) in enumerate(calls):
         if is_cluster(server):  # (redis-py's cluster pipeline refuses EVALSHA: one plain pipeline per node)
             node = server.get_node_from_key(keys[0])
-            where, make = node.name, node.redis_connection
+            where, make = node.name, one_write(node.redis_connection)
         else:
             where, make = None, server
         if where not in pipes:
