@@ -258,11 +258,12 @@ class RoundRunner:
         return changed
 
     def _writes(self, job: Round, pops: list[tuple[Any, list[str], list[Any]]]) -> list[Any]:
-        """The round's pushes, then its acknowledgements, hand-backs, refusals and wakes, the health
-        records waiting on the link (``riders``: before the pops, which take tokens by them), then
-        *pops* (the first pop calls; their replies are returned): one pipeline on one Redis, one round trip (run in order: a page's links
-        before its acknowledgement, even when the worker dies while sending). On a cluster, the
-        pushes first and the rest once they are confirmed."""
+        """The round's pushes, then its acknowledgements, hand-backs, refusals and wakes, the
+        health records waiting on the link (``riders``: before the pops, which take tokens by
+        them), then *pops* (the first pop calls; their replies are returned): one pipeline on one
+        Redis, one round trip (run in order: a page's links before its acknowledgement, even
+        when the worker dies while sending). On a cluster, the pushes first and the rest once
+        they are confirmed."""
         keys = self.shards.keys
         groups = _push_groups(job.pushes)
         pushes = [(self.push, g[0].keys, _push_args(g)) for g in groups]
