@@ -379,18 +379,33 @@ def test_a_released_domain_is_popped_again_at_once(queues: Any) -> None:
 
 
 def test_an_entry_holds_its_info_and_payload_in_one_value(queues: Any) -> None:
+    """A ready entry without a deadline is its ready-set member alone (payload included); one with
+    a deadline, or a delayed one, is one DATA value; a lease of either is held by DATA, its info
+    line rebuilt byte for byte (priority, domain), and gone with the acknowledgement."""
     q = queues()
     q.push(Request("http://a.test/deadline", priority=2, meta={M.DEADLINE: time.time() + 600}))
     q.push(Request("http://a.test/plain"))
-    assert q.server.hlen(_key(q, "data")) == 2
+    q.push(Request("http://a.test/low", priority=-3))
+    assert q.server.hlen(_key(q, "data")) == 1  # (the deadline's; the others are inline)
     assert not q.server.exists(_key(q, "info"))  # (one hash entry per request, not two)
-    infos = sorted((v.split(b"\n", 1)[0].split(b"\x01") for v in q.server.hvals(_key(q, "data"))), key=len)
-    assert infos[0] == [b"a.test"]  # priority 0 and no deadline are left out
-    assert infos[1][:2] == [b"a.test", b"2"] and infos[1][3:] == [b"300.0", b"boost"]
-    assert float(infos[1][2]) == pytest.approx(time.time() + 600, abs=60)
-    members = q.server.zrange(_key(q, "q"), 0, -1)
-    assert sorted(len(m.split(b"\x01")[1]) for m in members) == [11, 11]  # (the compact priority order)
-    assert [q.pop().url, q.pop().url] == ["http://a.test/deadline", "http://a.test/plain"]
+    [info] = [v.split(b"\n", 1)[0].split(b"\x01") for v in q.server.hvals(_key(q, "data"))]
+    assert info[:2] == [b"a.test", b"2"] and info[3:] == [b"300.0", b"boost"]
+    assert float(info[2]) == pytest.approx(time.time() + 600, abs=60)
+    members = sorted((m.split(b"\x01") for m in q.server.zrange(_key(q, "q"), 0, -1)), key=len)
+    assert [len(m[1]) for m in members] == [11, 11, 11]  # (the compact priority order)
+    assert len(members[0]) == 3 and [len(m) for m in members[1:]] == [4, 4]  # (id, then the payload)
+    assert {b"http://a.test/plain", b"http://a.test/low"} == {
+        json.loads(m[3].decode())["url"].encode() for m in members[1:]
+    }
+    leased = [q.pop() for _ in range(3)]
+    assert [r.url for r in leased] == ["http://a.test/deadline", "http://a.test/plain", "http://a.test/low"]
+    assert q.server.zcard(_key(q, "q")) == 0
+    values = {r.url: q.server.hget(_key(q, "data"), r.meta[LEASE].partition("/")[2]) for r in leased}
+    assert values["http://a.test/plain"].split(b"\n", 1)[0] == b"a.test"  # priority 0 left out
+    assert values["http://a.test/low"].split(b"\n", 1)[0] == b"a.test\x01-3"
+    for r in leased:
+        q.ack(r.meta[LEASE])
+    assert q.server.hlen(_key(q, "data")) == 0 and q.server.zcard(_key(q, "inflight")) == 0
 
 
 def test_an_entry_with_json_info_from_before_the_compact_form_is_served_in_turn_and_cleaned_up(
@@ -417,6 +432,28 @@ def test_an_entry_with_json_info_from_before_the_compact_form_is_served_in_turn_
     assert server.zcard(_key(q, "inflight")) == 0
     assert q._info(Request("http://b.test/"), '{"odd":1}') == '{"dom":"{\\"odd\\":1}"}'
     assert q._info(Request("http://b.test/", priority=-3), "b.test") == "b.test\x01-3"
+
+
+def test_an_entry_of_format_2_held_by_its_data_value_is_served_in_turn_beside_inline_ones(queues: Any) -> None:
+    """A crawl written by the previous version (format 2: every entry a DATA value, its ready-set
+    member "<domain>\\1<order>\\1<id>") goes on with this one's inline entries in one order."""
+    q = queues()
+    payload = q.encode(Request("http://a.test/old", priority=5))
+    q._encoded = None
+    entry = "hou5yrxqs820ed29006u"
+    server = q.server
+    server.hset(_key(q, "data"), entry, "a.test\x015\n" + payload)
+    server.zadd(_key(q, "q"), {f"a.test\x01{int(1e10) - 5:011d}\x01{entry}": 0})
+    server.zadd(_key(q, "domains"), {"a.test": 0})
+    q.push(Request("http://a.test/new", priority=9))
+    q.push(Request("http://a.test/last", priority=5))  # (same priority, a later id: after the old one)
+    assert _ready(q) == 3
+    got = [q.pop() for _ in range(3)]
+    assert [r.url for r in got] == ["http://a.test/new", "http://a.test/old", "http://a.test/last"]
+    for r in got:
+        q.ack(r.meta[LEASE])
+    assert server.hlen(_key(q, "data")) == 0 and _ready(q) == 0
+    assert server.zcard(_key(q, "inflight")) == 0 and server.zcard(_key(q, "domains")) == 0
 
 
 def test_an_entry_queued_by_an_earlier_version_is_still_served_and_cleaned_up(queues: Any) -> None:

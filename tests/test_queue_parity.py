@@ -254,4 +254,4 @@ def test_the_redis_side_really_is_redis(pair: Any) -> None:
     p = pair()
     p.push("http://a.test/1", 0, None)
     assert isinstance(p.remote.server, redis.Redis)
-    assert p.remote.server.hlen(p.remote.shards.name("data", 0)) == 1
+    assert p.remote.server.zcard(p.remote.shards.name("q", 0)) == 1

@@ -53,8 +53,10 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 #: The format of what a crawl keeps in Redis (queue entries, health records) as this version
 #: writes it, stored in the crawl's ``format`` key: 2 since 2026-12-06 (compact entries, one
-#: packed health record per domain); a crawl without the key was started before it existed.
-FORMAT = 2
+#: packed health record per domain), 3 since 2026-12-07 (a ready entry without a deadline held
+#: by its ready-set member alone, payload included); a crawl without the key was started before
+#: it existed. This version reads every earlier format.
+FORMAT = 3
 #: a domain the compact info cannot hold (its separators, or what reads as JSON): stored as JSON
 _COMPACT_UNSAFE = re.compile(r'[\x01\n]|^\{"')
 

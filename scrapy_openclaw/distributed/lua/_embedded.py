@@ -891,13 +891,19 @@ end
 -- A and E hold members only for entries with a deadline: a shard without any skips their reads.
 local deadlines = redis.call('EXISTS', E) == 1
 
--- The domain's first entry in priority order, its info not read: {id, tier, eff} or nil.
--- more: whether the domain has another ready entry (taking this one leaves it in DOMS).
+-- The domain's first entry in priority order, its info not read: {id, tier, eff} or nil (an
+-- inline entry's info is its member's: {..., info}). more: whether the domain has another ready
+-- entry (taking this one leaves it in DOMS).
 local function head_of(dom)
   local head = redis.call('ZRANGEBYLEX', Q, lo(dom), hi(dom), 'LIMIT', 0, 2)
   if not head[1] then return nil end
-  local key = string.match(head[1], '^[^\1]*\1([^\1]*)\1')
-  return {id = id_of(head[1]), tier = 1, eff = 1e10 - tonumber(key), more = head[2] ~= nil}
+  local key, id, rest = string.match(head[1], '^[^\1]*\1([^\1]*)\1([^\1]*)(.*)$')
+  local p = 1e10 - tonumber(key)
+  local info = nil
+  if rest ~= '' then  -- inline: "\1<payload>"
+    info = {dom = dom, p = p, d = 0, w = 0, short = true, payload = string.sub(rest, 2), member = head[1]}
+  end
+  return {id = id, tier = 1, eff = p, more = head[2] ~= nil, info = info}
 end
 
 -- The best entry of a domain: {id, tier, eff, info} or nil (the domain has no ready entry). The
@@ -956,6 +962,9 @@ local taken = {}  -- the entries leased so far: id, payload, ...
 local function take(c)
   c.info = c.info or info_of(c.id)
   local left = unindex(c.id, c.info, boost, c.more)
+  if c.info.member then  -- inline: a lease is held by DATA, as every lease (ack, release, expiry)
+    redis.call('HSET', DATA, c.id, inline_info(c.dom, c.info.p) .. '\n' .. c.info.payload)
+  end
   redis.call('ZADD', INFL, lease_until, c.id)
   redis.call('HSET', OWNER, c.id, worker)
   if left then
@@ -1072,7 +1081,8 @@ return {'wait', f17(wait), '', requeued, dropped, states, next_list(), {}}
 """,
     "push": r"""-- KEYS: the shard's 16 keys (SEEN: the shard's part of the dupefilter).
 -- ARGV: boost, worker, then 8 per request, in order: id, payload, info_json, not_before, now,
---       (info and payload are stored as one DATA value, see queue.lua's split_entry)
+--       (info and payload are one DATA value, see queue.lua's split_entry, or a ready entry's Q
+--       member: see inline_info)
 --       ack_id, fingerprint ('' = unchecked),
 --       copy (1: a retry or redirect copy of a leased request, 0: a request discovered now)
 -- Returns one reply per request: 1 when queued, 2 when queued ready for a domain that had no
@@ -1114,13 +1124,19 @@ local function push(id, payload, info, nb, now, ack_id, fingerprint, copy)
     seen[fingerprint] = true
     if not direct then table.insert(marked, fingerprint) end
   end
-  redis.call('HSET', DATA, id, info .. '\n' .. payload)
   if copy ~= '1' then batch.found = batch.found + 1 end
   local fresh = 0
   if tonumber(nb) > tonumber(now) then
+    redis.call('HSET', DATA, id, info .. '\n' .. payload)
     redis.call('ZADD', DELAYED, nb, id)
   else
-    fresh = make_ready(id, boost, decoded(info, payload), batch)
+    local decoded_info = decoded(info, payload)
+    if decoded_info.short and inline_info(decoded_info.dom, decoded_info.p) == info then
+      fresh = make_ready(id, boost, decoded_info, batch, payload)  -- (held by its Q member alone)
+    else
+      redis.call('HSET', DATA, id, info .. '\n' .. payload)
+      fresh = make_ready(id, boost, decoded_info, batch)
+    end
   end
   if ack_id ~= '' then ack(ack_id, worker, boost) end
   return 1 + fresh
@@ -1144,6 +1160,9 @@ return out
 -- members sort lexicographically as "<domain>\1<sort key>\1<id>" (all scores
 -- 0): a domain's best entry is the first member of its prefix (ZRANGEBYLEX,
 -- O(log n)), so per-domain keys are not needed.
+-- A request queued ready, without a deadline (the common case), is held by its Q member alone,
+-- "<domain>\1<sort key>\1<id>\1<payload>" ("inline"): no DATA value until it is leased
+-- (take() in pop.lua writes it; a lease that comes back is ready from DATA, by its id).
 --   Q  priority order: sort key = enc(-priority), ties by id (FIFO)
 --   A  aging order (entries with a deadline): enc(D - p*W/B)
 --   E  deadline order (entries with a deadline): enc(D)
@@ -1207,6 +1226,15 @@ local function q_member(id, info)
   return info.dom .. SEP .. string.format('%011d', key) .. SEP .. id
 end
 
+-- The DATA info line of an entry that can be held inline (compact, no deadline, a priority its
+-- sort key holds exactly), as push.lua got it; else nil. A leased inline entry's DATA value is
+-- rebuilt from its member with it, the same bytes.
+local function inline_info(dom, p)
+  if 1e10 - p < 0 or 1e10 - p > 99999999999 or p ~= math.floor(p) then return nil end
+  if p == 0 then return dom end
+  return dom .. SEP .. string.format('%d', p)
+end
+
 local function info_of(id)
   local raw = redis.call('HGET', DATA, id)
   local head, payload = nil, nil
@@ -1220,17 +1248,20 @@ end
 -- removes both; ids never start with '#'). An earlier version kept them in REL.
 local function released(id) return '#' .. id end
 
-local function id_of(member) return string.match(member, '^[^\1]*\1[^\1]*\1(.*)$') end
+local function id_of(member) return string.match(member, '^[^\1]*\1[^\1]*\1([^\1]*)') end
 local function lo(dom) return '[' .. dom .. SEP end
 local function hi(dom) return '[' .. dom .. SEP .. '\255' end
 
 -- Returns 1 when the entry's domain had no ready entry before (it joins the domain index).
 -- info: the entry's, when the caller has it (else read); batch: a push call's (a domain it made
 -- ready is known to be in DOMS). Q holds every ready entry: its ZCARD is the shard's ready count.
-local function make_ready(id, boost, info, batch)
+-- inline: the payload, for an entry held by its Q member alone (see inline_info).
+local function make_ready(id, boost, info, batch, inline)
   info = info or info_of(id)
   local dom = info.dom
-  redis.call('ZADD', Q, 0, q_member(id, info))
+  local member = q_member(id, info)
+  if inline then member = member .. SEP .. inline end
+  redis.call('ZADD', Q, 0, member)
   local fresh = 0
   if batch == nil or not batch.doms[dom] then
     fresh = redis.call('ZADD', DOMS, 'NX', 0, dom)
@@ -1246,7 +1277,7 @@ end
 -- more: true when the caller knows the domain has another ready entry. Returns whether it has.
 local function unindex(id, info, boost, more)
   local dom = info.dom
-  redis.call('ZREM', Q, q_member(id, info))
+  redis.call('ZREM', Q, info.member or q_member(id, info))
   if info.d > 0 and info.w > 0 then
     redis.call('ZREM', A, dom .. SEP .. enc(info.d - info.p * info.w / boost) .. SEP .. id)
     redis.call('ZREM', E, dom .. SEP .. enc(info.d) .. SEP .. id)

@@ -29,13 +29,19 @@ end
 -- A and E hold members only for entries with a deadline: a shard without any skips their reads.
 local deadlines = redis.call('EXISTS', E) == 1
 
--- The domain's first entry in priority order, its info not read: {id, tier, eff} or nil.
--- more: whether the domain has another ready entry (taking this one leaves it in DOMS).
+-- The domain's first entry in priority order, its info not read: {id, tier, eff} or nil (an
+-- inline entry's info is its member's: {..., info}). more: whether the domain has another ready
+-- entry (taking this one leaves it in DOMS).
 local function head_of(dom)
   local head = redis.call('ZRANGEBYLEX', Q, lo(dom), hi(dom), 'LIMIT', 0, 2)
   if not head[1] then return nil end
-  local key = string.match(head[1], '^[^\1]*\1([^\1]*)\1')
-  return {id = id_of(head[1]), tier = 1, eff = 1e10 - tonumber(key), more = head[2] ~= nil}
+  local key, id, rest = string.match(head[1], '^[^\1]*\1([^\1]*)\1([^\1]*)(.*)$')
+  local p = 1e10 - tonumber(key)
+  local info = nil
+  if rest ~= '' then  -- inline: "\1<payload>"
+    info = {dom = dom, p = p, d = 0, w = 0, short = true, payload = string.sub(rest, 2), member = head[1]}
+  end
+  return {id = id, tier = 1, eff = p, more = head[2] ~= nil, info = info}
 end
 
 -- The best entry of a domain: {id, tier, eff, info} or nil (the domain has no ready entry). The
@@ -94,6 +100,9 @@ local taken = {}  -- the entries leased so far: id, payload, ...
 local function take(c)
   c.info = c.info or info_of(c.id)
   local left = unindex(c.id, c.info, boost, c.more)
+  if c.info.member then  -- inline: a lease is held by DATA, as every lease (ack, release, expiry)
+    redis.call('HSET', DATA, c.id, inline_info(c.dom, c.info.p) .. '\n' .. c.info.payload)
+  end
   redis.call('ZADD', INFL, lease_until, c.id)
   redis.call('HSET', OWNER, c.id, worker)
   if left then

@@ -1,6 +1,7 @@
 -- KEYS: the shard's 16 keys (SEEN: the shard's part of the dupefilter).
 -- ARGV: boost, worker, then 8 per request, in order: id, payload, info_json, not_before, now,
---       (info and payload are stored as one DATA value, see queue.lua's split_entry)
+--       (info and payload are one DATA value, see queue.lua's split_entry, or a ready entry's Q
+--       member: see inline_info)
 --       ack_id, fingerprint ('' = unchecked),
 --       copy (1: a retry or redirect copy of a leased request, 0: a request discovered now)
 -- Returns one reply per request: 1 when queued, 2 when queued ready for a domain that had no
@@ -42,13 +43,19 @@ local function push(id, payload, info, nb, now, ack_id, fingerprint, copy)
     seen[fingerprint] = true
     if not direct then table.insert(marked, fingerprint) end
   end
-  redis.call('HSET', DATA, id, info .. '\n' .. payload)
   if copy ~= '1' then batch.found = batch.found + 1 end
   local fresh = 0
   if tonumber(nb) > tonumber(now) then
+    redis.call('HSET', DATA, id, info .. '\n' .. payload)
     redis.call('ZADD', DELAYED, nb, id)
   else
-    fresh = make_ready(id, boost, decoded(info, payload), batch)
+    local decoded_info = decoded(info, payload)
+    if decoded_info.short and inline_info(decoded_info.dom, decoded_info.p) == info then
+      fresh = make_ready(id, boost, decoded_info, batch, payload)  -- (held by its Q member alone)
+    else
+      redis.call('HSET', DATA, id, info .. '\n' .. payload)
+      fresh = make_ready(id, boost, decoded_info, batch)
+    end
   end
   if ack_id ~= '' then ack(ack_id, worker, boost) end
   return 1 + fresh

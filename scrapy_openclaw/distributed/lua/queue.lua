@@ -7,6 +7,9 @@
 -- members sort lexicographically as "<domain>\1<sort key>\1<id>" (all scores
 -- 0): a domain's best entry is the first member of its prefix (ZRANGEBYLEX,
 -- O(log n)), so per-domain keys are not needed.
+-- A request queued ready, without a deadline (the common case), is held by its Q member alone,
+-- "<domain>\1<sort key>\1<id>\1<payload>" ("inline"): no DATA value until it is leased
+-- (take() in pop.lua writes it; a lease that comes back is ready from DATA, by its id).
 --   Q  priority order: sort key = enc(-priority), ties by id (FIFO)
 --   A  aging order (entries with a deadline): enc(D - p*W/B)
 --   E  deadline order (entries with a deadline): enc(D)
@@ -70,6 +73,15 @@ local function q_member(id, info)
   return info.dom .. SEP .. string.format('%011d', key) .. SEP .. id
 end
 
+-- The DATA info line of an entry that can be held inline (compact, no deadline, a priority its
+-- sort key holds exactly), as push.lua got it; else nil. A leased inline entry's DATA value is
+-- rebuilt from its member with it, the same bytes.
+local function inline_info(dom, p)
+  if 1e10 - p < 0 or 1e10 - p > 99999999999 or p ~= math.floor(p) then return nil end
+  if p == 0 then return dom end
+  return dom .. SEP .. string.format('%d', p)
+end
+
 local function info_of(id)
   local raw = redis.call('HGET', DATA, id)
   local head, payload = nil, nil
@@ -83,17 +95,20 @@ end
 -- removes both; ids never start with '#'). An earlier version kept them in REL.
 local function released(id) return '#' .. id end
 
-local function id_of(member) return string.match(member, '^[^\1]*\1[^\1]*\1(.*)$') end
+local function id_of(member) return string.match(member, '^[^\1]*\1[^\1]*\1([^\1]*)') end
 local function lo(dom) return '[' .. dom .. SEP end
 local function hi(dom) return '[' .. dom .. SEP .. '\255' end
 
 -- Returns 1 when the entry's domain had no ready entry before (it joins the domain index).
 -- info: the entry's, when the caller has it (else read); batch: a push call's (a domain it made
 -- ready is known to be in DOMS). Q holds every ready entry: its ZCARD is the shard's ready count.
-local function make_ready(id, boost, info, batch)
+-- inline: the payload, for an entry held by its Q member alone (see inline_info).
+local function make_ready(id, boost, info, batch, inline)
   info = info or info_of(id)
   local dom = info.dom
-  redis.call('ZADD', Q, 0, q_member(id, info))
+  local member = q_member(id, info)
+  if inline then member = member .. SEP .. inline end
+  redis.call('ZADD', Q, 0, member)
   local fresh = 0
   if batch == nil or not batch.doms[dom] then
     fresh = redis.call('ZADD', DOMS, 'NX', 0, dom)
@@ -109,7 +124,7 @@ end
 -- more: true when the caller knows the domain has another ready entry. Returns whether it has.
 local function unindex(id, info, boost, more)
   local dom = info.dom
-  redis.call('ZREM', Q, q_member(id, info))
+  redis.call('ZREM', Q, info.member or q_member(id, info))
   if info.d > 0 and info.w > 0 then
     redis.call('ZREM', A, dom .. SEP .. enc(info.d - info.p * info.w / boost) .. SEP .. id)
     redis.call('ZREM', E, dom .. SEP .. enc(info.d) .. SEP .. id)
