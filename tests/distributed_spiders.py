@@ -118,7 +118,8 @@ class DieAfterAckQueue(LeasedDeadlineQueue):
             return
         for shard, entries in job.acks.items():
             for entry in entries:
-                url = getattr(self, "_urls", {}).get(f"{shard}/{entry}")
+                lease = f"{shard}/{entry.partition(chr(1))[0]}"  # (an ack is "<id>\x01<place>")
+                url = getattr(self, "_urls", {}).get(lease)
                 marker = self.crawler.settings.get("DIE_MARKER")
                 if url and marker and _claim(marker, url):
                     os.kill(os.getpid(), signal.SIGKILL)

@@ -172,6 +172,61 @@ def test_late_ack_after_requeue_removes_waiting_entry(queues: Any) -> None:
     assert b.pop() is None and len(b) == 0
 
 
+def test_after_a_failover_the_first_beat_takes_back_a_lease_the_new_server_has_waiting_inline(queues: Any) -> None:
+    """The promoted replica never saw a pop: the entry waits there inline (no DATA value, no owner).
+    The holder's first beat after the failover leases it to itself again, found by its place in
+    the ready set, so another worker does not fetch it a second time; its ack then clears it."""
+    a, b = queues(), queues()
+    a.push(Request("http://a.test/held", priority=3))
+    a.push(Request("http://a.test/other"))
+    names = [_key(a, what) for what in ("q", "domains", "data", "inflight", "owner")]
+    before = {k: a.server.dump(k) for k in names}  # (what the replica has: the pop not replicated)
+    held = a.pop()
+    assert held is not None and held.url == "http://a.test/held"
+    for k, dumped in before.items():
+        a.server.delete(k)
+        if dumped is not None:
+            a.server.restore(k, 0, dumped)
+    assert a.server.hlen(_key(a, "data")) == 0 and _ready(a) == 2  # (both inline, the lease lost)
+    a._reclaim = True
+    a._tick()  # the first beat after the failover
+    assert a.stats.get_value("openclaw/distributed/leases_reclaimed") is None  # (not a dead worker's)
+    assert a.server.hget(_key(a, "owner"), held.meta[LEASE].partition("/")[2]) == a.worker.encode()
+    assert _ready(a) == 1
+    got = b.pop()
+    assert got is not None and got.url == "http://a.test/other" and b.pop() is None
+    a.ack(held.meta[LEASE])
+    b.ack(got.meta[LEASE])
+    assert a.server.hlen(_key(a, "data")) == 0 and a.server.zcard(_key(a, "inflight")) == 0 and _ready(a) == 0
+
+
+def test_an_acknowledgement_sent_again_after_a_failover_finds_the_entry_waiting_inline(queues: Any) -> None:
+    """Pop and ack both lost with the old master: the ack sent again (the replay) removes the entry
+    the new server has waiting inline, so it is not fetched a second time; a retry copy's ack too."""
+    a, b = queues(), queues()
+    for path in ("done", "retried", "other"):
+        a.push(Request(f"http://a.test/{path}"))
+    names = [_key(a, what) for what in ("q", "domains", "data", "inflight", "owner", "found")]
+    before = {k: a.server.dump(k) for k in names}
+    done, retried = a.pop(), a.pop()
+    assert [done.url, retried.url] == ["http://a.test/done", "http://a.test/retried"]
+    a.ack(done.meta[LEASE])
+    copy = retried.copy()
+    copy.meta[M.NOT_BEFORE] = time.time() + 600  # (its copy waits: the original is finished)
+    a.push(copy, dupe=("unit:dupefilter", "f" * 40))  # (a fingerprinted push: replayed)
+    for k, dumped in before.items():  # the promoted replica: none of that reached it
+        a.server.delete(k)
+        if dumped is not None:
+            a.server.restore(k, 0, dumped)
+    assert _ready(a) == 3
+    a._replay()
+    a._kick()
+    assert a.stats.get_value("openclaw/distributed/replayed_writes") == 2  # (the ack, the copy's push)
+    assert _ready(a) == 1 and a.server.zcard(_key(a, "delayed")) == 1
+    got = b.pop()
+    assert got is not None and got.url == "http://a.test/other" and b.pop() is None
+
+
 def test_retry_copy_acks_the_original_atomically(queues: Any) -> None:
     q = queues()
     q.push(Request("http://a.test/1"))
@@ -594,7 +649,7 @@ def _calls(server: Any, reset: bool = False) -> dict[str, int]:
 def test_one_pop_call_leases_several_entries_within_the_domains_tokens(queues: Any) -> None:
     """A round that wants several entries asks one shard for them all: one read and one write
     of the domain's health record, one token per entry, and no more entries than the domain
-    has tokens (the others stay queued for its next token)."""
+    has tokens (the others stay queued for its next token); the leases are written together."""
     from scrapy_openclaw.distributed.fields import read_state
     from scrapy_openclaw.distributed.rounds import Round
 
@@ -619,6 +674,9 @@ def test_one_pop_call_leases_several_entries_within_the_domains_tokens(queues: A
     assert len({entry for _, entry, _ in job.popped}) == int(tokens)
     calls = _calls(q.server)
     assert calls["cmdstat_get"] == 1 and calls["cmdstat_set"] == 1  # the record: read once, written once
+    # the leases' writes, one command each for the call: out of the ready set, into the in-flight
+    # set and the domain's score (one ZADD each), owner and payload (one HSET each)
+    assert calls["cmdstat_zrem"] == 1 and calls["cmdstat_zadd"] == 2 and calls["cmdstat_hset"] == 2
     assert read_state(q.server, key)["tokens"] < 1
     assert job.states[0] == b"many.test" and len(job.states) == 2  # (the worker's cache gets it once)
     clock.advance(10)  # tokens again (the pop's last reply named the domain: it may gate it)

@@ -81,7 +81,7 @@ class Batching:
     heartbeat: float
     prefetch: int
     max_releases: int
-    held: dict[str, float]
+    held: dict[str, str]
     _pending_push: list[Push]
     _pending_ack: set[str]
     _recent: deque[tuple[float, list[Push], list[str]]]
@@ -119,6 +119,10 @@ class Batching:
         def _requeued(self, n: int) -> None: ...
         def _reclaimed(self, n: int, dead: list[str]) -> None: ...
         def _busy_here(self) -> bool: ...
+
+    if TYPE_CHECKING:  # (the queue's)
+
+        def _place(self, request: Request) -> str: ...
 
     def _kick(self, *, pops: bool = False, counts: bool = False) -> None:
         """Send what is waiting (and pop ahead) in one round on the Redis thread; inline outside a crawl."""
@@ -171,9 +175,10 @@ class Batching:
             job.reclaim, self._reclaim = self._reclaim, False
             job.sweep = now - self._last_sweep >= max(self.heartbeat, SWEEP_EVERY)
             beat: dict[int, list[str]] = {}
-            for lease in self.held:
+            for lease, place in self.held.items():
                 shard, entry = split_lease(lease)
-                beat.setdefault(shard, []).append(entry)
+                # (after a failover, where to find an entry the new server has waiting inline)
+                beat.setdefault(shard, []).append(f"{entry}\x01{place}" if job.reclaim else entry)
             if beat or job.sweep or job.reclaim:
                 job.beat = beat
             if job.sweep:
@@ -334,7 +339,7 @@ class Batching:
         for member in res.foreign_found:
             self._refuse_foreign(member)
         self._look_again([*res.ready_shards, *res.requeued_shards, *(s for s, _, _ in job.releases)])
-        self._take_popped(res, now)
+        self._take_popped(res)
         if job.pops:
             self._hungry(len(res.popped) < job.pops)
         if res.count is not None:
@@ -402,7 +407,7 @@ class Batching:
             elif self.link.background:  # a buffered push whose fingerprint another worker marked meanwhile
                 self.stats.inc_value(f"{STATS}/filtered_on_flush")
 
-    def _take_popped(self, res: Round, now: float) -> None:
+    def _take_popped(self, res: Round) -> None:
         """The leased entries, decoded, ready for the engine (a refused one is moved aside at once)."""
         for shard, entry, payload in res.popped:
             lease = lease_id(shard, entry)
@@ -412,7 +417,7 @@ class Batching:
                 self._refuse(lease, exc)  # at once: a refused entry must not keep its lease
                 continue
             request.meta[M.LEASE] = lease
-            self.held[lease] = now
+            self.held[lease] = self._place(request)
             self.stats.inc_value(f"{STATS}/leased")
             self._ready.append(request)
 

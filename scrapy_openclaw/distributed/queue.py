@@ -36,7 +36,7 @@ from scrapy_openclaw.distributed.health import shared_registry
 from scrapy_openclaw.distributed.link import RedisLink
 from scrapy_openclaw.distributed.liveness import Liveness
 from scrapy_openclaw.distributed.pending import CrawlWork
-from scrapy_openclaw.distributed.rounds import Push, Round, RoundRunner, split_lease
+from scrapy_openclaw.distributed.rounds import Push, Round, RoundRunner, ack_token, split_lease
 from scrapy_openclaw.distributed.shards import ShardKeys
 from scrapy_openclaw.exceptions import QueueFormatError
 from scrapy_openclaw.pqueues.upkeep import EVICT_EVERY
@@ -123,9 +123,10 @@ class LeasedDeadlineQueue(Batching, QueueEntries):
         self.prefetch = config.distributed_prefetch
         self.shards = ShardKeys(self.key, spider.name, config.distributed_shards)
         self.worker = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
-        self.held: dict[str, float] = {}  # lease id ("shard/entry") -> time leased
+        #: lease id ("shard/entry") -> its place in the ready set (``_place``: a failover's reclaim)
+        self.held: dict[str, str] = {}
         self._pending_push: list[Push] = []  # pushes waiting for Redis, in order
-        self._pending_ack: set[str] = set()
+        self._pending_ack: set[str] = set()  # ack tokens (``rounds.ack_token``)
         #: writes Redis confirmed in the last REPLAY_WINDOW seconds: (when, pushes queued, acks), sent
         #: again should Redis turn out to be another server (a failover loses what was not replicated)
         self._recent: deque[tuple[float, list[Push], list[str]]] = deque()
@@ -226,8 +227,9 @@ class LeasedDeadlineQueue(Batching, QueueEntries):
     def drop_lease(self, request: Request) -> None:
         """A refused retry or redirect copy: acknowledge the page it was leased as (it is finished)."""
         lease = request.meta.pop(LEASE, None)
-        if lease is not None and self.held.pop(lease, None) is not None:
-            self._send_ack(lease)
+        place = self.held.pop(lease, None) if lease is not None else None
+        if place is not None:
+            self._send_ack(ack_token(lease, place))
 
     def push(self, request: Request, dupe: tuple[str, str] | None = None, on_dupe: Any = None) -> bool:
         """Queue *request*; False only when *dupe* (dupefilter key, fingerprint) was already seen.
@@ -246,7 +248,8 @@ class LeasedDeadlineQueue(Batching, QueueEntries):
         self._encoded = None
         now = self.clock()
         lease = request.meta.pop(LEASE, None)
-        ack_id = lease if lease is not None and self.held.pop(lease, None) is not None else None
+        place = self.held.pop(lease, None) if lease is not None else None
+        ack_id = ack_token(lease, place) if lease is not None and place is not None else None
         domain = slot_key(self.crawler, request)
         shard = self.shards.of(domain)
         info = self._info(request, domain)
@@ -296,6 +299,16 @@ class LeasedDeadlineQueue(Batching, QueueEntries):
                 f"{domain}\x01{priority}\x01{float(deadline)!r}\x01{float(policy.aging_window)!r}\x01{policy.expired}"
             )
         return f"{domain}\x01{priority}" if priority else domain
+
+    def _place(self, request: Request) -> str:
+        """Where *request*'s entry waits in its shard's ready set when held there inline
+        ("<domain>\\1<priority order>", as ``queue.lua``'s ``q_member`` orders it; '' when it is
+        not held inline): the first beat after a failover finds it there by it, since the new
+        server may have it waiting, the pop lost (see ``lua/heartbeat.lua``)."""
+        domain, order = slot_key(self.crawler, request), 10**10 - request.priority
+        if _COMPACT_UNSAFE.search(domain) or not isinstance(request.priority, int) or not 0 <= order <= 99999999999:
+            return ""
+        return f"{domain}\x01{order:011d}"
 
     def pop(self, timeout: float = 0) -> Request | None:
         if not self._ready:
@@ -385,10 +398,11 @@ class LeasedDeadlineQueue(Batching, QueueEntries):
 
     def ack(self, lease_id: str | None) -> None:
         """The request leased as *lease_id* is finished (idempotent)."""
-        if lease_id is None or self.held.pop(lease_id, None) is None:
+        place = self.held.pop(lease_id, None) if lease_id is not None else None
+        if place is None:
             return
         self.stats.inc_value(f"{STATS}/acked")
-        self._send_ack(lease_id)
+        self._send_ack(ack_token(lease_id, place))
 
     def release(self, lease_id: str | None) -> None:
         """Put the leased request back at once: it was not finished (e.g. its item was not stored).
@@ -402,8 +416,8 @@ class LeasedDeadlineQueue(Batching, QueueEntries):
         self._pending_release.append((lease_id, True))
         self._kick()
 
-    def _send_ack(self, lease_id: str) -> None:
-        self._pending_ack.add(lease_id)
+    def _send_ack(self, token: str) -> None:
+        self._pending_ack.add(token)
         self._kick()
 
     def close(self, reason: str) -> Any:
@@ -431,10 +445,10 @@ class LeasedDeadlineQueue(Batching, QueueEntries):
         self.link.flush_scripts()
         self._ready.clear()  # leased ahead: in self.held, handed back below
         ids = list(self.held)
-        self.held.clear()
         if reason == "finished":  # everything was processed; these were never acked
-            self._pending_ack.update(ids)
-        else:
+            self._pending_ack.update(ack_token(lease, place) for lease, place in self.held.items())
+        self.held.clear()
+        if reason != "finished":
             self._pending_release.extend((i, False) for i in ids)
         job = self._plan(pops=False, counts=False, everything=True)
         if job is not None:

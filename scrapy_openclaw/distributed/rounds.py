@@ -35,6 +35,13 @@ def split_lease(lease: str) -> tuple[int, str]:
     return int(shard), entry
 
 
+def ack_token(lease: str, place: str) -> str:
+    """What an acknowledgement sends: ``"<shard>/<entry id>\\1<place>"``, the place (where the
+    entry waits in its ready set when held there inline, ``queue._place``) for a server that
+    never saw the pop (a failover): it finds the entry by it (``queue.lua``'s ``ack``)."""
+    return f"{lease}\x01{place}"
+
+
 class Push:
     """A push waiting for Redis: the script's KEYS and ARGV, and who to tell about a duplicate."""
 

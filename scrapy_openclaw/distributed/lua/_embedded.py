@@ -5,14 +5,19 @@ one vendored into a project's egg by a ``setup.py`` without package data.
 """
 
 SCRIPTS = {
-    "ack": r"""-- ARGV: boost, worker, id1, id2, ... -> number removed
+    "ack": r"""-- ARGV: boost, worker, ack1, ack2, ... (an id, or "<id>\1<place>": see ack() in queue.lua) -> number removed
 -- The ids this worker holds (the common case) are removed together, one call per key; the
 -- others go through ack() one by one (a late ack; see queue.lua).
 -- (runs after the shared queue.lua, see __init__.py)
 local boost, worker = tonumber(ARGV[1]), ARGV[2]
 local n = 0
 for first = 3, #ARGV, 1000 do  -- (bounded: unpack's stack)
-  local ids = {unpack(ARGV, first, math.min(first + 999, #ARGV))}
+  local ids, places = {}, {}
+  for i = first, math.min(first + 999, #ARGV) do
+    local id, place = ack_token(ARGV[i])
+    table.insert(ids, id)
+    table.insert(places, place)
+  end
   local owners = redis.call('HMGET', OWNER, unpack(ids))
   local mine, seen = {}, {}
   for i, id in ipairs(ids) do
@@ -21,7 +26,7 @@ for first = 3, #ARGV, 1000 do  -- (bounded: unpack's stack)
       table.insert(mine, id)
       if legacy(id) then redis.call('HDEL', INFO, id) end
     elseif not owners[i] then
-      n = n + ack(id, worker, boost)
+      n = n + ack(id, worker, boost, places[i])
     end
     seen[id] = true
   end
@@ -820,23 +825,36 @@ end
 -- ARGV: boost, worker, now, lease_until, reclaim, id1, ... -> {extended, requeued}
 -- reclaim = 1 (the first beat after a failover): an entry this worker holds that the server
 -- has waiting with no owner (the new master never saw its pop) is leased to it again, so no
--- other worker fetches it a second time.
+-- other worker fetches it a second time. Its id then comes as "<id>\1<place>", the place being
+-- "<domain>\1<priority order>" of its ready-set member ('' when not known): an entry held
+-- inline has no DATA value to find it by.
 -- (runs after the shared queue.lua, see __init__.py)
 local worker = ARGV[2]
 local reclaim = ARGV[5] == '1'
 local n = 0
+
 for i = 6, #ARGV do
-  local id = ARGV[i]
+  local id, place = ARGV[i], ''
+  if reclaim then id, place = ack_token(ARGV[i]) end
   local owner = redis.call('HGET', OWNER, id)
   if owner == worker then
     redis.call('ZADD', INFL, 'XX', ARGV[4], id)
     n = n + 1
-  elseif reclaim and not owner and redis.call('HEXISTS', DATA, id) == 1 then
-    unindex(id, info_of(id), tonumber(ARGV[1]))
-    redis.call('ZREM', DELAYED, id)
-    redis.call('ZADD', INFL, ARGV[4], id)
-    redis.call('HSET', OWNER, id, worker)
-    n = n + 1
+  elseif reclaim and not owner then
+    local info = nil
+    if redis.call('HEXISTS', DATA, id) == 1 then
+      info = info_of(id)
+    else
+      info = waiting_inline(id, place)
+      if info then redis.call('HSET', DATA, id, inline_info(info.dom, info.p) .. '\n' .. info.payload) end
+    end
+    if info then
+      unindex(id, info, tonumber(ARGV[1]))
+      redis.call('ZREM', DELAYED, id)
+      redis.call('ZADD', INFL, ARGV[4], id)
+      redis.call('HSET', OWNER, id, worker)
+      n = n + 1
+    end
   end
 end
 return {n, maintain(tonumber(ARGV[3]), 1000, tonumber(ARGV[1]))}
@@ -891,19 +909,38 @@ end
 -- A and E hold members only for entries with a deadline: a shard without any skips their reads.
 local deadlines = redis.call('EXISTS', E) == 1
 
--- The domain's first entry in priority order, its info not read: {id, tier, eff} or nil (an
--- inline entry's info is its member's: {..., info}). more: whether the domain has another ready
--- entry (taking this one leaves it in DOMS).
+-- An entry read from Q: {id, tier, eff, more, member} (an inline entry's info is its member's).
+local function entry_of(member, more)
+  local id, p, info = ready_entry(member)
+  return {id = id, tier = 1, eff = p, more = more, info = info, member = member}
+end
+
+-- A shard without deadlines (the common case) is "batched": the call keeps what it read of Q
+-- and DOMS in step with its own leases, and writes them once at the end (flush()).
+local batched = not deadlines
+local heads = {}  -- batched: domain -> {list = members read in order, pos = the next, full = more may follow}
+
+-- The domain's first entry in priority order, its info not read, or nil. more: whether the
+-- domain has another ready entry (taking this one leaves it in DOMS).
 local function head_of(dom)
-  local head = redis.call('ZRANGEBYLEX', Q, lo(dom), hi(dom), 'LIMIT', 0, 2)
-  if not head[1] then return nil end
-  local key, id, rest = string.match(head[1], '^[^\1]*\1([^\1]*)\1([^\1]*)(.*)$')
-  local p = 1e10 - tonumber(key)
-  local info = nil
-  if rest ~= '' then  -- inline: "\1<payload>"
-    info = {dom = dom, p = p, d = 0, w = 0, short = true, payload = string.sub(rest, 2), member = head[1]}
+  if not batched then
+    local head = redis.call('ZRANGEBYLEX', Q, lo(dom), hi(dom), 'LIMIT', 0, 2)
+    if not head[1] then return nil end
+    return entry_of(head[1], head[2] ~= nil)
   end
-  return {id = id, tier = 1, eff = p, more = head[2] ~= nil, info = info}
+  local h = heads[dom]
+  if h == nil then
+    local list = redis.call('ZRANGEBYLEX', Q, lo(dom), hi(dom), 'LIMIT', 0, 2)
+    h = {list = list, pos = 1, full = #list == 2}
+    heads[dom] = h
+  end
+  if h.pos == #h.list and h.full then  -- is there one after it? (read on, from past the last)
+    local more = redis.call('ZRANGEBYLEX', Q, '(' .. h.list[#h.list], hi(dom), 'LIMIT', 0, 2)
+    for _, m in ipairs(more) do table.insert(h.list, m) end
+    h.full = #more == 2
+  end
+  if h.pos > #h.list then return nil end
+  return entry_of(h.list[h.pos], h.pos < #h.list)
 end
 
 -- The best entry of a domain: {id, tier, eff, info} or nil (the domain has no ready entry). The
@@ -945,35 +982,98 @@ local function best_of(dom)
   return best
 end
 
-local doms, stepped = nil, {}  -- (the scan's due domains; those it made not due)
+-- The due domains (DOMS scored up to now, at most scan): {doms, since = domain -> its score, or
+-- nil once this call made it not due, complete = every due domain was read}. Batched and
+-- complete, the call keeps it in step with its own writes instead of reading DOMS again.
+local scanned = nil
+local flush  -- (below)
+
+local function due_domains()
+  if scanned == nil or not scanned.complete or not batched then
+    flush()
+    local scored = redis.call('ZRANGEBYSCORE', DOMS, '-inf', now, 'WITHSCORES', 'LIMIT', 0, scan)
+    scanned = {doms = {}, since = {}, complete = #scored < 2 * scan}
+    for i = 1, #scored, 2 do
+      table.insert(scanned.doms, scored[i])
+      scanned.since[scored[i]] = tonumber(scored[i + 1])
+    end
+  end
+  return scanned
+end
 
 -- The domains due now for the next call: the scan's, when it saw all of them (one read less).
 local function next_due()
-  if #doms >= scan then return next_list() end
+  if scanned == nil or not scanned.complete then flush() return next_list() end
   local due = {}
-  for _, dom in ipairs(doms) do
-    if not stepped[dom] then table.insert(due, dom) end
+  for _, dom in ipairs(scanned.doms) do
+    if scanned.since[dom] then table.insert(due, dom) end
   end
-  if #due == 0 then return next_list() end  -- (none left due: the soonest, so the next call may gate them)
+  if #due == 0 then flush() return next_list() end  -- (none left due: the soonest, so the next call may gate them)
   return due
+end
+
+-- The call's writes to DOMS (domain -> score, or false: removed), in order of first write.
+local dom_writes, dom_order = {}, {}
+local function set_dom(dom, score)
+  if dom_writes[dom] == nil then table.insert(dom_order, dom) end
+  dom_writes[dom] = score
+  if not batched then flush() end
+end
+
+local pend = {q = {}, infl = {}, owner = {}, data = {}}  -- the leases' writes, batched
+flush = function()
+  if #pend.q > 0 then redis.call('ZREM', Q, unpack(pend.q)) end
+  if #pend.infl > 0 then redis.call('ZADD', INFL, unpack(pend.infl)) end
+  if #pend.owner > 0 then redis.call('HSET', OWNER, unpack(pend.owner)) end
+  if #pend.data > 0 then redis.call('HSET', DATA, unpack(pend.data)) end
+  pend = {q = {}, infl = {}, owner = {}, data = {}}
+  local add, gone = {}, {}
+  for _, dom in ipairs(dom_order) do
+    local score = dom_writes[dom]
+    if score then
+      table.insert(add, score)
+      table.insert(add, dom)
+    else
+      table.insert(gone, dom)
+    end
+  end
+  if #add > 0 then redis.call('ZADD', DOMS, 'XX', unpack(add)) end
+  if #gone > 0 then redis.call('ZREM', DOMS, unpack(gone)) end
+  dom_writes, dom_order = {}, {}
 end
 
 local taken = {}  -- the entries leased so far: id, payload, ...
 local function take(c)
   c.info = c.info or info_of(c.id)
-  local left = unindex(c.id, c.info, boost, c.more)
-  if c.info.member then  -- inline: a lease is held by DATA, as every lease (ack, release, expiry)
-    redis.call('HSET', DATA, c.id, inline_info(c.dom, c.info.p) .. '\n' .. c.info.payload)
+  local dom, info = c.dom, c.info
+  table.insert(pend.q, c.member or q_member(c.id, info))
+  if info.d > 0 and info.w > 0 then  -- (its aging and deadline members, at once: not batched)
+    redis.call('ZREM', A, dom .. SEP .. enc(info.d - info.p * info.w / boost) .. SEP .. c.id)
+    redis.call('ZREM', E, dom .. SEP .. enc(info.d) .. SEP .. c.id)
   end
-  redis.call('ZADD', INFL, lease_until, c.id)
-  redis.call('HSET', OWNER, c.id, worker)
-  if left then
-    redis.call('ZADD', DOMS, 'XX', now, c.dom)
+  table.insert(pend.infl, lease_until)
+  table.insert(pend.infl, c.id)
+  table.insert(pend.owner, c.id)
+  table.insert(pend.owner, worker)
+  if info.member then  -- inline: a lease is held by DATA, as every lease (ack, release, expiry)
+    table.insert(pend.data, c.id)
+    table.insert(pend.data, inline_info(dom, info.p) .. '\n' .. info.payload)
+  end
+  if heads[dom] then heads[dom].pos = heads[dom].pos + 1 end
+  local more = c.more
+  if more == nil then  -- (a deadline's pick, not the domain's head: count what is left)
+    flush()
+    more = redis.call('ZLEXCOUNT', Q, lo(dom), hi(dom)) > 0
+  end
+  if more then
+    set_dom(dom, now)
+    scanned.since[dom] = now
   else
-    stepped[c.dom] = true
+    set_dom(dom, false)
+    scanned.since[dom] = nil
   end
   table.insert(taken, c.id)
-  table.insert(taken, c.info.payload or c.id)
+  table.insert(taken, info.payload or c.id)
 end
 
 -- The domains whose record this call read (domain -> {key, d, p}), written once at the end.
@@ -1007,28 +1107,23 @@ local function pick()
   local cands = {}
   -- A due domain's score is when it became due, or was last served (take() sets it to now): the
   -- lowest wins a tie, so the domain served least recently goes first.
-  local scored = redis.call('ZRANGEBYSCORE', DOMS, '-inf', now, 'WITHSCORES', 'LIMIT', 0, scan)
-  local since = {}
-  doms, stepped = {}, {}
-  for i = 1, #scored, 2 do
-    table.insert(doms, scored[i])
-    since[scored[i]] = tonumber(scored[i + 1])
-  end
-  for _, dom in ipairs(doms) do
-    if gated and dom ~= '' and hkeys[dom] == nil then
+  local due = due_domains()
+  for _, dom in ipairs(due.doms) do
+    if not due.since[dom] then  -- (made not due by this call)
+    elseif gated and dom ~= '' and hkeys[dom] == nil then
       missed = true
     else
       local b = best_of(dom)
       if b then
         b.dom = dom
+        b.served = due.since[dom]
         table.insert(cands, b)
       else
-        redis.call('ZREM', DOMS, dom)
-        stepped[dom] = true
+        set_dom(dom, false)
+        due.since[dom] = nil
       end
     end
   end
-  for _, c in ipairs(cands) do c.served = since[c.dom] end
   table.sort(cands, function(a, b)
     if a.tier ~= b.tier then return a.tier > b.tier end
     if a.eff ~= b.eff then return a.eff > b.eff end
@@ -1050,13 +1145,22 @@ local function pick()
       take(c)
       return true
     end
-    redis.call('ZADD', DOMS, 'XX', at, c.dom)
-    if at > now then stepped[c.dom] = true end
+    set_dom(c.dom, at)
+    if at > now then due.since[c.dom] = nil end
     if wait == nil or at < wait then wait = at end
   end
   if #cands > 0 and (wait == nil or now < wait) then
     -- blocked domains stepped aside: others may be due now
-    if redis.call('ZCOUNT', DOMS, '-inf', now) > 0 then wait = now end
+    local others = false
+    if due.complete and batched then
+      for _, dom in ipairs(due.doms) do
+        if due.since[dom] then others = true end
+      end
+    else
+      flush()
+      others = redis.call('ZCOUNT', DOMS, '-inf', now) > 0
+    end
+    if others then wait = now end
   end
   return false
 end
@@ -1064,6 +1168,7 @@ end
 for _ = 1, want do  -- bounded: at most 16 leases per call
   if not pick() then break end
 end
+flush()
 local states = saved_states()
 if #taken > 0 then
   local first_id, first_payload = taken[1], taken[2]
@@ -1115,10 +1220,16 @@ for first = 1, direct and 0 or #fps, 1000 do  -- (bounded: unpack's stack)
   end
 end
 
+-- ack_id: the original's acknowledgement ("<id>\1<place>", see ack() in queue.lua)
+local function ack_of(token)
+  local id, place = ack_token(token)
+  return ack(id, worker, boost, place)
+end
+
 local function push(id, payload, info, nb, now, ack_id, fingerprint, copy)
   if fingerprint ~= '' then
     if seen[fingerprint] then
-      if ack_id ~= '' then ack(ack_id, worker, boost) end
+      if ack_id ~= '' then ack_of(ack_id) end
       return 0
     end
     seen[fingerprint] = true
@@ -1138,7 +1249,7 @@ local function push(id, payload, info, nb, now, ack_id, fingerprint, copy)
       fresh = make_ready(id, boost, decoded_info, batch)
     end
   end
-  if ack_id ~= '' then ack(ack_id, worker, boost) end
+  if ack_id ~= '' then ack_of(ack_id) end
   return 1 + fresh
 end
 
@@ -1248,6 +1359,18 @@ end
 -- removes both; ids never start with '#'). An earlier version kept them in REL.
 local function released(id) return '#' .. id end
 
+-- A member of Q read whole: its id, its priority and, held inline (see inline_info), its info
+-- with the payload (info.member: the member, to remove it by).
+local function ready_entry(member)
+  local dom, key, id, rest = string.match(member, '^([^\1]*)\1([^\1]*)\1([^\1]*)(.*)$')
+  local p = 1e10 - tonumber(key)
+  local info = nil
+  if rest ~= '' then  -- inline: "\1<payload>"
+    info = {dom = dom, p = p, d = 0, w = 0, short = true, payload = string.sub(rest, 2), member = member}
+  end
+  return id, p, info
+end
+
 local function id_of(member) return string.match(member, '^[^\1]*\1[^\1]*\1([^\1]*)') end
 local function lo(dom) return '[' .. dom .. SEP end
 local function hi(dom) return '[' .. dom .. SEP .. '\255' end
@@ -1315,10 +1438,27 @@ local function maintain(now, limit, boost)
   return #expired
 end
 
+-- An acknowledgement's "<id>\1<place>" (the place: where the entry waits inline, for a server
+-- that never saw its pop; see rounds.ack_token), or an id alone -> id, place.
+local function ack_token(token)
+  return string.match(token, '^([^\1]*)\1?(.*)$')
+end
+
+-- The entry *id* waiting inline at *place* ("<domain>\1<priority order>" of its member), or nil.
+local function waiting_inline(id, place)
+  if place == nil or place == '' then return nil end
+  local prefix = place .. SEP .. id
+  local m = redis.call('ZRANGEBYLEX', Q, '[' .. prefix .. SEP, '(' .. prefix .. '\2', 'LIMIT', 0, 1)
+  if not m[1] then return nil end
+  local _, _, info = ready_entry(m[1])
+  return info
+end
+
 -- Acknowledge: the request is finished. A late ack after the lease expired
 -- removes the entry if it is still waiting (no second fetch), and leaves it
 -- alone if another worker leased it meanwhile. Returns 1 when removed.
-local function ack(id, worker, boost)
+-- place: where the entry waits if it is held inline (a failover lost its pop).
+local function ack(id, worker, boost, place)
   local owner = redis.call('HGET', OWNER, id)
   if owner then
     if owner ~= worker then return 0 end
@@ -1332,6 +1472,11 @@ local function ack(id, worker, boost)
   end
   if redis.call('HEXISTS', DATA, id) == 1 then
     forget(id, boost)
+    return 1
+  end
+  local inline = waiting_inline(id, place)
+  if inline then
+    unindex(id, inline, boost)
     return 1
   end
   return 0

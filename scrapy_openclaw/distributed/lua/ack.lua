@@ -1,11 +1,16 @@
--- ARGV: boost, worker, id1, id2, ... -> number removed
+-- ARGV: boost, worker, ack1, ack2, ... (an id, or "<id>\1<place>": see ack() in queue.lua) -> number removed
 -- The ids this worker holds (the common case) are removed together, one call per key; the
 -- others go through ack() one by one (a late ack; see queue.lua).
 -- (runs after the shared queue.lua, see __init__.py)
 local boost, worker = tonumber(ARGV[1]), ARGV[2]
 local n = 0
 for first = 3, #ARGV, 1000 do  -- (bounded: unpack's stack)
-  local ids = {unpack(ARGV, first, math.min(first + 999, #ARGV))}
+  local ids, places = {}, {}
+  for i = first, math.min(first + 999, #ARGV) do
+    local id, place = ack_token(ARGV[i])
+    table.insert(ids, id)
+    table.insert(places, place)
+  end
   local owners = redis.call('HMGET', OWNER, unpack(ids))
   local mine, seen = {}, {}
   for i, id in ipairs(ids) do
@@ -14,7 +19,7 @@ for first = 3, #ARGV, 1000 do  -- (bounded: unpack's stack)
       table.insert(mine, id)
       if legacy(id) then redis.call('HDEL', INFO, id) end
     elseif not owners[i] then
-      n = n + ack(id, worker, boost)
+      n = n + ack(id, worker, boost, places[i])
     end
     seen[id] = true
   end

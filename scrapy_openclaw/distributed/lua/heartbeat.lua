@@ -2,23 +2,36 @@
 -- ARGV: boost, worker, now, lease_until, reclaim, id1, ... -> {extended, requeued}
 -- reclaim = 1 (the first beat after a failover): an entry this worker holds that the server
 -- has waiting with no owner (the new master never saw its pop) is leased to it again, so no
--- other worker fetches it a second time.
+-- other worker fetches it a second time. Its id then comes as "<id>\1<place>", the place being
+-- "<domain>\1<priority order>" of its ready-set member ('' when not known): an entry held
+-- inline has no DATA value to find it by.
 -- (runs after the shared queue.lua, see __init__.py)
 local worker = ARGV[2]
 local reclaim = ARGV[5] == '1'
 local n = 0
+
 for i = 6, #ARGV do
-  local id = ARGV[i]
+  local id, place = ARGV[i], ''
+  if reclaim then id, place = ack_token(ARGV[i]) end
   local owner = redis.call('HGET', OWNER, id)
   if owner == worker then
     redis.call('ZADD', INFL, 'XX', ARGV[4], id)
     n = n + 1
-  elseif reclaim and not owner and redis.call('HEXISTS', DATA, id) == 1 then
-    unindex(id, info_of(id), tonumber(ARGV[1]))
-    redis.call('ZREM', DELAYED, id)
-    redis.call('ZADD', INFL, ARGV[4], id)
-    redis.call('HSET', OWNER, id, worker)
-    n = n + 1
+  elseif reclaim and not owner then
+    local info = nil
+    if redis.call('HEXISTS', DATA, id) == 1 then
+      info = info_of(id)
+    else
+      info = waiting_inline(id, place)
+      if info then redis.call('HSET', DATA, id, inline_info(info.dom, info.p) .. '\n' .. info.payload) end
+    end
+    if info then
+      unindex(id, info, tonumber(ARGV[1]))
+      redis.call('ZREM', DELAYED, id)
+      redis.call('ZADD', INFL, ARGV[4], id)
+      redis.call('HSET', OWNER, id, worker)
+      n = n + 1
+    end
   end
 end
 return {n, maintain(tonumber(ARGV[3]), 1000, tonumber(ARGV[1]))}

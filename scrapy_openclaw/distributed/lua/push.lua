@@ -34,10 +34,16 @@ for first = 1, direct and 0 or #fps, 1000 do  -- (bounded: unpack's stack)
   end
 end
 
+-- ack_id: the original's acknowledgement ("<id>\1<place>", see ack() in queue.lua)
+local function ack_of(token)
+  local id, place = ack_token(token)
+  return ack(id, worker, boost, place)
+end
+
 local function push(id, payload, info, nb, now, ack_id, fingerprint, copy)
   if fingerprint ~= '' then
     if seen[fingerprint] then
-      if ack_id ~= '' then ack(ack_id, worker, boost) end
+      if ack_id ~= '' then ack_of(ack_id) end
       return 0
     end
     seen[fingerprint] = true
@@ -57,7 +63,7 @@ local function push(id, payload, info, nb, now, ack_id, fingerprint, copy)
       fresh = make_ready(id, boost, decoded_info, batch)
     end
   end
-  if ack_id ~= '' then ack(ack_id, worker, boost) end
+  if ack_id ~= '' then ack_of(ack_id) end
   return 1 + fresh
 end
 

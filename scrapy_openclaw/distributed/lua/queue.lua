@@ -95,6 +95,18 @@ end
 -- removes both; ids never start with '#'). An earlier version kept them in REL.
 local function released(id) return '#' .. id end
 
+-- A member of Q read whole: its id, its priority and, held inline (see inline_info), its info
+-- with the payload (info.member: the member, to remove it by).
+local function ready_entry(member)
+  local dom, key, id, rest = string.match(member, '^([^\1]*)\1([^\1]*)\1([^\1]*)(.*)$')
+  local p = 1e10 - tonumber(key)
+  local info = nil
+  if rest ~= '' then  -- inline: "\1<payload>"
+    info = {dom = dom, p = p, d = 0, w = 0, short = true, payload = string.sub(rest, 2), member = member}
+  end
+  return id, p, info
+end
+
 local function id_of(member) return string.match(member, '^[^\1]*\1[^\1]*\1([^\1]*)') end
 local function lo(dom) return '[' .. dom .. SEP end
 local function hi(dom) return '[' .. dom .. SEP .. '\255' end
@@ -162,10 +174,27 @@ local function maintain(now, limit, boost)
   return #expired
 end
 
+-- An acknowledgement's "<id>\1<place>" (the place: where the entry waits inline, for a server
+-- that never saw its pop; see rounds.ack_token), or an id alone -> id, place.
+local function ack_token(token)
+  return string.match(token, '^([^\1]*)\1?(.*)$')
+end
+
+-- The entry *id* waiting inline at *place* ("<domain>\1<priority order>" of its member), or nil.
+local function waiting_inline(id, place)
+  if place == nil or place == '' then return nil end
+  local prefix = place .. SEP .. id
+  local m = redis.call('ZRANGEBYLEX', Q, '[' .. prefix .. SEP, '(' .. prefix .. '\2', 'LIMIT', 0, 1)
+  if not m[1] then return nil end
+  local _, _, info = ready_entry(m[1])
+  return info
+end
+
 -- Acknowledge: the request is finished. A late ack after the lease expired
 -- removes the entry if it is still waiting (no second fetch), and leaves it
 -- alone if another worker leased it meanwhile. Returns 1 when removed.
-local function ack(id, worker, boost)
+-- place: where the entry waits if it is held inline (a failover lost its pop).
+local function ack(id, worker, boost, place)
   local owner = redis.call('HGET', OWNER, id)
   if owner then
     if owner ~= worker then return 0 end
@@ -179,6 +208,11 @@ local function ack(id, worker, boost)
   end
   if redis.call('HEXISTS', DATA, id) == 1 then
     forget(id, boost)
+    return 1
+  end
+  local inline = waiting_inline(id, place)
+  if inline then
+    unindex(id, inline, boost)
     return 1
   end
   return 0
