@@ -485,6 +485,55 @@ def test_a_rounds_records_of_one_domain_in_one_call_leave_what_one_by_one_leaves
     client.close()
 
 
+def test_a_fit_history_gone_under_its_start_is_begun_again_by_merged_records_as_by_single_ones(
+    redis_server: Any,
+) -> None:
+    """A round's notes to the fit history are one RPUSHX; when the list expired or was removed
+    under the start the record keeps, it is begun again as if trimmed, the same whether the
+    round's records came in one call or one by one: the list then holds what followed."""
+    import redis
+
+    from scrapy_openclaw.distributed.link import merged
+
+    _, shared = _pair(redis_server.url)
+    calls: list[tuple[Any, list[str], list[Any]]] = []
+
+    def capture(script: Any, domain: str, args: list[Any]) -> None:
+        calls.append((script, shared._keys(domain), [*args, domain]))
+        return None
+
+    shared._run = capture  # type: ignore[method-assign]
+    t = 3_000_000.0
+    first = [("ok", "x", t + 0.05 * i, 0.02) for i in range(8)]
+    then = [("ok", "x", t + 1 + 0.05 * i, 0.02) for i in range(6)] + [("fail", "x", t + 1.4, C429, 1.0, None, 0.02)]
+    for event in [*first, *then]:
+        _apply(shared, event)
+    assert len(calls) == len(first) + len(then)
+
+    def on(domain: str, part: list[Any]) -> list[tuple[Any, list[str], list[Any], Any]]:
+        return [(s, shared._keys(domain), [*a[:-1], domain], None) for s, _, a in part]
+
+    client = redis.Redis.from_url(redis_server.url)
+    for domain, merge in (("one.test", False), ("all.test", True)):
+        before, after = on(domain, calls[: len(first)]), on(domain, calls[len(first) :])
+        for script, keys, args, _ in merged(before) if merge else before:
+            script(keys=keys, args=args)
+        assert client.llen(shared._keys(domain)[2]) == 1 + len(first)  # (the start, then 8 notes)
+        client.delete(shared._keys(domain)[2])  # (gone: expired, or removed by hand)
+        together = merged(after) if merge else after
+        assert len(together) == (1 if merge else len(then))
+        for script, keys, args, _ in together:
+            script(keys=keys, args=args)
+    one, every = (client.lrange(shared._keys(d)[2], 0, -1) for d in ("one.test", "all.test"))
+    assert one == every and len(one) == 1 + len(then)  # begun again: its start, then what followed
+    assert int(one[0]) == 0 and int(one[-1]) < 0  # (a young domain's start; the 429 last)
+    records = [record(client, shared._keys(d)[0]) for d in ("one.test", "all.test")]
+    for r in records:
+        del r["ttl_at"]
+    assert records[0] == records[1]
+    client.close()
+
+
 def test_a_snapshot_restored_into_redis_is_the_record_the_scripts_read(redis_server: Any) -> None:
     """A checkpoint's health snapshot written into Redis (``restore``) is a record like the
     scripts' own: they read it (an open circuit stays open), and the first writer wins."""

@@ -394,7 +394,10 @@ end
 
 -- Store the record; returns the stored value (the worker's cache reads it: fields.unpack_state).
 -- keep_ttl: leave the TTL to the scripts that know the history's key (the pop).
+local h_flush_notes  -- (below: the limit fit's notes wait for the record's save)
+
 local function h_save(hkey, d, pjson, keep_ttl)
+  h_flush_notes()  -- (its start, d.fit_start, is saved with the record)
   local stored = h_stored[hkey] or {}
   local m = {}
   for i = 1, #HF do m[HF[i]] = d[HF[i]] end
@@ -475,32 +478,40 @@ end
 -- (the bin of an answer that took a token, -bin - 1 for a 429).
 local function fit_bin(at, born, p) return math.max(0, math.floor((at - born) / p.k_fit_bin)) end
 
--- The history's start bin is kept in the hash (d.fit_start, field 'fit'), so a note is one
--- RPUSH; a list that expired or was removed under a start is begun again, as if trimmed.
-local function h_note(fkey, d, p, at, answered)
-  local index = fit_bin(at, d.born, p)
-  local event = index
-  if not answered then event = -index - 1 end
+-- The history's start bin is kept in the hash (d.fit_start, field 'fit'), so the notes of a
+-- script are one RPUSHX (h_flush_notes: before the history is read, and with the record's
+-- save); a list that expired or was removed under a start is begun again, as if trimmed.
+local h_buf = nil  -- {fkey, d, p, items = {{index, answered}...}}: notes waiting for their RPUSHX
+
+local function note_event(index, answered)
+  if answered then return index end
+  return -index - 1
+end
+
+-- A note of the event at bin *index* (answered: took a token; else a 429).
+local function note_at(fkey, d, p, index, answered)
   local start = d.fit_start
-  if start ~= nil and redis.call('RPUSH', fkey, event) == 1 then
-    redis.call('DEL', fkey)
-    start = nil
-  end
-  if start == nil then  -- (LimitHistory(index): from birth, or as if trimmed)
+  if h_buf ~= nil and h_buf.fkey ~= fkey then h_flush_notes() end  -- (another domain's history)
+  if start ~= nil then  -- (the list holds its start: the note waits for the others)
+    if h_buf == nil then h_buf = {fkey = fkey, d = d, p = p, items = {}} end
+    table.insert(h_buf.items, {index, answered})
+  else  -- (LimitHistory(index): from birth, or as if trimmed)
+    h_flush_notes()
     if index < p.k_fit_horizon_bins then
       start = 0
     elseif answered then
-      d.fit_start = nil
       return  -- a domain past its first seconds keeps no history until a 429
     else
       start = index
     end
     redis.call('DEL', fkey)  -- (a list left without its start in the hash)
-    redis.call('RPUSH', fkey, start, event)
+    redis.call('RPUSH', fkey, start, note_event(index, answered))
     if h_ttl > 0 then redis.call('PEXPIRE', fkey, math.floor(h_ttl * 1000)) end
+    d.fit_start = start
   end
-  d.fit_start = start
   if index - start > math.floor(3 * p.k_fit_horizon_bins / 2) then  -- trim to the horizon
+    h_flush_notes()  -- (a list found gone on the way is begun again: no trim then)
+    if d.fit_start == nil or index - d.fit_start <= math.floor(3 * p.k_fit_horizon_bins / 2) then return end
     local raw = redis.call('LRANGE', fkey, 1, -1)
     local new_start = index - p.k_fit_horizon_bins
     local kept, any429 = {new_start}, false
@@ -523,6 +534,26 @@ local function h_note(fkey, d, p, at, answered)
     if h_ttl > 0 then redis.call('PEXPIRE', fkey, math.floor(h_ttl * 1000)) end
   end
 end
+
+h_flush_notes = function()
+  local buf = h_buf
+  if buf == nil then return end
+  h_buf = nil
+  local events = {}
+  for i, item in ipairs(buf.items) do events[i] = note_event(item[1], item[2]) end
+  local pushed = 0
+  for i = 1, #events, 1000 do
+    pushed = redis.call('RPUSHX', buf.fkey, unpack(events, i, math.min(i + 999, #events)))
+    if pushed == 0 then break end
+  end
+  if pushed == 0 then  -- the list was gone (expired, removed): begun again, note by note
+    buf.d.fit_start = nil
+    for _, item in ipairs(buf.items) do note_at(buf.fkey, buf.d, buf.p, item[1], item[2]) end
+    h_flush_notes()
+  end
+end
+
+local function h_note(fkey, d, p, at, answered) note_at(fkey, d, p, fit_bin(at, d.born, p), answered) end
 
 local function fit_judged(index, start, p) return start == 0 or index >= start + p.k_fit_burn_in_bins end
 
@@ -555,6 +586,7 @@ end
 
 -- LimitHistory.fit: the largest consistent rate near guess (or up to top), or nil; and LimitHistory.burst at it.
 local function h_fit(fkey, guess, top, p)
+  h_flush_notes()
   local raw = redis.call('LRANGE', fkey, 0, -1)
   if #raw < 2 then return nil end
   local start, events = tonumber(raw[1]), {}
@@ -1201,7 +1233,8 @@ return {'wait', f17(wait), '', requeued, dropped, states, next_list(), {}}
 -- only given when the original lives in the same shard (same domain).
 -- (runs after the shared queue.lua, see __init__.py)
 local boost, worker = tonumber(ARGV[1]), ARGV[2]
-local batch = {doms = {}, found = 0}  -- (the call's count of discovered requests, written once)
+-- (the call's count of discovered requests, written once; its ready-set members, added at once)
+local batch = {doms = {}, found = 0, q = {}}
 
 -- The dupefilter: one SMISMEMBER for the call's fingerprints and one SADD of the new ones,
 -- not a SADD each (a page's links come in one call).
@@ -1222,6 +1255,7 @@ end
 
 -- ack_id: the original's acknowledgement ("<id>\1<place>", see ack() in queue.lua)
 local function ack_of(token)
+  add_ready(batch)  -- (an ack may read Q: a domain's last entry leaves DOMS)
   local id, place = ack_token(token)
   return ack(id, worker, boost, place)
 end
@@ -1258,6 +1292,7 @@ for i = 3, #ARGV, 8 do
   table.insert(out, push(ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4], ARGV[i + 5], ARGV[i + 6],
     ARGV[i + 7]))
 end
+add_ready(batch)
 for first = 1, #marked, 1000 do redis.call('SADD', SEEN, unpack(marked, first, math.min(first + 999, #marked))) end
 if batch.found > 0 then redis.call('INCRBY', FOUND, batch.found) end
 return out
@@ -1377,14 +1412,20 @@ local function hi(dom) return '[' .. dom .. SEP .. '\255' end
 
 -- Returns 1 when the entry's domain had no ready entry before (it joins the domain index).
 -- info: the entry's, when the caller has it (else read); batch: a push call's (a domain it made
--- ready is known to be in DOMS). Q holds every ready entry: its ZCARD is the shard's ready count.
+-- ready is known to be in DOMS; its Q members wait in batch.q for one ZADD, see add_ready).
+-- Q holds every ready entry: its ZCARD is the shard's ready count.
 -- inline: the payload, for an entry held by its Q member alone (see inline_info).
 local function make_ready(id, boost, info, batch, inline)
   info = info or info_of(id)
   local dom = info.dom
   local member = q_member(id, info)
   if inline then member = member .. SEP .. inline end
-  redis.call('ZADD', Q, 0, member)
+  if batch and batch.q then
+    table.insert(batch.q, 0)
+    table.insert(batch.q, member)
+  else
+    redis.call('ZADD', Q, 0, member)
+  end
   local fresh = 0
   if batch == nil or not batch.doms[dom] then
     fresh = redis.call('ZADD', DOMS, 'NX', 0, dom)
@@ -1395,6 +1436,14 @@ local function make_ready(id, boost, info, batch, inline)
     redis.call('ZADD', E, 0, dom .. SEP .. enc(info.d) .. SEP .. id)
   end
   return fresh
+end
+
+-- A push call's Q members (batch.q), added in one ZADD (before anything reads Q again).
+local function add_ready(batch)
+  for first = 1, #batch.q, 1000 do  -- (bounded: unpack's stack)
+    redis.call('ZADD', Q, unpack(batch.q, first, math.min(first + 999, #batch.q)))
+  end
+  batch.q = {}
 end
 
 -- more: true when the caller knows the domain has another ready entry. Returns whether it has.

@@ -220,7 +220,10 @@ end
 
 -- Store the record; returns the stored value (the worker's cache reads it: fields.unpack_state).
 -- keep_ttl: leave the TTL to the scripts that know the history's key (the pop).
+local h_flush_notes  -- (below: the limit fit's notes wait for the record's save)
+
 local function h_save(hkey, d, pjson, keep_ttl)
+  h_flush_notes()  -- (its start, d.fit_start, is saved with the record)
   local stored = h_stored[hkey] or {}
   local m = {}
   for i = 1, #HF do m[HF[i]] = d[HF[i]] end
@@ -301,32 +304,40 @@ end
 -- (the bin of an answer that took a token, -bin - 1 for a 429).
 local function fit_bin(at, born, p) return math.max(0, math.floor((at - born) / p.k_fit_bin)) end
 
--- The history's start bin is kept in the hash (d.fit_start, field 'fit'), so a note is one
--- RPUSH; a list that expired or was removed under a start is begun again, as if trimmed.
-local function h_note(fkey, d, p, at, answered)
-  local index = fit_bin(at, d.born, p)
-  local event = index
-  if not answered then event = -index - 1 end
+-- The history's start bin is kept in the hash (d.fit_start, field 'fit'), so the notes of a
+-- script are one RPUSHX (h_flush_notes: before the history is read, and with the record's
+-- save); a list that expired or was removed under a start is begun again, as if trimmed.
+local h_buf = nil  -- {fkey, d, p, items = {{index, answered}...}}: notes waiting for their RPUSHX
+
+local function note_event(index, answered)
+  if answered then return index end
+  return -index - 1
+end
+
+-- A note of the event at bin *index* (answered: took a token; else a 429).
+local function note_at(fkey, d, p, index, answered)
   local start = d.fit_start
-  if start ~= nil and redis.call('RPUSH', fkey, event) == 1 then
-    redis.call('DEL', fkey)
-    start = nil
-  end
-  if start == nil then  -- (LimitHistory(index): from birth, or as if trimmed)
+  if h_buf ~= nil and h_buf.fkey ~= fkey then h_flush_notes() end  -- (another domain's history)
+  if start ~= nil then  -- (the list holds its start: the note waits for the others)
+    if h_buf == nil then h_buf = {fkey = fkey, d = d, p = p, items = {}} end
+    table.insert(h_buf.items, {index, answered})
+  else  -- (LimitHistory(index): from birth, or as if trimmed)
+    h_flush_notes()
     if index < p.k_fit_horizon_bins then
       start = 0
     elseif answered then
-      d.fit_start = nil
       return  -- a domain past its first seconds keeps no history until a 429
     else
       start = index
     end
     redis.call('DEL', fkey)  -- (a list left without its start in the hash)
-    redis.call('RPUSH', fkey, start, event)
+    redis.call('RPUSH', fkey, start, note_event(index, answered))
     if h_ttl > 0 then redis.call('PEXPIRE', fkey, math.floor(h_ttl * 1000)) end
+    d.fit_start = start
   end
-  d.fit_start = start
   if index - start > math.floor(3 * p.k_fit_horizon_bins / 2) then  -- trim to the horizon
+    h_flush_notes()  -- (a list found gone on the way is begun again: no trim then)
+    if d.fit_start == nil or index - d.fit_start <= math.floor(3 * p.k_fit_horizon_bins / 2) then return end
     local raw = redis.call('LRANGE', fkey, 1, -1)
     local new_start = index - p.k_fit_horizon_bins
     local kept, any429 = {new_start}, false
@@ -349,6 +360,26 @@ local function h_note(fkey, d, p, at, answered)
     if h_ttl > 0 then redis.call('PEXPIRE', fkey, math.floor(h_ttl * 1000)) end
   end
 end
+
+h_flush_notes = function()
+  local buf = h_buf
+  if buf == nil then return end
+  h_buf = nil
+  local events = {}
+  for i, item in ipairs(buf.items) do events[i] = note_event(item[1], item[2]) end
+  local pushed = 0
+  for i = 1, #events, 1000 do
+    pushed = redis.call('RPUSHX', buf.fkey, unpack(events, i, math.min(i + 999, #events)))
+    if pushed == 0 then break end
+  end
+  if pushed == 0 then  -- the list was gone (expired, removed): begun again, note by note
+    buf.d.fit_start = nil
+    for _, item in ipairs(buf.items) do note_at(buf.fkey, buf.d, buf.p, item[1], item[2]) end
+    h_flush_notes()
+  end
+end
+
+local function h_note(fkey, d, p, at, answered) note_at(fkey, d, p, fit_bin(at, d.born, p), answered) end
 
 local function fit_judged(index, start, p) return start == 0 or index >= start + p.k_fit_burn_in_bins end
 
@@ -381,6 +412,7 @@ end
 
 -- LimitHistory.fit: the largest consistent rate near guess (or up to top), or nil; and LimitHistory.burst at it.
 local function h_fit(fkey, guess, top, p)
+  h_flush_notes()
   local raw = redis.call('LRANGE', fkey, 0, -1)
   if #raw < 2 then return nil end
   local start, events = tonumber(raw[1]), {}

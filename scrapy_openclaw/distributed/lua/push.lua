@@ -15,7 +15,8 @@
 -- only given when the original lives in the same shard (same domain).
 -- (runs after the shared queue.lua, see __init__.py)
 local boost, worker = tonumber(ARGV[1]), ARGV[2]
-local batch = {doms = {}, found = 0}  -- (the call's count of discovered requests, written once)
+-- (the call's count of discovered requests, written once; its ready-set members, added at once)
+local batch = {doms = {}, found = 0, q = {}}
 
 -- The dupefilter: one SMISMEMBER for the call's fingerprints and one SADD of the new ones,
 -- not a SADD each (a page's links come in one call).
@@ -36,6 +37,7 @@ end
 
 -- ack_id: the original's acknowledgement ("<id>\1<place>", see ack() in queue.lua)
 local function ack_of(token)
+  add_ready(batch)  -- (an ack may read Q: a domain's last entry leaves DOMS)
   local id, place = ack_token(token)
   return ack(id, worker, boost, place)
 end
@@ -72,6 +74,7 @@ for i = 3, #ARGV, 8 do
   table.insert(out, push(ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4], ARGV[i + 5], ARGV[i + 6],
     ARGV[i + 7]))
 end
+add_ready(batch)
 for first = 1, #marked, 1000 do redis.call('SADD', SEEN, unpack(marked, first, math.min(first + 999, #marked))) end
 if batch.found > 0 then redis.call('INCRBY', FOUND, batch.found) end
 return out

@@ -113,14 +113,20 @@ local function hi(dom) return '[' .. dom .. SEP .. '\255' end
 
 -- Returns 1 when the entry's domain had no ready entry before (it joins the domain index).
 -- info: the entry's, when the caller has it (else read); batch: a push call's (a domain it made
--- ready is known to be in DOMS). Q holds every ready entry: its ZCARD is the shard's ready count.
+-- ready is known to be in DOMS; its Q members wait in batch.q for one ZADD, see add_ready).
+-- Q holds every ready entry: its ZCARD is the shard's ready count.
 -- inline: the payload, for an entry held by its Q member alone (see inline_info).
 local function make_ready(id, boost, info, batch, inline)
   info = info or info_of(id)
   local dom = info.dom
   local member = q_member(id, info)
   if inline then member = member .. SEP .. inline end
-  redis.call('ZADD', Q, 0, member)
+  if batch and batch.q then
+    table.insert(batch.q, 0)
+    table.insert(batch.q, member)
+  else
+    redis.call('ZADD', Q, 0, member)
+  end
   local fresh = 0
   if batch == nil or not batch.doms[dom] then
     fresh = redis.call('ZADD', DOMS, 'NX', 0, dom)
@@ -131,6 +137,14 @@ local function make_ready(id, boost, info, batch, inline)
     redis.call('ZADD', E, 0, dom .. SEP .. enc(info.d) .. SEP .. id)
   end
   return fresh
+end
+
+-- A push call's Q members (batch.q), added in one ZADD (before anything reads Q again).
+local function add_ready(batch)
+  for first = 1, #batch.q, 1000 do  -- (bounded: unpack's stack)
+    redis.call('ZADD', Q, unpack(batch.q, first, math.min(first + 999, #batch.q)))
+  end
+  batch.q = {}
 end
 
 -- more: true when the caller knows the domain has another ready entry. Returns whether it has.
