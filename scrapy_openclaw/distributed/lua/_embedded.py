@@ -865,19 +865,27 @@ local worker = ARGV[2]
 local reclaim = ARGV[5] == '1'
 local n = 0
 
+local ids, places = {}, {}
 for i = 6, #ARGV do
   local id, place = ARGV[i], ''
   if reclaim then id, place = ack_token(ARGV[i]) end
-  local owner = redis.call('HGET', OWNER, id)
+  table.insert(ids, id)
+  table.insert(places, place)
+end
+local owners = hmget(OWNER, ids)
+local extend = {}  -- (this worker's leases: one ZADD)
+for i, id in ipairs(ids) do
+  local owner = owners[i]
   if owner == worker then
-    redis.call('ZADD', INFL, 'XX', ARGV[4], id)
+    table.insert(extend, ARGV[4])
+    table.insert(extend, id)
     n = n + 1
   elseif reclaim and not owner then
     local info = nil
     if redis.call('HEXISTS', DATA, id) == 1 then
       info = info_of(id)
     else
-      info = waiting_inline(id, place)
+      info = waiting_inline(id, places[i])
       if info then redis.call('HSET', DATA, id, inline_info(info.dom, info.p) .. '\n' .. info.payload) end
     end
     if info then
@@ -888,6 +896,9 @@ for i = 6, #ARGV do
       n = n + 1
     end
   end
+end
+for first = 1, #extend, 1000 do
+  redis.call('ZADD', INFL, 'XX', unpack(extend, first, math.min(first + 999, #extend)))
 end
 return {n, maintain(tonumber(ARGV[3]), 1000, tonumber(ARGV[1]))}
 """,
@@ -1406,6 +1417,16 @@ local function ready_entry(member)
   return id, p, info
 end
 
+-- HGET of each of *fields* of *key*, in one HMGET per 1000 (false: no such field).
+local function hmget(key, fields)
+  local out = {}
+  for first = 1, #fields, 1000 do  -- (bounded: unpack's stack)
+    local part = redis.call('HMGET', key, unpack(fields, first, math.min(first + 999, #fields)))
+    for i, v in ipairs(part) do out[first + i - 1] = v end
+  end
+  return out
+end
+
 local function id_of(member) return string.match(member, '^[^\1]*\1[^\1]*\1([^\1]*)') end
 local function lo(dom) return '[' .. dom .. SEP end
 local function hi(dom) return '[' .. dom .. SEP .. '\255' end
@@ -1538,8 +1559,10 @@ end
 local boost, dead = tonumber(ARGV[1]), {}
 for i = 2, #ARGV do dead[ARGV[i]] = true end
 local n = 0
-for _, id in ipairs(redis.call('ZRANGE', INFL, 0, 9999)) do
-  local owner = redis.call('HGET', OWNER, id)
+local ids = redis.call('ZRANGE', INFL, 0, 9999)
+local owners = hmget(OWNER, ids)
+for i, id in ipairs(ids) do
+  local owner = owners[i]
   if owner and dead[owner] then
     redis.call('ZREM', INFL, id)
     redis.call('HDEL', OWNER, id)

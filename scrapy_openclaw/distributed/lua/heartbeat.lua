@@ -10,19 +10,27 @@ local worker = ARGV[2]
 local reclaim = ARGV[5] == '1'
 local n = 0
 
+local ids, places = {}, {}
 for i = 6, #ARGV do
   local id, place = ARGV[i], ''
   if reclaim then id, place = ack_token(ARGV[i]) end
-  local owner = redis.call('HGET', OWNER, id)
+  table.insert(ids, id)
+  table.insert(places, place)
+end
+local owners = hmget(OWNER, ids)
+local extend = {}  -- (this worker's leases: one ZADD)
+for i, id in ipairs(ids) do
+  local owner = owners[i]
   if owner == worker then
-    redis.call('ZADD', INFL, 'XX', ARGV[4], id)
+    table.insert(extend, ARGV[4])
+    table.insert(extend, id)
     n = n + 1
   elseif reclaim and not owner then
     local info = nil
     if redis.call('HEXISTS', DATA, id) == 1 then
       info = info_of(id)
     else
-      info = waiting_inline(id, place)
+      info = waiting_inline(id, places[i])
       if info then redis.call('HSET', DATA, id, inline_info(info.dom, info.p) .. '\n' .. info.payload) end
     end
     if info then
@@ -33,5 +41,8 @@ for i = 6, #ARGV do
       n = n + 1
     end
   end
+end
+for first = 1, #extend, 1000 do
+  redis.call('ZADD', INFL, 'XX', unpack(extend, first, math.min(first + 999, #extend)))
 end
 return {n, maintain(tonumber(ARGV[3]), 1000, tonumber(ARGV[1]))}

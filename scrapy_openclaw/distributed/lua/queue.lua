@@ -107,6 +107,16 @@ local function ready_entry(member)
   return id, p, info
 end
 
+-- HGET of each of *fields* of *key*, in one HMGET per 1000 (false: no such field).
+local function hmget(key, fields)
+  local out = {}
+  for first = 1, #fields, 1000 do  -- (bounded: unpack's stack)
+    local part = redis.call('HMGET', key, unpack(fields, first, math.min(first + 999, #fields)))
+    for i, v in ipairs(part) do out[first + i - 1] = v end
+  end
+  return out
+end
+
 local function id_of(member) return string.match(member, '^[^\1]*\1[^\1]*\1([^\1]*)') end
 local function lo(dom) return '[' .. dom .. SEP end
 local function hi(dom) return '[' .. dom .. SEP .. '\255' end

@@ -5,8 +5,10 @@
 local boost, dead = tonumber(ARGV[1]), {}
 for i = 2, #ARGV do dead[ARGV[i]] = true end
 local n = 0
-for _, id in ipairs(redis.call('ZRANGE', INFL, 0, 9999)) do
-  local owner = redis.call('HGET', OWNER, id)
+local ids = redis.call('ZRANGE', INFL, 0, 9999)
+local owners = hmget(OWNER, ids)
+for i, id in ipairs(ids) do
+  local owner = owners[i]
   if owner and dead[owner] then
     redis.call('ZREM', INFL, id)
     redis.call('HDEL', OWNER, id)
