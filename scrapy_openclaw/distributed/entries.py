@@ -38,7 +38,7 @@ class QueueEntries:
     serializer: Any
     key: str
     shards: ShardKeys
-    held: dict[str, float]
+    held: dict[str, str]
     _pending_reject: list[tuple[str, str]]
 
     if TYPE_CHECKING:  # (LeasedDeadlineQueue's)

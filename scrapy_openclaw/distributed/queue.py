@@ -399,7 +399,7 @@ class LeasedDeadlineQueue(Batching, QueueEntries):
     def ack(self, lease_id: str | None) -> None:
         """The request leased as *lease_id* is finished (idempotent)."""
         place = self.held.pop(lease_id, None) if lease_id is not None else None
-        if place is None:
+        if lease_id is None or place is None:
             return
         self.stats.inc_value(f"{STATS}/acked")
         self._send_ack(ack_token(lease_id, place))
