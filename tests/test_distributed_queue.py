@@ -442,18 +442,29 @@ def test_an_entry_holds_its_info_and_payload_in_one_value(queues: Any) -> None:
     q.push(Request("http://a.test/plain"))
     q.push(Request("http://a.test/low", priority=-3))
     assert q.server.hlen(_key(q, "data")) == 1  # (the deadline's; the others are inline)
+    q.push(Request("http://a.test/post", method="POST", body=b"x" * 2000, priority=-5))
+    assert q.server.hlen(_key(q, "data")) == 2  # (a large payload is not: a pop reads heads)
     assert not q.server.exists(_key(q, "info"))  # (one hash entry per request, not two)
-    [info] = [v.split(b"\n", 1)[0].split(b"\x01") for v in q.server.hvals(_key(q, "data"))]
+    [info, large] = sorted((v.split(b"\n", 1)[0].split(b"\x01") for v in q.server.hvals(_key(q, "data"))), key=len)[
+        ::-1
+    ]
+    assert large == [b"a.test", b"-5"]
     assert info[:2] == [b"a.test", b"2"] and info[3:] == [b"300.0", b"boost"]
     assert float(info[2]) == pytest.approx(time.time() + 600, abs=60)
     members = sorted((m.split(b"\x01") for m in q.server.zrange(_key(q, "q"), 0, -1)), key=len)
-    assert [len(m[1]) for m in members] == [11, 11, 11]  # (the compact priority order)
-    assert len(members[0]) == 3 and [len(m) for m in members[1:]] == [4, 4]  # (id, then the payload)
+    assert [len(m[1]) for m in members] == [11, 11, 11, 11]  # (the compact priority order)
+    assert [len(m) for m in members] == [3, 3, 4, 4]  # (inline: the id, then the payload)
     assert {b"http://a.test/plain", b"http://a.test/low"} == {
-        json.loads(m[3].decode())["url"].encode() for m in members[1:]
+        json.loads(m[3].decode())["url"].encode() for m in members[2:]
     }
-    leased = [q.pop() for _ in range(3)]
-    assert [r.url for r in leased] == ["http://a.test/deadline", "http://a.test/plain", "http://a.test/low"]
+    leased = [q.pop() for _ in range(4)]
+    assert [r.url for r in leased] == [
+        "http://a.test/deadline",
+        "http://a.test/plain",
+        "http://a.test/low",
+        "http://a.test/post",
+    ]
+    assert leased[3].body == b"x" * 2000
     assert q.server.zcard(_key(q, "q")) == 0
     values = {r.url: q.server.hget(_key(q, "data"), r.meta[LEASE].partition("/")[2]) for r in leased}
     assert values["http://a.test/plain"].split(b"\n", 1)[0] == b"a.test"  # priority 0 left out

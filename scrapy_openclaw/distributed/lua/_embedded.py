@@ -1287,7 +1287,7 @@ local function push(id, payload, info, nb, now, ack_id, fingerprint, copy)
     redis.call('ZADD', DELAYED, nb, id)
   else
     local decoded_info = decoded(info, payload)
-    if decoded_info.short and inline_info(decoded_info.dom, decoded_info.p) == info then
+    if #payload <= INLINE_MAX and decoded_info.short and inline_info(decoded_info.dom, decoded_info.p) == info then
       fresh = make_ready(id, boost, decoded_info, batch, payload)  -- (held by its Q member alone)
     else
       redis.call('HSET', DATA, id, info .. '\n' .. payload)
@@ -1382,6 +1382,10 @@ local function q_member(id, info)
   if key < 0 then key = 0 elseif key > 99999999999 then key = 99999999999 end
   return info.dom .. SEP .. string.format('%011d', key) .. SEP .. id
 end
+
+-- The largest payload held inline (bytes): a pop reads the heads of every due domain it looks
+-- at, and an inline head comes with its payload (a large POST body stays in DATA, read once).
+local INLINE_MAX = 1024
 
 -- The DATA info line of an entry that can be held inline (compact, no deadline, a priority its
 -- sort key holds exactly), as push.lua got it; else nil. A leased inline entry's DATA value is

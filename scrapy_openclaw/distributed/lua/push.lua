@@ -58,7 +58,7 @@ local function push(id, payload, info, nb, now, ack_id, fingerprint, copy)
     redis.call('ZADD', DELAYED, nb, id)
   else
     local decoded_info = decoded(info, payload)
-    if decoded_info.short and inline_info(decoded_info.dom, decoded_info.p) == info then
+    if #payload <= INLINE_MAX and decoded_info.short and inline_info(decoded_info.dom, decoded_info.p) == info then
       fresh = make_ready(id, boost, decoded_info, batch, payload)  -- (held by its Q member alone)
     else
       redis.call('HSET', DATA, id, info .. '\n' .. payload)

@@ -73,6 +73,10 @@ local function q_member(id, info)
   return info.dom .. SEP .. string.format('%011d', key) .. SEP .. id
 end
 
+-- The largest payload held inline (bytes): a pop reads the heads of every due domain it looks
+-- at, and an inline head comes with its payload (a large POST body stays in DATA, read once).
+local INLINE_MAX = 1024
+
 -- The DATA info line of an entry that can be held inline (compact, no deadline, a priority its
 -- sort key holds exactly), as push.lua got it; else nil. A leased inline entry's DATA value is
 -- rebuilt from its member with it, the same bytes.
