@@ -302,9 +302,9 @@ class LeasedDeadlineQueue(Batching, QueueEntries):
 
     def _place(self, request: Request) -> str:
         """Where *request*'s entry waits in its shard's ready set when held there inline
-        ("<domain>\\1<priority order>", as ``queue.lua``'s ``q_member`` orders it; '' when it is
-        not held inline): the first beat after a failover finds it there by it, since the new
-        server may have it waiting, the pop lost (see ``lua/heartbeat.lua``)."""
+        ("<domain>\\1<priority order>", as ``queue.lua``'s ``q_member`` orders it; '' when it
+        cannot be): a server that never saw the pop (a failover) finds the entry by it, for the
+        acknowledgement and for the first heartbeat's reclaim (``lua/heartbeat.lua``)."""
         domain, order = slot_key(self.crawler, request), 10**10 - request.priority
         if _COMPACT_UNSAFE.search(domain) or not isinstance(request.priority, int) or not 0 <= order <= 99999999999:
             return ""
@@ -444,12 +444,11 @@ class LeasedDeadlineQueue(Batching, QueueEntries):
         self.link.ride_wait = 0.0  # (no round to wait for: what waits goes now, or with the last round)
         self.link.flush_scripts()
         self._ready.clear()  # leased ahead: in self.held, handed back below
-        ids = list(self.held)
+        held, self.held = self.held, {}
         if reason == "finished":  # everything was processed; these were never acked
-            self._pending_ack.update(ack_token(lease, place) for lease, place in self.held.items())
-        self.held.clear()
-        if reason != "finished":
-            self._pending_release.extend((i, False) for i in ids)
+            self._pending_ack.update(ack_token(lease, place) for lease, place in held.items())
+        else:
+            self._pending_release.extend((lease, False) for lease in held)
         job = self._plan(pops=False, counts=False, everything=True)
         if job is not None:
             job.leave = self.runner.stated is not None
@@ -458,7 +457,7 @@ class LeasedDeadlineQueue(Batching, QueueEntries):
             job.leave = True
         if job is None:  # nothing buffered, nothing to wait for
             return None
-        return self._last_round(job, len(ids), reason)
+        return self._last_round(job, len(held), reason)
 
     def _last_round(self, job: Round, n_ids: int, reason: str) -> Any:
         """Send what is left; during a crawl a Deferred fired when Redis has it (or after 15 s)."""
