@@ -71,7 +71,7 @@ h_index = {KEYS[2], ARGV[#ARGV], KEYS[3]}  -- the domain index (last ARGV: the d
 local now = tonumber(ARGV[1])
 local d, p = h_load(KEYS[1], now, ARGV[2])
 local ok = h_acquire(d, p, now, ARGV[3] == '1')
-local flat = h_save(KEYS[1], d, ARGV[2])
+local flat = h_save(KEYS[1], d)
 if ok then return {1, flat} end
 return {0, flat}
 """,
@@ -86,7 +86,7 @@ for i = 3, #ARGV - 1, 2 do d[ARGV[i]] = tonumber(ARGV[i + 1]) end
 for i = 3, #ARGV - 1, 2 do
   if ARGV[i] == 'ctl_down' and tonumber(ARGV[i + 1]) == 0 and d.down_since ~= 0 then d.down_since = now end
 end
-return h_save(KEYS[1], d, ARGV[2])
+return h_save(KEYS[1], d)
 """,
     "h_crawl_delay": r"""-- robots.txt Crawl-delay (0: none). ARGV: now, policy_json, seconds, owed -> record (the stored value, see h_save)
 -- (owed: pages already past the queue that the download slot spaces instead)
@@ -95,7 +95,7 @@ h_index = {KEYS[2], ARGV[#ARGV], KEYS[3]}  -- the domain index (last ARGV: the d
 local d, p = h_load(KEYS[1], tonumber(ARGV[1]), ARGV[2])
 d.crawl_delay = math.max(0, tonumber(ARGV[3]))
 if d.crawl_delay > 0 then d.tokens = math.min(d.tokens, 0) - (tonumber(ARGV[4]) or 0) end
-return h_save(KEYS[1], d, ARGV[2])
+return h_save(KEYS[1], d)
 """,
     "h_declare": r"""-- The limit the domain's RateLimit headers declare (HealthRegistry.declare_limit).
 -- ARGV: now, policy_json, pace (req/s; 0: none any more) -> record (the stored value, see h_save)
@@ -104,7 +104,7 @@ h_index = {KEYS[2], ARGV[#ARGV], KEYS[3]}  -- the domain index (last ARGV: the d
 local now = tonumber(ARGV[1])
 local d, p = h_load(KEYS[1], now, ARGV[2])
 h_declare(d, p, now, tonumber(ARGV[3]) or 0)
-return h_save(KEYS[1], d, ARGV[2])
+return h_save(KEYS[1], d)
 """,
     "h_ensure": r"""-- Create the state if missing and store the policy. ARGV: now, policy_json, domain,
 -- then optionally what site memory knows of a new domain (pacing.seed):
@@ -128,14 +128,14 @@ if new and ARGV[4] then
   if delay > 0 then d.crawl_delay = delay end
   d.tokens = math.min(d.tokens, h_burst(d, p))
 end
-return h_save(KEYS[1], d, ARGV[2])
+return h_save(KEYS[1], d)
 """,
     "h_hold": r"""-- Holds only ever extend. ARGV: now, policy_json, until -> record (the stored value, see h_save)
 -- (runs after the shared health.lua, see __init__.py)
 h_index = {KEYS[2], ARGV[#ARGV], KEYS[3]}  -- the domain index (last ARGV: the domain), the fit's history
 local d, p = h_load(KEYS[1], tonumber(ARGV[1]), ARGV[2])
 d.hold_until = math.max(d.hold_until, tonumber(ARGV[3]))
-return h_save(KEYS[1], d, ARGV[2])
+return h_save(KEYS[1], d)
 """,
     "h_record": r"""-- ARGV: one or more records of the domain, 16 values each: now, policy_json, success(1/0),
 --       latency ('' none), domain signal(1/0), penalty,
@@ -153,7 +153,7 @@ for base = 0, #ARGV - 16, 16 do
   local function A(i) return ARGV[base + i] end
   local now = tonumber(A(1))
   if d == nil or A(2) ~= policy then  -- (another policy: written, and read again)
-    if d ~= nil then h_save(KEYS[1], d, policy) end
+    if d ~= nil then h_save(KEYS[1], d) end
     policy = A(2)
     d, p = h_load(KEYS[1], now, policy)
     if before == nil then before = d.circuit end
@@ -170,7 +170,7 @@ end
 -- the transition these records caused (a worker reports only its own)
 local changed = ''
 if d.circuit ~= before and d.circuit ~= 'half_open' then changed = d.circuit end
-return {h_save(KEYS[1], d, policy), changed}
+return {h_save(KEYS[1], d), changed}
 """,
     "health": r"""-- The rate controller, a line-by-line port of scrapy_openclaw/health/registry/ (pacing.py, recording.py)
 -- (HealthRegistry). A domain's record is one MessagePack map (one GET and one SET per script,
@@ -392,11 +392,11 @@ h_advance = function(d, p, now)
   end
 end
 
--- Store the record; returns the stored value (the worker's cache reads it: fields.unpack_state).
--- keep_ttl: leave the TTL to the scripts that know the history's key (the pop).
 local h_flush_notes  -- (below: the limit fit's notes wait for the record's save)
 
-local function h_save(hkey, d, pjson, keep_ttl)
+-- Store the record; returns the stored value (the worker's cache reads it: fields.unpack_state).
+-- keep_ttl: leave the TTL to the scripts that know the history's key (the pop).
+local function h_save(hkey, d, keep_ttl)
   h_flush_notes()  -- (its start, d.fit_start, is saved with the record)
   local stored = h_stored[hkey] or {}
   local m = {}
@@ -1138,7 +1138,7 @@ local function saved_states()
   for _, dom in ipairs(order) do
     local s = loaded[dom]
     table.insert(states, dom)
-    table.insert(states, h_save(s.hkey, s.d, nil, true))
+    table.insert(states, h_save(s.hkey, s.d, true))
   end
   return states
 end

@@ -4,6 +4,6 @@ h_index = {KEYS[2], ARGV[#ARGV], KEYS[3]}  -- the domain index (last ARGV: the d
 local now = tonumber(ARGV[1])
 local d, p = h_load(KEYS[1], now, ARGV[2])
 local ok = h_acquire(d, p, now, ARGV[3] == '1')
-local flat = h_save(KEYS[1], d, ARGV[2])
+local flat = h_save(KEYS[1], d)
 if ok then return {1, flat} end
 return {0, flat}

@@ -9,4 +9,4 @@ for i = 3, #ARGV - 1, 2 do d[ARGV[i]] = tonumber(ARGV[i + 1]) end
 for i = 3, #ARGV - 1, 2 do
   if ARGV[i] == 'ctl_down' and tonumber(ARGV[i + 1]) == 0 and d.down_since ~= 0 then d.down_since = now end
 end
-return h_save(KEYS[1], d, ARGV[2])
+return h_save(KEYS[1], d)

@@ -5,4 +5,4 @@ h_index = {KEYS[2], ARGV[#ARGV], KEYS[3]}  -- the domain index (last ARGV: the d
 local now = tonumber(ARGV[1])
 local d, p = h_load(KEYS[1], now, ARGV[2])
 h_declare(d, p, now, tonumber(ARGV[3]) or 0)
-return h_save(KEYS[1], d, ARGV[2])
+return h_save(KEYS[1], d)

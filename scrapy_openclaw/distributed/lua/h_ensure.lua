@@ -20,4 +20,4 @@ if new and ARGV[4] then
   if delay > 0 then d.crawl_delay = delay end
   d.tokens = math.min(d.tokens, h_burst(d, p))
 end
-return h_save(KEYS[1], d, ARGV[2])
+return h_save(KEYS[1], d)

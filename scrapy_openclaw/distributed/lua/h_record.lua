@@ -14,7 +14,7 @@ for base = 0, #ARGV - 16, 16 do
   local function A(i) return ARGV[base + i] end
   local now = tonumber(A(1))
   if d == nil or A(2) ~= policy then  -- (another policy: written, and read again)
-    if d ~= nil then h_save(KEYS[1], d, policy) end
+    if d ~= nil then h_save(KEYS[1], d) end
     policy = A(2)
     d, p = h_load(KEYS[1], now, policy)
     if before == nil then before = d.circuit end
@@ -31,4 +31,4 @@ end
 -- the transition these records caused (a worker reports only its own)
 local changed = ''
 if d.circuit ~= before and d.circuit ~= 'half_open' then changed = d.circuit end
-return {h_save(KEYS[1], d, policy), changed}
+return {h_save(KEYS[1], d), changed}

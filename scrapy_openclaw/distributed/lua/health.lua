@@ -218,11 +218,11 @@ h_advance = function(d, p, now)
   end
 end
 
--- Store the record; returns the stored value (the worker's cache reads it: fields.unpack_state).
--- keep_ttl: leave the TTL to the scripts that know the history's key (the pop).
 local h_flush_notes  -- (below: the limit fit's notes wait for the record's save)
 
-local function h_save(hkey, d, pjson, keep_ttl)
+-- Store the record; returns the stored value (the worker's cache reads it: fields.unpack_state).
+-- keep_ttl: leave the TTL to the scripts that know the history's key (the pop).
+local function h_save(hkey, d, keep_ttl)
   h_flush_notes()  -- (its start, d.fit_start, is saved with the record)
   local stored = h_stored[hkey] or {}
   local m = {}

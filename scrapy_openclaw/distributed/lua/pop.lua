@@ -215,7 +215,7 @@ local function saved_states()
   for _, dom in ipairs(order) do
     local s = loaded[dom]
     table.insert(states, dom)
-    table.insert(states, h_save(s.hkey, s.d, nil, true))
+    table.insert(states, h_save(s.hkey, s.d, true))
   end
   return states
 end
