@@ -409,6 +409,32 @@ def test_rate_signals_and_pace_independent_refusals_match(redis_server: Any) -> 
     assert n.refusals_flat > 0.0 and n.limit is None
 
 
+def test_refusals_proved_flat_on_slow_starts_answers_match(redis_server: Any) -> None:
+    """The answers to what slow start sent (answered after the first cut, known by their
+    latency) are the reference of the pace-independence proof: field for field alike."""
+    local, shared = _pair(redis_server.url)
+    t, events, seen = 3_100_000.0, [], 0
+    for i in range(9):  # slow start's burst, answered a second later; every third refused
+        events.append(("acquire", "s", t + i * 0.01, True))
+    for i in range(9):
+        answer = t + 1.0 + i * 0.02
+        seen += 1
+        if seen % 3 == 0:
+            events.append(("fail", "s", answer, C429, 1.0, None, None, 1.0))
+        else:
+            events.append(("ok", "s", answer, 1.0))
+    for i in range(12):  # then one a second or so, at whatever pace the registry allows
+        now = t + 2.5 + i * 0.9
+        seen += 1
+        events.append(("acquire", "s", now, True))
+        if seen % 3 == 0:
+            events.append(("fail", "s", now + 1.0, C429, 1.0, None, None, 1.0))
+        else:
+            events.append(("ok", "s", now + 1.0, 1.0))
+    _drive(local, shared, events)
+    assert local.state("s").refusals_flat > 0.0
+
+
 def test_a_remembered_domain_matches_through_its_plateau_and_first_cuts(redis_server: Any) -> None:
     """Site memory: both start a known domain at its remembered limit, hold it through the
     longer plateau, probe past it, and become ordinary at the first cut (a 503 cut too)."""

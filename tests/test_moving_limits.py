@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from scrapy.settings import Settings
 
 from scrapy_openclaw.errors import Classification, ErrorClass, ErrorTaxonomy
-from scrapy_openclaw.health.registry import CLOSED, OPEN, PAGE, HealthRegistry
+from scrapy_openclaw.health.registry import CLOSED, OPEN, PAGE, HealthRegistry, refusals
 
 TAXONOMY = ErrorTaxonomy.from_settings(Settings())
 HTTP_429, HTTP_503 = TAXONOMY.classify_status(429), TAXONOMY.classify_status(503)
@@ -154,6 +154,31 @@ def test_refusals_that_do_not_fall_with_the_pace_are_retried_at_the_pace() -> No
     assert len(late) >= 100
 
 
+def test_the_answers_to_slow_starts_requests_are_the_reference_that_proves_refusals_flat() -> None:
+    """The first 429 comes while slow start's requests are on their way: their answers, at the
+    pace slow start allowed, are the reference, so one interval at the slow pace after the cut
+    proves the refusals pace-independent. (Waiting for two intervals after the cut took 11 to
+    18 s of answers after 1 s, at about 1 request a second, for these three seeds.)"""
+    for seed in (1, 2, 3):
+        reg, run = crawl(Limiter([(0.0, 0.0, 1)], every=3), 8.0, concurrency=8, latency=1.0, seed=seed)
+        assert reg.state("a").refusals_flat, seed
+        assert sum(1 for at, _ in run.sent if at >= T0 + 7.0) >= 5, seed  # and the pace came back
+
+
+def test_a_bucket_whose_saved_up_burst_swelled_the_reference_is_no_flat_share() -> None:
+    """What got through must fall with the pace, not only below 0.85 of the reference: a token
+    bucket's saved-up burst makes an early interval deliver more than its limit (this one, a
+    2 req/s bucket of 10 in a simulated crawl, was once proved flat)."""
+    reg = HealthRegistry()
+    d, _ = reg._get("a", T0)
+    d.cuts, d.ref_share, d.ref_pace, d.ref_ok, d.iv_start = 2, 0.25, 4.44, 2.44, T0
+    answers = [True, True, False, True, True]  # 0.2 refused, 1.9/s delivered, at 2.3 req/s
+    for i, ok in enumerate(answers):
+        now = T0 + 2.11 * (i + 1) / len(answers)
+        assert not refusals.pace_sample(d, now, not ok, 2.30, now - 0.01)
+    assert d.refusals_flat == 0.0 and d.ref_pace == 2.30  # slowing down helped: the new reference
+
+
 def test_flat_refusals_that_rise_with_the_pace_become_a_rate_signal_again() -> None:
     reg, run = crawl(Limiter([(0.0, 0.0, 1)], every=3), 60.0, concurrency=8, latency=0.5)
     assert reg.state("a").refusals_flat
@@ -274,5 +299,5 @@ def test_refusals_found_pace_independent_give_back_the_health_they_took() -> Non
     crawl(Limiter([(0.0, 0.0, 1)], every=3), 30.0, concurrency=8, latency=0.5, registry=reg)
     assert seen, "the refusals were never proved pace-independent: the test proves nothing"
     low, after, concurrency = seen[0]
-    assert low <= 60.0  # the rate signals took health before the proof ...
+    assert low <= 80.0  # the rate signals took health before the proof ...
     assert after >= 99.0 and concurrency == reg.default_concurrency  # ... and it came back with it

@@ -44,7 +44,7 @@ local HF = {'health', 'rate', 'tokens', 'threshold', 'updated', 'last_decrease',
   'answered_at', 'last_success', 'share_fast', 'share_slow', 'win_start', 'win_ok', 'delivered',
   'crawl_delay', 'troubled_at', 'cuts', 'born', 'blocked_seconds', 'circuit_seconds', 'retry_after_holds',
   'burst_cap', 'declared',
-  'iv_start', 'iv_ok', 'iv_refused', 'ref_share', 'ref_pace', 'ref_ok', 'refusals_flat', 'rate_cost',
+  'iv_start', 'iv_ok', 'iv_refused', 'iv_cut', 'iv_pace', 'ref_share', 'ref_pace', 'ref_ok', 'refusals_flat', 'rate_cost',
   'ctl_hold', 'ctl_rate', 'ctl_concurrency', 'ctl_down'}
 local h_ttl = 0  -- seconds an idle domain's hash lives (policy k_key_ttl; 0: for ever), set by h_load
 -- {index key, domain, history key}, set by a script that may create the state: a new state joins
@@ -151,6 +151,7 @@ local function h_load(hkey, now, pjson)
     d.born, d.blocked_seconds, d.burst_cap, d.declared = now, 0, 0, 0
     d.circuit_seconds, d.retry_after_holds = 0, 0
     d.iv_start, d.iv_ok, d.iv_refused, d.ref_share, d.ref_pace, d.ref_ok, d.refusals_flat = now, 0, 0, 0, 0, 0, 0
+    d.iv_cut, d.iv_pace = 0, 0
     d.rate_cost = 0
     d.ctl_hold, d.ctl_rate, d.ctl_concurrency, d.ctl_down = 0, 0, 0, 0
     return d, p
@@ -181,6 +182,7 @@ local function h_load(hkey, now, pjson)
   d.declared = math.min(math.max(0, d.declared or 0), p.k_max_rate)
   d.circuit_seconds, d.retry_after_holds = d.circuit_seconds or 0, math.max(0, d.retry_after_holds or 0)
   d.iv_start, d.iv_ok, d.iv_refused = d.iv_start or now, d.iv_ok or 0, d.iv_refused or 0
+  d.iv_cut, d.iv_pace = d.iv_cut or 0, d.iv_pace or 0
   d.ref_share, d.ref_pace, d.ref_ok = d.ref_share or 0, d.ref_pace or 0, d.ref_ok or 0
   d.refusals_flat = d.refusals_flat or 0
   d.rate_cost = math.min(100, math.max(0, d.rate_cost or 0))
@@ -527,7 +529,7 @@ local function h_decrease(d, p, now, measured, rate_bound, fkey, sent)
   end
   -- only a 429 (measured) or latency (rate_bound) moves on to the cubic plateau; 503s and
   -- timeouts cut and probe back up
-  if d.cuts == 0 then d.iv_start, d.iv_ok, d.iv_refused = now, 0, 0 end  -- refusals.restart_sample
+  if d.cuts == 0 then d.iv_cut, d.iv_pace = now, d.rate end  -- refusals.end_slow_start
   if measured or rate_bound then d.cuts = math.min(d.cuts + 1, 2) else d.cuts = math.min(math.max(d.cuts, 1), 2) end
   d.threshold = before
   d.rate = math.max(p.min_rate, before * p.rate_decrease)
@@ -561,10 +563,32 @@ local function h_open(d, p, now, jitter)
   d.tokens = 1  -- the probe's, and no more
 end
 
--- refusals.pace_sample: count an answer in the pace interval; true when it made the
--- domain's refusals pace-independent.
-local function h_pace_sample(d, p, now, refused)
+local function h_count(d, refused)
   if refused then d.iv_refused = d.iv_refused + 1 else d.iv_ok = d.iv_ok + 1 end
+end
+
+-- refusals._close_slow_start
+local function h_close_slow_start(d, p, now)
+  local n = d.iv_ok + d.iv_refused
+  local span = math.max(now - d.iv_start, 1e-3)
+  if n >= p.k_pace_short and d.iv_refused / n >= p.k_flat_min_share and d.refusals_flat == 0 then
+    d.ref_share, d.ref_pace, d.ref_ok = d.iv_refused / n, math.min(d.iv_pace, n / span), d.iv_ok / span
+  end
+  d.iv_cut, d.iv_pace = 0, 0
+  d.iv_start, d.iv_ok, d.iv_refused = now, 0, 0
+end
+
+-- refusals.pace_sample: count an answer (to a request sent at *sent*) in the pace interval;
+-- true when it made the domain's refusals pace-independent.
+local function h_pace_sample(d, p, now, refused, sent)
+  if d.iv_cut ~= 0 then
+    if sent < d.iv_cut then
+      h_count(d, refused)
+      return false
+    end
+    h_close_slow_start(d, p, now)
+  end
+  h_count(d, refused)
   local n = d.iv_ok + d.iv_refused
   if n < p.k_pace_sample and (n < p.k_pace_short or now - d.iv_start < p.k_pace_span) then return false end
   local span = math.max(now - d.iv_start, 1e-3)
@@ -586,7 +610,9 @@ local function h_pace_sample(d, p, now, refused)
     return false
   end
   if pace > p.k_flat_slower * d.ref_pace then return false end
-  if share >= p.k_flat_kept * d.ref_share and ok >= p.k_flat_min_ok and delivered <= p.k_flat_delivered * d.ref_ok then
+  local kept = share >= p.k_flat_kept * d.ref_share and share < p.k_flat_rise * d.ref_share + p.k_flat_min_share
+  local fell = delivered <= math.min(p.k_flat_delivered, pace / math.max(d.ref_pace, 1e-9) + p.k_flat_pace_slack) * d.ref_ok
+  if kept and ok >= p.k_flat_min_ok and fell then
     d.refusals_flat = share
     return true
   end
@@ -620,7 +646,7 @@ local function h_success(d, p, now, latency, fkey, note_at)
   d.successes = d.successes + 1
   d.consecutive_failures = 0
   h_count_delivered(d, p, now)
-  if h_pace_sample(d, p, now, false) then h_keep_pace(d, p, now) end
+  if h_pace_sample(d, p, now, false, note_at) then h_keep_pace(d, p, now) end
   h_note(fkey, d, p, note_at, true)
   d.answered_at, d.last_success = now, now
   d.health = math.min(100, d.health + p.success_reward)
@@ -640,7 +666,7 @@ local function h_failure(d, p, now, answered, in_share, domain, penalty, congest
   d.failures = d.failures + 1
   if answered then d.answered_at = now end
   if note ~= '' then h_note(fkey, d, p, note_at, note == 'a') end
-  if rate_signal and h_pace_sample(d, p, now, true) then
+  if rate_signal and h_pace_sample(d, p, now, true, note_at) then
     h_keep_pace(d, p, now)
     domain = false  -- (judged on the flat state, as the Python registry judges it)
   end

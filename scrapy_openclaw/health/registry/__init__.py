@@ -258,7 +258,7 @@ class HealthRegistry:
         d.successes += 1
         d.consecutive_failures = 0
         count_delivered(d, now)
-        if pace_sample(d, now, False, rate_of(d, p)):
+        if pace_sample(d, now, False, rate_of(d, p), sent_at(now, latency)):
             keep_pace(d, now, p.initial_rate)
             self._wake(domain)  # (parked at the slow pace: the queue looks at it again now)
         self.histories.note(domain, d.born, sent_at(now, latency), NOTE_ANSWER)
@@ -307,7 +307,7 @@ class HealthRegistry:
             self.histories.note(domain, d.born, sent_at(now, latency), note)
         rate_signal = _rate_signal(classification, retry_after)
         domain_signal, in_share = _accounted(d, classification, retry_after, failed_before)
-        if rate_signal and pace_sample(d, now, True, rate_of(d, p)):
+        if rate_signal and pace_sample(d, now, True, rate_of(d, p), sent_at(now, latency)):
             keep_pace(d, now, p.initial_rate)  # (judged pace-independent by this very refusal)
             self._wake(domain)
             domain_signal = False

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from scrapy_openclaw.health.registry.refusals import restart_sample
+from scrapy_openclaw.health.registry.refusals import end_slow_start, restart_sample
 from scrapy_openclaw.health.registry.tuning import (
     _BASELINE_DRIFT,
     _BEYOND,
@@ -170,7 +170,7 @@ def decrease(
         return True
     limit = learned_limit(d, p, now, measured, history)
     if d.cuts == 0:
-        restart_sample(d, now)
+        end_slow_start(d, now)
     # (see increase; any cut ends a remembered limit's longer plateau)
     d.cuts = min(d.cuts + 1, 2) if measured or rate_bound else min(max(d.cuts, 1), 2)
     d.threshold = limit

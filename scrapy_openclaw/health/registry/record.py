@@ -99,6 +99,8 @@ class _Domain:
         "iv_start",
         "iv_ok",
         "iv_refused",
+        "iv_cut",
+        "iv_pace",
         "ref_share",
         "ref_pace",
         "ref_ok",
@@ -154,6 +156,8 @@ class _Domain:
         self.iv_start = now
         self.iv_ok = 0
         self.iv_refused = 0
+        self.iv_cut = 0.0  # the first cut, while the interval waits for the answers to slow start's requests
+        self.iv_pace = 0.0  # ... and the pace slow start allowed them
         self.ref_share = 0.0
         self.ref_pace = 0.0
         self.ref_ok = 0.0

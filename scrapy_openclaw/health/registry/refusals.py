@@ -8,8 +8,7 @@ through. The controller cuts on every refusal, so on such a server it would craw
 at ``min_rate`` for nothing.
 
 So the answers of a domain are sampled in intervals of ``_PACE_SAMPLE`` answers
-(fewer once the pace is slow), from its first cut on (slow start's bursts are no pace
-the controller chose), successes and refusals (429s, or any answer with a Retry-After):
+(fewer once the pace is slow), successes and refusals (429s, or any answer with a Retry-After):
 the pace the controller allowed at its end (what it chose: the answers' own rate also
 falls with every Retry-After hold), the share refused and what got through (2xx/s). The first interval with
 refusals is the reference; a later one at clearly lower pace (``_FLAT_SLOWER``) whose
@@ -29,6 +28,7 @@ from scrapy_openclaw.health.registry.tuning import (
     _FLAT_KEPT,
     _FLAT_MIN_OK,
     _FLAT_MIN_SHARE,
+    _FLAT_PACE_SLACK,
     _FLAT_RISE,
     _FLAT_SLOWER,
     _PACE_SAMPLE,
@@ -40,14 +40,16 @@ if TYPE_CHECKING:
     from scrapy_openclaw.health.registry.record import _Domain
 
 
-def pace_sample(d: _Domain, now: float, refused: bool, rate: float) -> bool:
-    """Count an answer (*refused*: a refusal) in the domain's pace interval, *rate* the pace
-    the controller allows now; True when it closed an interval that made the refusals
-    pace-independent (``d.refusals_flat`` set)."""
-    if refused:
-        d.iv_refused += 1
-    else:
-        d.iv_ok += 1
+def pace_sample(d: _Domain, now: float, refused: bool, rate: float, sent: float) -> bool:
+    """Count an answer (*refused*: a refusal) to a request *sent* then in the domain's pace
+    interval, *rate* the pace the controller allows now; True when it closed an interval that
+    made the refusals pace-independent (``d.refusals_flat`` set)."""
+    if d.iv_cut:
+        if sent < d.iv_cut:  # slow start's answers: they close when one sent after it comes
+            _count(d, refused)
+            return False
+        _close_slow_start(d, now)
+    _count(d, refused)
     n = d.iv_ok + d.iv_refused
     if n < _PACE_SAMPLE and (n < _PACE_SHORT or now - d.iv_start < _PACE_SPAN):
         return False
@@ -68,12 +70,33 @@ def pace_sample(d: _Domain, now: float, refused: bool, rate: float) -> bool:
         return False
     if pace > _FLAT_SLOWER * d.ref_pace:
         return False
-    flat = share >= _FLAT_KEPT * d.ref_share and ok >= _FLAT_MIN_OK and delivered <= _FLAT_DELIVERED * d.ref_ok
+    kept = _FLAT_KEPT * d.ref_share <= share < _FLAT_RISE * d.ref_share + _FLAT_MIN_SHARE  # (a rise: not flat either)
+    fell = delivered <= min(_FLAT_DELIVERED, pace / max(d.ref_pace, 1e-9) + _FLAT_PACE_SLACK) * d.ref_ok
+    flat = kept and ok >= _FLAT_MIN_OK and fell
     if flat:
         d.refusals_flat = share
         return True
     d.ref_share, d.ref_pace, d.ref_ok = share, pace, delivered  # slowing helped: a rate signal
     return False
+
+
+def _count(d: _Domain, refused: bool) -> None:
+    if refused:
+        d.iv_refused += 1
+    else:
+        d.iv_ok += 1
+
+
+def _close_slow_start(d: _Domain, now: float) -> None:
+    """The answers to what slow start sent are in: with enough refused among them they are
+    the reference (a later interval at 0.7x their pace that keeps their share proves the
+    refusals flat a whole interval sooner than two intervals after the cut would)."""
+    n = d.iv_ok + d.iv_refused
+    span = max(now - d.iv_start, 1e-3)
+    if n >= _PACE_SHORT and d.iv_refused / n >= _FLAT_MIN_SHARE and not d.refusals_flat:
+        d.ref_share, d.ref_pace, d.ref_ok = d.iv_refused / n, min(d.iv_pace, n / span), d.iv_ok / span
+    d.iv_cut = d.iv_pace = 0.0
+    d.iv_start, d.iv_ok, d.iv_refused = now, 0, 0
 
 
 def keep_pace(d: _Domain, now: float, initial_rate: float) -> None:
@@ -89,5 +112,12 @@ def keep_pace(d: _Domain, now: float, initial_rate: float) -> None:
 
 
 def restart_sample(d: _Domain, now: float) -> None:
-    """The first cut: pace intervals start here (what slow start sent is no chosen pace)."""
+    """A remembered limit: pace intervals start here."""
     d.iv_start, d.iv_ok, d.iv_refused = now, 0, 0
+    d.iv_cut = d.iv_pace = 0.0
+
+
+def end_slow_start(d: _Domain, now: float) -> None:
+    """The first cut: the open interval goes on gathering the answers to what slow start
+    sent (before *now*, at ``d.rate``), then closes as the candidate reference."""
+    d.iv_cut, d.iv_pace = now, d.rate
