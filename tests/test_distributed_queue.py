@@ -16,6 +16,7 @@ from scrapy_openclaw import meta as M
 from scrapy_openclaw.distributed import configure, serializer
 from scrapy_openclaw.distributed.connection import client_from_settings
 from scrapy_openclaw.distributed.queue import LEASE, LeasedDeadlineQueue
+from scrapy_openclaw.distributed.rounds import COUNTED
 from scrapy_openclaw.settings import OpenClawSettings
 from tests.health_records import forge, record
 
@@ -107,7 +108,8 @@ def test_expired_drop_becomes_dead_letter(queues: Any) -> None:
 
 def _ready(q: LeasedDeadlineQueue) -> int:
     """Entries waiting in the ready sets (all domains)."""
-    return sum(int(q.runner.counts(keys=q.shards.keys(i))[0]) for i in range(q.shards.count))
+    shards = [[q.shards.name(what, i) for what in COUNTED] for i in range(q.shards.count)]
+    return sum(int(q.runner.counts(keys=keys)[0][0]) for keys in shards)
 
 
 def _key(q: LeasedDeadlineQueue, what: str, domain: str = "a.test") -> str:

@@ -20,6 +20,9 @@ from scrapy_openclaw.distributed.connection import is_cluster, run_scripts
 if TYPE_CHECKING:
     from scrapy_openclaw.distributed.shards import ShardKeys
 
+#: the keys of a shard that ``lua/counts.lua`` counts, in its order: ready, delayed, in flight, discovered
+COUNTED = ("q", "delayed", "inflight", "found")
+
 
 def text(value: Any) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
@@ -356,17 +359,19 @@ class RoundRunner:
         Dead workers' leases are handed back first.
         """
         look = (self.workers, self.shards.workers(), ["look", self.clock(), self.worker])
-        counts: list[tuple[Any, list[str], list[Any]]] = [
-            (self.counts, self.shards.keys(s), []) for s in range(self.shards.count)
-        ]
-        if self.cluster:  # (nodes answer a pipeline in any order: the looks go before and after)
-            replies = [self.scripts([look])[0], *self.scripts(counts), self.scripts([look])[0]]
-        else:  # one round trip, in order
-            replies = self.scripts([look, *counts, look])
-        (epoch, busy, dead), (epoch_after, busy_after, _) = replies[0], replies[-1]
+        keys = [[self.shards.name(what, s) for what in COUNTED] for s in range(self.shards.count)]
+        if self.cluster:  # (a call per shard, in its slot; nodes answer a pipeline in any order:
+            # the looks go before and after)
+            before = self.scripts([look])[0]
+            per_shard = [c[0] for c in self.scripts([(self.counts, k, []) for k in keys])]
+            after = self.scripts([look])[0]
+        else:  # one call for every shard, one round trip, in order
+            before, all_shards, after = self.scripts([look, (self.counts, [k for g in keys for k in g], []), look])
+            per_shard = list(all_shards)
+        (epoch, busy, dead), (epoch_after, busy_after, _) = before, after
         self._hand_back(job, dead)
         total = [0, 0, 0, 0]
-        for shard, counted in enumerate(replies[1:-1]):
+        for shard, counted in enumerate(per_shard):
             for i, n in enumerate(counted):
                 total[i] += int(n)
             if int(counted[0]):
