@@ -84,6 +84,7 @@ class Batching:
     held: dict[str, str]
     _pending_push: list[Push]
     _pending_ack: set[str]
+    _ackable: set[str]
     _recent: deque[tuple[float, list[Push], list[str]]]
     _check_server: bool
     _reclaim: bool
@@ -168,7 +169,7 @@ class Batching:
         """The next round: the buffered writes, plus (unless *everything*: the close's last
         round) a heartbeat when due, pops ahead and counts."""
         now = self.clock()
-        job = self._plan_writes()
+        job = self._plan_writes(last=everything)
         job.check_server = self._check_server
         if not everything and (now - self._last_beat >= self.heartbeat or self._reclaim):
             self._last_beat = now
@@ -269,11 +270,24 @@ class Batching:
             for domain in self.registry.take_woken() if hasattr(self.registry, "take_woken") else ():
                 self._wakes.setdefault(self.shards.of(domain), set()).add(domain)
 
-    def _plan_writes(self) -> Round:
+    def _plan_writes(self, last: bool = False) -> Round:
         job = Round()
         job.pushes = list(self._pending_push[:_MAX_PUSHES])
-        # an acknowledgement only after every push before it (a page's links first)
-        for lease in self._pending_ack if len(self._pending_push) <= _MAX_PUSHES else ():
+        # An acknowledgement only after every push before it (a page's links first). One Redis
+        # runs a round's pipeline in order: an ack goes with the pushes before it. A cluster's
+        # nodes run theirs each on its own: an ack goes in a round after the one that confirmed
+        # those pushes (``_ackable``), so that a round is one pipeline there too; the close's
+        # last round sends its pushes first and its acks once they are confirmed (``ordered``).
+        every_push = len(self._pending_push) <= _MAX_PUSHES
+        job.ordered = last and self.runner.cluster
+        if not self.runner.cluster or last:
+            acks = self._pending_ack if every_push else set()
+        elif self._pending_push:
+            acks = self._ackable
+            job.unlocks = self._pending_ack - self._ackable if every_push else set()
+        else:
+            acks = self._pending_ack
+        for lease in acks:
             shard, entry = split_lease(lease)
             job.acks.setdefault(shard, []).append(entry)
         by_shard: dict[tuple[int, int], list[str]] = {}
@@ -323,6 +337,7 @@ class Batching:
         if res.acked:
             for shard, ids in job.acks.items():
                 self._pending_ack.difference_update(lease_id(shard, e) for e in ids)
+            self._ackable = (self._ackable | job.unlocks) & self._pending_ack  # (their pushes are in)
             self._remember(job, res, now)
             del self._pending_release[: sum(len(ids) for _, _, ids in job.releases)]
             del self._pending_reject[: len(job.rejects)]
@@ -381,6 +396,7 @@ class Batching:
         self._wake(self._pops_from)
         self._pending_push[:0] = pushes
         self._pending_ack.update(acks)
+        self._ackable = set()  # (each after the pushes sent again)
         self.runner.shard_wait.clear()
         self.stats.inc_value(f"{STATS}/failovers")
         self.stats.inc_value(f"{STATS}/replayed_writes", len(pushes) + len(acks))

@@ -127,6 +127,7 @@ class LeasedDeadlineQueue(Batching, QueueEntries):
         self.held: dict[str, str] = {}
         self._pending_push: list[Push] = []  # pushes waiting for Redis, in order
         self._pending_ack: set[str] = set()  # ack tokens (``rounds.ack_token``)
+        self._ackable: set[str] = set()  # of them, those whose pushes a cluster confirmed (batching)
         #: writes Redis confirmed in the last REPLAY_WINDOW seconds: (when, pushes queued, acks), sent
         #: again should Redis turn out to be another server (a failover loses what was not replicated)
         self._recent: deque[tuple[float, list[Push], list[str]]] = deque()

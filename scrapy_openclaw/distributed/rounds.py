@@ -93,6 +93,8 @@ class Round:
     def __init__(self) -> None:
         self.pushes: list[Push] = []
         self.acks: dict[int, list[str]] = {}
+        self.unlocks: set[str] = set()  # (a cluster's) ack tokens this round's pushes, once confirmed, free
+        self.ordered = False  # (a cluster's last round) the pushes confirmed before the rest is sent
         self.releases: list[tuple[int, int, list[str]]] = []  # (shard, max_releases, ids)
         self.rejects: list[tuple[int, str, str]] = []  # (shard, id, reason)
         self.wakes: dict[int, list[str]] = {}  # shard -> domains ready sooner than it parked them
@@ -270,10 +272,12 @@ class RoundRunner:
     def _writes(self, job: Round, pops: list[tuple[Any, list[str], list[Any]]]) -> list[Any]:
         """The round's pushes, then its acknowledgements, hand-backs, refusals and wakes, the
         health records waiting on the link (``riders``: before the pops, which take tokens by
-        them), then *pops* (the first pop calls; their replies are returned): one pipeline on one
-        Redis, one round trip (run in order: a page's links before its acknowledgement, even
-        when the worker dies while sending). On a cluster, the pushes first and the rest once
-        they are confirmed."""
+        them), then *pops* (the first pop calls; their replies are returned): one pipeline, one
+        round trip per node. One Redis runs it in order (a page's links before its
+        acknowledgement, even when the worker dies while sending); on a cluster the round's
+        acknowledgements follow pushes an earlier round confirmed (``Batching._plan_writes``),
+        and the close's last round (``ordered``) sends its pushes first and the rest once they
+        are confirmed."""
         keys = self.shards.keys
         groups = _push_groups(job.pushes)
         pushes = [(self.push, g[0].keys, _push_args(g)) for g in groups]
@@ -282,20 +286,18 @@ class RoundRunner:
         rest += [(self.reject, keys(s), [self.boost, e, self.worker, why]) for s, e, why in job.rejects]
         rest += [(self.wake, keys(s), [self.clock(), *domains]) for s, domains in job.wakes.items()]
         riders = self.riders() if self.riders is not None else []
-        if self.cluster:
+        first = pushes
+        if job.ordered:
             self._pushed(job, groups, self.scripts(pushes, partial=True))
-            first: list[tuple[Any, list[str], list[Any]]] = []
-        else:
-            first = pushes
+            first = []
         calls = [*first, *rest, *((s, k, a) for s, k, a, _ in riders), *pops]
         outcomes = run_scripts(self.server, calls) if calls else []
         written = len(first) + len(rest)
         if riders:
             self.delivered(riders, outcomes[written : written + len(riders)])
         replies = _until_error(outcomes[:written])
-        if not self.cluster:
-            self._pushed(job, groups, replies[: len(pushes)])
-            replies = replies[len(pushes) :]
+        self._pushed(job, groups, replies[: len(first)])
+        replies = replies[len(first) :]
         if replies and isinstance(replies[-1], Exception):
             raise replies[-1]
         job.acked = True
