@@ -700,3 +700,20 @@ def test_one_pop_call_leases_several_entries_within_the_domains_tokens(queues: A
     q.runner.run(job)
     assert len(job.popped) == 6 - int(tokens)
     assert all(s == shard for s, _, _ in job.popped)  # (the first leases had expired: 2 s)
+
+
+def test_a_worker_turning_idle_makes_another_count_again_only_if_it_saw_one_busy(queues: Any) -> None:
+    """A worker turning idle tells the others to count the crawl's work (it may be over). One
+    whose last count already found no other worker busy learns nothing new from it: three
+    workers finishing together each counted every shard twice more before."""
+    clock = FakeClock()
+    q = queues(clock=clock)
+    q.push(Request("http://a.test/1"))
+    len(q)  # (a count)
+    counted = q.work.counted_at
+    clock.advance(0.05)
+    q._on_wake(set(), True)
+    assert q.work.counted_at == counted and q.work.others_busy == 0
+    q.work.others_busy = 1  # (as a count that found another worker busy leaves it)
+    q._on_wake(set(), True)
+    assert q.work.counted_at == clock.now  # counted again at once

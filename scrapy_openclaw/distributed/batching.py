@@ -109,6 +109,7 @@ class Batching:
     _last_sweep: float
     _waker: wakeup.Wakeup | None
     _woken_shards: set[int]
+    _ask_after_count: bool
     _wakes: dict[int, set[str]]
 
     if TYPE_CHECKING:  # (QueueEntries')
@@ -231,11 +232,14 @@ class Batching:
             self._waker.want(hungry)
 
     def _on_wake(self, shards: set[int], idle: bool) -> None:
-        """Another worker queued work in *shards*, or turned *idle* (then count the crawl's work again)."""
+        """Another worker queued work in *shards*, or turned *idle*: then count the crawl's work
+        again, unless the last count already found no other worker busy (a worker turning idle
+        cannot make the crawl less over; when three finish together each would count twice more)."""
         self._woken_shards |= shards
-        if idle:
+        recount = idle and self.work.others_busy > 0
+        if recount:
             self.work.recount()  # (the next look at the pending count asks Redis)
-        self._kick(pops=True, counts=idle)
+        self._kick(pops=True, counts=recount)
         self._wake_engine()
 
     def _count_due(self, after: float) -> bool:
@@ -359,6 +363,9 @@ class Batching:
             self._hungry(len(res.popped) < job.pops)
         if res.count is not None:
             self.work.counted(res)
+            if self._ask_after_count:
+                self._ask_after_count = False
+                self._wake_engine()
         else:
             if job.look and res.error is None:
                 self.work.looked(res)

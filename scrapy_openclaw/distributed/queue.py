@@ -141,6 +141,7 @@ class LeasedDeadlineQueue(Batching, QueueEntries):
         self._last_beat = self._last_sweep = 0.0
         self._waker: Any = None  # (wakeup.Wakeup, started with the Redis thread)
         self._woken_shards: set[int] = set()  # shards another worker queued work in, to pop from again
+        self._ask_after_count = False  # wake the engine when the count on its way is in
         self._wakes: dict[int, set[str]] = {}  # shard -> domains the registry woke (see batching)
         self._next_sweep = 0.0  # when the health cache is next swept for idle domains
         self._last_foreign = -1e18
@@ -333,8 +334,10 @@ class LeasedDeadlineQueue(Batching, QueueEntries):
         if not self.link.background or self._count_due(max(1.0, self._count_every())):
             self._kick(counts=True)
         total, again = self.work.pending(len(self.held), buffered, background=self.link.background)
-        if again:
+        if again and self._count_due(0.0):
             self._kick(counts=True)
+        elif again:  # (the engine asks many times a round: ask again when the count on its way is in)
+            self._ask_after_count = True
         return total
 
     def progress(self, domains: dict[str, int]) -> Progress:
