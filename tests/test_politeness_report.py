@@ -16,9 +16,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from scrapy.settings import Settings
 
+from scrapy_openclaw.distributed.connection import client_from_settings
 from scrapy_openclaw.dlq import JsonlStore
+from scrapy_openclaw.metrics.peaks import RESOLUTION
 from scrapy_openclaw.report.model import ReportError
+from scrapy_openclaw.report.shared import SharedReport
 from scrapy_openclaw.report.store import read_report, report_path
 from scrapy_openclaw.testing.chaos.graph import busiest_second_bounds
 from scrapy_openclaw.testing.crawl import run_crawl
@@ -253,7 +257,6 @@ def test_two_workers_merge_in_redis(chaos_server: Any, redis_server: Any, tmp_pa
     assert sum(e["requests"] for e in report["domains"].values()) == sum(sent)
     # per domain, every count is the sum of the workers' parts kept in Redis
     from scrapy_openclaw.report.model import SUMMED
-    from scrapy_openclaw.report.shared import SharedReport
 
     parts = bench.client(redis_server.url).hgetall(
         SharedReport(bench.client(redis_server.url), "chaos", "chaos").key("parts")
@@ -296,3 +299,20 @@ def test_a_limit_the_site_said_is_in_the_report_and_the_operators_text() -> None
     assert merge([older, one])["domains"]["said.test"]["declared_limit"] == 8.0  # (a part without the field)
     assert "said its limit was 8 requests per second" in text(one, "said.test")
     assert "said its limit" not in text(one, "quiet.test")
+
+
+def test_a_workers_bins_of_several_domains_go_in_one_pipeline_and_merge(redis_any: Any) -> None:
+    """Each domain's new send-time bins are a script call, all of them in one pipeline (one
+    round trip; a node's on a cluster): two workers' bins of two domains give the busiest
+    windows across both."""
+    server = client_from_settings(Settings({"REDIS_URL": redis_any.url}))
+    shared = SharedReport(server, "unit", "unit")
+    now = 1_000_000.0
+    first = int(now / RESOLUTION)
+    shared.push_bins({"a.test": {first: 3, first + 1: 2}, "b.test": {first: 1}}, horizon=60.0, now=now)
+    shared.push_bins({"a.test": {first: 4}, "b.test": {first + 300: 5}}, horizon=60.0, now=now)
+    peaks = shared.peaks()
+    assert peaks["a.test"]["busiest_1s"] == 9 and peaks["b.test"]["busiest_1s"] == 5
+    assert peaks["b.test"]["busiest_5s"] == 6
+    shared.store_part("w1", {"x": 1})
+    assert server.ttl(shared.key("parts")) > 0

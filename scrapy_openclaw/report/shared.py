@@ -12,7 +12,7 @@ import json
 import time
 from typing import TYPE_CHECKING, Any
 
-from scrapy_openclaw.distributed.connection import reply_text
+from scrapy_openclaw.distributed.connection import reply_text, run_scripts
 from scrapy_openclaw.metrics.peaks import RESOLUTION, WINDOWS
 from scrapy_openclaw.report.model import merge, validate
 
@@ -97,13 +97,18 @@ class SharedReport:
         return f"{self.base}:{name}"
 
     def push_bins(self, fresh: dict[str, dict[int, int]], horizon: float, now: float | None = None) -> None:
-        """Add each domain's new bins (*fresh*: domain -> bin -> requests) to the shared ones."""
+        """Add each domain's new bins (*fresh*: domain -> bin -> requests) to the shared ones: a
+        script call per domain, in one pipeline (one round trip; per node on a cluster)."""
         now = time.time() if now is None else now
         final = int((now - horizon - 2 * PUSH_INTERVAL) / RESOLUTION) - max(_WIDTHS)
+        calls = []
         for domain, bins in fresh.items():
             pairs = [str(x) for kv in sorted(bins.items()) for x in kv]
             args = [domain, final, TTL, len(_WIDTHS), *_WIDTHS, *pairs]
-            self._script(keys=[self.key(f"bins:{domain}"), self.key("peaks")], args=args)
+            calls.append((self._script, [self.key(f"bins:{domain}"), self.key("peaks")], args))
+        for ok, res in run_scripts(self.server, calls) if calls else ():
+            if not ok:
+                raise res
 
     def peaks(self) -> dict[str, dict[str, int]]:
         """domain -> {"busiest_1s": n, "busiest_5s": n} across every worker."""
@@ -117,8 +122,10 @@ class SharedReport:
 
     def store_part(self, worker: str, part: dict[str, Any]) -> None:
         key = self.key("parts")
-        self.server.hset(key, worker, json.dumps(part))
-        self.server.expire(key, TTL)
+        pipe = self.server.pipeline(transaction=False)  # (one round trip; one slot on a cluster)
+        pipe.hset(key, worker, json.dumps(part))
+        pipe.expire(key, TTL)
+        pipe.execute()
 
     def merged(self) -> dict[str, Any]:
         """Every stored part merged, with the shared busiest windows; parts that are not reports
