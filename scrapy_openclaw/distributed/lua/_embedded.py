@@ -918,7 +918,7 @@ for i, id in ipairs(ids) do
       info = info_of(id)
     else
       info = waiting_inline(id, places[i])
-      if info then redis.call('HSET', DATA, id, inline_info(info.dom, info.p) .. '\n' .. info.payload) end
+      if info then redis.call('HSET', DATA, id, leased_value(info)) end
     end
     if info then
       unindex(id, info, tonumber(ARGV[1]))
@@ -1132,7 +1132,7 @@ local function take(c)
   table.insert(pend.owner, worker)
   if info.member then  -- inline: a lease is held by DATA, as every lease (ack, release, expiry)
     table.insert(pend.data, c.id)
-    table.insert(pend.data, inline_info(dom, info.p) .. '\n' .. info.payload)
+    table.insert(pend.data, leased_value(info))
   end
   if heads[dom] then heads[dom].pos = heads[dom].pos + 1 end
   local more = c.more
@@ -1427,6 +1427,9 @@ local function inline_info(dom, p)
   if p == 0 then return dom end
   return dom .. SEP .. string.format('%d', p)
 end
+
+-- The DATA value of a leased inline entry (*info* from ready_entry): its info line, then its payload.
+local function leased_value(info) return inline_info(info.dom, info.p) .. '\n' .. info.payload end
 
 local function info_of(id)
   local raw = redis.call('HGET', DATA, id)

@@ -31,7 +31,7 @@ for i, id in ipairs(ids) do
       info = info_of(id)
     else
       info = waiting_inline(id, places[i])
-      if info then redis.call('HSET', DATA, id, inline_info(info.dom, info.p) .. '\n' .. info.payload) end
+      if info then redis.call('HSET', DATA, id, leased_value(info)) end
     end
     if info then
       unindex(id, info, tonumber(ARGV[1]))

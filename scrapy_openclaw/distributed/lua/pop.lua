@@ -177,7 +177,7 @@ local function take(c)
   table.insert(pend.owner, worker)
   if info.member then  -- inline: a lease is held by DATA, as every lease (ack, release, expiry)
     table.insert(pend.data, c.id)
-    table.insert(pend.data, inline_info(dom, info.p) .. '\n' .. info.payload)
+    table.insert(pend.data, leased_value(info))
   end
   if heads[dom] then heads[dom].pos = heads[dom].pos + 1 end
   local more = c.more

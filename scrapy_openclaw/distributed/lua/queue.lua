@@ -86,6 +86,9 @@ local function inline_info(dom, p)
   return dom .. SEP .. string.format('%d', p)
 end
 
+-- The DATA value of a leased inline entry (*info* from ready_entry): its info line, then its payload.
+local function leased_value(info) return inline_info(info.dom, info.p) .. '\n' .. info.payload end
+
 local function info_of(id)
   local raw = redis.call('HGET', DATA, id)
   local head, payload = nil, nil
