@@ -51,7 +51,8 @@ FAILOVER_GRACE = 6.0
 #: pops from go back to ready
 SWEEP_EVERY = 5.0
 #: seconds between two counts of the crawl's work (and looks for dead workers) once idle workers
-#: are woken by the wake stream: a worker turning idle tells the others, who count at once
+#: are woken by the wake stream: a worker turning idle tells the others, who count at once (unless
+#: their last count found no other worker busy)
 COUNT_EVERY = 2.0
 #: seconds at least between the starts of two rounds, unless the worker has no request ready:
 #: what a page writes (its links, its acknowledgement, its health record) waits at most this
