@@ -702,18 +702,29 @@ def test_one_pop_call_leases_several_entries_within_the_domains_tokens(queues: A
     assert all(s == shard for s, _, _ in job.popped)  # (the first leases had expired: 2 s)
 
 
-def test_a_worker_turning_idle_makes_another_count_again_only_if_it_saw_one_busy(queues: Any) -> None:
+def test_a_worker_turning_idle_makes_another_count_again_unless_it_found_the_crawl_over(queues: Any) -> None:
     """A worker turning idle tells the others to count the crawl's work (it may be over). One
-    whose last count already found no other worker busy learns nothing new from it: three
-    workers finishing together each counted every shard twice more before."""
+    whose last count already found nothing left and no other worker busy learns nothing new
+    from it: three workers finishing together each counted every shard twice more before."""
     clock = FakeClock()
     q = queues(clock=clock)
-    q.push(Request("http://a.test/1"))
-    len(q)  # (a count)
+    len(q)  # (a count: nothing queued, nobody busy)
     counted = q.work.counted_at
     clock.advance(0.05)
     q._on_wake(set(), True)
-    assert q.work.counted_at == counted and q.work.others_busy == 0
-    q.work.others_busy = 1  # (as a count that found another worker busy leaves it)
+    assert q.work.counted_at == counted  # no count: the crawl was over but for this worker
+    other = queues(clock=clock)
+    other.runner.join()  # another worker, busy
+    clock.advance(0.05)
+    len(q)
+    assert q.work.others_busy == 1
+    clock.advance(0.05)
     q._on_wake(set(), True)
-    assert q.work.counted_at == clock.now  # counted again at once
+    assert q.work.counted_at == clock.now  # counted again at once: the other one may be done
+    other.runner.crew("leave")
+    q.push(Request("http://a.test/1"))
+    len(q)
+    assert q.work.others_busy == 0 and q.work.ready == 1
+    clock.advance(0.05)
+    q._on_wake(set(), True)
+    assert q.work.counted_at == clock.now  # work was left: counted again

@@ -234,10 +234,11 @@ class Batching:
 
     def _on_wake(self, shards: set[int], idle: bool) -> None:
         """Another worker queued work in *shards*, or turned *idle*: then count the crawl's work
-        again, unless the last count already found no other worker busy (a worker turning idle
-        cannot make the crawl less over; when three finish together each would count twice more)."""
+        again, unless the last count already found it over but for this worker (no work left,
+        no other worker busy): a worker turning idle cannot make the crawl less over, and when
+        three finish together each would count twice more."""
         self._woken_shards |= shards
-        recount = idle and self.work.others_busy > 0
+        recount = idle and not self.work.over_but_here()
         if recount:
             self.work.recount()  # (the next look at the pending count asks Redis)
         self._kick(pops=True, counts=recount)
@@ -364,14 +365,14 @@ class Batching:
             self._hungry(len(res.popped) < job.pops)
         if res.count is not None:
             self.work.counted(res)
-            if self._ask_after_count:
-                self._ask_after_count = False
-                self._wake_engine()
         else:
             if job.look and res.error is None:
                 self.work.looked(res)
             if res.pushed or job.releases:
                 self.work.wrote()
+        if self._ask_after_count and (res.count is not None or job.look):  # (see __len__)
+            self._ask_after_count = False
+            self._wake_engine()
         if res.dead_workers:
             self.runner.shard_wait.clear()  # their leases are ready again
             self._reclaimed(res.reclaimed, res.dead_workers)

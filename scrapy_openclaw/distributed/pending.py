@@ -50,6 +50,10 @@ class CrawlWork:
         """Count again at the next look at the pending count (a worker turned idle)."""
         self.counted_at = self.asked_at = -1e18
 
+    def over_but_here(self) -> bool:
+        """Whether the last count found nothing left in Redis and no other worker busy."""
+        return not (self.others_busy or self.ready or self.delayed or self.inflight)
+
     def look_suffices(self) -> bool:
         """Whether a look at the workers will do instead of counting every shard: another worker
         is busy (so the crawl is not over) and the last full count is recent enough."""
