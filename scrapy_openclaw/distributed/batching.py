@@ -52,7 +52,7 @@ FAILOVER_GRACE = 6.0
 SWEEP_EVERY = 5.0
 #: seconds between two counts of the crawl's work (and looks for dead workers) once idle workers
 #: are woken by the wake stream: a worker turning idle tells the others, who count at once (unless
-#: their last count found no other worker busy)
+#: their last count found the crawl over but for themselves)
 COUNT_EVERY = 2.0
 #: seconds at least between the starts of two rounds, unless the worker has no request ready:
 #: what a page writes (its links, its acknowledgement, its health record) waits at most this
