@@ -15,6 +15,7 @@ import socket
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
+from twisted.python.threadpool import ThreadPool
 from twisted.web.http import RESPONSES, HTTPChannel
 from twisted.web.resource import Resource
 from twisted.web.server import Site
@@ -172,11 +173,18 @@ def serve_metrics(
     the listening port, or CannotListenError for the caller to report.
 
     A child with a ``guard`` method is asked for requests under its path before they are read.
-    """
-    from prometheus_client.twisted import MetricsResource  # (imports the global reactor: installed by now)
 
+    The page is rendered on a thread of its own (``_own_threads``), not in the reactor's pool
+    that ``prometheus_client.twisted.MetricsResource`` uses: that pool also runs the project's
+    blocking work (scrapy-redis's ``RedisPipeline`` pushes each item there), and while Redis
+    is away its threads all wait, which would leave ``/metrics`` unanswered just when it matters.
+    """
+    from prometheus_client.exposition import make_wsgi_app
+    from twisted.web.wsgi import WSGIResource
+
+    threads = _own_threads(reactor)
     root = Resource()
-    metrics: Any = MetricsResource(registry=registry)  # (an IResource: mypy cannot see zope interfaces)
+    metrics: Any = WSGIResource(reactor, threads, make_wsgi_app(registry))  # (mypy cannot see zope interfaces)
     root.putChild(b"metrics", metrics)
     guards = [host_guard(host, allowed_hosts)]
     for name, child in (children or {}).items():
@@ -184,7 +192,28 @@ def serve_metrics(
         if hasattr(child, "guard"):
             guards.append(_under(b"/" + name, child.guard))
     guards.append(body_guard)
-    return reactor.listenTCP(port, QuietSite(root, guards), interface=host)
+    try:
+        listening = reactor.listenTCP(port, QuietSite(root, guards), interface=host)
+    except Exception:
+        threads.stop()
+        raise
+    stop_listening = listening.stopListening
+
+    def stop() -> Any:  # (the port and its thread end together)
+        if threads.started:
+            threads.stop()
+        return stop_listening()
+
+    listening.stopListening = stop
+    return listening
+
+
+def _own_threads(reactor: Any) -> ThreadPool:
+    """One thread for the ``/metrics`` page, stopped with its port or the reactor."""
+    threads = ThreadPool(minthreads=0, maxthreads=1, name="openclaw-metrics")
+    threads.start()
+    reactor.addSystemEventTrigger("during", "shutdown", lambda: threads.started and threads.stop())
+    return threads
 
 
 def _under(prefix: bytes, guard: Guard) -> Guard:

@@ -285,6 +285,76 @@ def test_port_in_use_and_push_failure_do_not_stop_the_crawl(chaos_server, tmp_ou
     assert "Traceback" not in result.log
 
 
+class PoolHog:
+    """Extension: every thread of the reactor's pool kept busy from the spider's start to its
+    end, as a project's blocking pipeline does while its store is away (scrapy-redis's
+    ``RedisPipeline`` pushes each item on that pool); meanwhile a thread of its own reads the
+    crawl's ``/metrics`` (``OPENCLAW_METRICS_PORT``) and writes what it got to ``HOG_FILE``.
+    The spider stays open until then."""
+
+    def __init__(self, crawler: Any) -> None:
+        self.release = threading.Event()
+        self.port = crawler.settings.getint("OPENCLAW_METRICS_PORT")
+        self.path = Path(crawler.settings.get("HOG_FILE"))
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        crawler.signals.connect(self._opened, signal=signals.spider_opened)
+        crawler.signals.connect(self._idle, signal=signals.spider_idle)
+        crawler.signals.connect(self._closed, signal=signals.spider_closed)
+
+    @classmethod
+    def from_crawler(cls, crawler: Any) -> PoolHog:
+        return cls(crawler)
+
+    def _opened(self, spider: Any) -> None:
+        from twisted.internet import reactor
+
+        pool = reactor.getThreadPool()  # type: ignore[attr-defined]
+        for _ in range(pool.max):
+            pool.callInThread(self.release.wait, 120)
+        self.reader.start()
+
+    def _read(self) -> None:
+        got: dict[str, Any] = {"status": None}
+        for _ in range(100):  # (until the port listens)
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=10) as response:
+                    got = {"status": response.status, "ours": b"scrapy_openclaw_" in response.read()}
+                break
+            except urllib.error.URLError as exc:
+                if not isinstance(exc.reason, ConnectionRefusedError):
+                    got = {"status": None, "error": repr(exc)}
+                    break
+                time.sleep(0.1)
+            except OSError as exc:  # (a timeout: no thread answered)
+                got = {"status": None, "error": repr(exc)}
+                break
+        self.path.write_text(json.dumps(got))
+
+    def _idle(self, spider: Any) -> None:
+        from scrapy.exceptions import DontCloseSpider
+
+        if self.reader.is_alive():
+            raise DontCloseSpider
+
+    def _closed(self, spider: Any) -> None:
+        self.release.set()
+
+
+def test_metrics_answer_while_the_reactors_thread_pool_is_busy(tmp_out, tmp_path):
+    """/metrics has a thread of its own: a pool full of a pipeline's blocked calls (Redis away)
+    no longer leaves it unanswered (prometheus_client's MetricsResource renders on that pool)."""
+    hog_file = tmp_path / "metrics.json"
+    settings = {
+        **components(),
+        "OPENCLAW_METRICS_PORT": free_port(),
+        "EXTENSIONS": {"tests.test_metrics.PoolHog": 0},
+        "HOG_FILE": str(hog_file),
+    }
+    result = run_crawl(settings=settings, spider_args={"start_urls": ""}, out_dir=tmp_out, timeout=120)
+    assert result.returncode == 0, result.log[-3000:]
+    assert json.loads(hog_file.read_text()) == {"status": 200, "ours": True}, result.log[-3000:]
+
+
 # --------------------------------------------------------------------------- units
 
 
