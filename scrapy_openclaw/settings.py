@@ -145,7 +145,7 @@ DEFAULTS: dict[str, Any] = {
     "OPENCLAW_DISTRIBUTED_MAX_RELEASES": 3,  # re-queues after an item failed in a pipeline; then dead letter
     "OPENCLAW_DISTRIBUTED_MAX_OUTAGE": 120.0,  # seconds a worker stays open while Redis is unreachable
     "OPENCLAW_DISTRIBUTED_SHARDS": 16,  # queue shards (by domain), one Redis Cluster hash tag each; fixed per crawl
-    "OPENCLAW_DISTRIBUTED_PREFETCH": 4,  # requests a worker leases ahead (more when its downloader has free slots)
+    "OPENCLAW_DISTRIBUTED_PREFETCH": 4,  # requests a worker leases ahead at least (more when its downloader has free slots, or runs dry between rounds: up to 2x CONCURRENT_REQUESTS)
     "OPENCLAW_DISTRIBUTED_LIVENESS": 5.0,  # seconds without a sign of life before a worker's leases are handed back
     "OPENCLAW_REDIS_SENTINELS": [],  # "host:port" of Redis Sentinels; set: the master comes from them
     "OPENCLAW_REDIS_SENTINEL_MASTER": "mymaster",  # the Sentinel service name of the master

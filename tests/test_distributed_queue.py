@@ -728,3 +728,38 @@ def test_a_worker_turning_idle_makes_another_count_again_unless_it_found_the_cra
     clock.advance(0.05)
     q._on_wake(set(), True)
     assert q.work.counted_at == clock.now  # work was left: counted again
+
+
+def test_a_worker_the_engine_finds_empty_leases_more_ahead_and_less_once_redis_has_less(queues: Any) -> None:
+    """A pop round leases ``prefetch`` entries ahead; one that follows the engine finding the
+    buffer empty, and gets all it asked, makes the next ask twice as many (fewer, fuller rounds
+    when the downloader drains a round's worth before the next one is back), up to twice
+    ``CONCURRENT_REQUESTS``; a round that gets less than it asked halves it, down to ``prefetch``."""
+    from scrapy_openclaw.distributed.rounds import Round
+
+    q = queues(CONCURRENT_REQUESTS=6)
+    assert (q.prefetch, q.ahead, q.most_ahead) == (4, 4, 12)
+    for i in range(60):
+        q.push(Request(f"http://d{i}.test/"))
+
+    def pop_round(ran_dry: bool) -> tuple[int, int]:
+        q._ran_dry = ran_dry
+        job = Round()
+        job.pops = q.ahead
+        q._apply(job, q.runner.run(job))
+        return job.pops, len(job.popped)
+
+    assert pop_round(ran_dry=True) == (4, 4) and q.ahead == 8  # all it asked, after the engine found none
+    assert pop_round(ran_dry=False) == (8, 8) and q.ahead == 8  # the buffer never ran dry: as it was
+    assert pop_round(ran_dry=True) == (8, 8) and q.ahead == 12  # (at most twice CONCURRENT_REQUESTS)
+    asked, popped = pop_round(ran_dry=True)
+    while popped == asked:  # (until the 60 run out)
+        assert q.ahead == 12
+        asked, popped = pop_round(ran_dry=True)
+    assert q.ahead == 6  # Redis had less than asked: halved
+    while popped:
+        asked, popped = pop_round(ran_dry=True)
+    assert q.ahead == 4  # (never below prefetch)
+    assert len(q._ready) == 60
+    q._ready.clear()
+    assert q.pop() is None and q._ran_dry  # the engine asked and found the buffer empty

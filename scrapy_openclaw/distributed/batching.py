@@ -81,6 +81,9 @@ class Batching:
     registry: Any
     heartbeat: float
     prefetch: int
+    ahead: int
+    most_ahead: int
+    _ran_dry: bool
     max_releases: int
     held: dict[str, str]
     _pending_push: list[Push]
@@ -197,9 +200,10 @@ class Batching:
             self._wakes = {}
             self._look_again(self._woken_shards)
             self._woken_shards = set()
-            # ahead: the prefetch, or as many as the downloader would start now (a round per
-            # page or two otherwise, while the downloader waits for them)
-            want = max(self.prefetch, free_downloads(self.crawler)) if self.link.background else 1
+            # ahead: the prefetch (more while the engine keeps finding the buffer empty), or as
+            # many as the downloader would start now (a round per page or two otherwise, while
+            # the downloader waits for them)
+            want = max(self.ahead, free_downloads(self.crawler)) if self.link.background else 1
             job.pops = max(0, want - len(self._ready)) if now >= self._pops_from else 0
             if job.pops and all(self.runner.shard_wait.get(i, 0) > now for i in range(self.shards.count)):
                 job.pops = 0
@@ -363,6 +367,7 @@ class Batching:
         self._take_popped(res)
         if job.pops:
             self._hungry(len(res.popped) < job.pops)
+            self._adapt_ahead(job.pops, len(res.popped))
         if res.count is not None:
             self.work.counted(res)
         else:
@@ -380,6 +385,18 @@ class Batching:
             self._wake(res.wait)
         if res.popped and self.link.background:
             self._wake_engine()
+
+    def _adapt_ahead(self, asked: int, popped: int) -> None:
+        """Lease more ahead while the engine finds the buffer empty between pop rounds and
+        Redis has all that was asked (the downloader drains a round's worth faster than a round
+        comes back: fewer, fuller rounds); back towards ``prefetch`` when a round finds less
+        ready than it asked (nothing is gained by asking more, and leases held are work the
+        other workers cannot take)."""
+        if popped < asked:
+            self.ahead = max(self.prefetch, self.ahead // 2)
+        elif self._ran_dry:
+            self.ahead = min(self.most_ahead, self.ahead * 2)
+        self._ran_dry = False
 
     def _remember(self, job: Round, res: Round, now: float) -> None:
         """Keep the writes Redis just confirmed for REPLAY_WINDOW seconds: the pushes it queued

@@ -137,6 +137,11 @@ class LeasedDeadlineQueue(Batching, QueueEntries):
         self._pending_release: list[tuple[str, bool]] = []  # (lease, counted)
         self._pending_reject: list[tuple[str, str]] = []
         self._ready: deque[Request] = deque()  # leased ahead, not yet handed to the engine
+        #: how many a pop round leases ahead: ``prefetch``, doubled while the engine finds the
+        #: buffer empty (up to twice ``CONCURRENT_REQUESTS``, see ``Batching._adapt_ahead``)
+        self.ahead = self.prefetch
+        self.most_ahead = max(self.prefetch, 2 * self.crawler.settings.getint("CONCURRENT_REQUESTS"))
+        self._ran_dry = False  # the engine asked and the buffer was empty since the last pop round
         self.link = RedisLink.for_crawler(self.crawler, clock=clock)
         self._last_beat = self._last_sweep = 0.0
         self._waker: Any = None  # (wakeup.Wakeup, started with the Redis thread)
@@ -316,6 +321,7 @@ class LeasedDeadlineQueue(Batching, QueueEntries):
         if not self._ready:
             self._kick(pops=True)
         if not self._ready:
+            self._ran_dry = True
             return None
         request = self._ready.popleft()
         if len(self._ready) < self.prefetch and self.link.background:
