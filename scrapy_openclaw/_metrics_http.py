@@ -195,13 +195,12 @@ def serve_metrics(
     try:
         listening = reactor.listenTCP(port, QuietSite(root, guards), interface=host)
     except Exception:
-        threads.stop()
+        _stop(threads)
         raise
     stop_listening = listening.stopListening
 
     def stop() -> Any:  # (the port and its thread end together)
-        if threads.started:
-            threads.stop()
+        _stop(threads)
         return stop_listening()
 
     listening.stopListening = stop
@@ -212,8 +211,13 @@ def _own_threads(reactor: Any) -> ThreadPool:
     """One thread for the ``/metrics`` page, stopped with its port or the reactor."""
     threads = ThreadPool(minthreads=0, maxthreads=1, name="openclaw-metrics")
     threads.start()
-    reactor.addSystemEventTrigger("during", "shutdown", lambda: threads.started and threads.stop())
+    reactor.addSystemEventTrigger("during", "shutdown", _stop, threads)
     return threads
+
+
+def _stop(threads: ThreadPool) -> None:
+    if threads.started:
+        threads.stop()
 
 
 def _under(prefix: bytes, guard: Guard) -> Guard:
