@@ -763,3 +763,61 @@ def test_a_worker_the_engine_finds_empty_leases_more_ahead_and_less_once_redis_h
     assert len(q._ready) == 60
     q._ready.clear()
     assert q.pop() is None and q._ran_dry  # the engine asked and found the buffer empty
+
+
+def test_a_waiting_worker_reads_the_wake_stream_in_one_call_on_a_cluster_too(queues: Any) -> None:
+    """A hungry worker's wait is one ``XREAD BLOCK`` on the stream's node: redis-py's cluster
+    client asked ``COMMAND GETKEYS`` before every XREAD (its keys have no fixed place), two
+    round trips per wait and an idle cluster worker's calls doubled."""
+    import threading
+
+    from scrapy_openclaw.distributed import wakeup
+
+    q = queues()
+    key = q.shards.workers()[3]
+    woken: list[tuple[set[int], bool]] = []
+    got = threading.Event()
+
+    def on_wake(shards: set[int], idle: bool) -> None:
+        woken.append((shards, idle))
+        got.set()
+
+    waiter = wakeup.Wakeup(q.server, key, on_wake, lambda fn, *args: fn(*args), block=0.2)
+    _calls(q.server, reset=True)
+    waiter.start()
+    waiter.want(True)
+    try:
+        for _ in range(3):  # (a few waits that time out empty, then one that gets an entry)
+            time.sleep(0.25)
+        wakeup.notify(q.server, key, {3, 5}, idle=True)
+        assert got.wait(10)
+    finally:
+        waiter.stop()
+    assert woken == [({3, 5}, True)]
+    calls = _calls(q.server)
+    assert calls["cmdstat_xread"] >= 2
+    assert "cmdstat_command" not in calls
+
+
+def test_the_queue_and_the_shared_health_registry_of_a_crawler_use_one_client(redis_any: Any) -> None:
+    """One client per crawler: the Redis thread that runs the queue's rounds and the registry's
+    records holds one set of connections (a handshake of two or three round trips each), and a
+    cluster's slot map is read once."""
+    from scrapy_openclaw.distributed.health import RedisHealthRegistry
+    from scrapy_openclaw.distributed.scheduler import OpenClawRedisScheduler
+
+    def crawler() -> Any:
+        from scrapy.settings import Settings
+
+        settings = Settings({"REDIS_URL": redis_any.url})
+        configure(settings, OpenClawSettings.read(settings))  # (what the add-on sets in distributed mode)
+        names = ("REDIS_URL", "REDIS_PARAMS", "SCHEDULER_QUEUE_CLASS", "SCHEDULER_SERIALIZER", "DUPEFILTER_CLASS")
+        made = get_crawler(_Spider, {name: settings[name] for name in names})
+        made.spider = _Spider.from_crawler(made)
+        return made
+
+    first = crawler()
+    registry = RedisHealthRegistry(first)
+    scheduler = OpenClawRedisScheduler.from_crawler(first)
+    assert scheduler.server is registry.server
+    assert OpenClawRedisScheduler.from_crawler(crawler()).server is not registry.server  # (one per crawler)

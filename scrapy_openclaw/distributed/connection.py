@@ -61,6 +61,19 @@ def client_from_settings(settings: Any, config: OpenClawSettings | None = None) 
     return _cluster_if_enabled(client, cluster, params)
 
 
+def client_for_crawler(crawler: Crawler) -> Any:
+    """The crawler's one client, for the queue and the shared health registry: one set of
+    connections per node for the Redis thread that runs both (each connection costs a
+    handshake of two or three round trips) and, on a cluster, one slot map."""
+    from scrapy_openclaw.runtime import shared
+
+    return shared(
+        crawler,
+        "distributed_client",
+        lambda: client_from_settings(crawler.settings, OpenClawSettings.for_crawler(crawler)),
+    )
+
+
 class _OneWrite:
     """A connection that sends a pipeline in one write: redis-py writes it in pieces of about
     6 KB, and Redis reads each piece that arrives on its own as a request of its own (a syscall

@@ -86,17 +86,13 @@ class RedisHealthRegistry(HealthRegistry):
         uniform: Callable[[float, float], float] | None = None,
         clock: Callable[[], float] = time.time,
     ):
-        from scrapy_openclaw.distributed.connection import client_from_settings
+        from scrapy_openclaw.distributed.connection import client_for_crawler
         from scrapy_openclaw.settings import OpenClawSettings
 
         super().__init__(PolicySet.for_crawler(crawler), uniform=uniform, **scrapy_limits(crawler))
         self.crawler = crawler
         self.clock = clock
-        self.server = (
-            server
-            if server is not None
-            else client_from_settings(crawler.settings, OpenClawSettings.for_crawler(crawler))
-        )
+        self.server = server if server is not None else client_for_crawler(crawler)
         self.link = RedisLink.for_crawler(crawler, clock=clock)
         name = crawler.spidercls.name if crawler.spidercls else "openclaw"
         self.spider_name = name

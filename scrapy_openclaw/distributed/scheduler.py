@@ -17,6 +17,7 @@ from scrapy.utils.misc import load_object
 from scrapy_redis.dupefilter import RFPDupeFilter  # type: ignore[import-untyped]
 from scrapy_redis.scheduler import Scheduler  # type: ignore[import-untyped]
 
+from scrapy_openclaw.distributed.connection import client_for_crawler
 from scrapy_openclaw.distributed.connection import redis_location as redis_location  # (re-exported)
 from scrapy_openclaw.distributed.queue import LeasedDeadlineQueue
 from scrapy_openclaw.distributed.unstorable import refuse_unstorable
@@ -51,8 +52,11 @@ class OpenClawRedisScheduler(Scheduler):
     df: Any  # (scrapy-redis's, set in its __init__ or in open())
 
     @classmethod
-    def from_settings(cls, settings: Any, config: OpenClawSettings | None = None) -> OpenClawRedisScheduler:
-        """scrapy-redis's, with our client: one Redis, a Redis Cluster or a Sentinel master."""
+    def from_settings(
+        cls, settings: Any, config: OpenClawSettings | None = None, server: Any = None
+    ) -> OpenClawRedisScheduler:
+        """scrapy-redis's, with our client (*server*, or one made from *settings*): one Redis, a
+        Redis Cluster or a Sentinel master."""
         from scrapy_openclaw.distributed.connection import client_from_settings
 
         kwargs: dict[str, Any] = {
@@ -75,14 +79,17 @@ class OpenClawRedisScheduler(Scheduler):
             kwargs["dupefilter"] = dupefilter_cls.from_settings(settings)
         if isinstance(kwargs.get("serializer"), str):
             kwargs["serializer"] = importlib.import_module(kwargs["serializer"])
-        server = client_from_settings(settings, config)
+        if server is None:
+            server = client_from_settings(settings, config)
         server.ping()
         return cls(server=server, **kwargs)
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> OpenClawRedisScheduler:
         try:
-            instance = cls.from_settings(crawler.settings, OpenClawSettings.for_crawler(crawler))
+            instance = cls.from_settings(
+                crawler.settings, OpenClawSettings.for_crawler(crawler), client_for_crawler(crawler)
+            )
         except RedisError as exc:
             message = f"scrapy-openclaw distributed mode: cannot reach Redis at {redis_location(crawler)}: {exc}"
             if OpenClawSettings.for_crawler(crawler).redis_sentinels:

@@ -16,6 +16,8 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
+from scrapy_openclaw.distributed.connection import is_cluster
+
 logger = logging.getLogger(__name__)
 
 #: seconds before a worker looks again at a shard it found empty if nothing woke it: a safety net
@@ -48,6 +50,18 @@ def _socket_timeout(server: Any) -> float:
     else:
         timeout = getattr(pool, "connection_kwargs", {}).get("socket_timeout")
     return float(timeout) if timeout else float("inf")
+
+
+def _xread(server: Any, key: str, last: str, block_ms: int) -> Any:
+    """``XREAD`` of *key* after *last*; on a cluster sent to the key's node, as redis-py's
+    cluster client would otherwise ask a node ``COMMAND GETKEYS`` first, every time (XREAD's
+    keys have no fixed place): two round trips per wait where one does."""
+    if not is_cluster(server):
+        return server.xread({key: last}, count=STREAM_LENGTH, block=block_ms)
+    node = server.get_node_from_key(key)
+    return server.execute_command(
+        "XREAD", "COUNT", STREAM_LENGTH, "BLOCK", block_ms, "STREAMS", key, last, target_nodes=node
+    )
 
 
 def _entries(reply: Any) -> list[Any]:
@@ -122,7 +136,7 @@ class Wakeup:
             if not self._hungry.wait(1.0) or self._stop.is_set():
                 continue
             try:
-                reply = self.server.xread({self.key: self._last}, count=STREAM_LENGTH, block=int(self.block * 1000))
+                reply = _xread(self.server, self.key, self._last, int(self.block * 1000))
             except RedisError as exc:  # the queue's own rounds report outages
                 logger.debug("Wake stream not read: %(error)s", {"error": exc})
                 self._stop.wait(1.0)
