@@ -821,3 +821,31 @@ def test_the_queue_and_the_shared_health_registry_of_a_crawler_use_one_client(re
     scheduler = OpenClawRedisScheduler.from_crawler(first)
     assert scheduler.server is registry.server
     assert OpenClawRedisScheduler.from_crawler(crawler()).server is not registry.server  # (one per crawler)
+
+
+def test_a_signal_about_a_domain_goes_to_redis_at_once_a_success_waits_for_the_next_round(redis_server: Any) -> None:
+    """During a crawl a health record rides the queue's next round (up to ``ROUND_GAP``); one
+    the other workers must learn soon (a 429's hold) goes at once, the records waiting with it."""
+    from scrapy_openclaw.distributed.batching import ROUND_GAP
+    from scrapy_openclaw.distributed.fields import read_state
+    from scrapy_openclaw.distributed.health import RedisHealthRegistry
+    from scrapy_openclaw.errors import Classification, ErrorClass
+
+    reg = RedisHealthRegistry(get_crawler(_Spider, {"REDIS_URL": redis_server.url}))
+    now = time.time()
+    reg.record_success("a.test", 0.1, now)  # (known to Redis before the crawl's thread starts)
+    link = reg.link
+    link.ride_wait = ROUND_GAP  # (as the queue sets it)
+    link.start_background()
+    try:
+        reg.record_success("a.test", 0.1, now + 0.1)
+        assert len(link._scripts) == 1 and link._ride_timer is not None  # waits for a round
+        c429 = Classification(ErrorClass.PROTOCOL_RETRYABLE, "http_429", 429)
+        reg.record_failure("a.test", c429, now + 0.2, retry_after=5)
+        assert link._ride_timer is None  # sent at once, with the success before it
+    finally:
+        assert link._executor is not None
+        link._executor.shutdown(wait=True)
+    assert not link._scripts
+    state = read_state(reg.server, reg.health_key("a.test"))
+    assert state["hold_until"] >= now + 5 and state["failures"] == 1

@@ -262,27 +262,30 @@ class RedisHealthRegistry(HealthRegistry):
         cached: Callable[[], _T],
         on_reply: Callable[[Any], None] | None = None,
         applied: Callable[[Any], _T] | None = None,
+        urgent: bool = True,
     ) -> _T:
         """A change to the shared state, and the Redis-outage fallback every change shares.
 
         During a crawl the script is sent in the background and *cached* (this worker's cache)
-        answers now; *on_reply* (default: refresh the cache) gets Redis's reply. Outside a
+        answers now; *on_reply* (default: refresh the cache) gets Redis's reply; only a change
+        that is not *urgent* (a success, a page's own failure) waits for the next round. Outside a
         crawl the script runs now and *applied* (default: refresh) turns its reply into the
         answer; *cached* answers when Redis cannot be reached."""
         refresh = functools.partial(self.refresh, domain)
         if self.link.background:
-            self._send(script, domain, args, on_reply or refresh)
+            self._send(script, domain, args, on_reply or refresh, urgent)
             return cached()
         res = self._run(script, domain, args)
         if res is None:
             return cached()
         return (applied or cast("Callable[[Any], _T]", refresh))(res)  # (the default answers None)
 
-    def _send(self, script: Any, domain: str, args: list[Any], on_reply: Any) -> None:
-        """During a crawl: run a health script on the Redis thread; *on_reply* gets its result."""
+    def _send(self, script: Any, domain: str, args: list[Any], on_reply: Any, urgent: bool) -> None:
+        """During a crawl: run a health script on the Redis thread; *on_reply* gets its result
+        (*urgent*: at once, not with the next round)."""
         if not self.link.ok():
             return
-        self.link.submit_script(script, self._keys(domain), [*args, domain], callback=on_reply)
+        self.link.submit_script(script, self._keys(domain), [*args, domain], callback=on_reply, urgent=urgent)
 
     def evict_idle(self, now: float | None = None, keep: Container[str] = ()) -> list[str]:
         """Forget idle domains in this worker's cache, and that they were ensured: a domain seen
@@ -332,6 +335,7 @@ class RedisHealthRegistry(HealthRegistry):
             cached=lambda: super(RedisHealthRegistry, self).record_success(domain, latency, now),
             on_reply=lambda res: self.refresh(domain, res[0]),
             applied=lambda res: self._recorded(domain, res),
+            urgent=False,
         )
 
     def record_failure(
@@ -375,6 +379,7 @@ class RedisHealthRegistry(HealthRegistry):
             ),
             on_reply=lambda res: self.refresh(domain, res[0]),
             applied=lambda res: self._recorded(domain, res),
+            urgent=domain_signal,  # (a page's own failure waits for the next round, as a success)
         )
 
     def _recorded(self, domain: str, res: list[Any]) -> str | None:

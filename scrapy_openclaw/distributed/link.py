@@ -134,14 +134,18 @@ class RedisLink:
         future = self._executor.submit(_capture, fn, args)
         future.add_done_callback(lambda f: self._to_reactor(self._deliver, f.result(), callback, errback, raw))
 
-    def submit_script(self, script: Any, keys: list[Any], args: list[Any], *, callback: Any = None) -> None:
+    def submit_script(
+        self, script: Any, keys: list[Any], args: list[Any], *, callback: Any = None, urgent: bool = False
+    ) -> None:
         """A script call whose order against other calls does not matter (a health record): the
-        ones submitted while the Redis thread is busy, or within ``ride_wait``, go together."""
+        ones submitted while the Redis thread is busy, or within ``ride_wait``, go together;
+        an *urgent* one (what the other workers must learn soon: a hold, a penalty) goes at once,
+        with those waiting."""
         if self._executor is None:
             self.submit(lambda: script(keys=keys, args=args), callback=callback)
             return
         self._scripts.append((script, keys, args, callback))
-        if self.ride_wait > 0:  # the queue's next round takes it (one round trip, and a domain's
+        if self.ride_wait > 0 and not urgent:  # the queue's next round takes it (one round trip, and a domain's
             # records of that round as one call); after ride_wait it goes on its own
             if self._ride_timer is None:
                 self._ride_timer = call_later(self.ride_wait, self._ride_over)
