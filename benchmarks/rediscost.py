@@ -19,6 +19,9 @@ RedisPipeline in both. Per page, summed over the nodes:
   this benchmark's own INFO calls taken out;
 - ``redis_cpu_ms_per_page``: ``used_cpu_user + used_cpu_sys`` before/after.
 
+One more crawl of ours with 3 workers sets ``OPENCLAW_DISTRIBUTED_ROUND_GAP`` to
+``WIDE_GAP`` (its row ``..._gap_0.15``): rounds further apart, fewer round trips.
+
 The numbers include start-up and the workers' idle time while they wait for
 the last pages. ``idle``: the calls per second one more worker adds while it
 has nothing to do (ours: a second worker joining a crawl whose only request
@@ -57,6 +60,7 @@ PAGES, QUICK_PAGES = 300, 120  # per host
 HOSTS = 6
 WORKERS = (1, 2, 3)
 KINDS = ("openclaw", "scrapy_redis")
+WIDE_GAP = 0.15  # OPENCLAW_DISTRIBUTED_ROUND_GAP of one more crawl of ours (the default: 0.05)
 IDLE_WINDOW = 20.0  # > the engine heartbeat (5 s) and the default lease sweep (every lease / 3 = 20 s)
 IDLE_LATENCY = 90.0  # the one page of the idle crawl answers after this long
 #: stock scrapy-redis's spider that waits for work in Redis (a RedisSpider)
@@ -114,15 +118,19 @@ def _settings(kind: str, url: str) -> dict[str, Any]:
     return ours(url) if kind == "openclaw" else plain(url)
 
 
-def measure(backend: Any, kind: str, workers: int, pages: int, tmp: Path) -> dict[str, Any]:
-    """One crawl of the 6-host site by *workers* workers of *kind*, and what Redis did for it."""
+def measure(
+    backend: Any, kind: str, workers: int, pages: int, tmp: Path, extra: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """One crawl of the 6-host site by *workers* workers of *kind* (*extra*: settings on top),
+    and what Redis did for it."""
     urls = _node_urls(backend)
     with ChaosServer(_site(pages, hosts=HOSTS, latency=0.02)) as site:
         expected = len(site.reachable().ok)
         _reset(urls)
         before = _info(urls)
         started = time.monotonic()
-        w = Workers(workers, _settings(kind, backend.url), site.start_urls, tmp / f"{kind}-{id(backend)}-{workers}")
+        settings = {**_settings(kind, backend.url), **(extra or {})}
+        w = Workers(workers, settings, site.start_urls, tmp / f"{kind}-{id(backend)}-{workers}-{len(extra or {})}")
         codes = w.wait(600)
         seconds = time.monotonic() - started
         delta = _delta(before, _info(urls))
@@ -260,6 +268,11 @@ def _backend_rows(backend: Any, kind: str, pages: int, tmp: Path) -> dict[str, A
     for n in WORKERS:
         for k in kinds:
             rows[f"{kind}_{k}_{n}_workers"] = _progress(measure(backend, k, n, pages, tmp))
+    # ours with rounds further apart: fewer round trips, more pages crawled twice after a crash
+    gap = {"OPENCLAW_DISTRIBUTED_ROUND_GAP": WIDE_GAP}
+    rows[f"{kind}_openclaw_{WORKERS[-1]}_workers_gap_{WIDE_GAP}"] = _progress(
+        {**measure(backend, "openclaw", WORKERS[-1], pages, tmp, gap), "round_gap": WIDE_GAP}
+    )
     for k in kinds:
         rows[f"{kind}_{k}_idle"] = _progress(idle_cost(backend, k, tmp))
     return rows

@@ -147,6 +147,7 @@ DEFAULTS: dict[str, Any] = {
     "OPENCLAW_DISTRIBUTED_SHARDS": 16,  # queue shards (by domain), one Redis Cluster hash tag each; fixed per crawl
     "OPENCLAW_DISTRIBUTED_PREFETCH": 4,  # requests a worker leases ahead at least (more when its downloader has free slots, or runs dry between rounds: up to 2x CONCURRENT_REQUESTS)
     "OPENCLAW_DISTRIBUTED_LIVENESS": 5.0,  # seconds without a sign of life before a worker's leases are handed back
+    "OPENCLAW_DISTRIBUTED_ROUND_GAP": 0.05,  # seconds a page's writes wait to share a round (more: fewer round trips, more pages crawled twice after a crash)
     "OPENCLAW_REDIS_SENTINELS": [],  # "host:port" of Redis Sentinels; set: the master comes from them
     "OPENCLAW_REDIS_SENTINEL_MASTER": "mymaster",  # the Sentinel service name of the master
     # --- schedule (scrapy openclaw-schedule) ---
@@ -171,6 +172,7 @@ _RANGES: dict[str, tuple[float, float]] = {
     "OPENCLAW_DISTRIBUTED_SHARDS": (1, 4096),
     "OPENCLAW_DISTRIBUTED_PREFETCH": (1, 1000),
     "OPENCLAW_DISTRIBUTED_LIVENESS": (1.0, 3600.0),
+    "OPENCLAW_DISTRIBUTED_ROUND_GAP": (0.0, 10.0),
     "OPENCLAW_CHECKPOINT_FLUSH": (0.001, 3600.0),
     "OPENCLAW_CHECKPOINT_SNAPSHOT_INTERVAL": (0.01, 86400.0),
     "OPENCLAW_CHECKPOINT_SNAPSHOT_RECORDS": (0, 10**12),
@@ -368,6 +370,7 @@ class OpenClawSettings:
     distributed_max_outage: float
     distributed_shards: int
     distributed_prefetch: int
+    distributed_round_gap: float
     distributed_liveness: float
     redis_sentinels: tuple[str, ...]
     redis_sentinel_master: str

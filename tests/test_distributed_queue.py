@@ -824,9 +824,9 @@ def test_the_queue_and_the_shared_health_registry_of_a_crawler_use_one_client(re
 
 
 def test_a_signal_about_a_domain_goes_to_redis_at_once_a_success_waits_for_the_next_round(redis_server: Any) -> None:
-    """During a crawl a health record rides the queue's next round (up to ``ROUND_GAP``); one
+    """During a crawl a health record rides the queue's next round (up to
+    ``OPENCLAW_DISTRIBUTED_ROUND_GAP``); one
     the other workers must learn soon (a 429's hold) goes at once, the records waiting with it."""
-    from scrapy_openclaw.distributed.batching import ROUND_GAP
     from scrapy_openclaw.distributed.fields import read_state
     from scrapy_openclaw.distributed.health import RedisHealthRegistry
     from scrapy_openclaw.errors import Classification, ErrorClass
@@ -835,7 +835,7 @@ def test_a_signal_about_a_domain_goes_to_redis_at_once_a_success_waits_for_the_n
     now = time.time()
     reg.record_success("a.test", 0.1, now)  # (known to Redis before the crawl's thread starts)
     link = reg.link
-    link.ride_wait = ROUND_GAP  # (as the queue sets it)
+    link.ride_wait = 0.05  # (as the queue sets it: the round gap)
     link.start_background()
     try:
         reg.record_success("a.test", 0.1, now + 0.1)
@@ -849,3 +849,11 @@ def test_a_signal_about_a_domain_goes_to_redis_at_once_a_success_waits_for_the_n
     assert not link._scripts
     state = read_state(reg.server, reg.health_key("a.test"))
     assert state["hold_until"] >= now + 5 and state["failures"] == 1
+
+
+def test_the_round_gap_is_a_setting_and_the_longest_a_health_record_waits_for_a_round(queues: Any) -> None:
+    """``OPENCLAW_DISTRIBUTED_ROUND_GAP``: rounds further apart (fewer round trips, more pages
+    crawled twice after a crash); a health record waits for a round no longer than that."""
+    assert queues().round_gap == 0.05
+    q = queues(OPENCLAW_DISTRIBUTED_ROUND_GAP=0.2)
+    assert q.round_gap == 0.2 and q.link.ride_wait == 0.2

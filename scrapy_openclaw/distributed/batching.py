@@ -54,13 +54,6 @@ SWEEP_EVERY = 5.0
 #: are woken by the wake stream: a worker turning idle tells the others, who count at once (unless
 #: their last count found the crawl over but for themselves)
 COUNT_EVERY = 2.0
-#: seconds at least between the starts of two rounds, unless the worker has no request ready:
-#: what a page writes (its links, its acknowledgement, its health record) waits at most this
-#: long and rides with other pages' in one round trip (a record that is a signal about its
-#: domain goes at once, ``RedisLink.submit_script``). On a fast site most rounds start when
-#: the gap ends: 0.05 s cost 1.94 round trips per page on a 3-node cluster and 1.54 on one
-#: Redis, 0.15 s 1.78 and 1.44 (``benchmarks.rediscost``, 3 workers), the crawl no slower
-ROUND_GAP = 0.15
 #: seconds between two full counts of a worker that has work of its own (the progress figures)
 BUSY_RECOUNT_EVERY = 10.0
 
@@ -84,6 +77,11 @@ class Batching:
     registry: Any
     heartbeat: float
     prefetch: int
+    #: seconds at least between the starts of two rounds, unless the worker has no request ready
+    #: (``OPENCLAW_DISTRIBUTED_ROUND_GAP``): what a page writes (its links, its acknowledgement,
+    #: its health record) waits at most this long and rides with other pages' in one round trip
+    #: (a record that is a signal about its domain goes at once, ``RedisLink.submit_script``)
+    round_gap: float
     ahead: int
     most_ahead: int
     _ran_dry: bool
@@ -143,7 +141,7 @@ class Batching:
         if not self.link.ok():
             return
         if self.link.background and not (pops and not self._ready):  # (an empty buffer does not wait)
-            gap = self._round_at + ROUND_GAP - self.clock()
+            gap = self._round_at + self.round_gap - self.clock()
             if gap > 0:
                 self._again_pops |= pops
                 self._again_counts |= counts

@@ -29,7 +29,7 @@ from scrapy.utils.asyncio import call_later, create_looping_call
 from scrapy_openclaw import meta as M
 from scrapy_openclaw.delay import not_before, request_class
 from scrapy_openclaw.distributed import serializer as json_serializer
-from scrapy_openclaw.distributed.batching import ROUND_GAP, Batching
+from scrapy_openclaw.distributed.batching import Batching
 from scrapy_openclaw.distributed.connection import redis_location
 from scrapy_openclaw.distributed.entries import QueueEntries
 from scrapy_openclaw.distributed.health import shared_registry
@@ -121,6 +121,7 @@ class LeasedDeadlineQueue(Batching, QueueEntries):
         self.max_releases = config.distributed_max_releases
         self.boost = config.queue_aging_boost
         self.prefetch = config.distributed_prefetch
+        self.round_gap = config.distributed_round_gap
         self.shards = ShardKeys(self.key, spider.name, config.distributed_shards)
         self.worker = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         #: lease id ("shard/entry") -> its place in the ready set (``_place``: a failover's reclaim)
@@ -151,7 +152,7 @@ class LeasedDeadlineQueue(Batching, QueueEntries):
         self._next_sweep = 0.0  # when the health cache is next swept for idle domains
         self._last_foreign = -1e18
         self._wake_timer: Any = None
-        self._gap_timer: Any = None  # (see batching.ROUND_GAP)
+        self._gap_timer: Any = None  # (see Batching.round_gap)
         self._round_at = -1e18
         self._wake_at = float("inf")
         self._seq = 0
@@ -169,7 +170,7 @@ class LeasedDeadlineQueue(Batching, QueueEntries):
         self.runner = self._round_runner(clock)
         self.runner.riders = lambda: self.link.take_scripts(self.server)  # (health records ride in rounds)
         self.runner.delivered = self.link.deliver_scripts
-        self.link.ride_wait = ROUND_GAP  # (a health record waits at most this long for a round)
+        self.link.ride_wait = self.round_gap  # (a health record waits at most this long for a round)
         shared(self.crawler, _RUNTIME_KEY, lambda: self)
         self._loop = create_looping_call(self._tick)
         self._loop.start(min(0.5, self.heartbeat), now=False)
