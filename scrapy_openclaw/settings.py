@@ -370,8 +370,8 @@ class OpenClawSettings:
     distributed_max_outage: float
     distributed_shards: int
     distributed_prefetch: int
-    distributed_round_gap: float
     distributed_liveness: float
+    distributed_round_gap: float
     redis_sentinels: tuple[str, ...]
     redis_sentinel_master: str
     schedule_state_dir: str
