@@ -208,3 +208,40 @@ def test_a_domain_slow_because_the_site_says_so_gets_the_hint_that_names_it(capl
     (hint,) = [r.getMessage() for r in caplog.records if "has been slow for" in r.getMessage()]
     assert "the site says its limit is 0.2 req/s" in hint and "health.ratelimit_headers" in hint
     notices.stop()
+
+
+def test_refusals_judged_pace_independent_are_said_once_and_again_when_they_turn_back(caplog: Any) -> None:
+    """A person watching 429s should hear why the crawl goes on at full pace: one INFO line and
+    one count when a refusing domain's refusals are judged pace-independent, one line when they
+    are a rate signal again; nothing for a domain that refused nothing since the last check."""
+    import logging
+
+    now = [1000.0]
+    states = {"n.test": _state("n.test"), "quiet.test": _state("quiet.test", refusals_flat=0.3)}
+    notices = _notices(states, now)
+    caplog.set_level(logging.INFO, logger="scrapy_openclaw.health.notices")
+
+    def lines() -> list[str]:
+        return [r.getMessage() for r in caplog.records if "Refusals from" in r.getMessage()]
+
+    notices.refused("n.test")
+    notices.check()
+    assert lines() == []  # refused, still a rate signal
+    states["n.test"] = _state("n.test", refusals_flat=1 / 3)
+    for _ in range(3):  # judged flat; refusals go on
+        notices.refused("n.test")
+        notices.check()
+    assert lines() == [
+        "Refusals from n.test do not fall when the pace falls (33% refused at a slower pace too): "
+        "they are retried as the pages' own failures, at the domain's pace"
+    ]
+    states["n.test"] = _state("n.test")
+    notices.refused("n.test")
+    notices.check()
+    assert lines()[-1] == "Refusals from n.test rose with the pace: a rate signal again (the domain slows down)"
+    states["n.test"] = _state("n.test", refusals_flat=0.3)
+    notices.refused("n.test")
+    notices.check()
+    assert len(lines()) == 3 and notices.stats.get_value("openclaw/health/refusals_pace_independent") == 2
+    assert not any("quiet.test" in line for line in lines())
+    notices.stop()

@@ -241,6 +241,8 @@ class DomainHealthMiddleware:
             self.stats.inc_value(f"openclaw/health/failures/{classification.reason}")
             if classification.is_throttle:
                 self.stats.inc_value("openclaw/health/throttled")
+            if classification.is_throttle or retry_after is not None:
+                self.notices.refused(domain)
             if retry_after is not None:
                 self.stats.inc_value("openclaw/health/held")
                 why = (

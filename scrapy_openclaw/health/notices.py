@@ -90,6 +90,8 @@ class HealthNotices:
         self._slow: dict[str, tuple[float, Counter[str]]] = {}  # slow since (monotonic), openings by kind
         self._hinted: set[str] = set()
         self._opened_since_check: set[str] = set()
+        self._refusing: set[str] = set()  # domains with a refusal (429, Retry-After) since the last check
+        self._flat: set[str] = set()  # domains whose refusals were last said to be pace-independent
         self._loop: Any = None
 
     def start(self) -> None:
@@ -111,6 +113,11 @@ class HealthNotices:
         """A domain failure was recorded: look at the domain's pace at the next check."""
         if self.slow_after > 0:
             self._watch.add(domain)
+
+    def refused(self, domain: str) -> None:
+        """The site refused a request (a 429, or an answer with Retry-After): at the next check,
+        say whether the domain's refusals were judged pace-independent, or a rate signal again."""
+        self._refusing.add(domain)
 
     def held(self, domain: str, seconds: float, why: str) -> None:
         """The domain is held *seconds* because the site asked (*why*: Retry-After, a ban page)."""
@@ -184,6 +191,7 @@ class HealthNotices:
                 self._summarise(domain)
         if self.slow_after > 0:
             self._check_slow(now)
+        self._check_flat()
         self._watch.clear()
         self._opened_since_check.clear()
 
@@ -219,6 +227,27 @@ class HealthNotices:
                 "why": f"; most often because of {_KIND_WORDS[kind]}" if kind else "",
             },
         )
+
+    def _check_flat(self) -> None:
+        """A verdict on the refusals of a domain that refused since the last check, once per change:
+        the crawl goes on at full pace there, which a person watching 429s should hear of."""
+        for domain in sorted(self._refusing):
+            share = self._state(domain).refusals_flat
+            if share and domain not in self._flat:
+                self._flat.add(domain)
+                self.stats.inc_value("openclaw/health/refusals_pace_independent")
+                logger.info(
+                    "Refusals from %(domain)s do not fall when the pace falls (%(share).0f%% refused at "
+                    "a slower pace too): they are retried as the pages' own failures, at the domain's pace",
+                    {"domain": domain, "share": 100 * share},
+                )
+            elif not share and domain in self._flat:
+                self._flat.discard(domain)
+                logger.info(
+                    "Refusals from %(domain)s rose with the pace: a rate signal again (the domain slows down)",
+                    {"domain": domain},
+                )
+        self._refusing.clear()
 
     def _check_slow(self, now: float) -> None:
         for domain in self._watch | set(self._slow):
