@@ -795,7 +795,7 @@ def test_a_waiting_worker_reads_the_wake_stream_in_one_call_on_a_cluster_too(que
         waiter.stop()
     assert woken == [({3, 5}, True)]
     calls = _calls(q.server)
-    assert calls["cmdstat_xread"] >= 2
+    assert calls["cmdstat_xread"] >= 1  # (how many waits timed out first depends on the machine)
     assert "cmdstat_command" not in calls
 
 

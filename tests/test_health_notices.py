@@ -244,4 +244,7 @@ def test_refusals_judged_pace_independent_are_said_once_and_again_when_they_turn
     notices.check()
     assert len(lines()) == 3 and notices.stats.get_value("openclaw/health/refusals_pace_independent") == 2
     assert not any("quiet.test" in line for line in lines())
-    notices.stop()
+    states["n.test"] = _state("n.test")
+    notices.refused("n.test")
+    notices.stop()  # (a verdict of the crawl's last seconds is said at its close)
+    assert lines()[-1].endswith("a rate signal again (the domain slows down)") and len(lines()) == 4

@@ -100,12 +100,13 @@ class HealthNotices:
         self._loop.start(max(0.1, tick), now=False)
 
     def stop(self) -> None:
-        """Stop the timer and sum up every repeat not logged yet."""
+        """Stop the timer; sum up every repeat and say every refusals' verdict not logged yet."""
         if self._loop is not None and self._loop.running:
             self._loop.stop()
         self._loop = None
         for domain in list(self._repeats):
             self._summarise(domain)
+        self._check_flat()  # (a verdict of the crawl's last seconds: in the log and the stats too)
 
     # --- events from the middleware ---------------------------------------------
 
