@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 __all__ = [
     "DOWNLOADER_ACK_MIDDLEWARE",
     "HEALTH_REGISTRY",
+    "ITEM_PIPELINE",
     "QUEUE",
     "SCHEDULER",
     "SERIALIZER",
@@ -30,6 +31,9 @@ SERIALIZER = "scrapy_openclaw.distributed.serializer"
 DUPEFILTER = "scrapy_redis.dupefilter.RFPDupeFilter"
 HEALTH_REGISTRY = "scrapy_openclaw.distributed.health.RedisHealthRegistry"
 DOWNLOADER_ACK_MIDDLEWARE = "scrapy_openclaw.distributed.middleware.LeaseAckDownloaderMiddleware"
+#: scrapy-redis's item pipeline, and ours in its place (items written once, with their page's ack)
+THEIR_ITEM_PIPELINE = "scrapy_redis.pipelines.RedisPipeline"
+ITEM_PIPELINE = "scrapy_openclaw.distributed.items.RedisItemPipeline"
 
 
 def redis_params() -> dict:
@@ -73,3 +77,30 @@ def configure(settings: BaseSettings, config: OpenClawSettings) -> None:
     # entry for it, by path or class, wins)
     ack_middleware = load_object(DOWNLOADER_ACK_MIDDLEWARE)
     settings.setdefault_in_component_priority_dict("DOWNLOADER_MIDDLEWARES", ack_middleware, 1)
+    _replace_item_pipeline(settings)
+
+
+def _replace_item_pipeline(settings: BaseSettings) -> None:
+    """scrapy-redis's ``RedisPipeline`` (that class, not a subclass) gives way to ours at its
+    order, unless the project lists ours itself (``None``: keep theirs)."""
+    from scrapy.utils.misc import load_object
+
+    pipelines = settings.getdict("ITEM_PIPELINES")
+    theirs, ours = load_object(THEIR_ITEM_PIPELINE), load_object(ITEM_PIPELINE)
+    loaded = {(_loaded(k) if isinstance(k, str) else k): (k, v) for k, v in pipelines.items()}
+    if theirs not in loaded or ours in loaded or loaded[theirs][1] is None:
+        return
+    key, order = loaded[theirs]
+    del pipelines[key]
+    pipelines[ours] = order
+    settings.set("ITEM_PIPELINES", pipelines, settings.getpriority("ITEM_PIPELINES") or 0)
+
+
+def _loaded(path: str) -> object:
+    """The class at *path*; the path itself when it does not load (Scrapy says so at start)."""
+    from scrapy.utils.misc import load_object
+
+    try:
+        return load_object(path)
+    except (ImportError, NameError, ValueError):
+        return path

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from scrapy.crawler import Crawler
     from scrapy.statscollectors import StatsCollector
 
+    from scrapy_openclaw.distributed.items import ItemWrite, PageItems
     from scrapy_openclaw.distributed.link import RedisLink
     from scrapy_openclaw.distributed.pending import CrawlWork
     from scrapy_openclaw.distributed.shards import ShardKeys
@@ -90,7 +91,8 @@ class Batching:
     _pending_push: list[Push]
     _pending_ack: set[str]
     _ackable: set[str]
-    _recent: deque[tuple[float, list[Push], list[str]]]
+    items: PageItems
+    _recent: deque[tuple[float, list[Push], list[str], list[ItemWrite]]]
     _check_server: bool
     _reclaim: bool
     _pops_from: float
@@ -291,9 +293,11 @@ class Batching:
         # last round sends its pushes first and its acks once they are confirmed (``ordered``).
         every_push = len(self._pending_push) <= _MAX_PUSHES
         job.ordered = last and self.runner.cluster
+        # a page's items go before its acknowledgement, as its links do (``items.py``)
+        job.items, job.forget = self.items.take()
         if not self.runner.cluster or last:
             acks = self._pending_ack if every_push else set()
-        elif self._pending_push:
+        elif self._pending_push or job.items:
             acks = self._ackable
             job.unlocks = self._pending_ack - self._ackable if every_push else set()
         else:
@@ -335,6 +339,7 @@ class Batching:
             or self._pending_ack
             or self._pending_release
             or self._pending_reject
+            or self.items.owed()
         ):
             self._kick(
                 pops=pops or (self.link.background and len(self._ready) < self.prefetch and bool(res.popped)),
@@ -346,6 +351,13 @@ class Batching:
         now = self.clock()
         self._settle_pushes(job, res)
         if res.acked:
+            written = self.items.confirmed(job.items, job.forget, res.again)
+            if written:
+                self.stats.inc_value(f"{STATS}/items/written", written)
+            if res.again:
+                self.stats.inc_value(f"{STATS}/items/pages_written_before", len(res.again))
+            acked = [lease_id(shard, e.partition("\x01")[0]) for shard, ids in job.acks.items() for e in ids]
+            self.items.acked(acked, res.missed)
             for shard, ids in job.acks.items():
                 self._pending_ack.difference_update(lease_id(shard, e) for e in ids)
             self._ackable = (self._ackable | job.unlocks) & self._pending_ack  # (their pushes are in)
@@ -405,8 +417,8 @@ class Batching:
         pushes = [p for p, queued in zip(job.pushes, res.pushed) if queued and p.args[8]]
         acks = [lease_id(shard, e) for shard, ids in job.acks.items() for e in ids]
         acks += [p.ack for p in pushes if p.ack]
-        if pushes or acks:
-            self._recent.append((now, pushes, acks))
+        if pushes or acks or job.items:
+            self._recent.append((now, pushes, acks, job.items))
         while self._recent and self._recent[0][0] < now - REPLAY_WINDOW:
             self._recent.popleft()
 
@@ -415,8 +427,9 @@ class Batching:
         send them again before anything newer, as it may have lost the last ones (an
         acknowledgement lost would have the page fetched again, its items written twice)."""
         # (no one to tell of a duplicate now: the first send did; the acks go separately)
-        pushes = [Push(p.shard, p.keys, p.args, None, None) for _, ps, _ in self._recent for p in ps]
-        acks = {a for _, _, acks in self._recent for a in acks}
+        pushes = [Push(p.shard, p.keys, p.args, None, None) for _, ps, _, _ in self._recent for p in ps]
+        acks = {a for _, _, acks, _ in self._recent for a in acks}
+        self.items.replay([w for _, _, _, writes in self._recent for w in writes])
         self._recent.clear()
         self._reclaim = True  # and the next beat takes back the leases the new server never saw
         self._pops_from = self.clock() + FAILOVER_GRACE

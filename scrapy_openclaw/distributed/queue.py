@@ -33,6 +33,7 @@ from scrapy_openclaw.distributed.batching import Batching
 from scrapy_openclaw.distributed.connection import redis_location
 from scrapy_openclaw.distributed.entries import QueueEntries
 from scrapy_openclaw.distributed.health import shared_registry
+from scrapy_openclaw.distributed.items import ItemWrite, PageItems
 from scrapy_openclaw.distributed.link import RedisLink
 from scrapy_openclaw.distributed.liveness import Liveness
 from scrapy_openclaw.distributed.pending import CrawlWork
@@ -131,11 +132,12 @@ class LeasedDeadlineQueue(Batching, QueueEntries):
         self._ackable: set[str] = set()  # of them, those whose pushes a cluster confirmed (batching)
         #: writes Redis confirmed in the last REPLAY_WINDOW seconds: (when, pushes queued, acks), sent
         #: again should Redis turn out to be another server (a failover loses what was not replicated)
-        self._recent: deque[tuple[float, list[Push], list[str]]] = deque()
+        self._recent: deque[tuple[float, list[Push], list[str], list[ItemWrite]]] = deque()
         self._check_server = True  # ask which server answers, at the first round and after an outage
         self._reclaim = False
         self._pops_from = 0.0  # no pops before (a failover's grace)
         self._pending_release: list[tuple[str, bool]] = []  # (lease, counted)
+        self.items = PageItems()  # items of held pages, written with their ack (items.RedisItemPipeline)
         self._pending_reject: list[tuple[str, str]] = []
         self._ready: deque[Request] = deque()  # leased ahead, not yet handed to the engine
         #: how many a pop round leases ahead: ``prefetch``, doubled while the engine finds the
@@ -237,6 +239,7 @@ class LeasedDeadlineQueue(Batching, QueueEntries):
         lease = request.meta.pop(LEASE, None)
         place = self.held.pop(lease, None) if lease is not None else None
         if place is not None:
+            self.items.finish(lease)
             self._send_ack(ack_token(lease, place))
 
     def push(self, request: Request, dupe: tuple[str, str] | None = None, on_dupe: Any = None) -> bool:
@@ -258,6 +261,8 @@ class LeasedDeadlineQueue(Batching, QueueEntries):
         lease = request.meta.pop(LEASE, None)
         place = self.held.pop(lease, None) if lease is not None else None
         ack_id = ack_token(lease, place) if lease is not None and place is not None else None
+        if ack_id is not None:  # (items a callback scraped before yielding this copy)
+            self.items.finish(lease, forget_at_once=True)
         domain = slot_key(self.crawler, request)
         shard = self.shards.of(domain)
         info = self._info(request, domain)
@@ -413,6 +418,7 @@ class LeasedDeadlineQueue(Batching, QueueEntries):
         if lease_id is None or place is None:
             return
         self.stats.inc_value(f"{STATS}/acked")
+        self.items.finish(lease_id)
         self._send_ack(ack_token(lease_id, place))
 
     def release(self, lease_id: str | None) -> None:
@@ -423,9 +429,19 @@ class LeasedDeadlineQueue(Batching, QueueEntries):
         """
         if lease_id is None or self.held.pop(lease_id, None) is None:
             return
+        self.items.discard(lease_id)  # (scraped again with the page)
         self.stats.inc_value(f"{STATS}/released")
         self._pending_release.append((lease_id, True))
         self._kick()
+
+    def add_item(self, lease: str | None, key: str, payload: str) -> None:
+        """An item scraped from the page leased as *lease*: written to the list *key* with the
+        page's acknowledgement (an item of no page held here: with the next round)."""
+        if lease is not None and lease in self.held:
+            self.items.attach(lease, key, payload)
+        else:
+            self.items.loose(key, payload)
+            self._kick()
 
     def _send_ack(self, token: str) -> None:
         self._pending_ack.add(token)
@@ -458,8 +474,12 @@ class LeasedDeadlineQueue(Batching, QueueEntries):
         held, self.held = self.held, {}
         if reason == "finished":  # everything was processed; these were never acked
             self._pending_ack.update(ack_token(lease, place) for lease, place in held.items())
+            for lease in held:
+                self.items.finish(lease)
         else:
             self._pending_release.extend((lease, False) for lease in held)
+            for lease in held:
+                self.items.discard(lease)
         job = self._plan(pops=False, counts=False, everything=True)
         if job is not None:
             job.leave = self.runner.stated is not None

@@ -18,6 +18,7 @@ from scrapy_openclaw.distributed import lua, wakeup
 from scrapy_openclaw.distributed.connection import is_cluster, run_scripts
 
 if TYPE_CHECKING:
+    from scrapy_openclaw.distributed.items import ItemWrite
     from scrapy_openclaw.distributed.shards import ShardKeys
 
 #: the keys of a shard that ``lua/counts.lua`` counts, in its order: ready, delayed, in flight, discovered
@@ -93,6 +94,8 @@ class Round:
     def __init__(self) -> None:
         self.pushes: list[Push] = []
         self.acks: dict[int, list[str]] = {}
+        self.items: list[ItemWrite] = []  # pages' items (before the acks), and marks forgotten
+        self.forget: dict[str, list[str]] = {}
         self.unlocks: set[str] = set()  # (a cluster's) ack tokens this round's pushes, once confirmed, free
         self.ordered = False  # (a cluster's last round) the pushes confirmed before the rest is sent
         self.releases: list[tuple[int, int, list[str]]] = []  # (shard, max_releases, ids)
@@ -111,6 +114,8 @@ class Round:
         # results
         self.pushed: list[bool] = []
         self.acked = False
+        self.again: set[str] = set()  # pages whose items were written before (by a worker that died)
+        self.missed: set[str] = set()  # leases whose ack did not count (another worker holds them)
         self.dead: list[Any] = []
         self.requeued = 0
         self.popped: list[tuple[int, str, Any]] = []
@@ -132,6 +137,8 @@ class Round:
         """Nothing to send and nothing to ask."""
         return not (
             self.pushes
+            or self.items
+            or self.forget
             or self.acks
             or self.releases
             or self.rejects
@@ -196,6 +203,7 @@ class RoundRunner:
         self.reclaim = server.register_script(lua.RECLAIM)
         self.wake = server.register_script(lua.WAKE)
         self.workers = server.register_script(lua.WORKERS)
+        self.items = server.register_script(lua.ITEMS)
 
     def run(self, job: Round) -> Round:
         """The Redis thread: run *job*'s calls in order; stop at the first Redis error."""
@@ -281,14 +289,17 @@ class RoundRunner:
         keys = self.shards.keys
         groups = _push_groups(job.pushes)
         pushes = [(self.push, g[0].keys, _push_args(g)) for g in groups]
+        items = self._item_calls(job)
         rest = [(self.ack, keys(s), [self.boost, self.worker, *ids]) for s, ids in job.acks.items()]
         rest += [(self.release, keys(s), [self.boost, self.worker, m, *ids]) for s, m, ids in job.releases]
         rest += [(self.reject, keys(s), [self.boost, e, self.worker, why]) for s, e, why in job.rejects]
         rest += [(self.wake, keys(s), [self.clock(), *domains]) for s, domains in job.wakes.items()]
         riders = self.riders() if self.riders is not None else []
-        first = pushes
-        if job.ordered:
-            self._pushed(job, groups, self.scripts(pushes, partial=True))
+        first = [*pushes, *items]
+        if job.ordered:  # (a cluster's last round: the pushes and items in before the acks go)
+            early = self.scripts(first, partial=True)
+            self._pushed(job, groups, early[: len(pushes)])
+            self._items_in(job, early[len(pushes) :])
             first = []
         calls = [*first, *rest, *((s, k, a) for s, k, a, _ in riders), *pops]
         outcomes = run_scripts(self.server, calls) if calls else []
@@ -296,11 +307,15 @@ class RoundRunner:
         if riders:
             self.delivered(riders, outcomes[written : written + len(riders)])
         replies = _until_error(outcomes[:written])
-        self._pushed(job, groups, replies[: len(first)])
+        if first:
+            self._pushed(job, groups, replies[: len(pushes)])
+            self._items_in(job, replies[len(pushes) : len(first)])
         replies = replies[len(first) :]
         if replies and isinstance(replies[-1], Exception):
             raise replies[-1]
         job.acked = True
+        for shard, reply in zip(job.acks, replies):
+            job.missed.update(lease_id(shard, text(entry)) for entry in reply)
         for reply in replies[len(job.acks) : len(job.acks) + len(job.releases)]:
             job.dead.extend(reply[1])
         popped = outcomes[written + len(riders) :]
@@ -308,6 +323,23 @@ class RoundRunner:
             if not ok:
                 raise res
         return [res for _, res in popped]
+
+    @staticmethod
+    def _items_in(job: Round, replies: list[Any]) -> None:
+        """The pages whose items Redis had already (up to the first error, raised)."""
+        for reply in replies:
+            if isinstance(reply, Exception):
+                raise reply
+            job.again.update(text(page) for page in reply)
+
+    def _item_calls(self, job: Round) -> list[tuple[Any, list[str], list[Any]]]:
+        """``lua/items.lua`` once per items list: the marks it forgets, then each page's items."""
+        from scrapy_openclaw.distributed.items import marks_key
+
+        by_key: dict[str, list[Any]] = {key: [len(pages), *pages] for key, pages in job.forget.items()}
+        for write in job.items:
+            by_key.setdefault(write.key, [0]).extend([write.page, len(write.payloads), *write.payloads])
+        return [(self.items, [key, marks_key(key)], [self.worker, *args]) for key, args in by_key.items()]
 
     def _pushed(self, job: Round, groups: list[list[Push]], replies: list[Any]) -> None:
         """The pushes Redis confirmed (up to the first error, raised)."""

@@ -55,6 +55,8 @@ COUNTS = _script("counts")
 RECLAIM = _script("queue", "reclaim")
 WAKE = _script("queue", "wake")
 WORKERS = _script("workers")
+#: a page's items with its mark (``distributed/items.py``)
+ITEMS = _script("items")
 
 H_ENSURE = _script("health", "h_ensure")
 H_ACQUIRE = _script("health", "h_acquire")

@@ -5,12 +5,13 @@ one vendored into a project's egg by a ``setup.py`` without package data.
 """
 
 SCRIPTS = {
-    "ack": r"""-- ARGV: boost, worker, ack1, ack2, ... (an id, or "<id>\1<place>": see ack() in queue.lua) -> number removed
+    "ack": r"""-- ARGV: boost, worker, ack1, ack2, ... (an id, or "<id>\1<place>": see ack() in queue.lua)
+-- -> the ids whose acknowledgement did not count (another worker holds the entry, or it is gone)
 -- The ids this worker holds (the common case) are removed together, one call per key; the
 -- others go through ack() one by one (a late ack; see queue.lua).
 -- (runs after the shared queue.lua, see __init__.py)
 local boost, worker = tonumber(ARGV[1]), ARGV[2]
-local n = 0
+local missed = {}
 for first = 3, #ARGV, 1000 do  -- (bounded: unpack's stack)
   local ids, places = {}, {}
   for i = first, math.min(first + 999, #ARGV) do
@@ -25,8 +26,8 @@ for first = 3, #ARGV, 1000 do  -- (bounded: unpack's stack)
     elseif owners[i] == worker then
       table.insert(mine, id)
       if legacy(id) then redis.call('HDEL', INFO, id) end
-    elseif not owners[i] then
-      n = n + ack(id, worker, boost, places[i])
+    elseif owners[i] or ack(id, worker, boost, places[i]) == 0 then
+      table.insert(missed, id)
     end
     seen[id] = true
   end
@@ -39,10 +40,9 @@ for first = 3, #ARGV, 1000 do  -- (bounded: unpack's stack)
       table.insert(fields, released(id))
     end
     redis.call('HDEL', DATA, unpack(fields))  -- (its release count with it)
-    n = n + #mine
   end
 end
-return n
+return missed
 """,
     "counts": r"""-- {ready, delayed, inflight, discovered} of each shard whose keys are given, in one round trip:
 -- KEYS are groups of four (the shard's q, delayed, inflight and found keys, rounds.COUNTED), one
@@ -933,6 +933,55 @@ for first = 1, #extend, 1000 do
   redis.call('ZADD', INFL, 'XX', unpack(extend, first, math.min(first + 999, #extend)))
 end
 return {n, maintain(tonumber(ARGV[3]), 1000, tonumber(ARGV[1]))}
+""",
+    "items": r"""-- Items of finished pages, written once each (``distributed/items.py``).
+-- KEYS: the items list, the hash of pages whose items are written (same slot: see items.py)
+-- ARGV: worker, n_forget, forget1..n, then per page: page id ("" for items of no page), n, item1..n
+-- -> the page ids whose items were written before (by a worker that died before its ack): not again
+-- A page's items and its mark go together; the mark is forgotten once its acknowledgement
+-- counted (forget), so a page fetched again after a worker died is not written twice.
+local list, marks = KEYS[1], KEYS[2]
+local worker, n_forget = ARGV[1], tonumber(ARGV[2])
+for first = 3, 2 + n_forget, 1000 do  -- (bounded: unpack's stack)
+  redis.call('HDEL', marks, unpack(ARGV, first, math.min(first + 999, 2 + n_forget)))
+end
+local pages, at = {}, {}
+local i = 3 + n_forget
+while i <= #ARGV do
+  local id, n = ARGV[i], tonumber(ARGV[i + 1])
+  table.insert(pages, {id, i + 2, n})
+  if id ~= '' then table.insert(at, id) end
+  i = i + 2 + n
+end
+local written = {}
+for first = 1, #at, 1000 do
+  local chunk = {unpack(at, first, math.min(first + 999, #at))}
+  local seen = redis.call('HMGET', marks, unpack(chunk))
+  for j, id in ipairs(chunk) do
+    if seen[j] then written[id] = true end
+  end
+end
+local again, items, fresh = {}, {}, {}
+for _, page in ipairs(pages) do
+  local id, from, n = page[1], page[2], page[3]
+  if written[id] then
+    table.insert(again, id)
+  else
+    if id ~= '' then
+      table.insert(fresh, id)
+      table.insert(fresh, worker)
+      written[id] = true  -- (one page twice in one call: once)
+    end
+    for j = from, from + n - 1 do table.insert(items, ARGV[j]) end
+  end
+end
+for first = 1, #fresh, 1000 do
+  redis.call('HSET', marks, unpack(fresh, first, math.min(first + 999, #fresh)))
+end
+for first = 1, #items, 1000 do
+  redis.call('RPUSH', list, unpack(items, first, math.min(first + 999, #items)))
+end
+return again
 """,
     "lock_acquire": r"""-- Takes a scheduler window's lock unless the window is done.
 -- KEYS: lock, done marker. ARGV: token, ttl (ms) -> 1 taken, 0 not

@@ -1,9 +1,10 @@
--- ARGV: boost, worker, ack1, ack2, ... (an id, or "<id>\1<place>": see ack() in queue.lua) -> number removed
+-- ARGV: boost, worker, ack1, ack2, ... (an id, or "<id>\1<place>": see ack() in queue.lua)
+-- -> the ids whose acknowledgement did not count (another worker holds the entry, or it is gone)
 -- The ids this worker holds (the common case) are removed together, one call per key; the
 -- others go through ack() one by one (a late ack; see queue.lua).
 -- (runs after the shared queue.lua, see __init__.py)
 local boost, worker = tonumber(ARGV[1]), ARGV[2]
-local n = 0
+local missed = {}
 for first = 3, #ARGV, 1000 do  -- (bounded: unpack's stack)
   local ids, places = {}, {}
   for i = first, math.min(first + 999, #ARGV) do
@@ -18,8 +19,8 @@ for first = 3, #ARGV, 1000 do  -- (bounded: unpack's stack)
     elseif owners[i] == worker then
       table.insert(mine, id)
       if legacy(id) then redis.call('HDEL', INFO, id) end
-    elseif not owners[i] then
-      n = n + ack(id, worker, boost, places[i])
+    elseif owners[i] or ack(id, worker, boost, places[i]) == 0 then
+      table.insert(missed, id)
     end
     seen[id] = true
   end
@@ -32,7 +33,6 @@ for first = 3, #ARGV, 1000 do  -- (bounded: unpack's stack)
       table.insert(fields, released(id))
     end
     redis.call('HDEL', DATA, unpack(fields))  -- (its release count with it)
-    n = n + #mine
   end
 end
-return n
+return missed

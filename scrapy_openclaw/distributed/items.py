@@ -1,0 +1,188 @@
+"""Items written to Redis once, with their page's acknowledgement.
+
+scrapy-redis's ``RedisPipeline`` pushes each item as it passes (one round trip per item,
+on the reactor's thread pool); a worker killed after the push and before its page's
+acknowledgement has the page fetched again, and its items written twice.
+:class:`RedisItemPipeline` is a drop-in for it (the same key, serializer and settings)
+whose items wait for their page to finish and go to Redis in the round that acknowledges
+it: with a mark of the page, in the same script, so a page fetched again after a worker
+died is not written twice (``lua/items.lua``). On one Redis the items go in the same
+pipeline as the acknowledgement; on a cluster (the items list lives on one node, the page
+on another) the acknowledgement waits for the round after the items are in.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from scrapy import signals
+from scrapy_redis.pipelines import RedisPipeline
+
+from scrapy_openclaw.exceptions import OpenClawConfigError
+from scrapy_openclaw.meta import LEASE
+
+if TYPE_CHECKING:
+    from scrapy.crawler import Crawler
+
+STATS = "openclaw/distributed/items"
+
+
+def marks_key(items_key: str) -> str:
+    """The hash of pages whose items are in *items_key*: in its cluster slot (the same hash tag).
+
+    Redis Cluster hashes the text between the first ``{`` and the next ``}`` when it is not
+    empty, the whole name otherwise; a name with a ``}`` but no such tag cannot be given one.
+    """
+    start = items_key.find("{")
+    end = items_key.find("}", start + 1) if start != -1 else -1
+    if end > start + 1:  # (a tag decides the slot: keep it first)
+        return f"{items_key}:written"
+    if "}" in items_key:
+        raise OpenClawConfigError(
+            f"setting REDIS_ITEMS_KEY: the items list {items_key!r} has a '}}' but no hash tag, so no "
+            "key can share its Redis Cluster slot; use a name without braces, or with a tag ('{crawl}:items')"
+        )
+    return f"{{{items_key}}}:written"
+
+
+@dataclass
+class ItemWrite:
+    """Items for one list: of one page (*page*: its lease id, the mark), or of none ("")."""
+
+    key: str
+    page: str
+    payloads: list[str] = field(default_factory=list)
+    #: its mark goes once Redis has it: a failover's replay (the page's ack is replayed too), or a
+    #: page acknowledged by the push of a copy the callback yielded (not by an ack of its own)
+    forget_at_once: bool = False
+
+
+class PageItems:
+    """The items of this worker's pages until Redis has them (the reactor thread's).
+
+    ``attached``: a held page's items, until the page is finished; ``pending``: writes for the
+    next round; ``marked``: pages whose mark Redis has, until their acknowledgement's outcome;
+    ``forget``: marks to remove (the page's acknowledgement counted).
+    """
+
+    def __init__(self) -> None:
+        self.attached: dict[str, list[tuple[str, str]]] = {}
+        self.pending: list[ItemWrite] = []
+        self.marked: dict[str, str] = {}  # page -> items key
+        self.forget: dict[str, set[str]] = {}  # items key -> pages
+
+    def attach(self, page: str, key: str, payload: str) -> None:
+        self.attached.setdefault(page, []).append((key, payload))
+
+    def loose(self, key: str, payload: str) -> None:
+        """An item of no page this worker holds: written with the next round, without a mark."""
+        if self.pending and self.pending[-1].key == key and not self.pending[-1].page:
+            self.pending[-1].payloads.append(payload)
+        else:
+            self.pending.append(ItemWrite(key, "", [payload]))
+
+    def finish(self, page: str, *, forget_at_once: bool = False) -> None:
+        """The page is finished: its items go with the next round (before its acknowledgement)."""
+        by_key: dict[str, ItemWrite] = {}
+        for key, payload in self.attached.pop(page, ()):
+            by_key.setdefault(key, ItemWrite(key, page, forget_at_once=forget_at_once)).payloads.append(payload)
+        self.pending += by_key.values()
+
+    def discard(self, page: str) -> int:
+        """The page goes back to the queue unfinished: its items come again with its next fetch."""
+        return len(self.attached.pop(page, ()))
+
+    def owed(self) -> bool:
+        return bool(self.pending or self.forget)
+
+    def take(self) -> tuple[list[ItemWrite], dict[str, list[str]]]:
+        """A round's writes and the marks it forgets."""
+        return list(self.pending), {key: sorted(pages) for key, pages in self.forget.items() if pages}
+
+    def confirmed(self, writes: list[ItemWrite], forgot: dict[str, list[str]], again: set[str]) -> int:
+        """Redis has *writes* (the pages in *again* had theirs written before) and forgot *forgot*;
+        the number of items written."""
+        sent = {id(w) for w in writes}
+        self.pending = [w for w in self.pending if id(w) not in sent]
+        for key, pages in forgot.items():
+            left = self.forget.get(key, set()).difference(pages)
+            if left:
+                self.forget[key] = left
+            else:
+                self.forget.pop(key, None)
+        n = 0
+        for write in writes:
+            if write.page and write.forget_at_once:
+                self.forget.setdefault(write.key, set()).add(write.page)
+            elif write.page:
+                self.marked[write.page] = write.key
+            if write.page not in again:
+                n += len(write.payloads)
+        return n
+
+    def acked(self, pages: list[str], missed: set[str]) -> None:
+        """These pages' acknowledgements reached Redis; those in *missed* did not count (another
+        worker holds the page now: its mark stays, for that worker's items to find)."""
+        for page in pages:
+            key = self.marked.pop(page, None)
+            if key is not None and page not in missed:
+                self.forget.setdefault(key, set()).add(page)
+
+    def replay(self, writes: list[ItemWrite]) -> None:
+        """Writes a failed-over Redis may have lost: again, before anything newer."""
+        self.pending[:0] = [ItemWrite(w.key, w.page, w.payloads, forget_at_once=True) for w in writes]
+
+
+class RedisItemPipeline(RedisPipeline):
+    """scrapy-redis's ``RedisPipeline``, each item written once, with its page's acknowledgement.
+
+    In distributed mode the add-on puts it in place of ``scrapy_redis.pipelines.RedisPipeline``
+    (``ITEM_PIPELINES``: list this class with ``None`` to keep theirs). ``REDIS_ITEMS_KEY``,
+    ``REDIS_ITEMS_SERIALIZER`` and an ``item_key`` override keep their meaning. An item is
+    serialized where the pipeline stands in ``ITEM_PIPELINES`` and written once every pipeline
+    took it (``item_scraped``): one a later pipeline drops is not written. Outside a distributed
+    crawl it writes as ``RedisPipeline`` does.
+    """
+
+    crawler: Crawler
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> RedisItemPipeline:
+        pipeline = cls.from_settings(crawler.settings)
+        pipeline.crawler = crawler
+        marks_key(pipeline.key % {"spider": getattr(crawler.spidercls, "name", None) or "spider"})  # (at start)
+        pipeline._waiting = {}
+        crawler.signals.connect(pipeline._scraped, signal=signals.item_scraped)
+        crawler.signals.connect(pipeline._not_scraped, signal=signals.item_dropped)
+        crawler.signals.connect(pipeline._not_scraped, signal=signals.item_error)
+        return pipeline
+
+    _waiting: dict[int, tuple[Any, str, str]]  # id(item) -> (item, key, payload), until item_scraped
+
+    def process_item(self, item: Any, spider: Any = None) -> Any:
+        spider = self.crawler.spider
+        if _queue(self.crawler) is None:
+            return super().process_item(item, spider)
+        self._waiting[id(item)] = (item, self.item_key(item, spider), self.serialize(item))
+        return item
+
+    def _scraped(self, item: Any, response: Any = None, **kwargs: Any) -> None:
+        waiting = self._waiting.pop(id(item), None)
+        queue = _queue(self.crawler)
+        if waiting is None or waiting[0] is not item or queue is None:
+            return
+        # response: the Response of a callback's item, the Failure of an errback's
+        request = getattr(response, "request", None)
+        lease = request.meta.get(LEASE) if request is not None else None
+        queue.add_item(lease, waiting[1], waiting[2])
+
+    def _not_scraped(self, item: Any, **kwargs: Any) -> None:
+        self._waiting.pop(id(item), None)
+
+
+def _queue(crawler: Crawler) -> Any:
+    from scrapy_openclaw.distributed.queue import active_queue
+
+    queue = active_queue(crawler)
+    return queue if queue is not None and queue.link.background else None
