@@ -16,10 +16,16 @@ from scrapy_openclaw.distributed.items import RedisItemPipeline, marks_key
 from scrapy_openclaw.distributed.queue import LEASE
 from scrapy_openclaw.exceptions import OpenClawConfigError
 from scrapy_openclaw.settings import OpenClawSettings
-from tests.test_distributed_queue import FakeClock, _Spider, queues  # noqa: F401  (the fixture)
+from tests.test_distributed_queue import FakeClock, _Spider, queue_maker
 
 ITEMS = "unit:items"
 MARKS = marks_key(ITEMS)
+
+
+@pytest.fixture
+def queues(redis_any: Any) -> Any:
+    """Leased queues on one Redis, then on a 3-master Redis Cluster (``test_distributed_queue``'s)."""
+    yield from queue_maker(redis_any)
 
 
 def _settle(*qs: Any) -> None:

@@ -57,6 +57,11 @@ def queues(redis_any: Any) -> Any:
 
     ``clock=``: a :class:`FakeClock` shared by the queues of a test (default: the wall clock).
     """
+    yield from queue_maker(redis_any)
+
+
+def queue_maker(redis_any: Any) -> Any:
+    """The body of the ``queues`` fixture (a generator: its loops stop at teardown)."""
     made: list[LeasedDeadlineQueue] = []
 
     def make(clock: Any = time.time, **settings: Any) -> LeasedDeadlineQueue:
