@@ -8,8 +8,9 @@ once on one ``redis-server`` and once on a 3-master Redis Cluster
 (``RedisClusterServer``), each crawl twice in the same run: ours (the add-on,
 ``benchmarks.distributed.ours``) and plain scrapy-redis (its own scheduler and
 dupefilter, ``benchmarks.distributed.plain``; on one Redis only: its queue's pop needs
-MULTI, which redis-py's cluster pipeline refuses); items go through scrapy-redis's
-RedisPipeline in both. Per page, summed over the nodes:
+MULTI, which redis-py's cluster pipeline refuses); both list scrapy-redis's RedisPipeline,
+which the add-on replaces in ours with its own (``distributed/items.py``: a page's items
+written with its acknowledgement). Per page, summed over the nodes:
 
 - ``commands_per_page``: ``INFO commandstats`` (reset before each crawl), the
   ``redis.call`` of every Lua script included; ``queue_commands_per_page``
@@ -20,7 +21,9 @@ RedisPipeline in both. Per page, summed over the nodes:
 - ``redis_cpu_ms_per_page``: ``used_cpu_user + used_cpu_sys`` before/after.
 
 One more crawl of ours with 3 workers sets ``OPENCLAW_DISTRIBUTED_ROUND_GAP`` to
-``WIDE_GAP`` (its row ``..._gap_0.15``): rounds further apart, fewer round trips.
+``WIDE_GAP`` (its row ``..._gap_0.15``): rounds further apart, fewer round trips; and
+one keeps scrapy-redis's RedisPipeline (row ``..._their_pipeline``): an item's own RPUSH
+per item, as before the add-on wrote them with the acknowledgements.
 
 The numbers include start-up and the workers' idle time while they wait for
 the last pages. ``idle``: the calls per second one more worker adds while it
@@ -33,6 +36,7 @@ process, and ``wake_s`` is the time until a waiting worker leased it.
 
 from __future__ import annotations
 
+import itertools
 import json
 import subprocess
 import sys
@@ -60,6 +64,8 @@ PAGES, QUICK_PAGES = 300, 120  # per host
 HOSTS = 6
 WORKERS = (1, 2, 3)
 KINDS = ("openclaw", "scrapy_redis")
+#: listed with None, ours does not take scrapy-redis's RedisPipeline's place
+THEIRS_KEPT = "scrapy_openclaw.distributed.items.RedisItemPipeline"
 WIDE_GAP = 0.15  # OPENCLAW_DISTRIBUTED_ROUND_GAP of one more crawl of ours (the default: 0.05)
 IDLE_WINDOW = 20.0  # > the engine heartbeat (5 s) and the default lease sweep (every lease / 3 = 20 s)
 IDLE_LATENCY = 90.0  # the one page of the idle crawl answers after this long
@@ -68,6 +74,7 @@ IDLE_STOCK_SPIDER = "tests.distributed_spiders.RedisChaosSpider"
 
 
 _CONNS: dict[str, Any] = {}
+_CRAWLS = itertools.count()  # (each crawl's own output directory)
 
 
 def _node_urls(backend: Any) -> list[str]:
@@ -130,7 +137,7 @@ def measure(
         before = _info(urls)
         started = time.monotonic()
         settings = {**_settings(kind, backend.url), **(extra or {})}
-        w = Workers(workers, settings, site.start_urls, tmp / f"{kind}-{id(backend)}-{workers}-{len(extra or {})}")
+        w = Workers(workers, settings, site.start_urls, tmp / f"{kind}-{id(backend)}-{workers}-{next(_CRAWLS)}")
         codes = w.wait(600)
         seconds = time.monotonic() - started
         delta = _delta(before, _info(urls))
@@ -272,6 +279,11 @@ def _backend_rows(backend: Any, kind: str, pages: int, tmp: Path) -> dict[str, A
     gap = {"OPENCLAW_DISTRIBUTED_ROUND_GAP": WIDE_GAP}
     rows[f"{kind}_openclaw_{WORKERS[-1]}_workers_gap_{WIDE_GAP}"] = _progress(
         {**measure(backend, "openclaw", WORKERS[-1], pages, tmp, gap), "round_gap": WIDE_GAP}
+    )
+    # ours with scrapy-redis's own item pipeline kept: each item's RPUSH a round trip of its own
+    theirs = {"ITEM_PIPELINES": {"scrapy_redis.pipelines.RedisPipeline": 900, THEIRS_KEPT: None}}
+    rows[f"{kind}_openclaw_{WORKERS[-1]}_workers_their_pipeline"] = _progress(
+        {**measure(backend, "openclaw", WORKERS[-1], pages, tmp, theirs), "item_pipeline": "RedisPipeline"}
     )
     for k in kinds:
         rows[f"{kind}_{k}_idle"] = _progress(idle_cost(backend, k, tmp))

@@ -96,6 +96,7 @@ def test_scrapy_redis_pipeline_items_are_written_once_each_with_their_pages_ack(
     stats = [workers.stats(i) for i in (0, 1)]
     assert sum(s.get("openclaw/distributed/items/written", 0) for s in stats) == len(expected)
     assert all(s.get("item_scraped_count", 0) == s.get("openclaw/distributed/items/written", 0) for s in stats)
+    assert not any(s.get("openclaw/distributed/items/without_page") for s in stats)  # (each with its page)
     assert bench.client(redis_any.url).hlen("{chaos:items}:written") == 0
     assert "RedisItemPipeline" in workers.log(0)  # (Scrapy lists the enabled pipelines)
 

@@ -12,6 +12,7 @@ from scrapy.settings import Settings
 from scrapy.utils.test import get_crawler
 
 from scrapy_openclaw.distributed import configure
+from scrapy_openclaw.distributed.batching import REPLAY_WINDOW
 from scrapy_openclaw.distributed.items import RedisItemPipeline, marks_key
 from scrapy_openclaw.distributed.queue import LEASE
 from scrapy_openclaw.exceptions import OpenClawConfigError
@@ -28,14 +29,19 @@ def queues(redis_any: Any) -> Any:
     yield from queue_maker(redis_any)
 
 
-def _settle(*qs: Any) -> None:
-    """Rounds until nothing is owed (a cluster acknowledges a round after the items are in)."""
+def _settle(*qs: Any, clock: FakeClock | None = None) -> None:
+    """Rounds until nothing is owed (a cluster acknowledges a round after the items are in);
+    with *clock*, past the time marks are kept for a failover's replay, and rounds again."""
     for _ in range(6):
         for q in qs:
             q._kick()
         if not any(q._pending_ack or q.items.owed() for q in qs):
-            return
-    raise AssertionError("writes still owed after 6 rounds")
+            break
+    else:
+        raise AssertionError("writes still owed after 6 rounds")
+    if clock is not None:
+        clock.advance(REPLAY_WINDOW)
+        _settle(*qs)
 
 
 def _items(q: Any) -> list[dict]:
@@ -43,7 +49,8 @@ def _items(q: Any) -> list[dict]:
 
 
 def test_a_pages_items_reach_redis_with_its_ack_and_their_mark_is_forgotten_after(queues: Any) -> None:
-    q = queues()
+    clock = FakeClock()
+    q = queues(clock=clock)
     q.push(Request("http://a.test/1"))
     q.push(Request("http://a.test/2"))
     first, second = q.pop(), q.pop()
@@ -55,6 +62,8 @@ def test_a_pages_items_reach_redis_with_its_ack_and_their_mark_is_forgotten_afte
     q.ack(first.meta[LEASE])
     _settle(q)
     assert _items(q) == [{"n": 1}, {"n": 2}]
+    assert q.server.hlen(MARKS) == 1  # (kept while a failover's replay may send the items again)
+    _settle(q, clock=clock)
     assert q.server.hlen(MARKS) == 0  # (its ack counted: the mark is gone)
     q.release(second.meta[LEASE])  # not finished after all: fetched (and scraped) again
     _settle(q)
@@ -62,7 +71,7 @@ def test_a_pages_items_reach_redis_with_its_ack_and_their_mark_is_forgotten_afte
     assert again.url == second.url
     q.add_item(again.meta[LEASE], ITEMS, json.dumps({"n": 3}))
     q.ack(again.meta[LEASE])
-    _settle(q)
+    _settle(q, clock=clock)
     assert _items(q) == [{"n": 1}, {"n": 2}, {"n": 3}]
     assert q.stats.get_value("openclaw/distributed/items/written") == 3
     assert q.server.hlen(MARKS) == 0 and len(q) == 0
@@ -85,7 +94,7 @@ def test_a_page_fetched_again_after_its_worker_died_does_not_write_its_items_twi
     assert again.url == page.url
     b.add_item(again.meta[LEASE], ITEMS, json.dumps({"by": "b"}))
     b.ack(again.meta[LEASE])
-    _settle(b)
+    _settle(b, clock=clock)
     assert _items(b) == [{"by": "a"}]
     assert b.stats.get_value("openclaw/distributed/items/pages_written_before") == 1
     assert b.stats.get_value("openclaw/distributed/items/written") is None
@@ -108,9 +117,30 @@ def test_a_worker_whose_lease_expired_while_it_was_slow_keeps_the_mark_for_the_n
     assert _items(a) == [{"by": "a"}] and a.server.hlen(MARKS) == 1  # (the ack missed: b holds it)
     b.add_item(again.meta[LEASE], ITEMS, json.dumps({"by": "b"}))
     b.ack(again.meta[LEASE])
-    _settle(b)
+    _settle(b, clock=clock)
     assert _items(b) == [{"by": "a"}]
     assert b.server.hlen(MARKS) == 0 and len(b) == 0
+
+
+def test_a_failovers_replay_of_the_last_seconds_does_not_write_their_items_twice(queues: Any) -> None:
+    """After a failover the worker sends the writes of the last ``REPLAY_WINDOW`` seconds again
+    (the new server may have lost them). A page's mark is kept that long after its ack, so items
+    the new server has are not written again; those it lost are (here: the list emptied, as a
+    replica that never got them)."""
+    clock = FakeClock()
+    q = queues(clock=clock)
+    for i in range(2):
+        q.push(Request(f"http://a.test/{i}"))
+    for n, page in enumerate([q.pop(), q.pop()]):
+        q.add_item(page.meta[LEASE], ITEMS, json.dumps({"n": n}))
+        q.ack(page.meta[LEASE])
+        _settle(q)
+        if n == 0:
+            q.server.delete(ITEMS, MARKS)  # (the first page's items and mark: lost with the master)
+    q._replay()
+    _settle(q, clock=clock)
+    assert sorted(i["n"] for i in _items(q)) == [0, 1]
+    assert q.server.hlen(MARKS) == 0
 
 
 def test_an_item_of_no_page_held_here_is_written_with_the_next_round(queues: Any) -> None:
@@ -120,6 +150,7 @@ def test_an_item_of_no_page_held_here_is_written_with_the_next_round(queues: Any
     _settle(q)
     assert _items(q) == [{"from": "start"}, {"from": "elsewhere"}]
     assert q.server.hlen(MARKS) == 0
+    assert q.stats.get_value("openclaw/distributed/items/without_page") == 2
 
 
 def test_a_clean_close_writes_the_items_of_pages_still_held_and_a_shutdown_drops_them(queues: Any) -> None:

@@ -1,7 +1,7 @@
 """The leased queue's Redis I/O in rounds, so the reactor never waits on Redis.
 
-Pushes and acknowledgements are buffered and sent in order (a page's links
-before its acknowledgement), and ``OPENCLAW_DISTRIBUTED_PREFETCH`` requests are
+Pushes, items and acknowledgements are buffered and sent in order (a page's
+links and items before its acknowledgement), and ``OPENCLAW_DISTRIBUTED_PREFETCH`` requests are
 leased ahead, so ``pop`` and ``__len__`` answer from memory. Redis errors never
 lose a request: buffered writes stay until a round confirms them.
 """

@@ -13,6 +13,8 @@ on another) the acknowledgement waits for the round after the items are in.
 
 from __future__ import annotations
 
+from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -53,8 +55,8 @@ class ItemWrite:
     key: str
     page: str
     payloads: list[str] = field(default_factory=list)
-    #: its mark goes once Redis has it: a failover's replay (the page's ack is replayed too), or a
-    #: page acknowledged by the push of a copy the callback yielded (not by an ack of its own)
+    #: its mark goes once Redis has it (and *keep* passed): a failover's replay (the page's ack is
+    #: replayed too), or a page acknowledged by the push of a copy the callback yielded
     forget_at_once: bool = False
 
 
@@ -63,14 +65,18 @@ class PageItems:
 
     ``attached``: a held page's items, until the page is finished; ``pending``: writes for the
     next round; ``marked``: pages whose mark Redis has, until their acknowledgement's outcome;
-    ``forget``: marks to remove (the page's acknowledgement counted).
+    ``forget``: marks to remove (the page's acknowledgement counted), each once *keep* seconds
+    passed since (a failover's replay sends the last seconds' writes again: their marks must
+    still be there, or the items would be written twice).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float], keep: float) -> None:
+        self.clock, self.keep = clock, keep
         self.attached: dict[str, list[tuple[str, str]]] = {}
         self.pending: list[ItemWrite] = []
         self.marked: dict[str, str] = {}  # page -> items key
         self.forget: dict[str, set[str]] = {}  # items key -> pages
+        self._later: deque[tuple[float, str, str]] = deque()  # (when, items key, page): forget then
 
     def attach(self, page: str, key: str, payload: str) -> None:
         self.attached.setdefault(page, []).append((key, payload))
@@ -94,11 +100,25 @@ class PageItems:
         return len(self.attached.pop(page, ()))
 
     def owed(self) -> bool:
+        """Writes, or marks to forget now (those kept a while longer go with a later round)."""
         return bool(self.pending or self.forget)
+
+    def forget_now(self) -> None:
+        """The worker leaves the crawl: its last marks go with its last round."""
+        for _, key, page in self._later:
+            self.forget.setdefault(key, set()).add(page)
+        self._later.clear()
 
     def take(self) -> tuple[list[ItemWrite], dict[str, list[str]]]:
         """A round's writes and the marks it forgets."""
+        now = self.clock()
+        while self._later and self._later[0][0] <= now:
+            _, key, page = self._later.popleft()
+            self.forget.setdefault(key, set()).add(page)
         return list(self.pending), {key: sorted(pages) for key, pages in self.forget.items() if pages}
+
+    def _forget_later(self, key: str, page: str) -> None:
+        self._later.append((self.clock() + self.keep, key, page))
 
     def confirmed(self, writes: list[ItemWrite], forgot: dict[str, list[str]], again: set[str]) -> int:
         """Redis has *writes* (the pages in *again* had theirs written before) and forgot *forgot*;
@@ -114,7 +134,7 @@ class PageItems:
         n = 0
         for write in writes:
             if write.page and write.forget_at_once:
-                self.forget.setdefault(write.key, set()).add(write.page)
+                self._forget_later(write.key, write.page)
             elif write.page:
                 self.marked[write.page] = write.key
             if write.page not in again:
@@ -127,7 +147,7 @@ class PageItems:
         for page in pages:
             key = self.marked.pop(page, None)
             if key is not None and page not in missed:
-                self.forget.setdefault(key, set()).add(page)
+                self._forget_later(key, page)
 
     def replay(self, writes: list[ItemWrite]) -> None:
         """Writes a failed-over Redis may have lost: again, before anything newer."""

@@ -29,7 +29,7 @@ from scrapy.utils.asyncio import call_later, create_looping_call
 from scrapy_openclaw import meta as M
 from scrapy_openclaw.delay import not_before, request_class
 from scrapy_openclaw.distributed import serializer as json_serializer
-from scrapy_openclaw.distributed.batching import Batching
+from scrapy_openclaw.distributed.batching import REPLAY_WINDOW, Batching
 from scrapy_openclaw.distributed.connection import redis_location
 from scrapy_openclaw.distributed.entries import QueueEntries
 from scrapy_openclaw.distributed.health import shared_registry
@@ -137,7 +137,9 @@ class LeasedDeadlineQueue(Batching, QueueEntries):
         self._reclaim = False
         self._pops_from = 0.0  # no pops before (a failover's grace)
         self._pending_release: list[tuple[str, bool]] = []  # (lease, counted)
-        self.items = PageItems()  # items of held pages, written with their ack (items.RedisItemPipeline)
+        #: items of held pages, written with their ack (items.RedisItemPipeline); a page's mark is
+        #: kept as long as a failover's replay may send its items again
+        self.items = PageItems(clock, REPLAY_WINDOW)
         self._pending_reject: list[tuple[str, str]] = []
         self._ready: deque[Request] = deque()  # leased ahead, not yet handed to the engine
         #: how many a pop round leases ahead: ``prefetch``, doubled while the engine finds the
@@ -441,6 +443,7 @@ class LeasedDeadlineQueue(Batching, QueueEntries):
             self.items.attach(lease, key, payload)
         else:
             self.items.loose(key, payload)
+            self.stats.inc_value(f"{STATS}/items/without_page")
             self._kick()
 
     def _send_ack(self, token: str) -> None:
@@ -471,6 +474,7 @@ class LeasedDeadlineQueue(Batching, QueueEntries):
         self.link.ride_wait = 0.0  # (no round to wait for: what waits goes now, or with the last round)
         self.link.flush_scripts()
         self._ready.clear()  # leased ahead: in self.held, handed back below
+        self.items.forget_now()
         held, self.held = self.held, {}
         if reason == "finished":  # everything was processed; these were never acked
             self._pending_ack.update(ack_token(lease, place) for lease, place in held.items())

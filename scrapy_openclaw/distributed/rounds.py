@@ -278,14 +278,14 @@ class RoundRunner:
         return changed
 
     def _writes(self, job: Round, pops: list[tuple[Any, list[str], list[Any]]]) -> list[Any]:
-        """The round's pushes, then its acknowledgements, hand-backs, refusals and wakes, the
+        """The round's pushes and items, then its acknowledgements, hand-backs, refusals and wakes, the
         health records waiting on the link (``riders``: before the pops, which take tokens by
         them), then *pops* (the first pop calls; their replies are returned): one pipeline, one
         round trip per node. One Redis runs it in order (a page's links before its
         acknowledgement, even when the worker dies while sending); on a cluster the round's
-        acknowledgements follow pushes an earlier round confirmed (``Batching._plan_writes``),
-        and the close's last round (``ordered``) sends its pushes first and the rest once they
-        are confirmed."""
+        acknowledgements follow pushes and items an earlier round confirmed
+        (``Batching._plan_writes``), and the close's last round (``ordered``) sends its pushes
+        and items first and the rest once they are confirmed."""
         keys = self.shards.keys
         groups = _push_groups(job.pushes)
         pushes = [(self.push, g[0].keys, _push_args(g)) for g in groups]
