@@ -178,6 +178,8 @@ def test_the_crawl_goes_on_with_the_promoted_replica_when_the_master_is_killed(
         "OPENCLAW_REDIS_SENTINEL_MASTER": MASTER_NAME,
         "CONCURRENT_REQUESTS": 2,
         "LOG_LEVEL": "INFO",
+        # the add-on's item pipeline takes its place: items written through the sentinels' master
+        "ITEM_PIPELINES": {"scrapy_redis.pipelines.RedisPipeline": 300},
     }
     outs = [tmp_path / f"w{i}" for i in range(3)]
     procs = [_start_worker(0, settings, outs[0], site.start_urls)]
@@ -234,6 +236,10 @@ def test_the_crawl_goes_on_with_the_promoted_replica_when_the_master_is_killed(
         assert not s.get("openclaw/distributed/lease_expired")
     promoted = f"redis://127.0.0.1:{replica.port}/0"
     assert bench.queue_size(promoted, "inflight") == 0 and bench.queue_size(promoted, "data") == 0
+    # the items in Redis: every page once, those the dead master took with it sent again, none twice
+    in_redis = bench.scraped_urls(promoted)
+    assert set(in_redis) == set(urls), sorted(set(urls) ^ set(in_redis))[:5]
+    assert max(in_redis.values()) == 1, in_redis.most_common(3)
 
 
 def test_a_worker_that_finds_no_master_names_the_sentinels() -> None:

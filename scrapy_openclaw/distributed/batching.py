@@ -420,7 +420,7 @@ class Batching:
         if pushes or acks or job.items:
             self._recent.append((now, pushes, acks, job.items))
         while self._recent and self._recent[0][0] < now - REPLAY_WINDOW:
-            self._recent.popleft()
+            self.items.aged(self._recent.popleft()[3])
 
     def _replay(self) -> None:
         """Another Redis server answers than the one that confirmed the recent writes (a failover):

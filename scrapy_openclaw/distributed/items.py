@@ -13,8 +13,6 @@ on another) the acknowledgement waits for the round after the items are in.
 
 from __future__ import annotations
 
-from collections import deque
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -55,28 +53,28 @@ class ItemWrite:
     key: str
     page: str
     payloads: list[str] = field(default_factory=list)
-    #: its mark goes once Redis has it (and *keep* passed): a failover's replay (the page's ack is
-    #: replayed too), or a page acknowledged by the push of a copy the callback yielded
-    forget_at_once: bool = False
+    #: its mark may go without an acknowledgement of its own: a failover's replay (the page's
+    #: ack is replayed too), or a page acknowledged by the push of a copy the callback yielded
+    acked: bool = False
 
 
 class PageItems:
     """The items of this worker's pages until Redis has them (the reactor thread's).
 
     ``attached``: a held page's items, until the page is finished; ``pending``: writes for the
-    next round; ``marked``: pages whose mark Redis has, until their acknowledgement's outcome;
-    ``forget``: marks to remove (the page's acknowledgement counted), each once *keep* seconds
-    passed since (a failover's replay sends the last seconds' writes again: their marks must
-    still be there, or the items would be written twice).
+    next round; ``forget``: marks to remove. A page's mark is removed once its acknowledgement
+    counted (``acked``) and its write left the writes a failover's replay would send again
+    (``aged``, ``batching.REPLAY_WINDOW``): a mark removed before would let a replayed write
+    in twice.
     """
 
-    def __init__(self, clock: Callable[[], float], keep: float) -> None:
-        self.clock, self.keep = clock, keep
+    def __init__(self) -> None:
         self.attached: dict[str, list[tuple[str, str]]] = {}
         self.pending: list[ItemWrite] = []
-        self.marked: dict[str, str] = {}  # page -> items key
         self.forget: dict[str, set[str]] = {}  # items key -> pages
-        self._later: deque[tuple[float, str, str]] = deque()  # (when, items key, page): forget then
+        self._unacked: dict[str, str] = {}  # page -> items key: written, its ack not counted yet
+        self._replayable: set[str] = set()  # pages whose write a replay would send again
+        self._done: dict[str, str] = {}  # page -> items key: acknowledged, still replayable
 
     def attach(self, page: str, key: str, payload: str) -> None:
         self.attached.setdefault(page, []).append((key, payload))
@@ -88,11 +86,11 @@ class PageItems:
         else:
             self.pending.append(ItemWrite(key, "", [payload]))
 
-    def finish(self, page: str, *, forget_at_once: bool = False) -> None:
+    def finish(self, page: str, *, acked: bool = False) -> None:
         """The page is finished: its items go with the next round (before its acknowledgement)."""
         by_key: dict[str, ItemWrite] = {}
         for key, payload in self.attached.pop(page, ()):
-            by_key.setdefault(key, ItemWrite(key, page, forget_at_once=forget_at_once)).payloads.append(payload)
+            by_key.setdefault(key, ItemWrite(key, page, acked=acked)).payloads.append(payload)
         self.pending += by_key.values()
 
     def discard(self, page: str) -> int:
@@ -100,25 +98,11 @@ class PageItems:
         return len(self.attached.pop(page, ()))
 
     def owed(self) -> bool:
-        """Writes, or marks to forget now (those kept a while longer go with a later round)."""
         return bool(self.pending or self.forget)
-
-    def forget_now(self) -> None:
-        """The worker leaves the crawl: its last marks go with its last round."""
-        for _, key, page in self._later:
-            self.forget.setdefault(key, set()).add(page)
-        self._later.clear()
 
     def take(self) -> tuple[list[ItemWrite], dict[str, list[str]]]:
         """A round's writes and the marks it forgets."""
-        now = self.clock()
-        while self._later and self._later[0][0] <= now:
-            _, key, page = self._later.popleft()
-            self.forget.setdefault(key, set()).add(page)
         return list(self.pending), {key: sorted(pages) for key, pages in self.forget.items() if pages}
-
-    def _forget_later(self, key: str, page: str) -> None:
-        self._later.append((self.clock() + self.keep, key, page))
 
     def confirmed(self, writes: list[ItemWrite], forgot: dict[str, list[str]], again: set[str]) -> int:
         """Redis has *writes* (the pages in *again* had theirs written before) and forgot *forgot*;
@@ -133,10 +117,12 @@ class PageItems:
                 self.forget.pop(key, None)
         n = 0
         for write in writes:
-            if write.page and write.forget_at_once:
-                self._forget_later(write.key, write.page)
-            elif write.page:
-                self.marked[write.page] = write.key
+            if write.page:
+                self._replayable.add(write.page)
+                if write.acked:
+                    self._done[write.page] = write.key
+                else:
+                    self._unacked[write.page] = write.key
             if write.page not in again:
                 n += len(write.payloads)
         return n
@@ -145,13 +131,36 @@ class PageItems:
         """These pages' acknowledgements reached Redis; those in *missed* did not count (another
         worker holds the page now: its mark stays, for that worker's items to find)."""
         for page in pages:
-            key = self.marked.pop(page, None)
-            if key is not None and page not in missed:
-                self._forget_later(key, page)
+            key = self._unacked.pop(page, None)
+            if key is None or page in missed:
+                continue
+            if page in self._replayable:
+                self._done[page] = key
+            else:
+                self._forget(key, page)
+
+    def aged(self, writes: list[ItemWrite]) -> None:
+        """These writes left the replay window: a replay no longer sends them."""
+        for write in writes:
+            self._replayable.discard(write.page)
+            key = self._done.pop(write.page, None)
+            if key is not None:
+                self._forget(key, write.page)
+
+    def forget_now(self) -> None:
+        """The worker leaves the crawl: the marks of its acknowledged pages go with its last round."""
+        for page, key in self._done.items():
+            self._forget(key, page)
+        self._done.clear()
+        self._replayable.clear()
 
     def replay(self, writes: list[ItemWrite]) -> None:
-        """Writes a failed-over Redis may have lost: again, before anything newer."""
-        self.pending[:0] = [ItemWrite(w.key, w.page, w.payloads, forget_at_once=True) for w in writes]
+        """Writes a failed-over Redis may have lost: again, before anything newer (their acks are
+        replayed too)."""
+        self.pending[:0] = [ItemWrite(w.key, w.page, w.payloads, acked=True) for w in writes]
+
+    def _forget(self, key: str, page: str) -> None:
+        self.forget.setdefault(key, set()).add(page)
 
 
 class RedisItemPipeline(RedisPipeline):

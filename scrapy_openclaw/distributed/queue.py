@@ -29,7 +29,7 @@ from scrapy.utils.asyncio import call_later, create_looping_call
 from scrapy_openclaw import meta as M
 from scrapy_openclaw.delay import not_before, request_class
 from scrapy_openclaw.distributed import serializer as json_serializer
-from scrapy_openclaw.distributed.batching import REPLAY_WINDOW, Batching
+from scrapy_openclaw.distributed.batching import Batching
 from scrapy_openclaw.distributed.connection import redis_location
 from scrapy_openclaw.distributed.entries import QueueEntries
 from scrapy_openclaw.distributed.health import shared_registry
@@ -137,9 +137,7 @@ class LeasedDeadlineQueue(Batching, QueueEntries):
         self._reclaim = False
         self._pops_from = 0.0  # no pops before (a failover's grace)
         self._pending_release: list[tuple[str, bool]] = []  # (lease, counted)
-        #: items of held pages, written with their ack (items.RedisItemPipeline); a page's mark is
-        #: kept as long as a failover's replay may send its items again
-        self.items = PageItems(clock, REPLAY_WINDOW)
+        self.items = PageItems()  # items of held pages, written with their ack (items.RedisItemPipeline)
         self._pending_reject: list[tuple[str, str]] = []
         self._ready: deque[Request] = deque()  # leased ahead, not yet handed to the engine
         #: how many a pop round leases ahead: ``prefetch``, doubled while the engine finds the
@@ -264,7 +262,7 @@ class LeasedDeadlineQueue(Batching, QueueEntries):
         place = self.held.pop(lease, None) if lease is not None else None
         ack_id = ack_token(lease, place) if lease is not None and place is not None else None
         if ack_id is not None:  # (items a callback scraped before yielding this copy)
-            self.items.finish(lease, forget_at_once=True)
+            self.items.finish(lease, acked=True)
         domain = slot_key(self.crawler, request)
         shard = self.shards.of(domain)
         info = self._info(request, domain)
