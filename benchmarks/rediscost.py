@@ -65,7 +65,7 @@ HOSTS = 6
 WORKERS = (1, 2, 3)
 KINDS = ("openclaw", "scrapy_redis")
 #: listed with None, ours does not take scrapy-redis's RedisPipeline's place
-THEIRS_KEPT = "scrapy_openclaw.distributed.items.RedisItemPipeline"
+THEIRS_KEPT = "scrapy_openclaw.distributed.pipelines.RedisItemPipeline"
 WIDE_GAP = 0.15  # OPENCLAW_DISTRIBUTED_ROUND_GAP of one more crawl of ours (the default: 0.05)
 IDLE_WINDOW = 20.0  # > the engine heartbeat (5 s) and the default lease sweep (every lease / 3 = 20 s)
 IDLE_LATENCY = 90.0  # the one page of the idle crawl answers after this long

@@ -13,7 +13,8 @@ from scrapy.utils.test import get_crawler
 
 from scrapy_openclaw.distributed import configure
 from scrapy_openclaw.distributed.batching import REPLAY_WINDOW
-from scrapy_openclaw.distributed.items import RedisItemPipeline, marks_key
+from scrapy_openclaw.distributed.items import marks_key
+from scrapy_openclaw.distributed.pipelines import RedisItemPipeline
 from scrapy_openclaw.distributed.queue import LEASE
 from scrapy_openclaw.exceptions import OpenClawConfigError
 from scrapy_openclaw.settings import OpenClawSettings
@@ -212,7 +213,10 @@ def test_distributed_mode_puts_ours_in_the_place_of_scrapy_redis_pipeline_only()
         "x.Other": 400,
     }
     assert _pipelines(ITEM_PIPELINES={RedisPipeline: 300}) == {RedisItemPipeline: 300}
-    keep = {"scrapy_redis.pipelines.RedisPipeline": 300, "scrapy_openclaw.distributed.items.RedisItemPipeline": None}
+    keep = {
+        "scrapy_redis.pipelines.RedisPipeline": 300,
+        "scrapy_openclaw.distributed.pipelines.RedisItemPipeline": None,
+    }
     assert _pipelines(ITEM_PIPELINES=keep) == keep  # ours listed with None: theirs is kept
     assert _pipelines(ITEM_PIPELINES={Theirs: 300}) == {Theirs: 300}  # a subclass of theirs is theirs
     assert _pipelines() == {}

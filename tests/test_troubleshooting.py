@@ -105,6 +105,7 @@ MESSAGES = [
     ("commands/sites.py", "expected list, show DOMAIN or forget DOMAIN... / forget --all"),
     ("commands/sites.py", "show takes one domain"),
     ("commands/sites.py", "forget takes domains, or --all (not both)"),
+    ("distributed/items.py", "but no hash tag, so no key can share its Redis Cluster slot"),
 ]
 #: How the page may quote what the code formats ("%(times)s" is "times"; "|" is escaped in a table).
 _PAGE_FORMS = {

@@ -33,7 +33,7 @@ HEALTH_REGISTRY = "scrapy_openclaw.distributed.health.RedisHealthRegistry"
 DOWNLOADER_ACK_MIDDLEWARE = "scrapy_openclaw.distributed.middleware.LeaseAckDownloaderMiddleware"
 #: scrapy-redis's item pipeline, and ours in its place (items written once, with their page's ack)
 THEIR_ITEM_PIPELINE = "scrapy_redis.pipelines.RedisPipeline"
-ITEM_PIPELINE = "scrapy_openclaw.distributed.items.RedisItemPipeline"
+ITEM_PIPELINE = "scrapy_openclaw.distributed.pipelines.RedisItemPipeline"
 
 
 def redis_params() -> dict:

@@ -1,31 +1,18 @@
-"""Items written to Redis once, with their page's acknowledgement.
+"""A worker's items on their way to Redis, once each, with their page's acknowledgement.
 
-scrapy-redis's ``RedisPipeline`` pushes each item as it passes (one round trip per item,
-on the reactor's thread pool); a worker killed after the push and before its page's
-acknowledgement has the page fetched again, and its items written twice.
-:class:`RedisItemPipeline` is a drop-in for it (the same key, serializer and settings)
-whose items wait for their page to finish and go to Redis in the round that acknowledges
-it: with a mark of the page, in the same script, so a page fetched again after a worker
-died is not written twice (``lua/items.lua``). On one Redis the items go in the same
-pipeline as the acknowledgement; on a cluster (the items list lives on one node, the page
-on another) the acknowledgement waits for the round after the items are in.
+``pipelines.RedisItemPipeline`` hands each item to the queue with the lease of its page;
+the items wait for the page to finish and go to Redis in the round that acknowledges it,
+with a mark of the page, in one script (``lua/items.lua``), so a page fetched again after a
+worker died is not written twice. On one Redis the items go in the same pipeline as the
+acknowledgement; on a cluster (the items list lives on one node, the page on another) the
+acknowledgement waits for the round after the items are in.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
-
-from scrapy import signals
-from scrapy_redis.pipelines import RedisPipeline
 
 from scrapy_openclaw.exceptions import OpenClawConfigError
-from scrapy_openclaw.meta import LEASE
-
-if TYPE_CHECKING:
-    from scrapy.crawler import Crawler
-
-STATS = "openclaw/distributed/items"
 
 
 def marks_key(items_key: str) -> str:
@@ -161,57 +148,3 @@ class PageItems:
 
     def _forget(self, key: str, page: str) -> None:
         self.forget.setdefault(key, set()).add(page)
-
-
-class RedisItemPipeline(RedisPipeline):
-    """scrapy-redis's ``RedisPipeline``, each item written once, with its page's acknowledgement.
-
-    In distributed mode the add-on puts it in place of ``scrapy_redis.pipelines.RedisPipeline``
-    (``ITEM_PIPELINES``: list this class with ``None`` to keep theirs). ``REDIS_ITEMS_KEY``,
-    ``REDIS_ITEMS_SERIALIZER`` and an ``item_key`` override keep their meaning. An item is
-    serialized where the pipeline stands in ``ITEM_PIPELINES`` and written once every pipeline
-    took it (``item_scraped``): one a later pipeline drops is not written. Outside a distributed
-    crawl it writes as ``RedisPipeline`` does.
-    """
-
-    crawler: Crawler
-
-    @classmethod
-    def from_crawler(cls, crawler: Crawler) -> RedisItemPipeline:
-        pipeline = cls.from_settings(crawler.settings)
-        pipeline.crawler = crawler
-        marks_key(pipeline.key % {"spider": getattr(crawler.spidercls, "name", None) or "spider"})  # (at start)
-        pipeline._waiting = {}
-        crawler.signals.connect(pipeline._scraped, signal=signals.item_scraped)
-        crawler.signals.connect(pipeline._not_scraped, signal=signals.item_dropped)
-        crawler.signals.connect(pipeline._not_scraped, signal=signals.item_error)
-        return pipeline
-
-    _waiting: dict[int, tuple[Any, str, str]]  # id(item) -> (item, key, payload), until item_scraped
-
-    def process_item(self, item: Any, spider: Any = None) -> Any:
-        spider = self.crawler.spider
-        if _queue(self.crawler) is None:
-            return super().process_item(item, spider)
-        self._waiting[id(item)] = (item, self.item_key(item, spider), self.serialize(item))
-        return item
-
-    def _scraped(self, item: Any, response: Any = None, **kwargs: Any) -> None:
-        waiting = self._waiting.pop(id(item), None)
-        queue = _queue(self.crawler)
-        if waiting is None or waiting[0] is not item or queue is None:
-            return
-        # response: the Response of a callback's item, the Failure of an errback's
-        request = getattr(response, "request", None)
-        lease = request.meta.get(LEASE) if request is not None else None
-        queue.add_item(lease, waiting[1], waiting[2])
-
-    def _not_scraped(self, item: Any, **kwargs: Any) -> None:
-        self._waiting.pop(id(item), None)
-
-
-def _queue(crawler: Crawler) -> Any:
-    from scrapy_openclaw.distributed.queue import active_queue
-
-    queue = active_queue(crawler)
-    return queue if queue is not None and queue.link.background else None

@@ -137,7 +137,7 @@ class LeasedDeadlineQueue(Batching, QueueEntries):
         self._reclaim = False
         self._pops_from = 0.0  # no pops before (a failover's grace)
         self._pending_release: list[tuple[str, bool]] = []  # (lease, counted)
-        self.items = PageItems()  # items of held pages, written with their ack (items.RedisItemPipeline)
+        self.items = PageItems()  # items of held pages, written with their ack (pipelines.RedisItemPipeline)
         self._pending_reject: list[tuple[str, str]] = []
         self._ready: deque[Request] = deque()  # leased ahead, not yet handed to the engine
         #: how many a pop round leases ahead: ``prefetch``, doubled while the engine finds the

@@ -16,6 +16,7 @@ from redis.exceptions import RedisError
 
 from scrapy_openclaw.distributed import lua, wakeup
 from scrapy_openclaw.distributed.connection import is_cluster, run_scripts
+from scrapy_openclaw.distributed.items import marks_key
 
 if TYPE_CHECKING:
     from scrapy_openclaw.distributed.items import ItemWrite
@@ -334,8 +335,6 @@ class RoundRunner:
 
     def _item_calls(self, job: Round) -> list[tuple[Any, list[str], list[Any]]]:
         """``lua/items.lua`` once per items list: the marks it forgets, then each page's items."""
-        from scrapy_openclaw.distributed.items import marks_key
-
         by_key: dict[str, list[Any]] = {key: [len(pages), *pages] for key, pages in job.forget.items()}
         for write in job.items:
             by_key.setdefault(write.key, [0]).extend([write.page, len(write.payloads), *write.payloads])
