@@ -75,7 +75,9 @@ def test_kill_one_worker_loses_nothing(
     assert expected - set(urls) == set(), "pages lost after a worker was killed"
     twice = {url for url, c in urls.items() if c > 1}
     assert twice == set(), (sorted(twice), sorted(held))
-    assert all(workers.stats(i).get("openclaw/distributed/items/written", 0) > 0 for i in (0, 2))
+    survivors = [workers.stats(i) for i in (0, 2)]  # (on a busy machine one may have scraped nothing)
+    assert sum(s.get("openclaw/distributed/items/written", 0) for s in survivors) > 0
+    assert all(s.get("openclaw/distributed/items/written", 0) == s.get("item_scraped_count", 0) for s in survivors)
     assert bench.queue_size(redis_server.url, "inflight") == 0 and bench.queue_size(redis_server.url, "domains") == 0
     # the marks left: of pages the killed worker wrote, kept for a failover's replay when it died
     its_items = bench.items_by_worker(redis_server.url, workers.procs[1].pid)
