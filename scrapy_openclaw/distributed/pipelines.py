@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy import signals
 from scrapy_redis.pipelines import RedisPipeline
+from twisted.internet.threads import deferToThread
 
 from scrapy_openclaw.distributed.items import marks_key
 from scrapy_openclaw.distributed.queue import active_queue
@@ -45,19 +46,23 @@ class RedisItemPipeline(RedisPipeline):
         crawler.signals.connect(pipeline._not_scraped, signal=signals.item_error)
         return pipeline
 
-    _waiting: dict[int, tuple[Any, str, str]]  # id(item) -> (item, key, payload), until item_scraped
+    #: id(item) -> (item, key, payload) of each time it passed, until item_scraped (or dropped)
+    _waiting: dict[int, list[tuple[Any, str, str]]]
 
     def process_item(self, item: Any, spider: Any = None) -> Any:
         spider = self.crawler.spider
         if _queue(self.crawler) is None:
             return super().process_item(item, spider)
-        self._waiting[id(item)] = (item, self.item_key(item, spider), self.serialize(item))
+        self._waiting.setdefault(id(item), []).append((item, self.item_key(item, spider), self.serialize(item)))
         return item
 
     def _scraped(self, item: Any, response: Any = None, **kwargs: Any) -> None:
-        waiting = self._waiting.pop(id(item), None)
+        waiting = self._take(item)
+        if waiting is None or waiting[0] is not item:
+            return
         queue = _queue(self.crawler)
-        if waiting is None or waiting[0] is not item or queue is None:
+        if queue is None:  # (the queue closed meanwhile: written as RedisPipeline writes it)
+            deferToThread(self.server.rpush, waiting[1], waiting[2])
             return
         # response: the Response of a callback's item, the Failure of an errback's
         request = getattr(response, "request", None)
@@ -65,7 +70,17 @@ class RedisItemPipeline(RedisPipeline):
         queue.add_item(lease, waiting[1], waiting[2])
 
     def _not_scraped(self, item: Any, **kwargs: Any) -> None:
-        self._waiting.pop(id(item), None)
+        self._take(item)
+
+    def _take(self, item: Any) -> tuple[Any, str, str] | None:
+        """What *item* left when it passed (the oldest, should the same object pass twice)."""
+        passed = self._waiting.get(id(item))
+        if not passed:
+            return None
+        taken = passed.pop(0)
+        if not passed:
+            del self._waiting[id(item)]
+        return taken
 
 
 def _queue(crawler: Crawler) -> Any:
