@@ -134,6 +134,29 @@ def test_scripted_story_matches(redis_server: Any) -> None:
     assert local.snapshot()["domains"]["c"]["blocked_seconds"] == pytest.approx(6.0)
 
 
+@pytest.mark.parametrize("retry_after", [1.0, 2.0, 5.0])
+def test_the_plateau_after_a_long_hold_matches(redis_server: Any, retry_after: float) -> None:
+    """A limit measured by two 429s that hold the domain *retry_after* seconds, then clean answers
+    for 40 s: the cubic's plateau (slower past its flat point after a hold over a second) the same,
+    field for field, in both implementations."""
+    local, shared = _pair(redis_server.url, {"initial_rate": 4.0, "burst": 2})
+    t = 3_000_000.0
+    events: list[tuple[Any, ...]] = []
+    for i in range(20):  # slow start
+        events += [("acquire", "a", t + i * 0.1, True), ("ok", "a", t + i * 0.1 + 0.05, 0.05)]
+    t += 3
+    events.append(("fail", "a", t, C429, retry_after))  # first cut: a guess
+    t += retry_after + 2
+    for i in range(10):
+        events += [("acquire", "a", t + i * 0.1, True), ("ok", "a", t + i * 0.1 + 0.05, 0.05)]
+    t += 2
+    events.append(("fail", "a", t, C429, retry_after))  # measured: on to the cubic
+    t += retry_after
+    for i in range(160):  # 40 s of clean answers through the plateau and past it
+        events += [("acquire", "a", t + i * 0.25, True), ("ok", "a", t + i * 0.25 + 0.05, 0.05)]
+    _drive(local, shared, events)
+
+
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_random_event_sequences_match(redis_server: Any, seed: int) -> None:
     rng = random.Random(seed)

@@ -658,6 +658,10 @@ local function h_increase(d, p, now)
   else  -- the cubic, then past k_beyond x the learned limit exponential probing (pacing._plateau)
     local flat_at = ((1 - p.rate_decrease) / p.rate_probe) ^ (1 / 3)
     if d.cuts == p.k_resumed then since = flat_at + math.max(0, since - p.k_seed_plateau) end
+    local held = d.hold_until - d.last_decrease  -- (a probe costs such a hold: probe less often)
+    if since > flat_at and held > p.k_probe_hold then
+      since = flat_at + (since - flat_at) * p.k_probe_hold / held
+    end
     local beyond_at = flat_at + ((p.k_beyond - 1) / p.rate_probe) ^ (1 / 3)
     local factor
     if since <= beyond_at then

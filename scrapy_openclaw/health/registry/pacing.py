@@ -24,6 +24,7 @@ from scrapy_openclaw.health.registry.tuning import (
     _MAX_RATE,
     _MIN_DECREASE_GAP,
     _PROBE_GROWTH,
+    _PROBE_HOLD,
     _RESUMED,
     _SEED_PLATEAU,
     _SLOW_START_DOUBLING,
@@ -128,8 +129,13 @@ def increase(d: _Domain, p: HealthPolicy, now: float) -> None:
     elif d.cuts == 1 and d.threshold is not None:
         grown = max(d.rate, d.threshold * p.rate_decrease * _PROBE_GROWTH ** min(since, _MAX_PROBE_SECONDS))
     else:  # (a cut always sets the threshold, and so does a seed)
+        flat_at = _flat_at(p)
         if d.cuts == _RESUMED:  # a remembered limit: the plateau's flat part lasts _SEED_PLATEAU longer
-            since = _flat_at(p) + max(0.0, since - _SEED_PLATEAU)
+            since = flat_at + max(0.0, since - _SEED_PLATEAU)
+        held = d.hold_until - d.last_decrease  # the hold the last cut's refusal brought
+        if since > flat_at and held > _PROBE_HOLD:
+            # a probe past the limit costs such a hold: probe less often where it is longer
+            since = flat_at + (since - flat_at) * _PROBE_HOLD / held
         grown = max(d.rate, (d.threshold or d.rate) * _plateau(p, since))
     d.rate = min(grown, ceiling_of(d, p), _MAX_RATE)
 

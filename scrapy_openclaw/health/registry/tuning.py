@@ -24,6 +24,9 @@ _SLOW_START_GAIN = 0.5  # slow start: the rate grows by this share with every su
 _SLOW_START_DOUBLING = 0.1  # ... but doubles at most once per this many seconds (from initial_rate)
 _PROBE_GROWTH = 1.5  # after the first cut the rate grows by this factor per second ...
 _MAX_PROBE_SECONDS = 30.0  # ... (a bound for the exponent)
+#: seconds of hold a probe's refusal may bring before the plateau grows slower in proportion
+#: (a probe costs its hold: Retry-After 2 s, probes half as often, the same share of time lost)
+_PROBE_HOLD = 1.0
 _BEYOND = 1.02  # past this x the learned limit with answers clean, the limit has moved: probe at _PROBE_GROWTH
 _CUT_FLOOR = 0.5  # a cut after the first keeps at least this share of the rate (a guard against a bad window)
 _MAX_RATE = 100000.0  # req/s; at this rate pacing has stopped mattering ("unpaced")
