@@ -124,6 +124,12 @@ class Addon:
         if _order_of(settings, "EXTENSIONS", load_object(FEED_EXPORTER)) is not None:
             _switch_off(settings, "EXTENSIONS", FeedExporter)
         settings.set("SCHEDULER_PRIORITY_QUEUE", PRIORITY_QUEUE, "addon")
+        if config.distributed and command is not None:
+            # the command's own requests (their callbacks its closures) stay in this process: in
+            # the crawl's Redis queue they would be refused, or fetched by another worker
+            settings.set("OPENCLAW_DISTRIBUTED", False, "cmdline")  # (over the project's, and -s's)
+            config = OpenClawSettings.from_settings(settings)
+            logger.debug("scrapy %(command)s: distributed mode is off", {"command": command})
         if config.distributed:
             configure_distributed(settings, config)
             config = OpenClawSettings.read(settings)  # with distributed mode's own settings

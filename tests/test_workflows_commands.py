@@ -121,3 +121,39 @@ def test_parse_and_check_write_nothing_into_the_project(site: Any, tmp_path: Pat
     assert written(project) == []
     counts = site.truth()["hosts"]["127.0.0.2"]["counts"]
     assert counts["/robots.txt"] >= 2 and counts["/page/1"] >= 2  # (its 404 robots.txt wrote nothing either)
+
+
+def test_scrapys_commands_in_a_distributed_project_stay_in_their_process(
+    site: Any, redis_server: Any, tmp_path: Path
+) -> None:
+    """A project with ``OPENCLAW_DISTRIBUTED = True`` (and scrapy-redis's item pipeline): ``fetch``,
+    ``shell``, ``parse --pipelines`` and ``check`` answer as they do without the add-on, and put
+    nothing in the crawl's Redis queue. Their requests' callbacks are the commands' closures: the
+    Redis queue refused them (``fetch`` printed nothing, ``parse`` found no response) or ``shell``
+    waited for ever, until distributed mode was switched off for these commands."""
+    import redis
+
+    base = site.urls["127.0.0.2"]
+    settings = f"""
+    OPENCLAW_DISTRIBUTED = True
+    OPENCLAW_STORE_KEY = "workflows-shared-store-key"
+    REDIS_URL = "{redis_server.url}"
+    ITEM_PIPELINES = {{"scrapy_redis.pipelines.RedisPipeline": 300}}
+    """
+    project = make_project(tmp_path / "proj", base, settings)
+    commands = [
+        ("fetch", "--nolog", f"{base}page/1"),
+        ("shell", "--nolog", "-c", "print(response.status, response.css('h1::text').get())", f"{base}page/1"),
+        ("parse", "--nolog", "--pipelines", "--spider", "pages", "-c", "parse", f"{base}page/1"),
+    ]
+    conn = redis.Redis.from_url(redis_server.url)
+    for args in commands:
+        ours = scrapy(project, *args, timeout=60)
+        plain = scrapy(project, *args, addon=False, timeout=60)
+        assert ours.returncode == 0 and plain.returncode == 0, ours.stderr[-3000:]
+        assert ours.stdout == plain.stdout and ours.stdout.strip(), (args[0], ours.stderr[-3000:])
+        assert not [k for k in conn.keys("*") if not k.startswith(b"pages:items")], (args[0], conn.keys("*"))
+    # parse --pipelines wrote its item with scrapy-redis's pipeline, once for each run
+    assert conn.llen("pages:items") == 2
+    checked = scrapy(project, "check", "pages", timeout=60)
+    assert checked.returncode == 0 and "OK" in checked.stderr, checked.stderr[-3000:]
