@@ -37,7 +37,7 @@ import openclaw_refdata as refdata  # noqa: E402
 
 POLICIES = ["openclaw.yaml", "ban_markers.yaml"]
 SETTINGS = ["addon_line.py", "optional_settings.py", "checkpoint_settings.py", "durable_feeds_by_hand.py"]
-DISTRIBUTED_SETTINGS = ["distributed_settings.py"]
+DISTRIBUTED_SETTINGS = ["distributed_settings.py", "keep_scrapy_redis_pipeline.py"]
 SPIDERS = ["deadlines_spider.py"]
 COMMAND_LINES = ["dlq-commands.sh"]
 OTHER = ["tasks.yaml", "prometheus.yml"]
@@ -158,6 +158,19 @@ def test_distributed_example_starts_distributed_mode(project):
     config = OpenClawSettings.from_settings(crawler.settings)
     assert config.distributed is True
     assert load_object(crawler.settings["SCHEDULER"]) is OpenClawRedisScheduler
+
+
+def test_keeping_scrapy_redis_pipeline_keeps_it(project):
+    from scrapy_redis.pipelines import RedisPipeline
+
+    from scrapy_openclaw.distributed.pipelines import RedisItemPipeline
+
+    snippet = {**_namespace("distributed_settings.py"), **_namespace("keep_scrapy_redis_pipeline.py")}
+    crawler = get_crawler(settings_dict=snippet)
+    pipelines = crawler.settings.getdict("ITEM_PIPELINES")
+    enabled = [load_object(k) if isinstance(k, str) else k for k, v in pipelines.items() if v is not None]
+    assert RedisPipeline in enabled and RedisItemPipeline not in enabled
+    assert load_object(crawler.settings["SCHEDULER"]) is OpenClawRedisScheduler  # (distributed mode all the same)
 
 
 # ------------------------------------------------------------------ command lines
