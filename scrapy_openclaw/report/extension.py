@@ -26,7 +26,7 @@ from scrapy_openclaw.paths import job_id
 from scrapy_openclaw.report.model import ReportError, build_report
 from scrapy_openclaw.report.render import table
 from scrapy_openclaw.report.shared import PUSH_INTERVAL, SharedReport, fresh_bins
-from scrapy_openclaw.report.store import report_path, write_report
+from scrapy_openclaw.report.store import report_lock, report_path, write_report
 from scrapy_openclaw.settings import OpenClawSettings, crawl_id
 
 if TYPE_CHECKING:
@@ -112,41 +112,53 @@ class PolitenessReportExtension:
         shared, fresh, horizon = self._shared, fresh_bins(self.figures), self.figures.horizon
         worker = f"{socket.gethostname()}:{os.getpid()}:{crawl_id(self.crawler)}"
 
-        def exchange() -> tuple[dict[str, Any] | None, Exception | None]:
+        path = self.path
+
+        def exchange() -> tuple[dict[str, Any] | None, Exception | None, OSError | None]:
             try:
                 shared.push_bins(fresh, horizon)
                 shared.store_part(worker, part)
-                return shared.merged(), None
+                # workers of one machine writing one path: each merges and writes holding the path's
+                # lock, so the last to write merged after every part stored before it (a merge and
+                # a write apart, a worker that merged first could write last, missing the other's)
+                with report_lock(path):
+                    report = shared.merged()
+                    return report, None, _written(path, report)
             except Exception as exc:  # Redis down or a bad entry: this worker's part still gets written
-                return None, exc
+                return None, exc, None
 
-        def exchanged(outcome: tuple[dict[str, Any] | None, Exception | None]) -> None:
-            report, error = outcome
-            if report is None:
+        def exchanged(outcome: tuple[dict[str, Any] | None, Exception | None, OSError | None]) -> None:
+            report, error, write_error = outcome
+            if report is not None:
+                self._finish(spider, report, write_error=write_error, written=True)
+            else:
                 logger.error(
                     "Could not merge the politeness report in Redis (%(error)s): writing this worker's figures only",
                     {"error": error},
                     extra={"spider": spider},
                 )
-            self._finish(spider, report or part)
+                self._finish(spider, part)
             done.callback(None)
 
         self._link.submit(exchange, callback=exchanged, raw=True)
         await maybe_deferred_to_future(done)  # (a coroutine handler: Scrapy deprecates returned Deferreds)
 
-    def _finish(self, spider: Spider, report: dict[str, Any]) -> None:
+    def _finish(
+        self, spider: Spider, report: dict[str, Any], *, written: bool = False, write_error: OSError | None = None
+    ) -> None:
+        """Say the report; write it unless *written* already (*write_error*: the write failed)."""
         self.report = report
         text = table(report, self.rows)
         if text:
             logger.info("%(table)s", {"table": text}, extra={"spider": spider})
         if self.path is None:
             return
-        try:
-            write_report(self.path, report)
-        except OSError as exc:
+        if not written:
+            write_error = _written(self.path, report)
+        if write_error is not None:
             logger.error(
                 "Cannot write the politeness report to %(path)s (OPENCLAW_REPORT_PATH): %(error)s",
-                {"path": self.path, "error": exc.strerror or exc},
+                {"path": self.path, "error": write_error.strerror or write_error},
                 extra={"spider": spider},
             )
             return
@@ -156,3 +168,14 @@ class PolitenessReportExtension:
             {"path": self.path},
             extra={"spider": spider},
         )
+
+
+def _written(path: Any, report: dict[str, Any]) -> OSError | None:
+    """Write *report* to *path* (None: no file); the error, if the write failed."""
+    if path is None:
+        return None
+    try:
+        write_report(path, report)
+    except OSError as exc:
+        return exc
+    return None

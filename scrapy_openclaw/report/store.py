@@ -4,8 +4,15 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+try:
+    import fcntl
+except ImportError:  # (not on Windows: no lock, each write is still atomic)
+    fcntl = None  # type: ignore[assignment]
 
 from scrapy_openclaw._files import atomic_write
 from scrapy_openclaw.exceptions import OpenClawConfigError
@@ -27,6 +34,25 @@ def report_path(config: OpenClawSettings, spider: str, job: str | None = None) -
             raise ReportError(str(exc)) from None
         return resolve_path(text, setting="OPENCLAW_REPORT_PATH")
     return Path(base_dir(), "openclaw-data", spider, FILE_NAME)
+
+
+@contextmanager
+def report_lock(path: Path | None) -> Iterator[None]:
+    """The processes of one machine writing *path* one at a time (``<path>.lock``, ``flock``)."""
+    try:
+        if path is None or fcntl is None:
+            raise OSError
+        path.parent.mkdir(parents=True, exist_ok=True)
+        lock = open(path.with_name(path.name + ".lock"), "a")  # (closed below)
+    except OSError:  # (no lock to take: the write says what is wrong with the place)
+        yield
+        return
+    with lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def write_report(path: Path, report: dict[str, Any]) -> None:
