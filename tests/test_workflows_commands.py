@@ -148,12 +148,12 @@ def test_scrapys_commands_in_a_distributed_project_stay_in_their_process(
     ]
     conn = redis.Redis.from_url(redis_server.url)
     for args in commands:
-        ours = scrapy(project, *args, timeout=60)
-        plain = scrapy(project, *args, addon=False, timeout=60)
+        ours = scrapy(project, *args)
+        plain = scrapy(project, *args, addon=False)
         assert ours.returncode == 0 and plain.returncode == 0, ours.stderr[-3000:]
         assert ours.stdout == plain.stdout and ours.stdout.strip(), (args[0], ours.stderr[-3000:])
         assert not [k for k in conn.keys("*") if not k.startswith(b"pages:items")], (args[0], conn.keys("*"))
     # parse --pipelines wrote its item with scrapy-redis's pipeline, once for each run
     assert conn.llen("pages:items") == 2
-    checked = scrapy(project, "check", "pages", timeout=60)
+    checked = scrapy(project, "check", "pages")
     assert checked.returncode == 0 and "OK" in checked.stderr, checked.stderr[-3000:]

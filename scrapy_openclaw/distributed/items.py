@@ -80,9 +80,9 @@ class PageItems:
             by_key.setdefault(key, ItemWrite(key, page, acked=acked)).payloads.append(payload)
         self.pending += by_key.values()
 
-    def discard(self, page: str) -> int:
+    def discard(self, page: str) -> None:
         """The page goes back to the queue unfinished: its items come again with its next fetch."""
-        return len(self.attached.pop(page, ()))
+        self.attached.pop(page, None)
 
     def owed(self) -> bool:
         return bool(self.pending or self.forget)
