@@ -384,6 +384,47 @@ def test_limit_fit_replaces_a_low_window_alike(
     assert burst_cap is None or state["burst_cap"] <= burst_cap
 
 
+def test_a_limit_that_falls_restarts_the_fit_alike(redis_server: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """30 -> 5 req/s at 15 s: the second cut in a row at no more than the learned limit begins the
+    fit's history again (pacing.fell, LimitHistory.restart / h_fit_restart), and the pace interval
+    in which the refusals began is no reference: field for field alike, and the same history."""
+    import redis
+
+    from scrapy_openclaw.health.registry import limitfit
+
+    restarts: list[int] = []
+    restart = limitfit.LimitHistory.restart
+    monkeypatch.setattr(
+        limitfit.LimitHistory, "restart", lambda self, index: restarts.append(index) or restart(self, index)
+    )
+    latency, t0 = 0.005, 1_200_000.0
+    probe = HealthRegistry()  # the client's own pace decides when it sends: replayed on the pair
+    tokens, filled, events = 3.0, t0, []
+    for i in range(22_000):
+        sent = t0 + i / 1000
+        if not probe.try_acquire("a", now=sent):
+            continue
+        events.append(("acquire", "a", sent, True))
+        rate = 30.0 if sent < t0 + 15 else 5.0
+        tokens = min(3.0, tokens + (sent - filled) * rate)
+        filled = sent
+        if tokens >= 1:
+            tokens -= 1
+            event: tuple[Any, ...] = ("ok", "a", sent + latency, latency)
+        else:
+            event = ("fail", "a", sent + latency, C429, 1.0, None, latency)
+        events.append(event)
+        _apply(probe, event)
+    assert restarts, "the limit's fall never restarted the fit: the test proves nothing"
+    local, shared = _pair(redis_server.url)
+    _drive(local, shared, events)
+    history = local.histories.by_domain["a"]
+    stored = [int(v) for v in redis.Redis.from_url(redis_server.url).lrange(shared._keys("a")[2], 0, -1)]
+    assert stored == [history.start, *history.events]
+    assert history.start >= limitfit.fit_bin(t0 + 15, t0)  # (begun again after the fall)
+    assert local.state("a").refusals_flat == 0.0
+
+
 def test_limit_fit_histories_match(redis_server: Any) -> None:
     """The history itself, Python's array and Redis's list: kept from birth, dropped when 30 s of
     it hold no 429, started again (as if trimmed) by a later 429, trimmed with 429s in it."""

@@ -212,6 +212,34 @@ def test_no_burst_after_an_open_circuit() -> None:
     assert reg.state("a", reopens + 0.01).tokens < 1.0  # then the pace, not a burst
 
 
+def test_a_limit_that_falls_is_fitted_from_its_fall_not_from_the_limit_before() -> None:
+    """30 -> 5 and 40 -> 8 req/s at 15 s (a bucket of 3): the second cut in a row refused at no
+    more than the learned limit says the limit fell, and the fit's history begins again there.
+    (Fitted over both buckets' answers, the least wrong rate was near the old limit: the cuts
+    learned 20-28 req/s for a 5 req/s limit, and 26-41% of the requests after 18 s were refused.)"""
+    for before, after in ((30.0, 5.0), (40.0, 8.0)):
+        for seed in (1, 2, 3):
+            reg, run = crawl(Limiter([(0.0, before, 3), (15.0, after, 3)]), 30.0, latency=0.05, seed=seed)
+            answers, refusals = answered_between(run, 18.0, 30.0)
+            assert refusals <= 0.07 * (answers + refusals), (before, seed, answers, refusals)
+            assert answers >= 0.75 * after * 12.0, (before, seed, answers)
+            limit = reg.state("a").limit
+            assert limit is not None and 0.85 * after <= limit <= 1.1 * after, (before, seed, limit)
+
+
+def test_refusals_that_begin_with_a_limits_fall_are_no_reference_for_the_proof() -> None:
+    """The interval in which refusals begin after clean ones straddles the fall: its share and its
+    2xx rate are half the old limit's, so a slower interval at the new limit (a higher share, a
+    lower 2xx rate) looked like refusals that do not fall with the pace. These drops (latency
+    0.05 and 0.2 s) were all once proved pace-independent, and their refusals retried at full pace."""
+    cases = [(30.0, 5.0, 3, 0.05, 2), (40.0, 8.0, 3, 0.05, 2), (40.0, 8.0, 3, 0.05, 4), (60.0, 6.0, 3, 0.2, 1)]
+    cases += [(60.0, 6.0, 3, 0.2, 4), (60.0, 6.0, 5, 0.2, 1), (60.0, 6.0, 5, 0.2, 2), (60.0, 6.0, 5, 0.2, 3)]
+    for before, after, burst, latency, seed in cases:
+        reg, run = crawl(Limiter([(0.0, before, burst), (15.0, after, burst)]), 35.0, latency=latency, seed=seed)
+        assert PAGE not in run.verdicts, (before, after, burst, latency, seed)  # a rate signal throughout
+        assert reg.state("a").refusals_flat == 0.0
+
+
 def test_a_raised_limit_is_probed_up_to_not_kept_as_a_ceiling() -> None:
     """10 -> 30 req/s at 15 s: past 1.02 x the learned limit with answers clean, the limit has
     moved, and the pace grows by half a second from there (the cubic alone took ~25 s)."""

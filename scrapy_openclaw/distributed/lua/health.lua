@@ -43,8 +43,8 @@ local HF = {'health', 'rate', 'tokens', 'threshold', 'updated', 'last_decrease',
   'consecutive_failures', 'requests', 'successes', 'failures', 'cooldown', 'opens', 'down_since',
   'answered_at', 'last_success', 'share_fast', 'share_slow', 'win_start', 'win_ok', 'delivered',
   'crawl_delay', 'troubled_at', 'cuts', 'born', 'blocked_seconds', 'circuit_seconds', 'retry_after_holds',
-  'burst_cap', 'declared',
-  'iv_start', 'iv_ok', 'iv_refused', 'iv_cut', 'iv_pace', 'ref_share', 'ref_pace', 'ref_ok', 'refusals_flat', 'rate_cost',
+  'burst_cap', 'declared', 'cut_below',
+  'iv_start', 'iv_ok', 'iv_refused', 'iv_cut', 'iv_pace', 'iv_clean', 'ref_share', 'ref_pace', 'ref_ok', 'refusals_flat', 'rate_cost',
   'ctl_hold', 'ctl_rate', 'ctl_concurrency', 'ctl_down'}
 local h_ttl = 0  -- seconds an idle domain's hash lives (policy k_key_ttl; 0: for ever), set by h_load
 -- {index key, domain, history key}, set by a script that may create the state: a new state joins
@@ -148,10 +148,10 @@ local function h_load(hkey, now, pjson)
     d.cooldown, d.opens, d.down_since = p.circuit_cooldown, 0, 0
     d.answered_at, d.last_success, d.share_fast, d.share_slow = 0, 0, 0, 0
     d.win_start, d.win_ok, d.delivered, d.crawl_delay, d.troubled_at, d.cuts = now, 0, nil, 0, 0, 0
-    d.born, d.blocked_seconds, d.burst_cap, d.declared = now, 0, 0, 0
+    d.born, d.blocked_seconds, d.burst_cap, d.declared, d.cut_below = now, 0, 0, 0, 0
     d.circuit_seconds, d.retry_after_holds = 0, 0
     d.iv_start, d.iv_ok, d.iv_refused, d.ref_share, d.ref_pace, d.ref_ok, d.refusals_flat = now, 0, 0, 0, 0, 0, 0
-    d.iv_cut, d.iv_pace = 0, 0
+    d.iv_cut, d.iv_pace, d.iv_clean = 0, 0, 0
     d.rate_cost = 0
     d.ctl_hold, d.ctl_rate, d.ctl_concurrency, d.ctl_down = 0, 0, 0, 0
     return d, p
@@ -180,9 +180,10 @@ local function h_load(hkey, now, pjson)
   d.troubled_at, d.cuts, d.born = d.troubled_at or 0, d.cuts or 0, d.born or d.updated
   d.blocked_seconds, d.burst_cap = d.blocked_seconds or 0, d.burst_cap or 0
   d.declared = math.min(math.max(0, d.declared or 0), p.k_max_rate)
+  d.cut_below = d.cut_below or 0
   d.circuit_seconds, d.retry_after_holds = d.circuit_seconds or 0, math.max(0, d.retry_after_holds or 0)
   d.iv_start, d.iv_ok, d.iv_refused = d.iv_start or now, d.iv_ok or 0, d.iv_refused or 0
-  d.iv_cut, d.iv_pace = d.iv_cut or 0, d.iv_pace or 0
+  d.iv_cut, d.iv_pace, d.iv_clean = d.iv_cut or 0, d.iv_pace or 0, d.iv_clean or 0
   d.ref_share, d.ref_pace, d.ref_ok = d.ref_share or 0, d.ref_pace or 0, d.ref_ok or 0
   d.refusals_flat = d.refusals_flat or 0
   d.rate_cost = math.min(100, math.max(0, d.rate_cost or 0))
@@ -457,6 +458,16 @@ local function h_fit(fkey, guess, top, p)
   return a, math.max(1, math.floor(most))
 end
 
+-- LimitHistory.restart: the history begins again at bin *index*, as if trimmed there.
+local function h_fit_restart(fkey, d, index)
+  h_flush_notes()
+  local start = math.max(1, index)
+  redis.call('DEL', fkey)
+  redis.call('RPUSH', fkey, start)
+  if h_ttl > 0 then redis.call('PEXPIRE', fkey, math.floor(h_ttl * 1000)) end
+  d.fit_start = start
+end
+
 local function h_declare(d, p, now, pace)
   d.declared = math.min(math.max(0, pace), p.k_max_rate)
   if d.declared <= 0 then return end
@@ -523,6 +534,12 @@ local function h_decrease(d, p, now, measured, rate_bound, fkey, sent)
     if d.cuts >= 1 and measured then floor = before * p.k_cut_floor
     elseif d.cuts >= 1 then floor = before * p.rate_decrease end
     before = math.min(before, math.max(delivered, floor))
+  end
+  if measured and fkey ~= nil then  -- pacing.fell: the second cut in a row at no more than the learned limit
+    local below = d.cuts >= 2 and d.threshold ~= nil and d.threshold > 0 and rate <= d.threshold
+    local again = below and d.cut_below ~= 0
+    if below then d.cut_below = 1 else d.cut_below = 0 end
+    if again then h_fit_restart(fkey, d, fit_bin(sent or now, d.born, p)) end  -- (another bucket's history)
   end
   if measured and d.cuts >= 1 and fkey ~= nil then
     local fitted, burst = h_fit(fkey, before, rate, p)
@@ -606,10 +623,15 @@ local function h_pace_sample(d, p, now, refused, sent)
   end
   if share < p.k_flat_min_share or d.cuts == 0 then
     d.ref_share, d.ref_pace, d.ref_ok = 0, 0, 0
+    if share < p.k_flat_min_share then d.iv_clean = 1 else d.iv_clean = 0 end
     return false
   end
   local delivered = ok / span
   if d.ref_share == 0 or pace > d.ref_pace then
+    if d.iv_clean ~= 0 then  -- the refusals began in this interval: it straddles the change
+      d.iv_clean = 0
+      return false
+    end
     d.ref_share, d.ref_pace, d.ref_ok = share, pace, delivered
     return false
   end

@@ -102,6 +102,13 @@ class LimitHistory:
             return any(e < 0 for e in self.events)
         return True
 
+    def restart(self, index: int) -> None:
+        """Begin again at bin *index*, as if trimmed there (its first ``_FIT_BURN_IN`` seconds'
+        429s not judged): the limit moved, and what came before is another bucket's history
+        (replayed together, no single rate explains both, and the least wrong one is no fit)."""
+        self.start = max(1, index)
+        self.events = array("q")
+
     def fit(self, guess: float, top: float = 0.0) -> float | None:
         """The largest rate consistent with the history near *guess* (the 2xx window's
         reading: high by the burst on a plateau, low while the pace rose): searched from

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
+from scrapy_openclaw.health.registry.limitfit import fit_bin
 from scrapy_openclaw.health.registry.refusals import end_slow_start, restart_sample
 from scrapy_openclaw.health.registry.tuning import (
     _BASELINE_DRIFT,
@@ -174,6 +175,8 @@ def decrease(
         d.tokens = min(d.tokens, float(d.burst_cap))
         d.last_decrease = now
         return True
+    if measured and fell(d, p) and history is not None:  # (its history is another bucket's)
+        history.restart(fit_bin(now if sent is None else sent, d.born))
     limit = learned_limit(d, p, now, measured, history)
     if d.cuts == 0:
         end_slow_start(d, now)
@@ -184,6 +187,15 @@ def decrease(
     d.tokens = min(d.tokens, float(burst_of(d, p)))
     d.last_decrease = now
     return True
+
+
+def fell(d: _Domain, p: HealthPolicy) -> bool:
+    """Whether a 429 that cuts (not one of a burst) says the learned limit fell: the second
+    cut in a row refused at no more than it (one refused past it, a probe, starts the count again)."""
+    below = d.cuts >= 2 and bool(d.threshold) and rate_of(d, p) <= (d.threshold or 0.0)
+    again = below and d.cut_below
+    d.cut_below = int(below)
+    return bool(again)
 
 
 def learned_limit(d: _Domain, p: HealthPolicy, now: float, measured: bool, history: LimitHistory | None) -> float:

@@ -94,6 +94,7 @@ class _Domain:
         "retry_after_holds",
         "burst_cap",
         "declared",
+        "cut_below",
         # pace-independent refusals (refusals.py): the open pace interval, the reference one,
         # and the refused share judged pace-independent (0: refusals are a rate signal)
         "iv_start",
@@ -101,6 +102,7 @@ class _Domain:
         "iv_refused",
         "iv_cut",
         "iv_pace",
+        "iv_clean",
         "ref_share",
         "ref_pace",
         "ref_ok",
@@ -153,11 +155,13 @@ class _Domain:
         self.retry_after_holds = 0  # Retry-After answers that held the domain
         self.burst_cap = 0  # the largest burst the site has proved it allows (the limit fit); 0: not known
         self.declared = 0.0  # the pace the site's RateLimit headers declare (req/s; 0: none declared)
+        self.cut_below = 0  # 1: the last cut came at no more than the learned limit (pacing.fell)
         self.iv_start = now
         self.iv_ok = 0
         self.iv_refused = 0
         self.iv_cut = 0.0  # the first cut, while the interval waits for the answers to slow start's requests
         self.iv_pace = 0.0  # ... and the pace slow start allowed them
+        self.iv_clean = 0  # 1: the last interval closed clean (the next with refusals straddles a change)
         self.ref_share = 0.0
         self.ref_pace = 0.0
         self.ref_ok = 0.0

@@ -63,9 +63,13 @@ def pace_sample(d: _Domain, now: float, refused: bool, rate: float, sent: float)
     if share < _FLAT_MIN_SHARE or not d.cuts:
         # clean, or still in slow start: nothing to compare with
         d.ref_share = d.ref_pace = d.ref_ok = 0.0
+        d.iv_clean = int(share < _FLAT_MIN_SHARE)
         return False
     delivered = ok / span
     if not d.ref_share or pace > d.ref_pace:
+        if d.iv_clean:  # the refusals began in this interval: it straddles the change (a limit that fell)
+            d.iv_clean = 0
+            return False
         d.ref_share, d.ref_pace, d.ref_ok = share, pace, delivered
         return False
     if pace > _FLAT_SLOWER * d.ref_pace:
