@@ -166,6 +166,13 @@ SCENARIOS: dict[str, Scenario] = {
             quick_limit=300,
         ),
         Scenario(
+            "falling",
+            "benchmarks.falling",
+            "a limit that falls six-fold and stays down (30 -> 5 req/s from 15 s, a bucket of 3), with and without Retry-After",
+            limit=900,
+            quick_limit=480,
+        ),
+        Scenario(
             "manyhosts",
             "benchmarks.manyhosts",
             "a limit of 30/5/30 req/s on one host among twelve healthy ones: per-phase figures",

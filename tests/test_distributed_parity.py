@@ -384,10 +384,14 @@ def test_limit_fit_replaces_a_low_window_alike(
     assert burst_cap is None or state["burst_cap"] <= burst_cap
 
 
-def test_a_limit_that_falls_restarts_the_fit_alike(redis_server: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("retry_after", [1.0, None])
+def test_a_limit_that_falls_restarts_the_fit_alike(
+    redis_server: Any, monkeypatch: pytest.MonkeyPatch, retry_after: float | None
+) -> None:
     """30 -> 5 req/s at 15 s: the second cut in a row at no more than the learned limit begins the
-    fit's history again (pacing.fell, LimitHistory.restart / h_fit_restart), and the pace interval
-    in which the refusals began is no reference: field for field alike, and the same history."""
+    fit's history again (pacing.fell, LimitHistory.restart / h_fit_restart), the pace interval in
+    which the refusals began is no reference, and without Retry-After refusals of requests sent
+    after a cut cut again within the second: field for field alike, and the same history."""
     import redis
 
     from scrapy_openclaw.health.registry import limitfit
@@ -412,7 +416,7 @@ def test_a_limit_that_falls_restarts_the_fit_alike(redis_server: Any, monkeypatc
             tokens -= 1
             event: tuple[Any, ...] = ("ok", "a", sent + latency, latency)
         else:
-            event = ("fail", "a", sent + latency, C429, 1.0, None, latency)
+            event = ("fail", "a", sent + latency, C429, retry_after, None, latency)
         events.append(event)
         _apply(probe, event)
     assert restarts, "the limit's fall never restarted the fit: the test proves nothing"

@@ -227,6 +227,23 @@ def test_a_limit_that_falls_is_fitted_from_its_fall_not_from_the_limit_before() 
             assert limit is not None and 0.85 * after <= limit <= 1.1 * after, (before, seed, limit)
 
 
+def test_a_limit_that_falls_without_retry_after_is_cut_again_within_the_second() -> None:
+    """A bare 429 holds nothing back: after a six- or eight-fold fall, requests sent at the cut pace
+    keep being refused. Five of them (``_CUT_AGAIN``) cut again without waiting out the second
+    between cuts (``_MIN_DECREASE_GAP``). (Before: 49-119 refused in the 3 s after the fall, and
+    18-93% of the requests after 18 s, the cuts halving the pace once a second behind the window.)"""
+    for before, after, burst in ((60.0, 6.0, 5), (30.0, 5.0, 3), (40.0, 8.0, 3)):
+        for seed in (1, 2, 3):
+            reg, run = crawl(
+                Limiter([(0.0, before, burst), (15.0, after, burst)], retry_after=None), 30.0, latency=0.05, seed=seed
+            )
+            _, first = answered_between(run, 15.0, 18.0)
+            answers, refusals = answered_between(run, 18.0, 30.0)
+            assert first <= before, (before, seed, first)
+            assert refusals <= 0.03 * (answers + refusals), (before, seed, answers, refusals)
+            assert answers >= 0.85 * after * 12.0 and reg.state("a").refusals_flat == 0.0, (before, seed, answers)
+
+
 def test_refusals_that_begin_with_a_limits_fall_are_no_reference_for_the_proof() -> None:
     """The interval in which refusals begin after clean ones straddles the fall: its share and its
     2xx rate are half the old limit's, so a slower interval at the new limit (a higher share, a

@@ -223,7 +223,7 @@ local HF = {'health', 'rate', 'tokens', 'threshold', 'updated', 'last_decrease',
   'consecutive_failures', 'requests', 'successes', 'failures', 'cooldown', 'opens', 'down_since',
   'answered_at', 'last_success', 'share_fast', 'share_slow', 'win_start', 'win_ok', 'delivered',
   'crawl_delay', 'troubled_at', 'cuts', 'born', 'blocked_seconds', 'circuit_seconds', 'retry_after_holds',
-  'burst_cap', 'declared', 'cut_below',
+  'burst_cap', 'declared', 'cut_below', 'cut_refused',
   'iv_start', 'iv_ok', 'iv_refused', 'iv_cut', 'iv_pace', 'iv_clean', 'ref_share', 'ref_pace', 'ref_ok', 'refusals_flat', 'rate_cost',
   'ctl_hold', 'ctl_rate', 'ctl_concurrency', 'ctl_down'}
 local h_ttl = 0  -- seconds an idle domain's hash lives (policy k_key_ttl; 0: for ever), set by h_load
@@ -328,7 +328,7 @@ local function h_load(hkey, now, pjson)
     d.cooldown, d.opens, d.down_since = p.circuit_cooldown, 0, 0
     d.answered_at, d.last_success, d.share_fast, d.share_slow = 0, 0, 0, 0
     d.win_start, d.win_ok, d.delivered, d.crawl_delay, d.troubled_at, d.cuts = now, 0, nil, 0, 0, 0
-    d.born, d.blocked_seconds, d.burst_cap, d.declared, d.cut_below = now, 0, 0, 0, 0
+    d.born, d.blocked_seconds, d.burst_cap, d.declared, d.cut_below, d.cut_refused = now, 0, 0, 0, 0, 0
     d.circuit_seconds, d.retry_after_holds = 0, 0
     d.iv_start, d.iv_ok, d.iv_refused, d.ref_share, d.ref_pace, d.ref_ok, d.refusals_flat = now, 0, 0, 0, 0, 0, 0
     d.iv_cut, d.iv_pace, d.iv_clean = 0, 0, 0
@@ -360,7 +360,7 @@ local function h_load(hkey, now, pjson)
   d.troubled_at, d.cuts, d.born = d.troubled_at or 0, d.cuts or 0, d.born or d.updated
   d.blocked_seconds, d.burst_cap = d.blocked_seconds or 0, d.burst_cap or 0
   d.declared = math.min(math.max(0, d.declared or 0), p.k_max_rate)
-  d.cut_below = d.cut_below or 0
+  d.cut_below, d.cut_refused = d.cut_below or 0, math.max(0, d.cut_refused or 0)
   d.circuit_seconds, d.retry_after_holds = d.circuit_seconds or 0, math.max(0, d.retry_after_holds or 0)
   d.iv_start, d.iv_ok, d.iv_refused = d.iv_start or now, d.iv_ok or 0, d.iv_refused or 0
   d.iv_cut, d.iv_pace, d.iv_clean = d.iv_cut or 0, d.iv_pace or 0, d.iv_clean or 0
@@ -688,7 +688,12 @@ end
 -- fkey: the history for the limit fit (a 429 from the second on), or nil.
 -- sent: when the refused request was sent (nil: now).
 local function h_decrease(d, p, now, measured, rate_bound, fkey, sent)
-  if now - d.last_decrease < math.max(p.k_min_decrease_gap, d.latency or 0) then return false end
+  if now - d.last_decrease < math.max(p.k_min_decrease_gap, d.latency or 0) then
+    if not measured or sent == nil or sent <= d.last_decrease or sent >= now then return false end
+    d.cut_refused = d.cut_refused + 1  -- refused at the cut pace: again once too many say so
+    if d.cut_refused < p.k_cut_again or now - d.last_decrease < (d.latency or 0) then return false end
+  end
+  d.cut_refused = 0
   local in_burst = false  -- (pacing.in_burst)
   if measured and d.cuts >= 1 and now >= d.hold_until and h_burst(d, p) > 1 then
     in_burst = (sent or now) - d.hold_until <= math.min(p.k_burst_seconds, (h_burst(d, p) + 1) / h_rate(d, p))
@@ -772,7 +777,7 @@ end
 local function h_close_slow_start(d, p, now)
   local n = d.iv_ok + d.iv_refused
   local span = math.max(now - d.iv_start, 1e-3)
-  if n >= p.k_pace_short and d.iv_refused / n >= p.k_flat_min_share and d.refusals_flat == 0 then
+  if n >= p.k_pace_short and d.iv_refused / n >= p.k_flat_min_share and d.refusals_flat == 0 and d.iv_clean == 0 then
     d.ref_share, d.ref_pace, d.ref_ok = d.iv_refused / n, math.min(d.iv_pace, n / span), d.iv_ok / span
   end
   d.iv_cut, d.iv_pace = 0, 0

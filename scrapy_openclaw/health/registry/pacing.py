@@ -15,6 +15,7 @@ from scrapy_openclaw.health.registry.tuning import (
     _BASELINE_DRIFT,
     _BEYOND,
     _BURST_SECONDS,
+    _CUT_AGAIN,
     _CUT_FLOOR,
     _DECLARED_SHARE,
     _FIT_MARGIN,
@@ -166,7 +167,12 @@ def decrease(
     own figure, and requests sent at it arrive bunched.
     """
     if now - d.last_decrease < max(_MIN_DECREASE_GAP, d.latency or 0.0):
-        return False
+        if not measured or sent is None or not d.last_decrease < sent < now:
+            return False  # (sent before the cut, or when is not known: the cut could not tell)
+        d.cut_refused += 1  # refused at the cut pace: cut again once too many say it was not enough
+        if d.cut_refused < _CUT_AGAIN or now - d.last_decrease < (d.latency or 0.0):
+            return False
+    d.cut_refused = 0
     bunched = d.declared > 0 or in_burst(d, p, now, now if sent is None else sent)
     if measured and d.cuts >= 1 and burst_of(d, p) > 1 and bunched:
         # refused while resuming from a hold: send smaller bursts (the rest of that burst

@@ -95,6 +95,7 @@ class _Domain:
         "burst_cap",
         "declared",
         "cut_below",
+        "cut_refused",
         # pace-independent refusals (refusals.py): the open pace interval, the reference one,
         # and the refused share judged pace-independent (0: refusals are a rate signal)
         "iv_start",
@@ -156,6 +157,7 @@ class _Domain:
         self.burst_cap = 0  # the largest burst the site has proved it allows (the limit fit); 0: not known
         self.declared = 0.0  # the pace the site's RateLimit headers declare (req/s; 0: none declared)
         self.cut_below = 0  # 1: the last cut came at no more than the learned limit (pacing.fell)
+        self.cut_refused = 0  # refusals since the last cut of requests sent after it (pacing.decrease)
         self.iv_start = now
         self.iv_ok = 0
         self.iv_refused = 0

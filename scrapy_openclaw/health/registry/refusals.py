@@ -97,7 +97,7 @@ def _close_slow_start(d: _Domain, now: float) -> None:
     refusals flat a whole interval sooner than two intervals after the cut would)."""
     n = d.iv_ok + d.iv_refused
     span = max(now - d.iv_start, 1e-3)
-    if n >= _PACE_SHORT and d.iv_refused / n >= _FLAT_MIN_SHARE and not d.refusals_flat:
+    if n >= _PACE_SHORT and d.iv_refused / n >= _FLAT_MIN_SHARE and not d.refusals_flat and not d.iv_clean:
         d.ref_share, d.ref_pace, d.ref_ok = d.iv_refused / n, min(d.iv_pace, n / span), d.iv_ok / span
     d.iv_cut = d.iv_pace = 0.0
     d.iv_start, d.iv_ok, d.iv_refused = now, 0, 0

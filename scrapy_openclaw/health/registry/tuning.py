@@ -28,6 +28,7 @@ _MAX_PROBE_SECONDS = 30.0  # ... (a bound for the exponent)
 #: (a probe costs its hold: Retry-After 2 s, probes half as often, the same share of time lost)
 _PROBE_HOLD = 1.0
 _BEYOND = 1.02  # past this x the learned limit with answers clean, the limit has moved: probe at _PROBE_GROWTH
+_CUT_AGAIN = 5  # 429s to requests sent after a cut that make another before _MIN_DECREASE_GAP
 _CUT_FLOOR = 0.5  # a cut after the first keeps at least this share of the rate (a guard against a bad window)
 _MAX_RATE = 100000.0  # req/s; at this rate pacing has stopped mattering ("unpaced")
 _BURST_SECONDS = 0.25  # the token bucket holds at most this much time's worth of requests
