@@ -16,7 +16,9 @@ refused share did not fall (``_FLAT_KEPT``) while what got through fell with the
 pace (``_FLAT_DELIVERED``) proves the refusals pace-independent: the domain's
 ``refusals_flat`` holds their share, and its refusals become the page's own failures
 (retried, no cut, no hold, no health cost). A share that later rises well above it
-(``_FLAT_RISE``) makes them a rate signal again. The Lua port is ``h_pace_sample``.
+(``_FLAT_RISE``) makes them a rate signal again. The first interval with refusals after a
+clean one (and slow start's answers after one) straddles a change, a limit that fell: half
+of it answered under the old limit, so it is no reference. The Lua port is ``h_pace_sample``.
 """
 
 from __future__ import annotations
