@@ -721,7 +721,7 @@ local function h_decrease(d, p, now, measured, rate_bound, fkey, sent)
     before = math.min(before, math.max(delivered, floor))
   end
   if measured and fkey ~= nil then  -- pacing.fell: the second cut in a row at no more than the learned limit
-    local below = d.cuts >= 2 and d.threshold ~= nil and d.threshold > 0 and rate <= d.threshold
+    local below = d.cuts == 2 and d.threshold ~= nil and d.threshold > 0 and rate <= d.threshold
     local again = below and d.cut_below ~= 0
     if below then d.cut_below = 1 else d.cut_below = 0 end
     if again then h_fit_restart(fkey, d, fit_bin(sent or now, d.born, p)) end  -- (another bucket's history)

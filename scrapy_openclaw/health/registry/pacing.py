@@ -197,8 +197,9 @@ def decrease(
 
 def fell(d: _Domain, p: HealthPolicy) -> bool:
     """Whether a 429 that cuts (not one of a burst) says the learned limit fell: the second
-    cut in a row refused at no more than it (one refused past it, a probe, starts the count again)."""
-    below = d.cuts >= 2 and bool(d.threshold) and rate_of(d, p) <= (d.threshold or 0.0)
+    cut in a row refused at no more than a measured limit (one refused past it, a probe, starts
+    the count again; a remembered limit refused is a guess a little high, which the fit corrects)."""
+    below = d.cuts == 2 and bool(d.threshold) and rate_of(d, p) <= (d.threshold or 0.0)
     again = below and d.cut_below
     d.cut_below = int(below)
     return bool(again)
