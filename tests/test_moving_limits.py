@@ -257,6 +257,18 @@ def test_refusals_that_begin_with_a_limits_fall_are_no_reference_for_the_proof()
         assert reg.state("a").refusals_flat == 0.0
 
 
+def test_a_reference_counts_what_got_through_over_a_second_at_least() -> None:
+    """A short interval's 2xx rate is mostly the bucket's saved-up burst (4 answers in 0.34 s read
+    13 req/s under an 8 req/s limit): as a reference it made a slower interval under the same
+    limit look as if what got through fell with the pace. These bare-429 drops (answers after
+    0.2 s) were proved pace-independent, their refusals then retried at full pace (80-85% refused)."""
+    for before, after, burst, seed in ((40.0, 8.0, 3, 1), (20.0, 10.0, 5, 3), (60.0, 6.0, 5, 3)):
+        reg, run = crawl(
+            Limiter([(0.0, before, burst), (15.0, after, burst)], retry_after=None), 35.0, latency=0.2, seed=seed
+        )
+        assert PAGE not in run.verdicts and reg.state("a").refusals_flat == 0.0, (before, after, seed)
+
+
 def test_a_raised_limit_is_probed_up_to_not_kept_as_a_ceiling() -> None:
     """10 -> 30 req/s at 15 s: past 1.02 x the learned limit with answers clean, the limit has
     moved, and the pace grows by half a second from there (the cubic alone took ~25 s)."""

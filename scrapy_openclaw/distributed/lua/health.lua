@@ -637,7 +637,7 @@ local function h_pace_sample(d, p, now, refused, sent)
       d.iv_clean = 0
       return false
     end
-    d.ref_share, d.ref_pace, d.ref_ok = share, pace, delivered
+    d.ref_share, d.ref_pace, d.ref_ok = share, pace, ok / math.max(span, p.k_window)  -- (over a second at least)
     return false
   end
   if pace > p.k_flat_slower * d.ref_pace then return false end

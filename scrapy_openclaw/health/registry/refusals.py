@@ -36,6 +36,7 @@ from scrapy_openclaw.health.registry.tuning import (
     _PACE_SAMPLE,
     _PACE_SHORT,
     _PACE_SPAN,
+    _WINDOW,
 )
 
 if TYPE_CHECKING:
@@ -72,7 +73,8 @@ def pace_sample(d: _Domain, now: float, refused: bool, rate: float, sent: float)
         if d.iv_clean:  # the refusals began in this interval: it straddles the change (a limit that fell)
             d.iv_clean = 0
             return False
-        d.ref_share, d.ref_pace, d.ref_ok = share, pace, delivered
+        # (what got through over at least a second: a short interval's is mostly a bucket's saved-up burst)
+        d.ref_share, d.ref_pace, d.ref_ok = share, pace, ok / max(span, _WINDOW)
         return False
     if pace > _FLAT_SLOWER * d.ref_pace:
         return False
