@@ -168,7 +168,7 @@ SCENARIOS: dict[str, Scenario] = {
         Scenario(
             "falling",
             "benchmarks.falling",
-            "a limit that falls six-fold and stays down (30 -> 5 req/s from 15 s, a bucket of 3), with and without Retry-After",
+            "a limit that falls and stays down from 15 s (a bucket of 3): 30 -> 5 req/s with and without Retry-After, and 40 -> 30 with it",
             limit=900,
             quick_limit=480,
         ),
