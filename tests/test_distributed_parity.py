@@ -384,22 +384,26 @@ def test_limit_fit_replaces_a_low_window_alike(
     assert burst_cap is None or state["burst_cap"] <= burst_cap
 
 
-@pytest.mark.parametrize("retry_after", [1.0, None])
+@pytest.mark.parametrize(("high", "low", "retry_after"), [(30.0, 5.0, 1.0), (30.0, 5.0, None), (40.0, 30.0, 1.0)])
 def test_a_limit_that_falls_restarts_the_fit_alike(
-    redis_server: Any, monkeypatch: pytest.MonkeyPatch, retry_after: float | None
+    redis_server: Any, monkeypatch: pytest.MonkeyPatch, high: float, low: float, retry_after: float | None
 ) -> None:
-    """30 -> 5 req/s at 15 s: the second cut in a row at no more than the learned limit begins the
-    fit's history again (pacing.fell, LimitHistory.restart / h_fit_restart), the pace interval in
-    which the refusals began is no reference, and without Retry-After refusals of requests sent
-    after a cut cut again within the second: field for field alike, and the same history."""
+    """30 -> 5 (or 40 -> 30) req/s at 15 s: the second cut in a row at no more than the learned limit begins the
+    fit's history again (pacing.begin_after_fall): with Retry-After where a hold refilled the
+    bucket (LimitHistory.refilled / h_fit_refilled, its 429s judged at once), without it as if
+    trimmed (LimitHistory.restart / h_fit_restart); the pace interval in which the refusals began
+    is no reference, and without Retry-After refusals of requests sent after a cut cut again
+    within the second: field for field alike, and the same history."""
+    import msgpack
     import redis
 
     from scrapy_openclaw.health.registry import limitfit
 
     restarts: list[int] = []
-    restart = limitfit.LimitHistory.restart
+    begin = "refilled" if retry_after else "restart"
+    original = getattr(limitfit.LimitHistory, begin)
     monkeypatch.setattr(
-        limitfit.LimitHistory, "restart", lambda self, index: restarts.append(index) or restart(self, index)
+        limitfit.LimitHistory, begin, lambda self, index: restarts.append(index) or original(self, index)
     )
     latency, t0 = 0.005, 1_200_000.0
     probe = HealthRegistry()  # the client's own pace decides when it sends: replayed on the pair
@@ -409,7 +413,7 @@ def test_a_limit_that_falls_restarts_the_fit_alike(
         if not probe.try_acquire("a", now=sent):
             continue
         events.append(("acquire", "a", sent, True))
-        rate = 30.0 if sent < t0 + 15 else 5.0
+        rate = high if sent < t0 + 15 else low
         tokens = min(3.0, tokens + (sent - filled) * rate)
         filled = sent
         if tokens >= 1:
@@ -423,9 +427,14 @@ def test_a_limit_that_falls_restarts_the_fit_alike(
     local, shared = _pair(redis_server.url)
     _drive(local, shared, events)
     history = local.histories.by_domain["a"]
-    stored = [int(v) for v in redis.Redis.from_url(redis_server.url).lrange(shared._keys("a")[2], 0, -1)]
+    client = redis.Redis.from_url(redis_server.url)
+    stored = [int(v) for v in client.lrange(shared._keys("a")[2], 0, -1)]
     assert stored == [history.start, *history.events]
     assert history.start >= limitfit.fit_bin(t0 + 15, t0)  # (begun again after the fall)
+    record = msgpack.unpackb(client.get(shared._keys("a")[0]), raw=True)  # (its policy is packed bytes)
+    assert history.full == bool(retry_after) == (record.get(b"fitfull") == 1)
+    if low > high / 2:  # (a fall by a quarter: fitted from the new bucket, not half the pace; 17.8 before)
+        assert 0.9 * low <= local.state("a").limit <= low
     assert local.state("a").refusals_flat == 0.0
 
 

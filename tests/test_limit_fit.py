@@ -16,13 +16,22 @@ from scrapy_openclaw.health.registry.pacing import delivered_rate
 HTTP_429 = ErrorTaxonomy.from_settings(Settings()).classify_status(429)
 
 
-def _bucket(rate: float, burst: int, seed: int, seconds: float, pace: tuple[float, float]) -> LimitHistory:
+def _bucket(
+    rate: float,
+    burst: int,
+    seed: int,
+    seconds: float,
+    pace: tuple[float, float],
+    history: LimitHistory | None = None,
+    begin: float = 0.0,
+) -> LimitHistory:
     """A client sending at *pace* x *rate* (a random share each request) to a token bucket,
-    holding 1 s after each 429 (Retry-After: 1), with 1-10 ms of latency; what it saw."""
+    full at *begin*, holding 1 s after each 429 (Retry-After: 1), with 1-10 ms of latency;
+    what it saw (added to *history*)."""
     rnd = random.Random(seed)
-    history = LimitHistory()
-    tokens, filled, t = float(burst), 0.0, 0.0
-    while t < seconds:
+    history = LimitHistory() if history is None else history
+    tokens, filled, t = float(burst), begin, begin
+    while t < begin + seconds:
         tokens = min(burst, tokens + (t - filled) * rate)
         filled = t
         answered = tokens >= 1
@@ -62,6 +71,34 @@ def test_the_search_reaches_up_to_the_pace_when_the_window_reads_low() -> None:
         assert history.fit(32.0) is None
         fitted = history.fit(32.0, top=44.0)
         assert fitted is not None and 0.96 * 40 <= fitted <= 1.02 * 40, (seed, fitted)
+
+
+def test_a_history_begun_at_a_refilled_bucket_is_judged_at_once() -> None:
+    """Where a hold has just refilled the bucket, W = 0 is known, not guessed: a limit that fell
+    is fitted from the 3 s of answers since (``refilled``), where a history begun as if trimmed
+    (``restart``) judges none of its first 5 s. (Few answers leave a wide range of consistent
+    rates: the fit takes the geometric middle of its top half; a cut learns ``_FIT_MARGIN`` x it.)"""
+    for seed in range(5):
+        refilled, restarted = LimitHistory(), LimitHistory()
+        refilled.refilled(fit_bin(20.0, 0.0))
+        restarted.restart(fit_bin(20.0, 0.0))
+        for history in (refilled, restarted):
+            _bucket(30, 3, seed, seconds=4.5, pace=(0.9, 1.3), history=history, begin=20.0)
+        assert restarted.fit(30.0, top=39.0) is None
+        fitted = refilled.fit(30.0, top=39.0)
+        assert fitted is not None and 0.95 * 30 <= fitted <= 1.07 * 30, (seed, fitted)
+
+
+def test_a_refilled_history_leaves_out_what_was_sent_before_its_hold_and_a_trim_ends_it() -> None:
+    history = LimitHistory()
+    history.note(10, True)
+    history.note(50, False)
+    history.refilled(40)
+    assert list(history.events) == [-51] and history.full  # (the 429 at bin 50 kept, the answer before dropped)
+    history.note(30, True)  # an answer to a request sent before the hold
+    assert list(history.events) == [-51]
+    history.note(40 + 3 * 2000 // 2 + 1, True)  # half as long again as the horizon: trimmed
+    assert not history.full
 
 
 def test_a_long_history_is_trimmed_and_still_fits() -> None:

@@ -227,6 +227,19 @@ def test_a_limit_that_falls_is_fitted_from_its_fall_not_from_the_limit_before() 
             assert limit is not None and 0.85 * after <= limit <= 1.1 * after, (before, seed, limit)
 
 
+def test_a_limit_that_falls_by_a_quarter_is_fitted_from_the_hold_after_its_first_refusal() -> None:
+    """40 -> 30 and 60 -> 45 req/s at 15 s, with Retry-After: 1. The cut that says the limit fell
+    is fitted from the answers since the hold after the fall's first refusal (the bucket full
+    there: ``LimitHistory.refilled``), not from the 2xx window, which reads that hold's second of
+    nothing as the site's: those cuts learned 17-26 req/s for 30, and the cubic held the pace near
+    them for its plateau (0.56-0.62 of the new limit from 18 to 40 s, in these four crawls)."""
+    for before, after, burst, seed in ((40.0, 30.0, 3, 1), (40.0, 30.0, 3, 2), (60.0, 45.0, 5, 1), (60.0, 45.0, 5, 2)):
+        reg, run = crawl(Limiter([(0.0, before, burst), (15.0, after, burst)]), 40.0, latency=0.02, seed=seed)
+        answers, refusals = answered_between(run, 18.0, 40.0)
+        assert answers >= 0.8 * after * 22.0, (before, seed, answers)
+        assert refusals <= 0.01 * (answers + refusals), (before, seed, answers, refusals)
+
+
 def test_a_limit_that_falls_without_retry_after_is_cut_again_within_the_second() -> None:
     """A bare 429 holds nothing back: after a six- or eight-fold fall, requests sent at the cut pace
     keep being refused. Five of them (``_CUT_AGAIN``) cut again without waiting out the second

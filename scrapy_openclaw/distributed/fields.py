@@ -51,8 +51,8 @@ CIRCUITS = (CLOSED, OPEN, HALF_OPEN)
 
 #: entries of a domain's record that are not its state: its policy (``pol``, and ``pid`` its id;
 #: ``policy``, an earlier version's JSON text), and the scripts' own bookkeeping (``health.lua``:
-#: when its TTL was last set, where the limit fit's history starts)
-NOT_STATE = frozenset({"policy", "pol", "pid", "ttl_at", "fit"})
+#: when its TTL was last set, where the limit fit's history starts and whether a hold refilled the bucket there)
+NOT_STATE = frozenset({"policy", "pol", "pid", "ttl_at", "fit", "fitfull"})
 #: A record is a few KB (the policy is most of it); a larger value is not read.
 MAX_RECORD = 1024 * 1024
 

@@ -4,7 +4,7 @@
 -- 'pol' (the domain's HealthPolicy and the registry's module constants, as RedisHealthRegistry's
 -- policy JSON decodes, itself packed: a save copies it unread; a None in it is left out, so
 -- optional knobs are tested with type() == 'number'), 'pid' (that JSON's "_id": a script handed the same policy does not
--- decode it again), 'ttl_at' and 'fit' (see h_save and h_note).
+-- decode it again), 'ttl_at', 'fit' and 'fitfull' (see h_save and h_note).
 -- Where each rule lives in the Python original:
 --
 --   h_load          HealthRegistry._get (new domain = _Domain.__init__; health
@@ -43,7 +43,7 @@ local HF = {'health', 'rate', 'tokens', 'threshold', 'updated', 'last_decrease',
   'consecutive_failures', 'requests', 'successes', 'failures', 'cooldown', 'opens', 'down_since',
   'answered_at', 'last_success', 'share_fast', 'share_slow', 'win_start', 'win_ok', 'delivered',
   'crawl_delay', 'troubled_at', 'cuts', 'born', 'blocked_seconds', 'circuit_seconds', 'retry_after_holds',
-  'burst_cap', 'declared', 'cut_below', 'cut_refused',
+  'burst_cap', 'declared', 'cut_below', 'cut_refused', 'fall_from',
   'iv_start', 'iv_ok', 'iv_refused', 'iv_cut', 'iv_pace', 'iv_clean', 'ref_share', 'ref_pace', 'ref_ok', 'refusals_flat', 'rate_cost',
   'ctl_hold', 'ctl_rate', 'ctl_concurrency', 'ctl_down'}
 local h_ttl = 0  -- seconds an idle domain's hash lives (policy k_key_ttl; 0: for ever), set by h_load
@@ -137,7 +137,7 @@ local function h_load(hkey, now, pjson)
   m = m or {}
   h_stored[hkey] = {raw = raw, pol = packed, pid = pid, ttl_at = m.ttl_at, fit = h_num(m.fit)}
   h_ttl = tonumber(p.k_key_ttl) or 0
-  local d = {fit_start = h_num(m.fit)}  -- (not a field: see h_note)
+  local d = {fit_start = h_num(m.fit), fit_full = false}  -- (not fields: see h_note)
   if m.health == nil then
     d.fresh = true
     d.health, d.rate, d.threshold = 100, p.initial_rate, nil
@@ -149,6 +149,7 @@ local function h_load(hkey, now, pjson)
     d.answered_at, d.last_success, d.share_fast, d.share_slow = 0, 0, 0, 0
     d.win_start, d.win_ok, d.delivered, d.crawl_delay, d.troubled_at, d.cuts = now, 0, nil, 0, 0, 0
     d.born, d.blocked_seconds, d.burst_cap, d.declared, d.cut_below, d.cut_refused = now, 0, 0, 0, 0, 0
+    d.fall_from = 0
     d.circuit_seconds, d.retry_after_holds = 0, 0
     d.iv_start, d.iv_ok, d.iv_refused, d.ref_share, d.ref_pace, d.ref_ok, d.refusals_flat = now, 0, 0, 0, 0, 0, 0
     d.iv_cut, d.iv_pace, d.iv_clean = 0, 0, 0
@@ -163,7 +164,7 @@ local function h_load(hkey, now, pjson)
     local v = d[name]
     if not (type(v) == 'number' and v == v and v <= 1e10 and v >= -1e10) then d[name] = h_num(v) end
   end
-  d.fit_start, d.circuit = h_num(m.fit), circuit
+  d.fit_start, d.fit_full, d.circuit = h_num(m.fit), m.fitfull == 1 and h_num(m.fit) ~= nil, circuit
   if d.circuit ~= 'open' and d.circuit ~= 'half_open' then d.circuit = 'closed' end
   -- (a field left out as invalid: the value a new record has)
   d.health = math.min(100, math.max(0, d.health or 100))
@@ -181,6 +182,7 @@ local function h_load(hkey, now, pjson)
   d.blocked_seconds, d.burst_cap = d.blocked_seconds or 0, d.burst_cap or 0
   d.declared = math.min(math.max(0, d.declared or 0), p.k_max_rate)
   d.cut_below, d.cut_refused = d.cut_below or 0, math.max(0, d.cut_refused or 0)
+  d.fall_from = math.max(0, math.floor(d.fall_from or 0))
   d.circuit_seconds, d.retry_after_holds = d.circuit_seconds or 0, math.max(0, d.retry_after_holds or 0)
   d.iv_start, d.iv_ok, d.iv_refused = d.iv_start or now, d.iv_ok or 0, d.iv_refused or 0
   d.iv_cut, d.iv_pace, d.iv_clean = d.iv_cut or 0, d.iv_pace or 0, d.iv_clean or 0
@@ -231,6 +233,7 @@ local function h_save(hkey, d, keep_ttl)
   local m = {}
   for i = 1, #HF do m[HF[i]] = d[HF[i]] end
   m.pol, m.pid, m.fit = stored.pol, stored.pid, d.fit_start
+  if d.fit_full and d.fit_start ~= nil then m.fitfull = 1 end
   -- The TTL (HealthRegistry.evict_idle: what outlives idleness never expires) moves when it
   -- must move by more than a quarter of itself, not on every save: the fit history's would
   -- otherwise cost a PEXPIRE per response. It expires at most h_ttl / 4 early.
@@ -320,6 +323,7 @@ end
 -- A note of the event at bin *index* (answered: took a token; else a 429).
 local function note_at(fkey, d, p, index, answered)
   local start = d.fit_start
+  if start ~= nil and d.fit_full and index < start then return end  -- (sent before the hold that refilled it)
   if h_buf ~= nil and h_buf.fkey ~= fkey then h_flush_notes() end  -- (another domain's history)
   if start ~= nil then  -- (the list holds its start: the note waits for the others)
     if h_buf == nil then h_buf = {fkey = fkey, d = d, p = p, items = {}} end
@@ -336,7 +340,7 @@ local function note_at(fkey, d, p, index, answered)
     redis.call('DEL', fkey)  -- (a list left without its start in the hash)
     redis.call('RPUSH', fkey, start, note_event(index, answered))
     if h_ttl > 0 then redis.call('PEXPIRE', fkey, math.floor(h_ttl * 1000)) end
-    d.fit_start = start
+    d.fit_start, d.fit_full = start, false
   end
   if index - start > math.floor(3 * p.k_fit_horizon_bins / 2) then  -- trim to the horizon
     h_flush_notes()  -- (a list found gone on the way is begun again: no trim then)
@@ -354,6 +358,7 @@ local function note_at(fkey, d, p, index, answered)
       end
     end
     redis.call('DEL', fkey)
+    d.fit_full = false
     if not any429 then  -- no 429 left: nothing to fit, the history goes
       d.fit_start = nil
       return
@@ -376,7 +381,7 @@ h_flush_notes = function()
     if pushed == 0 then break end
   end
   if pushed == 0 then  -- the list was gone (expired, removed): begun again, note by note
-    buf.d.fit_start = nil
+    buf.d.fit_start, buf.d.fit_full = nil, false
     for _, item in ipairs(buf.items) do note_at(buf.fkey, buf.d, buf.p, item[1], item[2]) end
     h_flush_notes()
   end
@@ -384,10 +389,11 @@ end
 
 local function h_note(fkey, d, p, at, answered) note_at(fkey, d, p, fit_bin(at, d.born, p), answered) end
 
-local function fit_judged(index, start, p) return start == 0 or index >= start + p.k_fit_burn_in_bins end
+-- (full: begun where a hold had just refilled the bucket, LimitHistory.full: judged at once)
+local function fit_judged(index, start, full, p) return full or start == 0 or index >= start + p.k_fit_burn_in_bins end
 
 -- LimitHistory._replay: M and m at rate.
-local function fit_replay(events, start, rate, p)
+local function fit_replay(events, start, full, rate, p)
   local w, most, least, before = 0, 0, math.huge, start
   local drain = rate * p.k_fit_bin
   for _, e in ipairs(events) do
@@ -400,21 +406,21 @@ local function fit_replay(events, start, rate, p)
     if e >= 0 then
       w = w + 1
       if w > most then most = w end
-    elseif w < least and fit_judged(index, start, p) then
+    elseif w < least and fit_judged(index, start, full, p) then
       least = w
     end
   end
   return most, least
 end
 
-local function fit_slack(events, start, rate, p)
-  local most, least = fit_replay(events, start, rate, p)
+local function fit_slack(events, start, full, rate, p)
+  local most, least = fit_replay(events, start, full, rate, p)
   if least > 0 then return most - least end
   return math.huge
 end
 
 -- LimitHistory.fit: the largest consistent rate near guess (or up to top), or nil; and LimitHistory.burst at it.
-local function h_fit(fkey, guess, top, p)
+local function h_fit(fkey, full, guess, top, p)
   h_flush_notes()
   local raw = redis.call('LRANGE', fkey, 0, -1)
   if #raw < 2 then return nil end
@@ -424,7 +430,7 @@ local function h_fit(fkey, guess, top, p)
   for _, e in ipairs(events) do
     if e < 0 then
       local index = -e - 1
-      if fit_judged(index, start, p) then
+      if fit_judged(index, start, full, p) then
         if index - last >= p.k_fit_episode_bins then episodes = episodes + 1 end
         last = index
       end
@@ -439,7 +445,7 @@ local function h_fit(fkey, guess, top, p)
   for k = p.k_fit_low, high do
     local rate = guess * p.k_fit_step ^ k
     table.insert(rates, rate)
-    table.insert(slacks, fit_slack(events, start, rate, p))
+    table.insert(slacks, fit_slack(events, start, full, rate, p))
   end
   local best = 1
   for i = 2, #slacks do if slacks[i] < slacks[best] then best = i end end
@@ -447,14 +453,20 @@ local function h_fit(fkey, guess, top, p)
   if least == math.huge or best == 1 or best == #slacks then return nil end
   local top = best
   while top + 1 <= #slacks and (slacks[top + 1] < 1 or slacks[top + 1] <= least) do top = top + 1 end
+  if full and top == #slacks then return nil end  -- (consistent up to the pace itself: too few answers)
   local a = rates[top]
   local b = a * p.k_fit_step
   for _ = 1, p.k_fit_refine do
     local c = (a + b) / 2
-    local slack = fit_slack(events, start, c, p)
+    local slack = fit_slack(events, start, full, c, p)
     if slack < 1 or slack <= least then a = c else b = c end
   end
-  local most = fit_replay(events, start, a, p)
+  if full then  -- the geometric middle of the consistent rates under a (down to half of it)
+    local low = a
+    while low > a / 2 and fit_slack(events, start, full, low / p.k_fit_step, p) < 1 do low = low / p.k_fit_step end
+    a = math.sqrt(low * a)
+  end
+  local most = fit_replay(events, start, full, a, p)
   return a, math.max(1, math.floor(most))
 end
 
@@ -465,7 +477,40 @@ local function h_fit_restart(fkey, d, index)
   redis.call('DEL', fkey)
   redis.call('RPUSH', fkey, start)
   if h_ttl > 0 then redis.call('PEXPIRE', fkey, math.floor(h_ttl * 1000)) end
-  d.fit_start = start
+  d.fit_start, d.fit_full = start, false
+end
+
+-- LimitHistory.refilled: the history begins again at bin *index*, where a hold has just refilled
+-- the bucket (its 429s judged at once), the events already noted from there on kept.
+local function h_fit_refilled(fkey, d, index)
+  h_flush_notes()
+  local start = math.max(1, index)
+  local kept = {start}
+  if d.fit_start ~= nil then
+    for _, v in ipairs(redis.call('LRANGE', fkey, 1, -1)) do
+      local e = tonumber(v)
+      local at_bin = e
+      if e < 0 then at_bin = -e - 1 end
+      if at_bin >= start then table.insert(kept, e) end
+    end
+  end
+  redis.call('DEL', fkey)
+  for i = 1, #kept, 1000 do redis.call('RPUSH', fkey, unpack(kept, i, math.min(i + 999, #kept))) end
+  if h_ttl > 0 then redis.call('PEXPIRE', fkey, math.floor(h_ttl * 1000)) end
+  d.fit_start, d.fit_full = start, true
+end
+
+-- pacing.begin_after_fall: after a fall, the history begins again where the bucket is known full
+-- (the hold after the fall's first refusal under the limit, when recent; else this refusal's
+-- hold), or, without such a hold, at this request as if trimmed there.
+local function h_begin_after_fall(fkey, d, p, index, refilled_at)
+  if d.fall_from ~= 0 and index - d.fall_from > 0 and index - d.fall_from <= p.k_fall_lookback_bins then
+    h_fit_refilled(fkey, d, d.fall_from)
+  elseif refilled_at ~= nil then
+    h_fit_refilled(fkey, d, fit_bin(refilled_at, d.born, p))
+  else
+    h_fit_restart(fkey, d, index)
+  end
 end
 
 local function h_declare(d, p, now, pace)
@@ -506,8 +551,9 @@ local function h_increase(d, p, now)
 end
 
 -- fkey: the history for the limit fit (a 429 from the second on), or nil.
--- sent: when the refused request was sent (nil: now).
-local function h_decrease(d, p, now, measured, rate_bound, fkey, sent)
+-- sent: when the refused request was sent (nil: now). refilled_at: when the hold this refusal
+-- brings ends, if it refills the bucket (recording.refilled_at), or nil.
+local function h_decrease(d, p, now, measured, rate_bound, fkey, sent, refilled_at)
   if now - d.last_decrease < math.max(p.k_min_decrease_gap, d.latency or 0) then
     if not measured or sent == nil or sent <= d.last_decrease or sent >= now then return false end
     d.cut_refused = d.cut_refused + 1  -- refused at the cut pace: again once too many say so
@@ -540,15 +586,20 @@ local function h_decrease(d, p, now, measured, rate_bound, fkey, sent)
     elseif d.cuts >= 1 then floor = before * p.rate_decrease end
     before = math.min(before, math.max(delivered, floor))
   end
+  local fallen = false
   if measured and fkey ~= nil then  -- pacing.fell: the second cut in a row at no more than the learned limit
     local below = d.cuts == 2 and d.threshold ~= nil and d.threshold > 0 and rate <= d.threshold
     local again = below and d.cut_below ~= 0
     if below then d.cut_below = 1 else d.cut_below = 0 end
-    if again then h_fit_restart(fkey, d, fit_bin(sent or now, d.born, p)) end  -- (another bucket's history)
+    if again then  -- (another bucket's history)
+      fallen = true
+      h_begin_after_fall(fkey, d, p, fit_bin(sent or now, d.born, p), refilled_at)
+    end
   end
   if measured and d.cuts >= 1 and fkey ~= nil then
-    local fitted, burst = h_fit(fkey, before, rate, p)
-    if fitted ~= nil then  -- (it replaces the window's reading)
+    local fitted, burst = h_fit(fkey, d.fit_full, before, rate, p)
+    -- (it replaces the window's reading; after a fall, only a higher one)
+    if fitted ~= nil and not (fallen and fitted * p.k_fit_margin < before) then
       before = math.min(rate, fitted * p.k_fit_margin)
       d.burst_cap = burst
     end
@@ -561,6 +612,9 @@ local function h_decrease(d, p, now, measured, rate_bound, fkey, sent)
   d.rate = math.max(p.min_rate, before * p.rate_decrease)
   d.tokens = math.min(d.tokens, h_burst(d, p))
   d.last_decrease = now
+  -- (where a fall's evidence would begin: the hold after this cut under the learned limit)
+  d.fall_from = 0
+  if measured and d.cut_below ~= 0 and refilled_at ~= nil then d.fall_from = math.max(1, fit_bin(refilled_at, d.born, p)) end
   return true
 end
 
@@ -715,7 +769,11 @@ local function h_failure(d, p, now, answered, in_share, domain, penalty, congest
   -- rate); while the circuit is not closed a failure costs no health and no hold
   local fkey_fit = nil
   if measured then fkey_fit = fkey end
-  local fresh = congestion and h_decrease(d, p, now, measured, false, fkey_fit, note_at)
+  local refilled_at = nil  -- recording.refilled_at
+  if retry_after ~= nil and math.min(math.max(retry_after, 0), p.retry_after_cap) >= p.k_fit_full_hold then
+    refilled_at = now + math.min(math.max(retry_after, 0), p.retry_after_cap)
+  end
+  local fresh = congestion and h_decrease(d, p, now, measured, false, fkey_fit, note_at, refilled_at)
   local closed = d.circuit == 'closed'
   if closed and (fresh or not congestion) then
     local floor = 0  -- a rate signal says slower, not sick

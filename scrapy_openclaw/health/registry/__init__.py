@@ -33,7 +33,7 @@ from scrapy_openclaw.health.registry.pacing import (
     seed,
 )
 from scrapy_openclaw.health.registry.record import DomainState, _Domain
-from scrapy_openclaw.health.registry.recording import count_failure, hold_after_failure
+from scrapy_openclaw.health.registry.recording import count_failure, hold_after_failure, refilled_at
 from scrapy_openclaw.health.registry.refusals import keep_pace, pace_sample
 from scrapy_openclaw.health.registry.remembered import Remembered
 from scrapy_openclaw.health.registry.tuning import (
@@ -326,7 +326,15 @@ class HealthRegistry:
         # failed probe or a late answer costs nothing while down: the growing cool-down is the penalty.
         measured = measures_limit(classification.status, retry_after)
         history = self.histories.get(domain) if measured else None
-        fresh = congestion and decrease(d, p, now, measured=measured, history=history, sent=sent_at(now, latency))
+        fresh = congestion and decrease(
+            d,
+            p,
+            now,
+            measured=measured,
+            history=history,
+            sent=sent_at(now, latency),
+            refilled_at=refilled_at(p, now, retry_after),
+        )
         if fresh:
             self.cuts_by_cause[str(classification.status or classification.reason)] += 1
         closed = d.circuit == CLOSED

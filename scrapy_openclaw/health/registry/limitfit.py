@@ -20,7 +20,9 @@ fit, when there is one, replaces the window's reading.
 The history is kept from the domain's first answer (its bucket was full then:
 the recursion's W = 0 start), bounded to the last ``_FIT_HORIZON`` seconds; once
 trimmed, the 429s of its first ``_FIT_BURN_IN`` seconds are not judged (W's
-start there is a guess until a hold refills the bucket). A history that holds no
+start there is a guess until a hold refills the bucket). A history begun again
+where a hold has just refilled the bucket (:meth:`LimitHistory.refilled`) knows
+its start and is judged at once. A history that holds no
 429 when it is trimmed is dropped, and an older domain starts one only at a 429:
 a healthy domain costs nothing here after its first half minute. The Lua port is
 ``h_fit`` in ``distributed/lua/health.lua``; the parity test drives both.
@@ -77,11 +79,16 @@ def fit_bin(at: float, born: float) -> int:
     return max(0, math.floor((at - born) / _FIT_BIN))
 
 
+def _bin_of(event: int) -> int:
+    """The bin of a history event (an answer's bin, or ``-bin - 1`` for a 429)."""
+    return event if event >= 0 else -event - 1
+
+
 class LimitHistory:
     """A domain's answers and 429s since *start* (a bin): one int per event, its bin for an
     answer that took a token, ``-bin - 1`` for a 429."""
 
-    __slots__ = ("events", "start")
+    __slots__ = ("events", "full", "start")
 
     def __init__(self, index: int = 0) -> None:
         # 0: the history reaches back to the domain's first answer; a domain older than the
@@ -89,16 +96,20 @@ class LimitHistory:
         # trimmed there
         self.start = 0 if index < HORIZON_BINS else index
         self.events = array("q")
+        self.full = False  # begun where a hold had just refilled the bucket (see refilled)
 
     def note(self, index: int, answered: bool) -> bool:
         """Add an event at bin *index*; trim to the horizon when half as long again. False when
         the trimmed history holds no 429: nothing to fit, the caller drops it (a healthy
-        domain costs no history after its first seconds)."""
+        domain costs no history after its first seconds). An event before the start of a
+        history begun at a refilled bucket (a request sent before that hold) is left out."""
+        if self.full and index < self.start:
+            return True
         self.events.append(index if answered else -index - 1)
         if index - self.start > 3 * HORIZON_BINS // 2:
             start = index - HORIZON_BINS
-            self.events = array("q", (e for e in self.events if (e if e >= 0 else -e - 1) >= start))
-            self.start = start
+            self.events = array("q", (e for e in self.events if _bin_of(e) >= start))
+            self.start, self.full = start, False
             return any(e < 0 for e in self.events)
         return True
 
@@ -108,6 +119,16 @@ class LimitHistory:
         (replayed together, no single rate explains both, and the least wrong one is no fit)."""
         self.start = max(1, index)
         self.events = array("q")
+        self.full = False
+
+    def refilled(self, index: int) -> None:
+        """Begin again at bin *index*, where a hold has just refilled the bucket: W = 0 is known
+        there, not guessed, so its 429s are judged at once. The events already noted from
+        *index* on are kept (a limit that fell is fitted from the hold after its first refusal
+        under the old limit: see :func:`.pacing.begin_after_fall`)."""
+        self.start = max(1, index)
+        self.events = array("q", (e for e in self.events if _bin_of(e) >= self.start))
+        self.full = True
 
     def fit(self, guess: float, top: float = 0.0) -> float | None:
         """The largest rate consistent with the history near *guess* (the 2xx window's
@@ -118,7 +139,10 @@ class LimitHistory:
         guess was no guide).
 
         Consistent: a slack under 1, or, when timing noise leaves none, no more than the
-        least found; the rates from the least-slack one up to the first that is not.
+        least found; the rates from the least-slack one up to the first that is not. On a
+        history begun at a refilled bucket (:meth:`refilled`), the geometric middle of the
+        consistent rates under that one (down to half of it): soon after its start, few
+        answers leave a wide range, and its top is loose.
         """
         if self._episodes() < 2:
             return None
@@ -134,6 +158,8 @@ class LimitHistory:
         top = best
         while top + 1 < len(slacks) and (slacks[top + 1] < 1.0 or slacks[top + 1] <= least):
             top += 1
+        if self.full and top == len(slacks) - 1:
+            return None  # (consistent up to the pace itself: too few answers yet to bound it)
         a = rates[top]
         b = a * _FIT_STEP
         for _ in range(_FIT_REFINE):
@@ -143,10 +169,15 @@ class LimitHistory:
                 a = c
             else:
                 b = c
-        return a
+        if not self.full:
+            return a
+        low = a
+        while low > a / 2 and self._slack(low / _FIT_STEP) < 1.0:
+            low /= _FIT_STEP
+        return math.sqrt(low * a)
 
     def _judged(self, index: int) -> bool:
-        return self.start == 0 or index >= self.start + BURN_IN_BINS
+        return self.full or self.start == 0 or index >= self.start + BURN_IN_BINS
 
     def _episodes(self) -> int:
         """429 episodes to judge by (429s less than ``_FIT_EPISODE_GAP`` apart are one)."""

@@ -18,6 +18,7 @@ from scrapy_openclaw.health.registry.tuning import (
     _CUT_AGAIN,
     _CUT_FLOOR,
     _DECLARED_SHARE,
+    _FALL_LOOKBACK_BINS,
     _FIT_MARGIN,
     _LATENCY_ALPHA,
     _LATENCY_SLACK,
@@ -150,6 +151,7 @@ def decrease(
     rate_bound: bool = False,
     history: LimitHistory | None = None,
     sent: float | None = None,
+    refilled_at: float | None = None,
 ) -> bool:
     """Cut the rate for a congestion event; False (nothing done) within one of the last.
 
@@ -164,7 +166,9 @@ def decrease(
     saved up, not the pace. One sent later, or a burst of one refused,
     was refused for the pace, and cuts it. Under a limit the site declares
     (``declared``) every 429 halves the burst first: the pace is the site's
-    own figure, and requests sent at it arrive bunched.
+    own figure, and requests sent at it arrive bunched. *refilled_at*: when the
+    Retry-After hold this refusal brings ends, if it is long enough to refill the
+    bucket (``_FIT_FULL_HOLD``), for the fit after a fall (:func:`begin_after_fall`).
     """
     if now - d.last_decrease < max(_MIN_DECREASE_GAP, d.latency or 0.0):
         if not measured or sent is None or not d.last_decrease < sent < now:
@@ -181,9 +185,11 @@ def decrease(
         d.tokens = min(d.tokens, float(d.burst_cap))
         d.last_decrease = now
         return True
+    fallen = False
     if measured and fell(d, p) and history is not None:  # (its history is another bucket's)
-        history.restart(fit_bin(now if sent is None else sent, d.born))
-    limit = learned_limit(d, p, now, measured, history)
+        fallen = True
+        begin_after_fall(d, history, fit_bin(now if sent is None else sent, d.born), refilled_at)
+    limit = learned_limit(d, p, now, measured, history, fallen)
     if d.cuts == 0:
         end_slow_start(d, now)
     # (see increase; any cut ends a remembered limit's longer plateau)
@@ -192,20 +198,41 @@ def decrease(
     d.rate = max(p.min_rate, limit * p.rate_decrease)
     d.tokens = min(d.tokens, float(burst_of(d, p)))
     d.last_decrease = now
+    # (where a fall's evidence would begin: the hold after this cut under the learned limit)
+    d.fall_from = max(1, fit_bin(refilled_at, d.born)) if measured and d.cut_below and refilled_at else 0
     return True
 
 
 def fell(d: _Domain, p: HealthPolicy) -> bool:
     """Whether a 429 that cuts (not one of a burst) says the learned limit fell: the second
     cut in a row refused at no more than a measured limit (one refused past it, a probe, starts
-    the count again; a remembered limit refused is a guess a little high, which the fit corrects)."""
+    the count again, and so does a fall; a remembered limit refused is a guess a little high,
+    which the fit corrects)."""
     below = d.cuts == 2 and bool(d.threshold) and rate_of(d, p) <= (d.threshold or 0.0)
     again = below and d.cut_below
     d.cut_below = int(below)
     return bool(again)
 
 
-def learned_limit(d: _Domain, p: HealthPolicy, now: float, measured: bool, history: LimitHistory | None) -> float:
+def begin_after_fall(d: _Domain, history: LimitHistory, index: int, refilled_at: float | None) -> None:
+    """The fit's history begins again after a fall (what came before is another bucket's), where
+    the bucket is known full when it can: at the hold after the fall's first refusal under the
+    limit (``d.fall_from``), when that came at most ``_FALL_LOOKBACK`` before this refusal (sent
+    in bin *index*), the answers since kept, so that this very cut is fitted from the new bucket;
+    else at the end of this refusal's hold; without a hold that refills the bucket, at this
+    request, its first seconds not judged. (From a window instead, the cut would read the
+    hold's pause as the site's: a limit that fell by a quarter was learned at half of it.)"""
+    if d.fall_from and 0 < index - d.fall_from <= _FALL_LOOKBACK_BINS:
+        history.refilled(d.fall_from)
+    elif refilled_at is not None:
+        history.refilled(fit_bin(refilled_at, d.born))
+    else:
+        history.restart(index)
+
+
+def learned_limit(
+    d: _Domain, p: HealthPolicy, now: float, measured: bool, history: LimitHistory | None, fallen: bool = False
+) -> float:
     """The limit a cut learns: the rate the domain delivered lately (its 2xx over the last
     second or two), when lower than the rate (past a limit only the answers say where it
     is). After the first cut, at no less than ``_CUT_FLOOR`` x the rate for a 429 (what got
@@ -214,7 +241,8 @@ def learned_limit(d: _Domain, p: HealthPolicy, now: float, measured: bool, histo
     pace down). From the second 429 on, ``_FIT_MARGIN`` x the limit the domain's *history*
     proves (:mod:`.limitfit`), when it proves one, since the window misreads both ways (a
     few per cent high on a plateau, up to ~10% low at the end of a probe); the fit also
-    caps the domain's burst at the largest the site took."""
+    caps the domain's burst at the largest the site took. After a fall (*fallen*) the fit
+    searches from the window's own reading, under the floor: the limit may have fallen far."""
     pace = limit = rate_of(d, p)
     delivered = delivered_rate(d, now)
     if delivered > 0:
@@ -222,7 +250,9 @@ def learned_limit(d: _Domain, p: HealthPolicy, now: float, measured: bool, histo
         limit = min(limit, max(delivered, floor))
     if measured and d.cuts >= 1 and history is not None:
         fitted = history.fit(limit, pace)
-        if fitted is not None:
+        # (after a fall, never under the window's reading: a few seconds of answers with holds
+        # in them can fit a quarter of the limit)
+        if fitted is not None and not (fallen and fitted * _FIT_MARGIN < limit):
             limit = min(pace, fitted * _FIT_MARGIN)
             d.burst_cap = history.burst(fitted)
     return limit

@@ -96,6 +96,7 @@ class _Domain:
         "declared",
         "cut_below",
         "cut_refused",
+        "fall_from",
         # pace-independent refusals (refusals.py): the open pace interval, the reference one,
         # and the refused share judged pace-independent (0: refusals are a rate signal)
         "iv_start",
@@ -158,6 +159,9 @@ class _Domain:
         self.declared = 0.0  # the pace the site's RateLimit headers declare (req/s; 0: none declared)
         self.cut_below = 0  # 1: the last cut came at no more than the learned limit (pacing.fell)
         self.cut_refused = 0  # refusals since the last cut of requests sent after it (pacing.decrease)
+        # the fit-history bin where the hold after a cut under the learned limit ended: where a
+        # fall's evidence begins, from a refilled bucket (0: none; pacing.begin_after_fall)
+        self.fall_from = 0
         self.iv_start = now
         self.iv_ok = 0
         self.iv_refused = 0
@@ -189,6 +193,7 @@ _COUNTERS = (
     "cuts",
     "burst_cap",
     "retry_after_holds",
+    "fall_from",
     "iv_ok",
     "iv_refused",
 )

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from scrapy_openclaw.health.registry.limitfit import note_kind
 from scrapy_openclaw.health.registry.pacing import rate_of
+from scrapy_openclaw.health.registry.tuning import _FIT_FULL_HOLD
 
 if TYPE_CHECKING:
     from scrapy_openclaw.errors import Classification
@@ -41,3 +42,12 @@ def hold_after_failure(
         d.retry_after_holds += 1
     elif classification.is_throttle and closed:
         d.hold_until = max(d.hold_until, now + 1.0 / rate_of(d, p))
+
+
+def refilled_at(p: HealthPolicy, now: float, retry_after: float | None) -> float | None:
+    """When the hold a Retry-After brings ends, if it is long enough to refill the site's bucket
+    (``_FIT_FULL_HOLD``): the limit fit knows the bucket full there (None: no such hold)."""
+    if retry_after is None:
+        return None
+    hold = min(max(retry_after, 0.0), p.retry_after_cap)
+    return now + hold if hold >= _FIT_FULL_HOLD else None

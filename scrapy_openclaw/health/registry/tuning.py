@@ -37,9 +37,16 @@ _FIT_BIN = 0.01  # seconds
 _FIT_HORIZON = 20.0  # seconds kept (trimmed back to this once half as long again)
 _FIT_BURN_IN = 5.0  # seconds at the start of a trimmed history whose 429s are not judged
 _FIT_EPISODE_GAP = 1.0  # seconds between 429s of two episodes (a fit needs two)
+# A history begun where a hold has just refilled the bucket is judged at once (W = 0 is known
+# there, not guessed): a Retry-After hold at least this long (seconds) refills it; ...
+_FIT_FULL_HOLD = 1.0
+# ... and a limit that fell is fitted from the hold after its first refusal under the learned
+# limit, when that came at most this long (seconds) before the refusal that says it fell
+_FALL_LOOKBACK = 3.0
 _FIT_HORIZON_BINS = round(_FIT_HORIZON / _FIT_BIN)  # (the same, in bins)
 _FIT_BURN_IN_BINS = round(_FIT_BURN_IN / _FIT_BIN)
 _FIT_EPISODE_BINS = round(_FIT_EPISODE_GAP / _FIT_BIN)
+_FALL_LOOKBACK_BINS = round(_FALL_LOOKBACK / _FIT_BIN)
 # ... the search: rates guess x STEP**k for k in LOW..HIGH (the window reads 0-8% high on a
 # plateau, up to ~10% low at the end of the probe, when the rate was still rising), then
 # REFINE halvings of the last step ...
