@@ -486,6 +486,27 @@ def test_rate_signals_and_pace_independent_refusals_match(redis_server: Any) -> 
     assert n.refusals_flat > 0.0 and n.limit is None
 
 
+def test_a_flat_share_over_a_half_rises_into_a_rate_signal_alike(redis_server: Any) -> None:
+    """Refusals proved flat at a share over a half (as a 2 req/s bucket of 10 once was, wrongly):
+    8 of 10 refused keeps them flat, then every one refused makes them a rate signal again (the
+    rise capped at 0.9, refusals._risen / h_pace_sample): field for field."""
+    t = 3_050_000.0
+    proved = HealthRegistry()
+    proved.record_success("f", 0.005, t)
+    proved._domains["f"].refusals_flat = 0.6
+    local, shared = _pair(redis_server.url)
+    local.restore(proved.snapshot())
+    shared.restore(proved.snapshot())
+    events: list[tuple[Any, ...]] = []
+    for i in range(20):
+        now = t + 1.0 + 0.1 * i
+        events.append(("fail", "f", now, C429, 1.0, None, 0.005) if i >= 2 else ("ok", "f", now, 0.005))
+    _drive(local, shared, events[:10])
+    assert local._domains["f"].refusals_flat == 0.6
+    _drive(local, shared, events[10:])
+    assert local._domains["f"].refusals_flat == 0.0
+
+
 def test_refusals_proved_flat_on_slow_starts_answers_match(redis_server: Any) -> None:
     """The answers to what slow start sent (answered after the first cut, known by their
     latency) are the reference of the pace-independence proof: field for field alike."""

@@ -193,6 +193,21 @@ def test_flat_refusals_that_rise_with_the_pace_become_a_rate_signal_again() -> N
     assert reg.judge("a", HTTP_429, retry_after=1.0, now=now + 3) == "domain"
 
 
+def test_a_flat_share_over_a_half_can_still_rise_into_a_rate_signal() -> None:
+    """The rise that revokes a flat share (1.5 x it + 0.2) is capped at 0.9: past a flat share of
+    0.47 it would be over 1, and a limiter wrongly proved flat at 60% (a 2 req/s bucket of 10,
+    16 in flight, under the simulator) was crawled at the pace with 97% of its requests refused."""
+    reg = HealthRegistry()
+    d, _ = reg._get("a", T0)
+    d.cuts, d.refusals_flat, d.iv_start = 2, 0.6, T0
+    for i in range(10):  # 8 of 10 refused: still the flat share, give or take
+        refusals.pace_sample(d, T0 + 0.1 * (i + 1), i >= 2, 8.0, T0 + 0.1 * i)
+    assert d.refusals_flat == 0.6
+    for i in range(10, 20):  # every one refused: they rose with the pace
+        refusals.pace_sample(d, T0 + 0.1 * (i + 1), True, 8.0, T0 + 0.1 * i)
+    assert d.refusals_flat == 0.0
+
+
 def test_no_burst_after_an_open_circuit() -> None:
     reg = HealthRegistry()
     refused = Classification(ErrorClass.NETWORK, "connection_refused")

@@ -675,7 +675,7 @@ local function h_pace_sample(d, p, now, refused, sent)
   local pace, share, ok = h_rate(d, p), d.iv_refused / n, d.iv_ok
   d.iv_start, d.iv_ok, d.iv_refused = now, 0, 0
   if d.refusals_flat ~= 0 then
-    if share >= d.refusals_flat * p.k_flat_rise + p.k_flat_min_share then
+    if share >= math.min(d.refusals_flat * p.k_flat_rise + p.k_flat_min_share, p.k_flat_rise_cap) then  -- (refusals._risen)
       d.refusals_flat, d.ref_share, d.ref_pace, d.ref_ok = 0, share, pace, ok / span
     end
     return false
@@ -695,7 +695,7 @@ local function h_pace_sample(d, p, now, refused, sent)
     return false
   end
   if pace > p.k_flat_slower * d.ref_pace then return false end
-  local kept = share >= p.k_flat_kept * d.ref_share and share < p.k_flat_rise * d.ref_share + p.k_flat_min_share
+  local kept = share >= p.k_flat_kept * d.ref_share and share < math.min(p.k_flat_rise * d.ref_share + p.k_flat_min_share, p.k_flat_rise_cap)
   local fell = delivered <= math.min(p.k_flat_delivered, pace / math.max(d.ref_pace, 1e-9) + p.k_flat_pace_slack) * d.ref_ok
   if kept and ok >= p.k_flat_min_ok and fell then
     d.refusals_flat = share

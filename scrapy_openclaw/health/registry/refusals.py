@@ -16,7 +16,7 @@ refused share did not fall (``_FLAT_KEPT``) while what got through fell with the
 pace (``_FLAT_DELIVERED``) proves the refusals pace-independent: the domain's
 ``refusals_flat`` holds their share, and its refusals become the page's own failures
 (retried, no cut, no hold, no health cost). A share that later rises well above it
-(``_FLAT_RISE``) makes them a rate signal again. The first interval with refusals after a
+(``_FLAT_RISE``, at most ``_FLAT_RISE_CAP``) makes them a rate signal again. The first interval with refusals after a
 clean one (and slow start's answers after one) straddles a change, a limit that fell: half
 of it answered under the old limit, so it is no reference. The Lua port is ``h_pace_sample``.
 """
@@ -32,6 +32,7 @@ from scrapy_openclaw.health.registry.tuning import (
     _FLAT_MIN_SHARE,
     _FLAT_PACE_SLACK,
     _FLAT_RISE,
+    _FLAT_RISE_CAP,
     _FLAT_SLOWER,
     _PACE_SAMPLE,
     _PACE_SHORT,
@@ -60,7 +61,7 @@ def pace_sample(d: _Domain, now: float, refused: bool, rate: float, sent: float)
     pace, share, ok = rate, d.iv_refused / n, d.iv_ok
     d.iv_start, d.iv_ok, d.iv_refused = now, 0, 0
     if d.refusals_flat:
-        if share >= d.refusals_flat * _FLAT_RISE + _FLAT_MIN_SHARE:
+        if share >= _risen(d.refusals_flat):
             d.refusals_flat, d.ref_share, d.ref_pace, d.ref_ok = 0.0, share, pace, ok / span
         return False
     if share < _FLAT_MIN_SHARE or not d.cuts:
@@ -78,7 +79,7 @@ def pace_sample(d: _Domain, now: float, refused: bool, rate: float, sent: float)
         return False
     if pace > _FLAT_SLOWER * d.ref_pace:
         return False
-    kept = _FLAT_KEPT * d.ref_share <= share < _FLAT_RISE * d.ref_share + _FLAT_MIN_SHARE  # (a rise: not flat either)
+    kept = _FLAT_KEPT * d.ref_share <= share < _risen(d.ref_share)  # (a rise: not flat either)
     fell = delivered <= min(_FLAT_DELIVERED, pace / max(d.ref_pace, 1e-9) + _FLAT_PACE_SLACK) * d.ref_ok
     flat = kept and ok >= _FLAT_MIN_OK and fell
     if flat:
@@ -86,6 +87,13 @@ def pace_sample(d: _Domain, now: float, refused: bool, rate: float, sent: float)
         return True
     d.ref_share, d.ref_pace, d.ref_ok = share, pace, delivered  # slowing helped: a rate signal
     return False
+
+
+def _risen(share: float) -> float:
+    """The refused share that says refusals at *share* rose with the pace: a rate signal after all
+    (capped below 1: a flat share over a half, often a limiter wrongly proved flat, must be able to
+    rise too, or the crawl would go on sending at the pace with nearly every request refused)."""
+    return min(share * _FLAT_RISE + _FLAT_MIN_SHARE, _FLAT_RISE_CAP)
 
 
 def _count(d: _Domain, refused: bool) -> None:

@@ -88,6 +88,7 @@ _FLAT_PACE_SLACK = (
 )
 _FLAT_MIN_OK = 3  # ... with at least this many successes: pace-independent refusals
 _FLAT_RISE = 1.5  # x the flat share (+ _FLAT_MIN_SHARE): refused share that makes them a rate signal again
+_FLAT_RISE_CAP = 0.9  # ... or this share, whichever is less (past a flat share of 0.47 the rule above could never fire)
 # A rate signal (a 429, or an answer with Retry-After) says "slower", not "sick": it never
 # takes health below this (nor below circuit_floor) and never opens the circuit.
 _RATE_HEALTH_FLOOR = 50.0
