@@ -38,8 +38,7 @@ ADDON = {"ADDONS": {"scrapy_openclaw.Addon": 100}, "LOG_LEVEL": "INFO"}
 def _crawl(server: Any, tmp_path: Path, starts: list[str] | None = None, **settings: Any) -> Any:
     settings = {**ADDON, "OPENCLAW_DLQ_URI": str(tmp_path / "dead.jsonl"), **settings}
     result = run_crawl(settings=settings, spider_args={"start_urls": starts or server.start_urls}, timeout=120)
-    assert result.returncode == 0, result.log[-3000:]
-    assert "Traceback" not in result.log, result.log[-3000:]
+    result.assert_ok()
     return result
 
 

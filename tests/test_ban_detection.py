@@ -159,8 +159,7 @@ def test_a_ban_page_from_the_http_cache_is_retried_past_the_cache_and_costs_the_
 def _crawl(server: Any, tmp_path: Path, **settings: Any) -> Any:
     settings = {**ADDON, "OPENCLAW_DLQ_URI": str(tmp_path / "dead.jsonl"), **settings}
     result = run_crawl(settings=settings, spider_args={"start_urls": server.start_urls}, timeout=120)
-    assert result.returncode == 0, result.log[-3000:]
-    assert "Traceback" not in result.log, result.log[-3000:]
+    result.assert_ok()
     return result
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from scrapy_openclaw.testing.crawl import run_crawl
+from scrapy_openclaw.testing.crawl import crawl_on_defaults
 
 PHASES = [[5.0, 4.0, 3], [10.0, 20.0, 3]]
 HOSTS = {"127.0.0.2": "ietf", "127.0.0.3": "legacy"}
@@ -44,9 +44,7 @@ SITE = {
 
 def test_a_site_that_says_its_limit_is_paced_by_it_in_every_format(chaos_server: Any) -> None:
     server = chaos_server(SITE)
-    settings = {"ADDONS": {"scrapy_openclaw.Addon": 100}, "OPENCLAW_DLQ_ENABLED": False}
-    result = run_crawl(settings=settings, spider_args={"start_urls": server.start_urls}, timeout=300)
-    assert result.returncode == 0 and "Traceback" not in result.log, result.log[-3000:]
+    result = crawl_on_defaults(server.start_urls)
     truth = server.truth(include_requests=True)
     stats = result.stats
     assert len(result.items) == PAGES * len(HOSTS) + BUDGET_PAGES
@@ -80,9 +78,7 @@ def test_garbage_rate_limit_headers_change_nothing_and_are_named_once(chaos_serv
         ]
     }
     server = chaos_server(site)
-    settings = {"ADDONS": {"scrapy_openclaw.Addon": 100}, "OPENCLAW_DLQ_ENABLED": False}
-    result = run_crawl(settings=settings, spider_args={"start_urls": server.start_urls}, timeout=300)
-    assert result.returncode == 0 and "Traceback" not in result.log, result.log[-3000:]
+    result = crawl_on_defaults(server.start_urls)
     assert len(result.items) == 30
     assert "openclaw/health/declared_limits" not in result.stats
     assert "openclaw/health/declared_exhausted" not in result.stats

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from scrapy_openclaw.testing.crawl import run_crawl
+from scrapy_openclaw.testing.crawl import crawl_on_defaults
 
 FALL_AT, SETTLED = 5.0, 3.0  # seconds on the site's clock; the fall's first seconds are not judged
 HOSTS = {"127.0.0.2": "1", "127.0.0.3": None}  # address -> Retry-After
@@ -36,9 +36,7 @@ SITE = {
 
 def test_a_limit_that_falls_is_learned_from_its_fall(chaos_server: Any) -> None:
     server = chaos_server(SITE)
-    settings = {"ADDONS": {"scrapy_openclaw.Addon": 100}, "OPENCLAW_DLQ_ENABLED": False}
-    result = run_crawl(settings=settings, spider_args={"start_urls": server.start_urls}, timeout=300)
-    assert result.returncode == 0 and "Traceback" not in result.log, result.log[-3000:]
+    result = crawl_on_defaults(server.start_urls)
     truth = server.truth(include_requests=True)
     assert len(result.items) == PAGES * len(HOSTS)
     settled = truth["started_at"] + FALL_AT + SETTLED

@@ -20,8 +20,7 @@ A, B, C, E = "127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5"
 def crawl(server: Any, settings: dict[str, Any] | None = None, timeout: float = 120, starts: Any = None) -> Any:
     starts = starts or server.start_urls
     result = run_crawl(settings=settings or {}, spider_args={"start_urls": starts}, timeout=timeout)
-    assert result.returncode == 0, result.log[-3000:]
-    assert "Traceback" not in result.log, result.log[-3000:]
+    result.assert_ok()
     return result
 
 

@@ -42,8 +42,7 @@ def probe(chaos_server: Any, tmp_path: Path, name: str, **settings: Any) -> tupl
         out_dir=tmp_path / "out",
         timeout=60,
     )
-    assert result.returncode == 0, result.log[-3000:]
-    assert "Traceback" not in result.log, result.log[-3000:]
+    result.assert_ok()
     return result.items, json.loads(records.read_text(encoding="utf-8"))
 
 

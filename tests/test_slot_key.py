@@ -46,8 +46,7 @@ def _crawl(
         out_dir=tmp_path / "out",
         timeout=120,
     )
-    assert result.returncode == 0, result.log[-3000:]
-    assert "Traceback" not in result.log, result.log[-3000:]
+    result.assert_ok()
     assert result.items, result.log[-3000:]
     dead = tmp_path / "dead.jsonl"
     letters = [json.loads(line) for line in dead.read_text(encoding="utf-8").splitlines() if line.strip()]

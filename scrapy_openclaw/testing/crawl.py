@@ -28,6 +28,12 @@ class CrawlResult:
     log: str
     out_dir: Path
 
+    def assert_ok(self) -> CrawlResult:
+        """Assert the crawl exited 0 and logged no traceback (the log's end as the message); the
+        result, so a test can write ``result = run_crawl(...).assert_ok()``."""
+        assert self.returncode == 0 and "Traceback" not in self.log, self.log[-3000:]
+        return self
+
 
 class CrawlTimeout(TimeoutError):
     """The crawl did not finish in time (the process was killed)."""
@@ -125,3 +131,14 @@ def run_crawl(
         if proc.poll() is None:
             stop_process(proc)
     return read_result(out, proc.returncode)
+
+
+#: The add-on on its defaults, and nothing else a user might not have (no dead-letter file).
+ON_DEFAULTS = {"ADDONS": {"scrapy_openclaw.Addon": 100}, "OPENCLAW_DLQ_ENABLED": False}
+
+
+def crawl_on_defaults(start_urls: list[str], timeout: float = 300, **settings: Any) -> CrawlResult:
+    """A plain spider (``ChaosSpider``: none of our hooks) crawling *start_urls* with the add-on
+    on its defaults (plus *settings*), to a clean end (:meth:`CrawlResult.assert_ok`)."""
+    result = run_crawl(settings={**ON_DEFAULTS, **settings}, spider_args={"start_urls": start_urls}, timeout=timeout)
+    return result.assert_ok()
