@@ -500,6 +500,22 @@ local function note_event(index, answered)
   return -index - 1
 end
 
+-- The history's events from bin *start* on, after *start* itself (the list a trim or a
+-- LimitHistory.refilled leaves), and whether a 429 is among them.
+local function fit_events_from(fkey, start)
+  local kept, any429 = {start}, false
+  for _, v in ipairs(redis.call('LRANGE', fkey, 1, -1)) do
+    local e = tonumber(v)
+    local at_bin = e
+    if e < 0 then at_bin = -e - 1 end
+    if at_bin >= start then
+      table.insert(kept, e)
+      if e < 0 then any429 = true end
+    end
+  end
+  return kept, any429
+end
+
 -- A note of the event at bin *index* (answered: took a token; else a 429).
 local function note_at(fkey, d, p, index, answered)
   local start = d.fit_start
@@ -525,18 +541,8 @@ local function note_at(fkey, d, p, index, answered)
   if index - start > math.floor(3 * p.k_fit_horizon_bins / 2) then  -- trim to the horizon
     h_flush_notes()  -- (a list found gone on the way is begun again: no trim then)
     if d.fit_start == nil or index - d.fit_start <= math.floor(3 * p.k_fit_horizon_bins / 2) then return end
-    local raw = redis.call('LRANGE', fkey, 1, -1)
     local new_start = index - p.k_fit_horizon_bins
-    local kept, any429 = {new_start}, false
-    for _, v in ipairs(raw) do
-      local e = tonumber(v)
-      local at_bin = e
-      if e < 0 then at_bin = -e - 1 end
-      if at_bin >= new_start then
-        table.insert(kept, e)
-        if e < 0 then any429 = true end
-      end
-    end
+    local kept, any429 = fit_events_from(fkey, new_start)
     redis.call('DEL', fkey)
     d.fit_full = false
     if not any429 then  -- no 429 left: nothing to fit, the history goes
@@ -666,14 +672,7 @@ local function h_fit_refilled(fkey, d, index)
   h_flush_notes()
   local start = math.max(1, index)
   local kept = {start}
-  if d.fit_start ~= nil then
-    for _, v in ipairs(redis.call('LRANGE', fkey, 1, -1)) do
-      local e = tonumber(v)
-      local at_bin = e
-      if e < 0 then at_bin = -e - 1 end
-      if at_bin >= start then table.insert(kept, e) end
-    end
-  end
+  if d.fit_start ~= nil then kept = fit_events_from(fkey, start) end
   redis.call('DEL', fkey)
   for i = 1, #kept, 1000 do redis.call('RPUSH', fkey, unpack(kept, i, math.min(i + 999, #kept))) end
   if h_ttl > 0 then redis.call('PEXPIRE', fkey, math.floor(h_ttl * 1000)) end
