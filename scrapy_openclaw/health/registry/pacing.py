@@ -206,8 +206,7 @@ def decrease(
 def fell(d: _Domain, p: HealthPolicy) -> bool:
     """Whether a 429 that cuts (not one of a burst) says the learned limit fell: the second
     cut in a row refused at no more than a measured limit (one refused past it, a probe, starts
-    the count again, and so does a fall; a remembered limit refused is a guess a little high,
-    which the fit corrects)."""
+    the count again; a remembered limit refused is a guess a little high, which the fit corrects)."""
     below = d.cuts == 2 and bool(d.threshold) and rate_of(d, p) <= (d.threshold or 0.0)
     again = below and d.cut_below
     d.cut_below = int(below)
@@ -241,8 +240,8 @@ def learned_limit(
     pace down). From the second 429 on, ``_FIT_MARGIN`` x the limit the domain's *history*
     proves (:mod:`.limitfit`), when it proves one, since the window misreads both ways (a
     few per cent high on a plateau, up to ~10% low at the end of a probe); the fit also
-    caps the domain's burst at the largest the site took. After a fall (*fallen*) the fit
-    searches from the window's own reading, under the floor: the limit may have fallen far."""
+    caps the domain's burst at the largest the site took. After a fall (*fallen*) only a fit
+    over the window's reading counts: the history is then a few seconds long, with holds in it."""
     pace = limit = rate_of(d, p)
     delivered = delivered_rate(d, now)
     if delivered > 0:
@@ -250,8 +249,8 @@ def learned_limit(
         limit = min(limit, max(delivered, floor))
     if measured and d.cuts >= 1 and history is not None:
         fitted = history.fit(limit, pace)
-        # (after a fall, never under the window's reading: a few seconds of answers with holds
-        # in them can fit a quarter of the limit)
+        # (after a fall, never under the window's reading: a second or two of answers with
+        # holds in them once fitted a quarter of the limit)
         if fitted is not None and not (fallen and fitted * _FIT_MARGIN < limit):
             limit = min(pace, fitted * _FIT_MARGIN)
             d.burst_cap = history.burst(fitted)
