@@ -533,6 +533,24 @@ def test_refusals_proved_flat_on_slow_starts_answers_match(redis_server: Any) ->
     assert local.state("s").refusals_flat > 0.0
 
 
+def test_four_answers_to_slow_start_with_one_refused_between_are_the_reference_alike(redis_server: Any) -> None:
+    """Slow start's four answers, the third refused and the fourth (sent after it) through, are the
+    reference (refusals._close_slow_start / h_close_slow_start, the open interval's send times
+    of its first refusal and last success): both prove the refusals flat at the next interval."""
+    from tests.test_moving_limits import HETERO_EVERY_THIRD
+
+    local, shared = _pair(redis_server.url)
+    t, latency, events = 3_150_000.0, 0.21, []
+    for at, ok in HETERO_EVERY_THIRD[:9]:
+        events.append((t + at, 0, ("acquire", "e", t + at, True)))
+        answer = (
+            ("ok", "e", t + at + latency, latency) if ok else ("fail", "e", t + at + latency, C429, 1.0, None, latency)
+        )
+        events.append((t + at + latency, 1, answer))
+    _drive(local, shared, [event for _, _, event in sorted(events)])
+    assert local.state("e").refusals_flat > 0.0
+
+
 def test_a_remembered_domain_matches_through_its_plateau_and_first_cuts(redis_server: Any) -> None:
     """Site memory: both start a known domain at its remembered limit, hold it through the
     longer plateau, probe past it, and become ordinary at the first cut (a 503 cut too)."""

@@ -13,6 +13,7 @@ import heapq
 import random
 from dataclasses import dataclass, field
 
+import pytest
 from scrapy.settings import Settings
 
 from scrapy_openclaw.errors import Classification, ErrorClass, ErrorTaxonomy
@@ -163,6 +164,41 @@ def test_the_answers_to_slow_starts_requests_are_the_reference_that_proves_refus
         reg, run = crawl(Limiter([(0.0, 0.0, 1)], every=3), 8.0, concurrency=8, latency=1.0, seed=seed)
         assert reg.state("a").refusals_flat, seed
         assert sum(1 for at, _ in run.sent if at >= T0 + 7.0) >= 5, seed  # and the pace came back
+
+
+#: The every-third host of the ``hetero`` benchmark as its server recorded it (seconds from its
+#: first request, and whether answered): the third request refused while slow start had four on
+#: their way (answers after 0.21 s). It was proved pace-independent only at 34 s.
+HETERO_EVERY_THIRD = [
+    (0.0, True), (0.31, True), (0.34, False), (0.42, True), (0.60, True), (1.62, False), (2.87, True),
+    (3.59, True), (4.32, False), (5.52, True), (6.65, True), (7.77, False), (9.93, True), (12.35, True),
+    (14.68, False), (19.38, True), (24.33, True), (28.90, False), (33.88, True),
+]  # fmt: skip
+
+
+def replay(sends: list[tuple[float, bool]], latency: float = 0.21) -> HealthRegistry:
+    """The registry fed those answers at their times (each sent when the server saw it)."""
+    reg = HealthRegistry()
+    events = sorted([(T0 + at, 0, ok) for at, ok in sends] + [(T0 + at + latency, 1, ok) for at, ok in sends])
+    for now, answer, ok in events:
+        if not answer:
+            reg.try_acquire("a", now=now)
+        elif ok:
+            reg.record_success("a", latency, now=now)
+        else:
+            reg.record_failure("a", HTTP_429, now=now, retry_after=1.0, latency=latency)
+    return reg
+
+
+def test_four_answers_to_slow_start_with_one_refused_between_are_the_reference() -> None:
+    """A reference needs five answers, but one sent after a refused one got through: slow start's
+    four are the reference, and the next interval proves the refusals flat at 4.5 s, not 34 s.
+    A bucket of three refuses slow start's last request instead: its four answers (three through,
+    then one refused) are no reference (such a reference proved buckets of three flat)."""
+    first = [s for s in HETERO_EVERY_THIRD if s[0] < 4.6]
+    assert replay(first).state("a").refusals_flat == pytest.approx(0.4)
+    bucket = [(0.0, True), (0.31, True), (0.34, True), (0.42, False), *first[4:]]
+    assert replay(bucket).state("a").refusals_flat == 0.0
 
 
 def test_a_bucket_whose_saved_up_burst_swelled_the_reference_is_no_flat_share() -> None:

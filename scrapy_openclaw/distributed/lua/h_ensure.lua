@@ -13,7 +13,8 @@ if new and ARGV[4] then
     d.cuts, d.rate = p.k_resumed, d.threshold
     d.last_decrease = now - p.k_min_decrease_gap
     d.burst_cap = math.max(0, tonumber(ARGV[5]) or 0)
-    d.iv_start, d.iv_ok, d.iv_refused, d.iv_cut, d.iv_pace = now, 0, 0, 0, 0
+    h_open_interval(d, now)  -- (refusals.restart_sample)
+    d.iv_cut, d.iv_pace = 0, 0
     d.delivered, d.win_start, d.win_ok = d.threshold, now, 0
   end
   local delay = tonumber(ARGV[6]) or 0

@@ -44,7 +44,7 @@ local HF = {'health', 'rate', 'tokens', 'threshold', 'updated', 'last_decrease',
   'answered_at', 'last_success', 'share_fast', 'share_slow', 'win_start', 'win_ok', 'delivered',
   'crawl_delay', 'troubled_at', 'cuts', 'born', 'blocked_seconds', 'circuit_seconds', 'retry_after_holds',
   'burst_cap', 'declared', 'cut_below', 'cut_refused', 'fall_from',
-  'iv_start', 'iv_ok', 'iv_refused', 'iv_cut', 'iv_pace', 'iv_clean', 'ref_share', 'ref_pace', 'ref_ok', 'refusals_flat', 'rate_cost',
+  'iv_start', 'iv_ok', 'iv_refused', 'iv_cut', 'iv_pace', 'iv_clean', 'iv_first_refused', 'iv_last_ok', 'ref_share', 'ref_pace', 'ref_ok', 'refusals_flat', 'rate_cost',
   'ctl_hold', 'ctl_rate', 'ctl_concurrency', 'ctl_down'}
 local h_ttl = 0  -- seconds an idle domain's hash lives (policy k_key_ttl; 0: for ever), set by h_load
 -- {index key, domain, history key}, set by a script that may create the state: a new state joins
@@ -152,7 +152,7 @@ local function h_load(hkey, now, pjson)
     d.fall_from = 0
     d.circuit_seconds, d.retry_after_holds = 0, 0
     d.iv_start, d.iv_ok, d.iv_refused, d.ref_share, d.ref_pace, d.ref_ok, d.refusals_flat = now, 0, 0, 0, 0, 0, 0
-    d.iv_cut, d.iv_pace, d.iv_clean = 0, 0, 0
+    d.iv_cut, d.iv_pace, d.iv_clean, d.iv_first_refused, d.iv_last_ok = 0, 0, 0, 0, 0
     d.rate_cost = 0
     d.ctl_hold, d.ctl_rate, d.ctl_concurrency, d.ctl_down = 0, 0, 0, 0
     return d, p
@@ -186,6 +186,7 @@ local function h_load(hkey, now, pjson)
   d.circuit_seconds, d.retry_after_holds = d.circuit_seconds or 0, math.max(0, d.retry_after_holds or 0)
   d.iv_start, d.iv_ok, d.iv_refused = d.iv_start or now, d.iv_ok or 0, d.iv_refused or 0
   d.iv_cut, d.iv_pace, d.iv_clean = d.iv_cut or 0, d.iv_pace or 0, d.iv_clean or 0
+  d.iv_first_refused, d.iv_last_ok = d.iv_first_refused or 0, d.iv_last_ok or 0
   d.ref_share, d.ref_pace, d.ref_ok = d.ref_share or 0, d.ref_pace or 0, d.ref_ok or 0
   d.refusals_flat = d.refusals_flat or 0
   d.rate_cost = math.min(100, math.max(0, d.rate_cost or 0))
@@ -642,19 +643,31 @@ local function h_open(d, p, now, jitter)
   d.tokens = 1  -- the probe's, and no more
 end
 
-local function h_count(d, refused)
-  if refused then d.iv_refused = d.iv_refused + 1 else d.iv_ok = d.iv_ok + 1 end
+local function h_count(d, refused, sent)
+  if refused then
+    d.iv_refused = d.iv_refused + 1
+    if d.iv_first_refused == 0 or sent < d.iv_first_refused then d.iv_first_refused = sent end
+  else
+    d.iv_ok = d.iv_ok + 1
+    d.iv_last_ok = math.max(d.iv_last_ok, sent)
+  end
+end
+
+-- refusals._open_interval
+local function h_open_interval(d, now)
+  d.iv_start, d.iv_ok, d.iv_refused, d.iv_first_refused, d.iv_last_ok = now, 0, 0, 0, 0
 end
 
 -- refusals._close_slow_start
 local function h_close_slow_start(d, p, now)
   local n = d.iv_ok + d.iv_refused
   local span = math.max(now - d.iv_start, 1e-3)
-  if n >= p.k_pace_short and d.iv_refused / n >= p.k_flat_min_share and d.refusals_flat == 0 and d.iv_clean == 0 then
+  local enough = n >= p.k_pace_short or (n >= p.k_pace_few and d.iv_last_ok > d.iv_first_refused and d.iv_first_refused > 0)
+  if enough and d.iv_refused / n >= p.k_flat_min_share and d.refusals_flat == 0 and d.iv_clean == 0 then
     d.ref_share, d.ref_pace, d.ref_ok = d.iv_refused / n, math.min(d.iv_pace, n / span), d.iv_ok / span
   end
   d.iv_cut, d.iv_pace = 0, 0
-  d.iv_start, d.iv_ok, d.iv_refused = now, 0, 0
+  h_open_interval(d, now)
 end
 
 -- refusals.pace_sample: count an answer (to a request sent at *sent*) in the pace interval;
@@ -662,17 +675,17 @@ end
 local function h_pace_sample(d, p, now, refused, sent)
   if d.iv_cut ~= 0 then
     if sent < d.iv_cut then
-      h_count(d, refused)
+      h_count(d, refused, sent)
       return false
     end
     h_close_slow_start(d, p, now)
   end
-  h_count(d, refused)
+  h_count(d, refused, sent)
   local n = d.iv_ok + d.iv_refused
   if n < p.k_pace_sample and (n < p.k_pace_short or now - d.iv_start < p.k_pace_span) then return false end
   local span = math.max(now - d.iv_start, 1e-3)
   local pace, share, ok = h_rate(d, p), d.iv_refused / n, d.iv_ok
-  d.iv_start, d.iv_ok, d.iv_refused = now, 0, 0
+  h_open_interval(d, now)
   if d.refusals_flat ~= 0 then
     if share >= math.min(d.refusals_flat * p.k_flat_rise + p.k_flat_min_share, p.k_flat_rise_cap) then  -- (refusals._risen)
       d.refusals_flat, d.ref_share, d.ref_pace, d.ref_ok = 0, share, pace, ok / span

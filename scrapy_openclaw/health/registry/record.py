@@ -105,6 +105,8 @@ class _Domain:
         "iv_cut",
         "iv_pace",
         "iv_clean",
+        "iv_first_refused",
+        "iv_last_ok",
         "ref_share",
         "ref_pace",
         "ref_ok",
@@ -168,6 +170,9 @@ class _Domain:
         self.iv_cut = 0.0  # the first cut, while the interval waits for the answers to slow start's requests
         self.iv_pace = 0.0  # ... and the pace slow start allowed them
         self.iv_clean = 0  # 1: the last interval closed clean (the next with refusals straddles a change)
+        # when the open interval's first refused request and its last successful one were sent (0: none)
+        self.iv_first_refused = 0.0
+        self.iv_last_ok = 0.0
         self.ref_share = 0.0
         self.ref_pace = 0.0
         self.ref_ok = 0.0

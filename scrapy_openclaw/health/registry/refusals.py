@@ -34,6 +34,7 @@ from scrapy_openclaw.health.registry.tuning import (
     _FLAT_RISE,
     _FLAT_RISE_CAP,
     _FLAT_SLOWER,
+    _PACE_FEW,
     _PACE_SAMPLE,
     _PACE_SHORT,
     _PACE_SPAN,
@@ -50,16 +51,16 @@ def pace_sample(d: _Domain, now: float, refused: bool, rate: float, sent: float)
     made the refusals pace-independent (``d.refusals_flat`` set)."""
     if d.iv_cut:
         if sent < d.iv_cut:  # slow start's answers: they close when one sent after it comes
-            _count(d, refused)
+            _count(d, refused, sent)
             return False
         _close_slow_start(d, now)
-    _count(d, refused)
+    _count(d, refused, sent)
     n = d.iv_ok + d.iv_refused
     if n < _PACE_SAMPLE and (n < _PACE_SHORT or now - d.iv_start < _PACE_SPAN):
         return False
     span = max(now - d.iv_start, 1e-3)
     pace, share, ok = rate, d.iv_refused / n, d.iv_ok
-    d.iv_start, d.iv_ok, d.iv_refused = now, 0, 0
+    _open_interval(d, now)
     if d.refusals_flat:
         if share >= _risen(d.refusals_flat):
             d.refusals_flat, d.ref_share, d.ref_pace, d.ref_ok = 0.0, share, pace, ok / span
@@ -96,23 +97,34 @@ def _risen(share: float) -> float:
     return min(share * _FLAT_RISE + _FLAT_MIN_SHARE, _FLAT_RISE_CAP)
 
 
-def _count(d: _Domain, refused: bool) -> None:
+def _count(d: _Domain, refused: bool, sent: float) -> None:
     if refused:
         d.iv_refused += 1
+        d.iv_first_refused = min(d.iv_first_refused or sent, sent)
     else:
         d.iv_ok += 1
+        d.iv_last_ok = max(d.iv_last_ok, sent)
+
+
+def _open_interval(d: _Domain, now: float) -> None:
+    d.iv_start, d.iv_ok, d.iv_refused = now, 0, 0
+    d.iv_first_refused = d.iv_last_ok = 0.0
 
 
 def _close_slow_start(d: _Domain, now: float) -> None:
     """The answers to what slow start sent are in: with enough refused among them they are
     the reference (a later interval at 0.7x their pace that keeps their share proves the
-    refusals flat a whole interval sooner than two intervals after the cut would)."""
+    refusals flat a whole interval sooner than two intervals after the cut would). Enough:
+    ``_PACE_SHORT`` answers, or ``_PACE_FEW`` when one sent after a refused one got through
+    (a token bucket refuses the end of slow start: its four answers can read a third refused,
+    three through and the last refused, and such a reference once proved buckets flat)."""
     n = d.iv_ok + d.iv_refused
     span = max(now - d.iv_start, 1e-3)
-    if n >= _PACE_SHORT and d.iv_refused / n >= _FLAT_MIN_SHARE and not d.refusals_flat and not d.iv_clean:
+    enough = n >= _PACE_SHORT or (n >= _PACE_FEW and d.iv_last_ok > d.iv_first_refused > 0)
+    if enough and d.iv_refused / n >= _FLAT_MIN_SHARE and not d.refusals_flat and not d.iv_clean:
         d.ref_share, d.ref_pace, d.ref_ok = d.iv_refused / n, min(d.iv_pace, n / span), d.iv_ok / span
     d.iv_cut = d.iv_pace = 0.0
-    d.iv_start, d.iv_ok, d.iv_refused = now, 0, 0
+    _open_interval(d, now)
 
 
 def keep_pace(d: _Domain, now: float, initial_rate: float) -> None:
@@ -129,7 +141,7 @@ def keep_pace(d: _Domain, now: float, initial_rate: float) -> None:
 
 def restart_sample(d: _Domain, now: float) -> None:
     """A remembered limit: pace intervals start here."""
-    d.iv_start, d.iv_ok, d.iv_refused = now, 0, 0
+    _open_interval(d, now)
     d.iv_cut = d.iv_pace = 0.0
 
 
