@@ -334,6 +334,28 @@ SPECS: dict[str, list[Spec]] = {
             key="scale",
         ),
     ],
+    "every3rd": [
+        Spec(
+            "every3rd: every third request refused whatever the pace (400 pages, quick 120; answers after 1 s)",
+            [
+                M("span_s", "first request to last answer s", "lower"),
+                M("seconds_vs_scrapy", "time vs plain Scrapy", "lower", ratio=False),
+                M("seconds_per_page_vs_scrapy", "time per page scraped vs plain Scrapy", "lower", ratio=False),
+                M("scraped_fraction", "pages scraped", "higher"),
+                M("requests_at_server", "requests at the server", "lower"),
+                M("share_429", "429 share", ratio=False),
+                M("max_in_flight", "most requests open at once (cap 8)", ratio=False),
+                M("mean_in_flight", "mean requests open at once", "higher"),
+                M("circuit_opened", "circuit opened", "lower", ratio=False),
+                M("finished", "ended by itself", ratio=False),
+            ],
+            [
+                Headline("seconds_vs_scrapy", "openclaw", "<= 1.1", at_most(1.1)),
+                Headline("scraped_fraction", "openclaw", ">= 1.0", at_least(1.0)),
+                Headline("max_in_flight", "openclaw", "<= 8", at_most(8)),
+            ],
+        )
+    ],
     "mixed": [
         Spec(
             "mixed: 2 hosts x 200 pages (quick 60), on one every 5th page always 503 and a few 404",
