@@ -439,7 +439,7 @@ def test_a_limit_that_falls_restarts_the_fit_alike(
 
 
 def test_limit_fit_histories_match(redis_server: Any) -> None:
-    """The history itself, Python's array and Redis's list: kept from birth, dropped when 30 s of
+    """The history itself, Python's array and Redis's list: kept from birth, dropped when 60 s of
     it hold no 429, started again (as if trimmed) by a later 429, trimmed with 429s in it."""
     import redis
 
@@ -454,14 +454,14 @@ def test_limit_fit_histories_match(redis_server: Any) -> None:
 
     t = 1_000_000.0
     events: list[tuple[Any, ...]] = [("acquire", "a", t, True)]
-    events += [("ok", "a", t + 0.1 * i, 0.01) for i in range(1, 320)]
+    events += [("ok", "a", t + 0.1 * i, 0.01) for i in range(1, 620)]
     _drive(local, shared, events)
     same()
-    assert "a" not in local.histories.by_domain  # 32 s, no 429: dropped on both sides
-    events = [("fail", "a", t + 33.0, C429, 1.0, None, 0.01)]
-    events += [("ok", "a", t + 34 + 0.1 * i, 0.02) for i in range(140)]
-    events += [("fail", "a", t + 48.5, C429, 1.0, None, 0.01)]
-    events += [("ok", "a", t + 50 + 0.1 * i, 0.02) for i in range(100)]
+    assert "a" not in local.histories.by_domain  # 62 s, no 429: dropped on both sides
+    events = [("fail", "a", t + 63.0, C429, 1.0, None, 0.01)]
+    events += [("ok", "a", t + 64 + 0.1 * i, 0.02) for i in range(140)]
+    events += [("fail", "a", t + 78.5, C429, 1.0, None, 0.01)]
+    events += [("ok", "a", t + 80 + 0.1 * i, 0.02) for i in range(100)]
     _drive(local, shared, events)
     same()
     history = local.histories.by_domain["a"]

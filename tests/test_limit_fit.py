@@ -10,7 +10,7 @@ from scrapy.settings import Settings
 
 from scrapy_openclaw.errors import ErrorTaxonomy
 from scrapy_openclaw.health.registry import HealthRegistry
-from scrapy_openclaw.health.registry.limitfit import LimitHistory, fit_bin
+from scrapy_openclaw.health.registry.limitfit import HORIZON_BINS, LimitHistory, fit_bin
 from scrapy_openclaw.health.registry.pacing import delivered_rate
 
 HTTP_429 = ErrorTaxonomy.from_settings(Settings()).classify_status(429)
@@ -97,14 +97,14 @@ def test_a_refilled_history_leaves_out_what_was_sent_before_its_hold_and_a_trim_
     assert list(history.events) == [-51] and history.full  # (the 429 at bin 50 kept, the answer before dropped)
     history.note(30, True)  # an answer to a request sent before the hold
     assert list(history.events) == [-51]
-    history.note(40 + 3 * 2000 // 2 + 1, True)  # half as long again as the horizon: trimmed
+    history.note(40 + 3 * HORIZON_BINS // 2 + 1, True)  # half as long again as the horizon: trimmed
     assert not history.full
 
 
 def test_a_long_history_is_trimmed_and_still_fits() -> None:
     history = _bucket(40, 10, 1, seconds=120.0, pace=(0.9, 1.3))
     assert history.start > 0
-    assert len(history.events) < 40 * 1.3 * 30
+    assert len(history.events) < 40 * 1.3 * 1.5 * HORIZON_BINS * 0.01  # (at most half as long again)
     fitted = history.fit(42.0)
     assert fitted is not None and 0.96 * 40 <= fitted <= 1.06 * 40
 
@@ -152,12 +152,12 @@ def test_a_crawl_learns_the_limit_at_or_just_under_a_token_buckets_rate(rate: fl
 
 def test_a_healthy_domain_drops_its_history_and_a_later_429_starts_one_as_if_trimmed() -> None:
     reg = HealthRegistry()
-    for i in range(400):  # 40 s of answers, no 429
+    for i in range(700):  # 70 s of answers, no 429
         reg.record_success("a", 0.01, now=1000.0 + 0.1 * i)
-    assert "a" not in reg.histories.by_domain  # (trimmed at 30 s with nothing to fit: dropped)
-    reg.record_failure("a", HTTP_429, now=1041.0, retry_after=1.0, latency=0.01)
+    assert "a" not in reg.histories.by_domain  # (trimmed at 60 s with nothing to fit: dropped)
+    reg.record_failure("a", HTTP_429, now=1071.0, retry_after=1.0, latency=0.01)
     history = reg.histories.by_domain["a"]
-    assert history.start == fit_bin(1041.0 - 0.01, 1000.0) and len(history.events) == 1
+    assert history.start == fit_bin(1071.0 - 0.01, 1000.0) and len(history.events) == 1
 
 
 @pytest.mark.parametrize("rate", [50.0, 150.0])

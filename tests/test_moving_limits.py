@@ -10,6 +10,7 @@ verdict), never on a rate a busy machine could break: no wall clock is involved.
 from __future__ import annotations
 
 import heapq
+import math
 import random
 from dataclasses import dataclass, field
 
@@ -128,6 +129,36 @@ def test_a_503_limiter_with_retry_after_is_paced_not_ejected() -> None:
     assert refusals > 0
     assert min(run.health) >= 50.0 and OPEN not in run.circuits
     assert reg.state("a").limit is not None  # learned a limit from it
+
+
+def refusal_episodes(run: Run, gap: float = 1.0) -> list[float]:
+    """When each episode of refusals began (refusals sent less than *gap* apart are one), in
+    seconds from the crawl's start."""
+    starts: list[float] = []
+    last = -math.inf
+    for at, ok in run.sent:
+        if not ok:
+            if at - last >= gap:
+                starts.append(round(at - T0, 1))
+            last = at
+    return starts
+
+
+@pytest.mark.parametrize("retry_after", [1.0, 2.0, 3.0])
+def test_a_probe_of_a_hard_limit_is_fitted_with_the_last_probes_refusals(retry_after: float) -> None:
+    """The fit's history outlives the gap between two probes (18 s at Retry-After: 1, 25-32 s at
+    2-3 s), so the cut a probe's refusal brings is fitted from the last probe's 429s too. With a
+    20 s history the last probe was forgotten: the cut read the 2xx window, 5-8% over the limit,
+    and a second episode (another hold) came 4-10 s later, after 37%, 46% and 48% of the probes
+    here (21%, 23% and 19% with 40 s: the rest are fits that mistake a burst of 3 at 10 req/s
+    for one of 2 at 11, which a fast probe cannot tell apart)."""
+    gaps: list[float] = []
+    for seed in range(1, 5):
+        _, run = crawl(Limiter([(0.0, 10.0, 3)], status=503, retry_after=retry_after), 150.0, latency=0.05, seed=seed)
+        episodes = [at for at in refusal_episodes(run) if at > 10.0]
+        assert len(episodes) >= 3  # (probed: the limit is still tested)
+        gaps += [b - a for a, b in zip(episodes, episodes[1:], strict=False)]
+    assert sum(1 for gap in gaps if gap < 12.0) <= 0.25 * len(gaps), sorted(gaps)
 
 
 def test_a_429_without_retry_after_is_paced_not_ejected() -> None:

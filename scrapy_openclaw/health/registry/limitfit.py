@@ -24,7 +24,7 @@ start there is a guess until a hold refills the bucket). A history begun again
 where a hold has just refilled the bucket (:meth:`LimitHistory.refilled`) knows
 its start and is judged at once. A history that holds no
 429 when it is trimmed is dropped, and an older domain starts one only at a 429:
-a healthy domain costs nothing here after its first half minute. The Lua port is
+a healthy domain costs nothing here after its first minute. The Lua port is
 ``h_fit`` in ``distributed/lua/health.lua``; the parity test drives both.
 """
 

@@ -34,7 +34,11 @@ _MAX_RATE = 100000.0  # req/s; at this rate pacing has stopped mattering ("unpac
 _BURST_SECONDS = 0.25  # the token bucket holds at most this much time's worth of requests
 # The limit fit (limitfit.py): the history's bins and span, ...
 _FIT_BIN = 0.01  # seconds
-_FIT_HORIZON = 20.0  # seconds kept (trimmed back to this once half as long again)
+# seconds kept (trimmed back to this once half as long again): long enough to hold the last probe's
+# 429 episode when the next probe is refused (a hard limit is probed every 18 s at Retry-After: 1,
+# every 25-32 s at 2-3 s), so that its cut is fitted, not read off the window (at 20 s a probe at
+# Retry-After: 2 cost two refusal episodes, the second 6 s after a cut learned 8% over the limit)
+_FIT_HORIZON = 40.0
 _FIT_BURN_IN = 5.0  # seconds at the start of a trimmed history whose 429s are not judged
 _FIT_EPISODE_GAP = 1.0  # seconds between 429s of two episodes (a fit needs two)
 # A history begun where a hold has just refilled the bucket is judged at once (W = 0 is known
