@@ -182,8 +182,8 @@ SCENARIOS: dict[str, Scenario] = {
         Scenario(
             "limiters",
             "benchmarks.limiters",
-            "429 without Retry-After (20 req/s) and a 503 + Retry-After: 2 limiter (10 req/s)",
-            limit=600,
+            "429 without Retry-After (20 req/s) and a 503 + Retry-After: 2 limiter (10 req/s; pages for 20 s, then 90 s)",
+            limit=900,
             quick_limit=360,
         ),
         Scenario(
