@@ -551,6 +551,25 @@ def test_four_answers_to_slow_start_with_one_refused_between_are_the_reference_a
     assert local.state("e").refusals_flat > 0.0
 
 
+def test_the_first_fit_from_a_whole_burst_matches(redis_server: Any) -> None:
+    """The first fit (two episodes) is the middle of the band of rates where a whole burst
+    explains the history (LimitHistory._whole / fit_whole): a real record of a 503 limiter of
+    10 req/s with a bucket of 3, through both registries, field for field, learns 10 or just under."""
+    from tests.test_moving_limits import LIMITER_503
+
+    local, shared = _pair(redis_server.url)
+    t, latency, events = 3_250_000.0, 0.001, []
+    for at, ok in LIMITER_503:
+        events.append((t + at, 0, ("acquire", "w", t + at, True)))
+        answer = (
+            ("ok", "w", t + at + latency, latency) if ok else ("fail", "w", t + at + latency, C503, 2.0, None, latency)
+        )
+        events.append((t + at + latency, 1, answer))
+    _drive(local, shared, [event for _, _, event in sorted(events)])
+    limit = local.state("w").limit
+    assert limit is not None and 9.5 <= limit <= 10.0
+
+
 def test_a_remembered_domain_matches_through_its_plateau_and_first_cuts(redis_server: Any) -> None:
     """Site memory: both start a known domain at its remembered limit, hold it through the
     longer plateau, probe past it, and become ordinary at the first cut (a 503 cut too)."""

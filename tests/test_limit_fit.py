@@ -141,13 +141,15 @@ def _crawl(rate: float, burst: int, seed: int, seconds: float = 30.0) -> list[fl
 
 @pytest.mark.parametrize(("rate", "burst"), [(12, 3), (40, 10), (60, 15)])
 def test_a_crawl_learns_the_limit_at_or_just_under_a_token_buckets_rate(rate: float, burst: int) -> None:
-    """Once the history holds two 429 episodes after slow start's, a cut learns 0.98 x the
-    fitted limit; the 2xx of the last second or two alone read 2-18% over the limit at the
-    same cuts (the burst the bucket had saved)."""
+    """From the second 429 on a cut learns 0.98 x the fitted limit, at or within a per cent of the
+    limit; the 2xx of the last second or two alone read 2-18% over the limit at the same cuts
+    (the burst the bucket had saved). The first fit, from two episodes, is the middle of the
+    rates at which a whole burst explains them: the highest consistent rate learned 4.6% and
+    5.8% over a bucket of 3 at 12 req/s here (0.973 and 0.980 of it now)."""
     for seed in range(2):
         limits = _crawl(rate, burst, seed)
         assert len(limits) >= 3
-        assert all(0.95 * rate <= limit <= 1.0 * rate for limit in limits[2:]), (seed, [x / rate for x in limits])
+        assert all(0.95 * rate <= limit <= 1.01 * rate for limit in limits[1:]), (seed, [x / rate for x in limits])
 
 
 def test_a_healthy_domain_drops_its_history_and_a_later_429_starts_one_as_if_trimmed() -> None:

@@ -207,9 +207,12 @@ HETERO_EVERY_THIRD = [
 ]  # fmt: skip
 
 
-def replay(sends: list[tuple[float, bool]], latency: float = 0.21) -> HealthRegistry:
+def replay(
+    sends: list[tuple[float, bool]], latency: float = 0.21, status: int = 429, retry_after: float = 1.0
+) -> HealthRegistry:
     """The registry fed those answers at their times (each sent when the server saw it)."""
     reg = HealthRegistry()
+    refused = HTTP_429 if status == 429 else HTTP_503
     events = sorted([(T0 + at, 0, ok) for at, ok in sends] + [(T0 + at + latency, 1, ok) for at, ok in sends])
     for now, answer, ok in events:
         if not answer:
@@ -217,8 +220,30 @@ def replay(sends: list[tuple[float, bool]], latency: float = 0.21) -> HealthRegi
         elif ok:
             reg.record_success("a", latency, now=now)
         else:
-            reg.record_failure("a", HTTP_429, now=now, retry_after=1.0, latency=latency)
+            reg.record_failure("a", refused, now=now, retry_after=retry_after, latency=latency)
     return reg
+
+
+#: The chaos site's record of the `limiters` 503 limiter (10 req/s, a bucket of 3, 503 +
+#: Retry-After: 2) until its second refusal, in a real crawl on 2026-12-07: slow start refused
+#: at 0.196 s, the climb after the hold refused at 5.757 s.
+LIMITER_503 = [
+    (0.0, True), (0.027, True), (0.096, True), (0.166, True), (0.196, False), (2.201, True), (2.48, True),
+    (2.758, True), (3.006, True), (3.228, True), (3.429, True), (3.613, True), (3.783, True), (3.94, True),
+    (4.088, True), (4.226, True), (4.357, True), (4.471, True), (4.581, True), (4.686, True), (4.787, True),
+    (4.885, True), (4.978, True), (5.069, True), (5.154, True), (5.239, True), (5.319, True), (5.398, True),
+    (5.474, True), (5.548, True), (5.619, True), (5.688, True), (5.757, False),
+]  # fmt: skip
+
+
+def test_the_first_fit_takes_the_middle_of_the_rates_a_whole_burst_explains() -> None:
+    """Two refusal episodes fit a bucket of 3 at 10 req/s and one of 2.2 at 11.3 alike (the
+    probe drained the bucket in under a second). The highest consistent rate learned 11.1 req/s
+    and a third refusal (another 2 s hold) followed 4 s later; the middle of the band where a
+    whole burst explains the history learns 10 or just under."""
+    reg = replay(LIMITER_503, latency=0.001, status=503, retry_after=2.0)
+    state = reg.state("a")
+    assert state.limit is not None and 9.5 <= state.limit <= 10.0
 
 
 def test_four_answers_to_slow_start_with_one_refused_between_are_the_reference() -> None:

@@ -607,6 +607,35 @@ local function fit_slack(events, start, full, rate, p)
   return math.huge
 end
 
+-- LimitHistory._bisect: the rate in [low, high] where below (true at low) turns false, by halvings.
+local function fit_bisect(low, high, below, p)
+  if below(high) then return high end
+  for _ = 1, p.k_fit_whole_bisect do
+    local middle = (low + high) / 2
+    if below(middle) then low = middle else high = middle end
+  end
+  return low
+end
+
+-- LimitHistory._whole: the band of rates under a where a whole burst explains the history (its middle or top).
+local function fit_whole(events, start, full, a, middle, p)
+  local slack = p.k_fit_whole_slack
+  local floor = a / p.k_fit_whole_range
+  local function most_at(rate) local most = fit_replay(events, start, full, rate, p); return most end
+  local function least_at(rate) local _, least = fit_replay(events, start, full, rate, p); return least end
+  local first = math.max(1, math.ceil(most_at(a) - slack))
+  for burst = first, first + p.k_fit_whole_bursts - 1 do
+    if least_at(floor) <= burst - 1 - slack then break end
+    local top = fit_bisect(floor, a, function(rate) return least_at(rate) > burst - 1 - slack end, p)
+    if most_at(top) <= burst + slack then
+      if not middle then return top end
+      local bottom = fit_bisect(floor, top, function(rate) return most_at(rate) > burst + slack end, p)
+      return math.sqrt(bottom * top)
+    end
+  end
+  return a
+end
+
 -- LimitHistory.fit: the largest consistent rate near guess (or up to top), or nil; and LimitHistory.burst at it.
 local function h_fit(fkey, full, guess, top, p)
   h_flush_notes()
@@ -653,6 +682,8 @@ local function h_fit(fkey, full, guess, top, p)
     local low = a
     while low > a / 2 and fit_slack(events, start, full, low / p.k_fit_step, p) < 1 do low = low / p.k_fit_step end
     a = math.sqrt(low * a)
+  else  -- the band where a whole burst explains it: its middle for the first fit, else its top
+    a = fit_whole(events, start, full, a, episodes == 2, p)
   end
   local most = fit_replay(events, start, full, a, p)
   return a, math.max(1, math.floor(most))

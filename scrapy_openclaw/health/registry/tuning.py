@@ -58,6 +58,14 @@ _FIT_STEP = 1.02
 _FIT_LOW = -12
 _FIT_HIGH = 6
 _FIT_REFINE = 4
+# ... the fit is the top (the first fit, from two episodes: the middle) of the highest band of
+# rates under the highest consistent one, and within this share of it, at which a whole burst
+# explains the history, to this share of a token, each band's edges found by so many halvings, trying so
+# many bursts from the least the highest consistent rate allows ...
+_FIT_WHOLE_RANGE = 1.3
+_FIT_WHOLE_SLACK = 0.1
+_FIT_WHOLE_BISECT = 12
+_FIT_WHOLE_BURSTS = 3
 # ... and the share of the fitted limit a cut keeps as the learned limit
 _FIT_MARGIN = 0.98
 # A limit site memory remembers is resumed as it was learned (already under the fitted limit)
