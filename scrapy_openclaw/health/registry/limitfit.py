@@ -198,11 +198,12 @@ class LimitHistory:
             # the highest rate at which every 429 finds more than *burst* - 1 tokens taken
             # (m falls as the rate rises), then the lowest at which no answer took more than
             # *burst* (M falls too): the band where that burst explains the history
-            top = self._bisect(floor, a, lambda rate, b=burst: self._replay(rate)[1] > b - 1 - _FIT_WHOLE_SLACK)
-            if self._replay(top)[0] <= burst + _FIT_WHOLE_SLACK:
+            refused, answered = burst - 1 - _FIT_WHOLE_SLACK, burst + _FIT_WHOLE_SLACK
+            top = self._bisect(floor, a, lambda rate: self._replay(rate)[1] > refused)
+            if self._replay(top)[0] <= answered:
                 if not middle:
                     return top
-                bottom = self._bisect(floor, top, lambda rate, b=burst: self._replay(rate)[0] > b + _FIT_WHOLE_SLACK)
+                bottom = self._bisect(floor, top, lambda rate: self._replay(rate)[0] > answered)
                 return math.sqrt(bottom * top)
         return a
 
