@@ -682,7 +682,8 @@ local function h_fit(fkey, full, guess, top, p)
     local low = a
     while low > a / 2 and fit_slack(events, start, full, low / p.k_fit_step, p) < 1 do low = low / p.k_fit_step end
     a = math.sqrt(low * a)
-  else  -- the band where a whole burst explains it: its middle for the first fit, else its top
+  elseif a * p.k_fit_bin <= p.k_fit_whole_bin_drain then  -- (bins fine enough to tell whole bursts apart)
+    -- the band where a whole burst explains it: its middle for the first fit, else its top
     a = fit_whole(events, start, full, a, episodes == 2, p)
   end
   local most = fit_replay(events, start, full, a, p)

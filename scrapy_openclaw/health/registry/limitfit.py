@@ -43,6 +43,7 @@ from scrapy_openclaw.health.registry.tuning import (
     _FIT_LOW,
     _FIT_REFINE,
     _FIT_STEP,
+    _FIT_WHOLE_BIN_DRAIN,
     _FIT_WHOLE_BISECT,
     _FIT_WHOLE_BURSTS,
     _FIT_WHOLE_RANGE,
@@ -176,6 +177,8 @@ class LimitHistory:
             else:
                 b = c
         if not self.full:
+            if a * _FIT_BIN > _FIT_WHOLE_BIN_DRAIN:  # (bins too coarse to tell whole bursts apart)
+                return a
             return self._whole(a, middle=episodes == 2)
         low = a
         while low > a / 2 and self._slack(low / _FIT_STEP) < 1.0:

@@ -66,6 +66,9 @@ _FIT_WHOLE_RANGE = 1.3
 _FIT_WHOLE_SLACK = 0.1
 _FIT_WHOLE_BISECT = 12
 _FIT_WHOLE_BURSTS = 3
+# ... while a bin drains no more than this many tokens at that rate (20 req/s with 10 ms bins):
+# the history's times are whole bins, so past it a whole burst is no finer than the bins
+_FIT_WHOLE_BIN_DRAIN = 0.2
 # ... and the share of the fitted limit a cut keeps as the learned limit
 _FIT_MARGIN = 0.98
 # A limit site memory remembers is resumed as it was learned (already under the fitted limit)
