@@ -624,8 +624,9 @@ local function fit_whole(events, start, full, a, middle, p)
   local function most_at(rate) local most = fit_replay(events, start, full, rate, p); return most end
   local function least_at(rate) local _, least = fit_replay(events, start, full, rate, p); return least end
   local first = math.max(1, math.ceil(most_at(a) - slack))
+  local most_taken = least_at(floor)  -- (the most any rate in range leaves a 429 taken)
   for burst = first, first + p.k_fit_whole_bursts - 1 do
-    if least_at(floor) <= burst - 1 - slack then break end
+    if most_taken <= burst - 1 - slack then break end
     local top = fit_bisect(floor, a, function(rate) return least_at(rate) > burst - 1 - slack end, p)
     if most_at(top) <= burst + slack then
       if not middle then return top end

@@ -148,7 +148,9 @@ class LimitHistory:
         least found; the rates from the least-slack one up to the first that is not. On a
         history begun at a refilled bucket (:meth:`refilled`), the geometric middle of the
         consistent rates under that one (down to half of it): soon after its start, few
-        answers leave a wide range, and its top is loose.
+        answers leave a wide range, and its top is loose. Otherwise, up to 20 req/s, the top
+        (for a first fit, the middle) of the band under it where a whole burst explains the
+        history (:meth:`_whole`).
         """
         episodes = self._episodes()
         if episodes < 2:
@@ -195,8 +197,9 @@ class LimitHistory:
         at 10, and first fits on the chaos site read 4-8% over the limit."""
         floor = a / _FIT_WHOLE_RANGE
         first = max(1, math.ceil(self._replay(a)[0] - _FIT_WHOLE_SLACK))  # (the least burst at a)
+        most_taken = self._replay(floor)[1]  # (the most any rate in range leaves a 429 taken)
         for burst in range(first, first + _FIT_WHOLE_BURSTS):
-            if self._replay(floor)[1] <= burst - 1 - _FIT_WHOLE_SLACK:
+            if most_taken <= burst - 1 - _FIT_WHOLE_SLACK:
                 break  # (no rate in range leaves a 429 so many tokens taken)
             # the highest rate at which every 429 finds more than *burst* - 1 tokens taken
             # (m falls as the rate rises), then the lowest at which no answer took more than
