@@ -438,6 +438,47 @@ def test_a_limit_that_falls_restarts_the_fit_alike(
     assert local.state("a").refusals_flat == 0.0
 
 
+@pytest.mark.parametrize("retry_after", [1.0, None])
+def test_a_block_is_ridden_out_alike(
+    redis_server: Any, monkeypatch: pytest.MonkeyPatch, retry_after: float | None
+) -> None:
+    """30 req/s, then nothing from 10 s to 25 s, then 30 again: once nothing has got through for
+    a while (pacing.dry / h_dry) the refusals halve the pace, keep the learned limit and begin the
+    fit's history again (pacing.ride_out): field for field alike, and the same history."""
+    import redis
+
+    from scrapy_openclaw.health.registry import pacing
+
+    ridden: list[float] = []
+    original = pacing.ride_out
+    monkeypatch.setattr(pacing, "ride_out", lambda d, p, now, *rest: ridden.append(now) or original(d, p, now, *rest))
+    latency, t0 = 0.005, 1_300_000.0
+    probe = HealthRegistry()  # the client's own pace decides when it sends: replayed on the pair
+    tokens, filled, events = 3.0, t0, []
+    for i in range(35_000):
+        sent = t0 + i / 1000
+        if not probe.try_acquire("a", now=sent):
+            continue
+        events.append(("acquire", "a", sent, True))
+        blocked = t0 + 10 <= sent < t0 + 25
+        tokens = min(3.0, tokens + (sent - filled) * 30.0)
+        filled = sent
+        if tokens >= 1 and not blocked:
+            tokens -= 1
+            event: tuple[Any, ...] = ("ok", "a", sent + latency, latency)
+        else:
+            event = ("fail", "a", sent + latency, C429, retry_after, None, latency)
+        events.append(event)
+        _apply(probe, event)
+    assert ridden and all(t0 + 10 < at < t0 + 26 for at in ridden), "no block was ridden out: the test proves nothing"
+    local, shared = _pair(redis_server.url)
+    _drive(local, shared, events)
+    history = local.histories.by_domain.get("a")
+    stored = [int(v) for v in redis.Redis.from_url(redis_server.url).lrange(shared._keys("a")[2], 0, -1)]
+    assert stored == ([history.start, *history.events] if history is not None else [])
+    assert local.state("a").limit >= 0.8 * 30.0  # (the block left the limit where it was)
+
+
 def test_limit_fit_histories_match(redis_server: Any) -> None:
     """The history itself, Python's array and Redis's list: kept from birth, dropped when 60 s of
     it hold no 429, started again (as if trimmed) by a later 429, trimmed with 429s in it."""

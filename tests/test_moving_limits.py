@@ -18,7 +18,7 @@ import pytest
 from scrapy.settings import Settings
 
 from scrapy_openclaw.errors import Classification, ErrorClass, ErrorTaxonomy
-from scrapy_openclaw.health.registry import CLOSED, OPEN, PAGE, HealthRegistry, refusals
+from scrapy_openclaw.health.registry import CLOSED, OPEN, PAGE, HealthRegistry, pacing, refusals
 
 TAXONOMY = ErrorTaxonomy.from_settings(Settings())
 HTTP_429, HTTP_503 = TAXONOMY.classify_status(429), TAXONOMY.classify_status(503)
@@ -503,3 +503,73 @@ def test_refusals_found_pace_independent_give_back_the_health_they_took() -> Non
     low, after, concurrency = seen[0]
     assert low <= 80.0  # the rate signals took health before the proof ...
     assert after >= 99.0 and concurrency == reg.default_concurrency  # ... and it came back with it
+
+
+BLOCKED = [(0.0, 30.0, 3), (10.0, 0.001, 1), (40.0, 30.0, 3)]  # 30 req/s; nothing from 10 s to 40 s
+
+
+@pytest.mark.parametrize("retry_after", [1.0, None])
+def test_a_block_is_ridden_out_not_learned_as_a_limit(retry_after: float | None) -> None:
+    """A limiter that refuses everything for 30 s (a temporary block) says nothing of a rate:
+    once nothing has got through for a while (pacing.dry) its refusals halve the pace but keep
+    the learned limit, so the pace is back near 30 req/s within seconds of the block's end.
+    Before, every refusal of the block was learned as a lower limit: the block left a limit of
+    under 1 req/s, probed back up from 15 s later (0.47-0.55 of the limit over 43-90 s)."""
+    for seed in (1, 2, 3):
+        ridden: list[float] = []
+        reg = HealthRegistry()
+        original = pacing.ride_out
+
+        def counted(d: object, p: object, now: float, *args: object) -> None:
+            ridden.append(now - T0)
+            original(d, p, now, *args)  # type: ignore[arg-type]
+
+        pacing.ride_out = counted  # type: ignore[assignment]
+        try:
+            _, run = crawl(Limiter(BLOCKED, retry_after=retry_after), 90.0, seed=seed, registry=reg)
+        finally:
+            pacing.ride_out = original  # type: ignore[assignment]
+        assert ridden and all(10.0 < at < 45.0 for at in ridden), (seed, ridden)
+        answers, _ = answered_between(run, 43.0, 90.0)
+        assert answers >= 0.8 * 30.0 * 47.0, seed  # (0.47-0.55 before; 0.87-0.96 now)
+        _, refused = answered_between(run, 10.0, 40.0)
+        # (31 with Retry-After, 125-128 without before: the pace fell only as fast as its limit)
+        assert refused <= (20 if retry_after else 70), seed
+        assert min(run.health) >= 50.0 and OPEN not in run.circuits
+
+
+@dataclass
+class FixedWindow:
+    """A limiter counting requests in fixed windows: *limit* per *window* seconds, a bare 429 past it."""
+
+    limit: int
+    window: float
+    status: int = 429
+    retry_after: float | None = None
+    declares: bool = False
+    opened: float = T0
+    count: int = 0
+
+    def answer(self, at: float) -> bool:
+        opened = T0 + math.floor((at - T0) / self.window) * self.window
+        if opened != self.opened:
+            self.opened, self.count = opened, 0
+        self.count += 1
+        return self.count <= self.limit
+
+    def in_force(self, at: float) -> tuple[float, int]:
+        return self.limit / self.window, self.limit
+
+
+def test_a_spent_fixed_window_is_waited_out_and_the_next_one_used() -> None:
+    """600 requests a minute, counted in fixed windows, a bare 429 past them: the window is spent
+    in its first seconds, and the rest of the minute refuses everything. Its refusals are a
+    block, not a limit: every window is used in full (0.67-0.73 of them before, the pace crushed
+    by the first window's refusals and probed back up for a minute), with fewer refusals too
+    (26% before)."""
+    for seed in (1, 2):
+        reg, run = crawl(FixedWindow(600, 60.0), 180.0, seed=seed, latency=0.05)
+        answers, refusals = answered_between(run, 0.0, 180.0)
+        assert answers >= 0.95 * 1800, seed
+        assert refusals <= 0.22 * (answers + refusals), seed
+        assert min(run.health) >= 50.0 and OPEN not in run.circuits

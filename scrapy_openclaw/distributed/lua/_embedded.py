@@ -764,6 +764,16 @@ local function h_increase(d, p, now)
   d.rate = math.min(grown, h_ceiling(d, p), p.k_max_rate)
 end
 
+-- pacing.dry: a limiter's refusals that let nothing through for long enough are a block, not a limit.
+local function h_dry(d, now, p)
+  if d.cuts == 0 or d.threshold == nil or d.threshold <= 0 or d.last_success == 0 or d.declared > 0 then
+    return false
+  end
+  local held = math.max(0, d.hold_until - d.last_decrease)
+  local wait = math.max(p.k_dry_seconds, p.k_dry_gaps / d.threshold, p.k_dry_holds * held)
+  return now - d.last_success >= wait + p.k_dry_latencies * (d.latency or 0)
+end
+
 -- fkey: the history for the limit fit (a 429 from the second on), or nil.
 -- sent: when the refused request was sent (nil: now). refilled_at: when the hold this refusal
 -- brings ends, if it refills the bucket (recording.refilled_at), or nil.
@@ -774,6 +784,17 @@ local function h_decrease(d, p, now, measured, rate_bound, fkey, sent, refilled_
     if d.cut_refused < p.k_cut_again or now - d.last_decrease < (d.latency or 0) then return false end
   end
   d.cut_refused = 0
+  if measured and h_dry(d, now, p) then  -- pacing.ride_out: a block halves the pace, keeps the limit
+    if d.delivered ~= nil and d.delivered > 0 then
+      d.threshold = math.max(d.threshold or 0, math.min(d.delivered, p.k_max_rate))
+    end
+    d.rate = math.max(p.min_rate, h_rate(d, p) * p.k_cut_floor)
+    d.tokens = math.min(d.tokens, h_burst(d, p))
+    d.cut_below, d.fall_from = 0, 0
+    d.last_decrease = now
+    if fkey ~= nil then h_fit_restart(fkey, d, fit_bin(sent or now, d.born, p)) end
+    return true
+  end
   local in_burst = false  -- (pacing.in_burst)
   if measured and d.cuts >= 1 and now >= d.hold_until and h_burst(d, p) > 1 then
     in_burst = (sent or now) - d.hold_until <= math.min(p.k_burst_seconds, (h_burst(d, p) + 1) / h_rate(d, p))

@@ -18,6 +18,10 @@ from scrapy_openclaw.health.registry.tuning import (
     _CUT_AGAIN,
     _CUT_FLOOR,
     _DECLARED_SHARE,
+    _DRY_GAPS,
+    _DRY_HOLDS,
+    _DRY_LATENCIES,
+    _DRY_SECONDS,
     _FALL_LOOKBACK_BINS,
     _FIT_MARGIN,
     _LATENCY_ALPHA,
@@ -177,6 +181,9 @@ def decrease(
         if d.cut_refused < _CUT_AGAIN or now - d.last_decrease < (d.latency or 0.0):
             return False
     d.cut_refused = 0
+    if measured and dry(d, now):
+        ride_out(d, p, now, history, fit_bin(now if sent is None else sent, d.born))
+        return True
     bunched = d.declared > 0 or in_burst(d, p, now, now if sent is None else sent)
     if measured and d.cuts >= 1 and burst_of(d, p) > 1 and bunched:
         # refused while resuming from a hold: send smaller bursts (the rest of that burst
@@ -201,6 +208,35 @@ def decrease(
     # (where a fall's evidence would begin: the hold after this cut under the learned limit)
     d.fall_from = max(1, fit_bin(refilled_at, d.born)) if measured and d.cut_below and refilled_at else 0
     return True
+
+
+def dry(d: _Domain, now: float) -> bool:
+    """Whether a limiter's refusals have let nothing through for long enough to be a block, not a
+    limit (a temporary block, a spent fixed window, a used-up quota): no success for ``_DRY_SECONDS``,
+    ``_DRY_GAPS`` gaps at the learned limit and ``_DRY_HOLDS`` x the last hold, and two answers'
+    latency more. A token bucket at any rate lets something through in that time; only after a
+    cut (slow start's refusals are its own overshoot) and not under a limit the site declares."""
+    if not (d.cuts and d.threshold and d.last_success) or d.declared > 0:
+        return False
+    held = max(0.0, d.hold_until - d.last_decrease)
+    wait = max(_DRY_SECONDS, _DRY_GAPS / d.threshold, _DRY_HOLDS * held)
+    return now - d.last_success >= wait + _DRY_LATENCIES * (d.latency or 0.0)
+
+
+def ride_out(d: _Domain, p: HealthPolicy, now: float, history: LimitHistory | None, index: int) -> None:
+    """Cut for a refusal of a block (:func:`dry`): halve the pace, but keep the learned limit,
+    raised back to what the site delivered before its refusals began (the window closed at the
+    last success), so that when answers come back the cubic resumes near it at once instead of
+    probing up from a guess the block crushed; the fit's history begins again at this request
+    (bin *index*: the block's refusals are no bucket's)."""
+    if d.delivered:
+        d.threshold = max(d.threshold or 0.0, min(d.delivered, _MAX_RATE))
+    d.rate = max(p.min_rate, rate_of(d, p) * _CUT_FLOOR)
+    d.tokens = min(d.tokens, float(burst_of(d, p)))
+    d.cut_below = d.fall_from = 0
+    d.last_decrease = now
+    if history is not None:
+        history.restart(index)
 
 
 def fell(d: _Domain, p: HealthPolicy) -> bool:

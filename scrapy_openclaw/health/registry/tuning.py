@@ -30,6 +30,14 @@ _PROBE_HOLD = 1.0
 _BEYOND = 1.02  # past this x the learned limit with answers clean, the limit has moved: probe at _PROBE_GROWTH
 _CUT_AGAIN = 5  # 429s to requests sent after a cut that make another before _MIN_DECREASE_GAP
 _CUT_FLOOR = 0.5  # a cut after the first keeps at least this share of the rate (a guard against a bad window)
+# A block, not a limit (pacing.dry): a limiter's refusals that let nothing through for this many
+# seconds, this many gaps at the learned limit, this many times the last hold (and this many
+# answers' latency more) refuse everything (a temporary block, a spent fixed window, a quota):
+# they halve the pace but leave the learned limit, so that answers coming back resume near it.
+_DRY_SECONDS = 2.0
+_DRY_GAPS = 4.0
+_DRY_HOLDS = 2.0
+_DRY_LATENCIES = 2.0
 _MAX_RATE = 100000.0  # req/s; at this rate pacing has stopped mattering ("unpaced")
 _BURST_SECONDS = 0.25  # the token bucket holds at most this much time's worth of requests
 # The limit fit (limitfit.py): the history's bins and span, ...
