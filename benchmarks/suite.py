@@ -187,6 +187,13 @@ SCENARIOS: dict[str, Scenario] = {
             quick_limit=360,
         ),
         Scenario(
+            "blocks",
+            "benchmarks.blocks",
+            "a 15-s block (nothing answered, 429 with and without Retry-After) in a 30 req/s limit, and 100 requests per fixed 10-s window",
+            limit=1200,
+            quick_limit=600,
+        ),
+        Scenario(
             "every3rd",
             "benchmarks.every3rd",
             "every third request refused whatever the pace (400 pages, 1 s answers): time vs plain Scrapy",

@@ -322,6 +322,24 @@ def test_every_nth_request_is_refused_however_slowly(chaos_server: Any) -> None:
     assert "Retry-After" not in fetch(server.urls[A])[1]
 
 
+def test_a_fixed_window_refuses_past_its_quota_and_says_the_rest(chaos_server: Any) -> None:
+    # 3 requests a minute (0.05 req/s), counted in fixed windows; Retry-After says the window's rest
+    server = chaos_server(one_host(rate_limit={"rate": 0.05, "window": 60.0, "retry_after": "{rest}"}))
+    answers = [fetch(server.urls[A]) for _ in range(4)]
+    assert [a[0] for a in answers] == [200, 200, 200, 429]
+    assert 1 <= int(answers[3][1]["Retry-After"]) <= 60
+
+
+def test_a_fixed_windows_count_starts_again_with_the_next_window() -> None:
+    from scrapy_openclaw.testing.chaos import ChaosSite
+
+    site = ChaosSite(one_host(rate_limit={"rate": 2.0, "window": 1.0, "schedule": [[2.0, 0.0, 1]]}))
+    host = site._hosts[0]  # (the limiter's own arithmetic, at the seconds given: no clock involved)
+    assert [host._take_token(0.1 + i / 100) for i in range(3)] == [True, True, False]
+    assert [host._take_token(1.5 + i / 100) for i in range(3)] == [True, True, False]
+    assert not host._take_token(2.5)  # (a rate of 0 from 2 s: a block)
+
+
 def test_rate_limit_rejects_a_bad_schedule() -> None:
     with pytest.raises(ValueError, match="in order"):
         one_host(rate_limit={"rate": 1, "schedule": [[5, 1, 1], [2, 1, 1]]})
@@ -329,6 +347,8 @@ def test_rate_limit_rejects_a_bad_schedule() -> None:
         one_host(rate_limit={"rate": 1, "schedule": [[5, 1, 0]]})
     with pytest.raises(ValueError, match="4xx/5xx"):
         one_host(rate_limit={"rate": 1, "status": 200})
+    with pytest.raises(ValueError, match="window >= 0"):
+        one_host(rate_limit={"rate": 1, "window": -1})
 
 
 def test_dropped_connections_get_no_response(chaos_server: Any) -> None:

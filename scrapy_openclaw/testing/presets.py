@@ -6,6 +6,7 @@ its own Scrapy domain and download slot.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from scrapy_openclaw.testing.chaos import ChaosConfig, FailWindows, HostConfig, RateLimit
@@ -195,6 +196,8 @@ def page_urls(base_url: str, n: int, first: int = 0) -> list[str]:
 def limit_seconds(limit: RateLimit, pages: int) -> float:
     """Seconds a compliant client needs for *pages* requests under *limit* (a schedule's
     phases in turn; its first burst aside): the bound a moving limit sets."""
+    if limit.window:  # (every window's quota taken at its start: the last window's opening)
+        return (math.ceil(pages / round(limit.rate * limit.window)) - 1) * limit.window
     rows = [(0.0, limit.rate), *((at, rate) for at, rate, _ in limit.schedule)]
     left, t = float(pages - limit.burst), 0.0
     for i, (start, rate) in enumerate(rows):
@@ -227,13 +230,21 @@ def moving_limit_site(
     status: int = 429,
     seed: int = 1,
     declare: str = "",
+    window: float = 0.0,
 ) -> ChaosConfig:
     """One host whose limit moves (``schedule`` rows: from second, rate, burst), with enough
     pages that a compliant client needs ``seconds``; ``status`` (+ ``Retry-After``) past it,
-    and every answer saying the limit in force in the ``declare`` format ("": silent).
+    and every answer saying the limit in force in the ``declare`` format ("": silent); a
+    ``window`` > 0 counts ``rate x window`` requests per fixed window instead of a bucket.
     The schedule counts from the first request, so a crawler that starts late meets every phase."""
     limit = RateLimit(
-        rate=rate, burst=burst, retry_after=retry_after, status=status, schedule=schedule, declare=declare
+        rate=rate,
+        burst=burst,
+        retry_after=retry_after,
+        status=status,
+        schedule=schedule,
+        declare=declare,
+        window=window,
     )
     return ChaosConfig(hosts=(limited_host(0, limit, seconds),), seed=seed, clock="first_request")
 

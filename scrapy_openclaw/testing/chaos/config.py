@@ -61,6 +61,10 @@ class RateLimit:
     in force from that many seconds after the site started (``rate``/``burst`` before the
     first). ``every`` > 0 replaces the bucket: every ``every``-th request is refused however
     slowly it came (a limiter whose refusals say nothing about the pace).
+    ``window`` > 0 replaces it with a fixed-window counter: ``rate x window`` requests in each
+    ``window`` seconds (counted from the site's start), every later one in it refused (the
+    classic per-minute quota); ``{rest}`` in ``retry_after`` is replaced by the window's
+    remaining whole seconds. A rate of 0 in a schedule row refuses everything (a block).
 
     ``declare`` makes every answer of the host say its limit in force, as a site may:
     ``"ietf"`` (``RateLimit-Policy: "chaos";q=..;w=..`` and ``RateLimit: "chaos";r=..;t=..``,
@@ -77,6 +81,7 @@ class RateLimit:
     schedule: tuple[tuple[float, float, int], ...] = ()
     every: int = 0
     declare: str = ""
+    window: float = 0.0
 
     def __post_init__(self) -> None:
         rows = tuple((float(at), float(rate), int(burst)) for at, rate, burst in self.schedule)
@@ -85,8 +90,8 @@ class RateLimit:
             raise ValueError(f"rate_limit: need rate >= 0 and burst >= 1, got {self}")
         if [at for at, _, _ in rows] != sorted(at for at, _, _ in rows) or any(at < 0 for at, _, _ in rows):
             raise ValueError(f"rate_limit: schedule rows must start at seconds >= 0, in order, got {self}")
-        if not 400 <= self.status <= 599 or self.every < 0:
-            raise ValueError(f"rate_limit: need a 4xx/5xx status and every >= 0, got {self}")
+        if not 400 <= self.status <= 599 or self.every < 0 or self.window < 0:
+            raise ValueError(f"rate_limit: need a 4xx/5xx status, every >= 0 and window >= 0, got {self}")
         if self.declare not in DECLARE_FORMATS:
             raise ValueError(f"rate_limit: declare must be one of {DECLARE_FORMATS}, got {self.declare!r}")
 

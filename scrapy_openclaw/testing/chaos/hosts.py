@@ -66,6 +66,7 @@ class _Host:
         self.tokens_at = time.monotonic()
         self.seen = 0  # requests so far, robots.txt aside (for ban_after)
         self.limited = 0  # requests the limiter judged (for rate_limit.every)
+        self.window_at, self.window_count = -1, 0  # the fixed window in force and its requests (rate_limit.window)
         self.refusals = 0  # requests the limiter refused (numbers rate_limit.retry_after's "{n}")
         self.banned_at: float | None = None
 
@@ -88,6 +89,12 @@ class _Host:
             self.limited += 1
             return self.limited % limit.every != 0
         rate, burst = limit.at(elapsed)
+        if limit.window:
+            opened = math.floor(elapsed / limit.window)
+            if opened != self.window_at:
+                self.window_at, self.window_count = opened, 0
+            self.window_count += 1
+            return self.window_count <= round(rate * limit.window)
         now = time.monotonic()
         self.tokens = min(float(burst), self.tokens + (now - self.tokens_at) * rate)
         self.tokens_at = now
@@ -100,7 +107,7 @@ class _Host:
         """The limit in force as the host's answers declare it (``rate_limit.declare``), after
         this request took its token: the quota per window, what is left, when a token is back."""
         limit = self.cfg.rate_limit
-        if limit is None or not limit.declare or limit.every:
+        if limit is None or not limit.declare or limit.every or limit.window:
             return []
         rate, _ = limit.at(self.site.elapsed(now))
         window = 1 if rate == int(rate) else 10  # (a quota is a whole number of requests)
@@ -133,7 +140,10 @@ class _Host:
         limit = cfg.rate_limit
         if limit is not None and not self._take_token(elapsed):
             self.refusals += 1
-            value = limit.retry_after.replace("{n}", str(self.refusals)) if limit.retry_after is not None else None
+            value = None
+            if limit.retry_after is not None:
+                rest = math.ceil(limit.window - elapsed % limit.window) if limit.window else 0
+                value = limit.retry_after.replace("{n}", str(self.refusals)).replace("{rest}", str(rest))
             headers = (("Retry-After", value),) if value is not None else ()
             return _Outcome(limit.status, _error_body(limit.status), headers), delay
         if r_drop < cfg.drop_rate:
