@@ -18,7 +18,7 @@ from scrapy import Request as ScrapyRequest
 from twisted.python.failure import Failure
 
 from scrapy_openclaw import meta as M
-from scrapy_openclaw.scrapy_internals import slot_key
+from scrapy_openclaw.scrapy_internals import is_robots_request, slot_key
 from scrapy_openclaw.serialization import SerializationError, encode_value, request_to_data
 
 if TYPE_CHECKING:
@@ -110,9 +110,7 @@ def is_internal(request: Request) -> bool:
     """Scrapy's own request (robots.txt, an ``engine.download`` with ``NO_CALLBACK``), not the spider's work."""
     from scrapy.http.request import NO_CALLBACK
 
-    if request.callback is NO_CALLBACK:
-        return True
-    return bool(request.meta.get("dont_obey_robotstxt")) and urlparse(request.url).path == "/robots.txt"
+    return request.callback is NO_CALLBACK or is_robots_request(request)
 
 
 def _exception_fields(exc: BaseException | Failure | None) -> dict[str, Any]:

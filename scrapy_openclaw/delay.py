@@ -18,7 +18,9 @@ from typing import TYPE_CHECKING, Any
 from scrapy import signals
 from scrapy.exceptions import DontCloseSpider, IgnoreRequest
 from scrapy.utils.asyncio import call_later
+from scrapy.utils.defer import maybe_deferred_to_future
 from scrapy.utils.misc import load_object
+from twisted.internet.defer import Deferred
 
 from scrapy_openclaw import meta as M
 from scrapy_openclaw.runtime import peek, shared
@@ -82,6 +84,13 @@ def request_class(request: Request, stats: Any = None) -> str | None:
     if stats is not None:
         stats.inc_value("openclaw/queue/request_class/invalid")
     return None
+
+
+async def sleep(seconds: float) -> None:
+    """Wait *seconds* on the running reactor (asyncio's loop or Twisted's), blocking nothing."""
+    waited: Deferred[None] = Deferred()
+    call_later(max(0.0, seconds), waited.callback, None)
+    await maybe_deferred_to_future(waited)
 
 
 def queue_handles_not_before(settings: BaseSettings) -> bool:

@@ -318,6 +318,11 @@ def tunnel_error() -> type[BaseException]:
 
 
 #: The message of the ``IgnoreRequest`` by which ``RobotsTxtMiddleware`` refuses a request (2.14 .. 2.19).
+def is_robots_request(request: Request) -> bool:
+    """Whether *request* is ``RobotsTxtMiddleware``'s own fetch of a robots.txt."""
+    return bool(request.meta.get("dont_obey_robotstxt")) and urlparse(request.url).path == "/robots.txt"
+
+
 _ROBOTS_REFUSAL = "Forbidden by robots.txt"
 
 

@@ -364,9 +364,12 @@ class DomainHealthMiddleware:
             slot.delay = max(floor, 1.0 / self.registry.state(domain).rate)
         elif not self.autothrottle:  # (AutoThrottle owns the slot delay when the user enabled it)
             slot.delay = floor  # undo a pause's minimal delay
-        if paused_until > time.time():
+        # (once the crawl is stopping, a request already in the slot goes: it has left the
+        # scheduler, and waiting out the hold would keep the stop waiting; a domain's page that
+        # waited for its robots.txt under a Retry-After of 600 s kept a Ctrl-C waiting that long)
+        if paused_until > time.time() and self.crawler.crawling:
             pause_slot(slot, paused_until)
-        elif slot_paused(slot):  # a hold that ended early (an operator's release, seen late)
+        elif slot_paused(slot):  # a hold that ended early (an operator's release, seen late), or the stop
             resume_slot(slot, engine.downloader)
 
     def _crawler_busy(self, share: float, seconds: float) -> None:

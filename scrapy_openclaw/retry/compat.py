@@ -53,6 +53,8 @@ class ScrapyRetrySettings:
     retry_times: int | None
     priority_adjust: int
     give_up_log_level: int
+    #: ``RETRY_TIMES`` as Scrapy reads it (2 by default): robots.txt is retried as Scrapy retries it
+    robots_retry_times: int = 2
 
     @classmethod
     def from_settings(cls, settings: BaseSettings) -> ScrapyRetrySettings:
@@ -63,6 +65,7 @@ class ScrapyRetrySettings:
             give_up_log_level=log_level(
                 DEFAULT_GIVE_UP_LOG_LEVEL if level is None else level, "setting RETRY_GIVE_UP_LOG_LEVEL"
             ),
+            robots_retry_times=settings.getint("RETRY_TIMES"),
         )
 
     @classmethod
