@@ -28,8 +28,8 @@ BLOCK = ((10.0, 0.0, 1), (25.0, 30.0, 3))
 SITES: dict[str, dict[str, Any]] = {
     "block": {"rate": 30.0, "burst": 3, "schedule": BLOCK, "seconds": 45.0},
     "block_bare": {"rate": 30.0, "burst": 3, "schedule": BLOCK, "seconds": 45.0, "retry_after": None},
-    "window": {"rate": 10.0, "window": 10.0, "seconds": 40.0, "retry_after": None},
-    "window_rest": {"rate": 10.0, "window": 10.0, "seconds": 40.0, "retry_after": "{rest}"},
+    "window": {"rate": 10.0, "window": 10.0, "schedule": (), "seconds": 40.0, "retry_after": None},
+    "window_rest": {"rate": 10.0, "window": 10.0, "schedule": (), "seconds": 40.0, "retry_after": "{rest}"},
 }
 
 

@@ -535,6 +535,9 @@ def test_a_block_is_ridden_out_not_learned_as_a_limit(retry_after: float | None)
         _, refused = answered_between(run, 10.0, 40.0)
         # (31 with Retry-After, 125-128 without before: the pace fell only as fast as its limit)
         assert refused <= (20 if retry_after else 70), seed
+        # the first answer after the block raised the pace many times over: the queues were woken
+        # (a domain parked at the block's slow pace, one request per 5 s, waited out that gap first)
+        assert reg.readiness_epoch > 0, seed
         assert min(run.health) >= 50.0 and OPEN not in run.circuits
 
 

@@ -41,6 +41,42 @@ def scrape(port: int) -> dict[str, float] | None:
     }
 
 
+def test_a_stopped_crawl_reports_what_it_left_pending(chaos_server: Any, tmp_path: Any) -> None:
+    """Stopped mid-crawl (SIGTERM, as one Ctrl-C) with a JOBDIR: the close line counts the requests
+    the queue kept for the next run as pending (it read the queue after it was closed: "0 pending",
+    beside 65 persisted, in a QA crawl), per domain too, and done + pending = discovered."""
+    server = chaos_server({"hosts": [{"address": "127.0.0.2", "pages": 400, "links_per_page": "all"}], "seed": 4})
+    settings = {
+        "ADDONS": {"scrapy_openclaw.Addon": 100},
+        "LOG_LEVEL": "INFO",
+        "JOBDIR": str(tmp_path / "job"),
+        "OPENCLAW_DLQ_ENABLED": False,
+        "CONCURRENT_REQUESTS_PER_DOMAIN": 1,
+        "DOWNLOAD_DELAY": 0.2,
+    }
+    proc = start_crawl(settings=settings, spider_args={"start_urls": server.start_urls}, out_dir=tmp_path / "crawl")
+    try:
+        for _ in range(600):  # (bounded: until a few pages are in)
+            served = server.truth(include_requests=False)["hosts"]["127.0.0.2"]["total"]
+            if served >= 5 or proc.poll() is not None:
+                break
+            time.sleep(0.1)
+        stop_process(proc, timeout=60)  # (SIGTERM: a graceful stop)
+    finally:
+        stop_process(proc)
+    result = read_result(tmp_path / "crawl", proc.returncode)
+    assert result.stats.get("finish_reason") == "shutdown", result.log[-3000:]
+    kept = result.stats["openclaw/queue/persisted"]
+    assert kept > 0
+    close = re.search(r"OpenClaw progress at close: (\d+) done of (\d+) discovered, (\d+) pending", result.log)
+    assert close, result.log[-3000:]
+    done, discovered, pending = map(int, close.groups())
+    assert pending == kept and done + pending == discovered
+    assert result.stats["openclaw/progress/pending"] == kept
+    table = result.log[result.log.index("OpenClaw domains (top 1 of 1, whole crawl):") :].splitlines()
+    assert int(table[2].split()[8]) == kept  # (the domain's pending column)
+
+
 def test_progress_figures_match_the_site(chaos_server: Any, tmp_path: Any) -> None:
     server = chaos_server(
         {

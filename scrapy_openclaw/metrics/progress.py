@@ -50,6 +50,11 @@ def crawl_progress(crawler: Crawler, figures: CrawlFigures | None = None) -> Pro
         delayed = peek(crawler, "delayed")
         waiting = len(delayed) if delayed is not None and getattr(delayed, "active", False) else 0
         queued = len(scheduler) if hasattr(scheduler, "__len__") else 0
+    left = peek(crawler, "left_at_close")  # (the queue closed: what it held then, kept in a JOBDIR)
+    if left:
+        queued += sum(left.values())
+        for domain, n in left.items():
+            domains[domain] = domains.get(domain, 0) + n
     figures = figures or CrawlFigures.for_crawler(crawler)
     discovered = figures.total().done + queued + waiting + in_flight
     return Progress(discovered, queued, waiting, in_flight, domains, due_at)

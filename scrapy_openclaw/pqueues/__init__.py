@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from scrapy import signals
@@ -156,9 +157,12 @@ class DeadlinePriorityQueue:
         if self in queues:
             queues.remove(self)
         self._report_memory()
+        pending = [*self.store.requests(), *(request for _due, request in self.delays.held(in_order=True))]
+        # what was left, per domain, for the progress at close (read after this queue is gone)
+        left: Counter[str] = shared(self.crawler, "left_at_close", Counter)
+        left.update(slot_key(self.crawler, request) for request in pending)
         if not self.key:
             return {}
-        pending = [*self.store.requests(), *(request for _due, request in self.delays.held(in_order=True))]
         return jobdir.persist(self.key, pending, self.crawler)
 
     # --- readable state -------------------------------------------------------

@@ -41,6 +41,7 @@ from scrapy_openclaw.health.registry.tuning import (
     _RATE_HEALTH_FLOOR,
     _SHARE_FAST,
     _SHARE_SLOW,
+    _WAKE_RISE,
     CLOSED,
     DOMAIN,
     HALF_OPEN,
@@ -274,7 +275,10 @@ class HealthRegistry:
             if decrease(d, p, now, rate_bound=True):  # latency above its baseline
                 self.cuts_by_cause["latency"] += 1
         else:
+            paced = d.rate
             increase(d, p, now)
+            if d.rate > _WAKE_RISE * paced:  # (a block ended: parked at its slow pace, the queue looks again)
+                self._wake(domain)
         return CLOSED if closed else None
 
     def site_latency(self, latency: float | None, now: float) -> float | None:

@@ -38,6 +38,9 @@ _DRY_SECONDS = 2.0
 _DRY_GAPS = 4.0
 _DRY_HOLDS = 2.0
 _DRY_LATENCIES = 2.0
+# A success that raises the pace more than this many times over (the first answer after a block)
+# wakes the queues: a domain parked at the block's slow pace would wait out its old gap first.
+_WAKE_RISE = 2.0
 _MAX_RATE = 100000.0  # req/s; at this rate pacing has stopped mattering ("unpaced")
 _BURST_SECONDS = 0.25  # the token bucket holds at most this much time's worth of requests
 # The limit fit (limitfit.py): the history's bins and span, ...
