@@ -57,6 +57,7 @@ def test_a_slot_paused_for_a_hold_that_ended_early_resumes_at_its_next_request()
     crawler = get_crawler(_Spider, {"CONCURRENT_REQUESTS_PER_DOMAIN": 4})
     crawler.spider = crawler._create_spider()
     crawler.engine = crawler._create_engine()
+    crawler.crawling = True  # (as Crawler.crawl sets it: a hold pauses slots only while the crawl runs)
     downloader = crawler.engine.downloader
     middleware = DomainHealthMiddleware.from_crawler(crawler)
     slot = downloader.slots["a.test"] = Slot(new_slot_concurrency(downloader, "a.test"), 0, 0)
@@ -67,5 +68,25 @@ def test_a_slot_paused_for_a_hold_that_ended_early_resumes_at_its_next_request()
     assert slot_paused(slot)  # still held: a request does not resume it
     middleware.registry.control("a.test", ctl_hold=0)
     middleware._request_reached_downloader(Request("http://a.test/2"))
+    assert not slot_paused(slot)
+    downloader.close()
+
+
+def test_a_stopping_crawl_pauses_no_slot_for_a_hold():
+    """Once the crawl is stopping (Crawler.stop: ``crawling`` False), a request already in a held
+    domain's slot goes: it has left the scheduler, and waiting out the hold (up to 600 s) kept
+    a Ctrl-C waiting for it."""
+    crawler = get_crawler(_Spider, {"CONCURRENT_REQUESTS_PER_DOMAIN": 4})
+    crawler.spider = crawler._create_spider()
+    crawler.engine = crawler._create_engine()
+    crawler.crawling = True
+    downloader = crawler.engine.downloader
+    middleware = DomainHealthMiddleware.from_crawler(crawler)
+    slot = downloader.slots["a.test"] = Slot(new_slot_concurrency(downloader, "a.test"), 0, 0)
+    middleware.registry.control("a.test", ctl_hold=time.time() + 600)
+    middleware._apply("a.test", slot)
+    assert slot_paused(slot)
+    crawler.crawling = False  # (the stop)
+    middleware._request_reached_downloader(Request("http://a.test/1"))
     assert not slot_paused(slot)
     downloader.close()

@@ -73,3 +73,15 @@ def test_a_stop_is_not_kept_waiting_by_a_robots_txt_under_a_long_retry_after(cha
     assert len(_robots(server)) == 1  # not asked again
     # the start page had left the scheduler to wait for robots.txt: it goes once, not after the hold
     assert len([r for r in server.truth()["hosts"][HOST]["requests"] if r["path"] != "/robots.txt"]) <= 1
+
+
+def test_a_missing_robots_txt_is_no_dead_letter_in_the_stats(chaos_server: Any, tmp_path: Path) -> None:
+    """robots.txt answering 404 (no robots.txt) is never stored as a dead letter, so
+    ``openclaw/retry/permanent_dead_letters`` counts only the page's own 404 (it counted both)."""
+    server = chaos_server(ChaosConfig(hosts=(HostConfig(address=HOST, pages=4, links_per_page="all", not_found=(2,)),)))
+    settings = {**ADDON, "OPENCLAW_DLQ_URI": str(tmp_path / "dead.jsonl")}
+    result = run_crawl(settings=settings, spider_args={"start_urls": server.start_urls}, timeout=120)
+    result.assert_ok()
+    assert _robots(server) and result.stats["robotstxt/response_status_count/404"] == 1
+    assert result.stats["openclaw/retry/permanent_dead_letters"] == 1
+    assert result.stats["openclaw/dlq/count"] == 1

@@ -118,7 +118,8 @@ class ClassifiedRetryMiddleware:
         assert spider is not None
         if classification.error_class is ErrorClass.PROTOCOL_PERMANENT:
             if self.dlq_permanent and not spider_handles_status(request, response, spider):
-                self.crawler.stats.inc_value(f"{STATS_PREFIX}/permanent_dead_letters")
+                if not is_internal(request):  # (robots.txt's 404 is no dead letter: never stored)
+                    self.crawler.stats.inc_value(f"{STATS_PREFIX}/permanent_dead_letters")
                 send_dead_letter(request, classification, spider=spider)
             return response
         if not is_internal(request):
