@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import random
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -384,6 +385,31 @@ def test_limit_fit_replaces_a_low_window_alike(
     assert burst_cap is None or state["burst_cap"] <= burst_cap
 
 
+def _bucket_events(
+    t0: float, seconds: float, rate_at: Callable[[float], float], retry_after: float | None
+) -> list[tuple[Any, ...]]:
+    """A client paced by its own registry against a token bucket of 3 refilling at ``rate_at(sent)``
+    req/s, answers after 5 ms (429 past it): the events to replay on the pair."""
+    latency = 0.005
+    probe = HealthRegistry()  # the client's own pace decides when it sends: replayed on the pair
+    tokens, filled, events = 3.0, t0, []
+    for i in range(round(seconds * 1000)):
+        sent = t0 + i / 1000
+        if not probe.try_acquire("a", now=sent):
+            continue
+        events.append(("acquire", "a", sent, True))
+        tokens = min(3.0, tokens + (sent - filled) * rate_at(sent))
+        filled = sent
+        if tokens >= 1:
+            tokens -= 1
+            event: tuple[Any, ...] = ("ok", "a", sent + latency, latency)
+        else:
+            event = ("fail", "a", sent + latency, C429, retry_after, None, latency)
+        events.append(event)
+        _apply(probe, event)
+    return events
+
+
 @pytest.mark.parametrize(("high", "low", "retry_after"), [(30.0, 5.0, 1.0), (30.0, 5.0, None), (40.0, 30.0, 1.0)])
 def test_a_limit_that_falls_restarts_the_fit_alike(
     redis_server: Any, monkeypatch: pytest.MonkeyPatch, high: float, low: float, retry_after: float | None
@@ -405,24 +431,8 @@ def test_a_limit_that_falls_restarts_the_fit_alike(
     monkeypatch.setattr(
         limitfit.LimitHistory, begin, lambda self, index: restarts.append(index) or original(self, index)
     )
-    latency, t0 = 0.005, 1_200_000.0
-    probe = HealthRegistry()  # the client's own pace decides when it sends: replayed on the pair
-    tokens, filled, events = 3.0, t0, []
-    for i in range(22_000):
-        sent = t0 + i / 1000
-        if not probe.try_acquire("a", now=sent):
-            continue
-        events.append(("acquire", "a", sent, True))
-        rate = high if sent < t0 + 15 else low
-        tokens = min(3.0, tokens + (sent - filled) * rate)
-        filled = sent
-        if tokens >= 1:
-            tokens -= 1
-            event: tuple[Any, ...] = ("ok", "a", sent + latency, latency)
-        else:
-            event = ("fail", "a", sent + latency, C429, retry_after, None, latency)
-        events.append(event)
-        _apply(probe, event)
+    t0 = 1_200_000.0
+    events = _bucket_events(t0, 22.0, lambda at: high if at < t0 + 15 else low, retry_after)
     assert restarts, "the limit's fall never restarted the fit: the test proves nothing"
     local, shared = _pair(redis_server.url)
     _drive(local, shared, events)
@@ -452,24 +462,8 @@ def test_a_block_is_ridden_out_alike(
     ridden: list[float] = []
     original = pacing.ride_out
     monkeypatch.setattr(pacing, "ride_out", lambda d, p, now, *rest: ridden.append(now) or original(d, p, now, *rest))
-    latency, t0 = 0.005, 1_300_000.0
-    probe = HealthRegistry()  # the client's own pace decides when it sends: replayed on the pair
-    tokens, filled, events = 3.0, t0, []
-    for i in range(35_000):
-        sent = t0 + i / 1000
-        if not probe.try_acquire("a", now=sent):
-            continue
-        events.append(("acquire", "a", sent, True))
-        blocked = t0 + 10 <= sent < t0 + 25
-        tokens = min(3.0, tokens + (sent - filled) * 30.0)
-        filled = sent
-        if tokens >= 1 and not blocked:
-            tokens -= 1
-            event: tuple[Any, ...] = ("ok", "a", sent + latency, latency)
-        else:
-            event = ("fail", "a", sent + latency, C429, retry_after, None, latency)
-        events.append(event)
-        _apply(probe, event)
+    t0 = 1_300_000.0
+    events = _bucket_events(t0, 35.0, lambda at: 0.0 if t0 + 10 <= at < t0 + 25 else 30.0, retry_after)
     assert ridden and all(t0 + 10 < at < t0 + 26 for at in ridden), "no block was ridden out: the test proves nothing"
     local, shared = _pair(redis_server.url)
     _drive(local, shared, events)

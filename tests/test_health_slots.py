@@ -4,6 +4,7 @@ per slot goes when Scrapy drops the slot (a broad crawl meets millions of domain
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from scrapy import Request, Spider
 from scrapy.core.downloader import Slot
@@ -54,16 +55,8 @@ def test_a_slot_paused_for_a_hold_that_ended_early_resumes_at_its_next_request()
     """An operator's release resumes the slot where it is applied; should the slot be paused again
     by a late view of the hold (in distributed mode a Redis reply sent before the release), the
     next request that reaches the slot resumes it, instead of it waiting out the old hold."""
-    crawler = get_crawler(_Spider, {"CONCURRENT_REQUESTS_PER_DOMAIN": 4})
-    crawler.spider = crawler._create_spider()
-    crawler.engine = crawler._create_engine()
-    crawler.crawling = True  # (as Crawler.crawl sets it: a hold pauses slots only while the crawl runs)
+    crawler, middleware, slot = _held_slot()
     downloader = crawler.engine.downloader
-    middleware = DomainHealthMiddleware.from_crawler(crawler)
-    slot = downloader.slots["a.test"] = Slot(new_slot_concurrency(downloader, "a.test"), 0, 0)
-    middleware.registry.control("a.test", ctl_hold=time.time() + 600)
-    middleware._apply("a.test", slot)
-    assert slot_paused(slot)
     middleware._request_reached_downloader(Request("http://a.test/1"))
     assert slot_paused(slot)  # still held: a request does not resume it
     middleware.registry.control("a.test", ctl_hold=0)
@@ -76,17 +69,23 @@ def test_a_stopping_crawl_pauses_no_slot_for_a_hold():
     """Once the crawl is stopping (Crawler.stop: ``crawling`` False), a request already in a held
     domain's slot goes: it has left the scheduler, and waiting out the hold (up to 600 s) kept
     a Ctrl-C waiting for it."""
+    crawler, middleware, slot = _held_slot()
+    crawler.crawling = False  # (the stop)
+    middleware._request_reached_downloader(Request("http://a.test/1"))
+    assert not slot_paused(slot)
+    crawler.engine.downloader.close()
+
+
+def _held_slot() -> tuple[Any, DomainHealthMiddleware, Slot]:
+    """A running crawl's health middleware and the download slot of a.test, paused for a 600-s hold."""
     crawler = get_crawler(_Spider, {"CONCURRENT_REQUESTS_PER_DOMAIN": 4})
     crawler.spider = crawler._create_spider()
     crawler.engine = crawler._create_engine()
-    crawler.crawling = True
+    crawler.crawling = True  # (as Crawler.crawl sets it: a hold pauses slots only while the crawl runs)
     downloader = crawler.engine.downloader
     middleware = DomainHealthMiddleware.from_crawler(crawler)
     slot = downloader.slots["a.test"] = Slot(new_slot_concurrency(downloader, "a.test"), 0, 0)
     middleware.registry.control("a.test", ctl_hold=time.time() + 600)
     middleware._apply("a.test", slot)
     assert slot_paused(slot)
-    crawler.crawling = False  # (the stop)
-    middleware._request_reached_downloader(Request("http://a.test/1"))
-    assert not slot_paused(slot)
-    downloader.close()
+    return crawler, middleware, slot
